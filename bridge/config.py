@@ -1,0 +1,204 @@
+"""Configuration: one pydantic-settings model, read once in the composition root.
+
+Every field maps to the environment variable of the same name in upper case
+(``feishu_app_id`` ↔ ``FEISHU_APP_ID``); an optional ``.env`` file is read too.
+The names are the public contract documented in docs/configuration.md.
+"""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import platformdirs
+from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+FEISHU_DOMAIN = "https://open.feishu.cn"
+LARK_DOMAIN = "https://open.larksuite.com"
+_DOMAIN_ALIASES = {"feishu": FEISHU_DOMAIN, "lark": LARK_DOMAIN}
+
+CommaList = Annotated[tuple[str, ...], NoDecode]
+
+
+def _default_data_dir() -> Path:
+    return Path(platformdirs.user_data_dir("feishu-presence-bridge", appauthor=False))
+
+
+class Settings(BaseSettings):
+    """All settings of the bridge. Timings are float seconds so tests can use milliseconds."""
+
+    model_config = SettingsConfigDict(
+        env_file=".env",
+        env_file_encoding="utf-8",
+        extra="ignore",
+        frozen=True,
+        case_sensitive=False,
+    )
+
+    # --- Feishu app -------------------------------------------------------------------------
+    feishu_app_id: str | None = Field(default=None, description="The app's App ID (cli_…).")
+    feishu_app_secret: SecretStr | None = Field(default=None, description="The app's App Secret.")
+    feishu_domain: str = Field(
+        default=FEISHU_DOMAIN,
+        description="Open Platform base URL; `feishu`, `lark`, or any http(s) URL.",
+    )
+    feishu_event_mode: Literal["websocket", "webhook"] = Field(
+        default="websocket", description="How events arrive: long connection or request URL."
+    )
+    feishu_encrypt_key: SecretStr | None = Field(
+        default=None, description="Event encrypt key (webhook mode; also enables signatures)."
+    )
+    feishu_verification_token: SecretStr | None = Field(
+        default=None, description="Event verification token (webhook mode)."
+    )
+
+    # --- HTTP server and storage ------------------------------------------------------------
+    bridge_host: str = Field(default="127.0.0.1", description="Address the HTTP server binds.")
+    bridge_port: int = Field(default=8080, ge=0, le=65535, description="Port of the HTTP server.")
+    bridge_data_dir: Path = Field(
+        default_factory=_default_data_dir, description="Folder holding the SQLite store."
+    )
+    bridge_locale: Literal["zh_CN", "en_US"] = Field(
+        default="zh_CN", description="Language of every text the bridge shows."
+    )
+    bridge_log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(
+        default="INFO", description="Log level."
+    )
+    bridge_ack_emoji: str = Field(
+        default="OnIt", min_length=1, description="Feishu emoji_type of the ack reaction."
+    )
+
+    # --- Agent runtime ----------------------------------------------------------------------
+    bridge_agent_command: str = Field(
+        default="claude-agent-acp",
+        description="The ACP agent command line, split like a shell would.",
+    )
+    bridge_workdir: Path = Field(
+        default_factory=Path.cwd, description="Working directory of the agent."
+    )
+    bridge_max_agents: int = Field(
+        default=2, ge=1, le=64, description="Most agent processes running at once."
+    )
+    bridge_elicitation: bool = Field(
+        default=False, description="Declare ACP elicitation (unstable) to the agent."
+    )
+
+    # --- Conversation behaviour -------------------------------------------------------------
+    bridge_first_hint_seconds: float = Field(default=5.0, gt=0)
+    bridge_heartbeat_seconds: float = Field(default=60.0, gt=0)
+    bridge_stale_seconds: float = Field(default=600.0, gt=0)
+    bridge_approval_timeout_seconds: float = Field(default=1800.0, gt=0)
+    bridge_finish_grace_seconds: float = Field(default=3.0, ge=0)
+    bridge_progress_interval_seconds: float = Field(
+        default=3.0, ge=0, description="Least time between two relayed progress lines."
+    )
+    bridge_received_text: bool = Field(
+        default=False, description="Also post a 'received' line after the ack reaction."
+    )
+    bridge_allowed_users: CommaList = Field(
+        default=(), description="Comma-separated open_ids allowed to talk to the bot."
+    )
+    bridge_allowed_chats: CommaList = Field(
+        default=(), description="Comma-separated chat_ids the bot answers in."
+    )
+    bridge_approvers: CommaList = Field(
+        default=(), description="Comma-separated open_ids who may answer any approval."
+    )
+    bridge_max_conversations: int = Field(
+        default=64, ge=1, description="Conversations whose turns may run at once."
+    )
+
+    @field_validator("feishu_domain")
+    @classmethod
+    def _domain(cls, value: str) -> str:
+        value = _DOMAIN_ALIASES.get(value.strip().lower(), value.strip())
+        if not value.startswith(("http://", "https://")):
+            raise ValueError("must be `feishu`, `lark` or an http(s) URL")
+        return value.rstrip("/")
+
+    @field_validator("bridge_allowed_users", "bridge_allowed_chats", "bridge_approvers", mode="before")
+    @classmethod
+    def _comma_list(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return tuple(item.strip() for item in value.split(",") if item.strip())
+        return value
+
+    @field_validator("bridge_agent_command")
+    @classmethod
+    def _command(cls, value: str) -> str:
+        try:
+            parts = shlex.split(value)
+        except ValueError as exc:
+            raise ValueError(f"cannot be split like a shell command line ({exc})") from exc
+        if not parts:
+            raise ValueError("must name a program")
+        return value
+
+    @property
+    def agent_argv(self) -> list[str]:
+        return shlex.split(self.bridge_agent_command)
+
+    @property
+    def db_path(self) -> Path:
+        return self.bridge_data_dir / "bridge.sqlite3"
+
+
+# Examples shown next to a problem; they never contain a real secret.
+EXAMPLES: dict[str, str] = {
+    "FEISHU_APP_ID": "cli_a1b2c3d4e5f6",
+    "FEISHU_APP_SECRET": "<the App Secret from the developer console>",
+    "FEISHU_DOMAIN": "https://open.feishu.cn",
+    "FEISHU_EVENT_MODE": "websocket",
+    "FEISHU_ENCRYPT_KEY": "<the Encrypt Key from Events and Callbacks>",
+    "FEISHU_VERIFICATION_TOKEN": "<the Verification Token from Events and Callbacks>",
+    "BRIDGE_HOST": "127.0.0.1",
+    "BRIDGE_PORT": "8080",
+    "BRIDGE_LOCALE": "zh_CN",
+    "BRIDGE_AGENT_COMMAND": "claude-agent-acp",
+}
+
+
+class ConfigProblem:
+    """One problem with the configuration, phrased for an operator (never the value itself)."""
+
+    def __init__(self, variable: str, problem: str) -> None:
+        self.variable = variable
+        self.problem = problem
+
+    @property
+    def example(self) -> str:
+        return EXAMPLES.get(self.variable, "")
+
+    def __repr__(self) -> str:
+        return f"ConfigProblem({self.variable!r}, {self.problem!r})"
+
+
+def problems_from_validation(error: ValidationError) -> list[ConfigProblem]:
+    found: list[ConfigProblem] = []
+    for item in error.errors(include_input=False, include_url=False):
+        field = str(item["loc"][0]) if item["loc"] else "?"
+        message = "missing" if item["type"] == "missing" else str(item["msg"])
+        found.append(ConfigProblem(field.upper(), message))
+    return found
+
+
+def problems_for_run(settings: Settings) -> list[ConfigProblem]:
+    """What `run` needs beyond a well-formed model."""
+    found: list[ConfigProblem] = []
+    if not settings.feishu_app_id:
+        found.append(ConfigProblem("FEISHU_APP_ID", "missing"))
+    if settings.feishu_app_secret is None or not settings.feishu_app_secret.get_secret_value():
+        found.append(ConfigProblem("FEISHU_APP_SECRET", "missing"))
+    if settings.feishu_event_mode == "webhook" and settings.feishu_verification_token is None:
+        found.append(ConfigProblem("FEISHU_VERIFICATION_TOKEN", "missing for webhook mode"))
+    return found
+
+
+def load_settings(**overrides: Any) -> tuple[Settings | None, list[ConfigProblem]]:
+    """Build Settings from the environment (explicit overrides win); never raises on bad input."""
+    try:
+        return Settings(**overrides), []
+    except ValidationError as exc:
+        return None, problems_from_validation(exc)

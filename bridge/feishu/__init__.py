@@ -1,0 +1,1 @@
+"""Feishu adapter: inbound events (webhook, long connection), outbound API client, cards."""

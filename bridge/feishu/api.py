@@ -1,0 +1,44 @@
+"""The outbound port: what the bridge asks of Feishu. `FeishuClient` implements it over
+httpx; unit tests use a recording fake with the same signatures."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+
+@dataclass(frozen=True)
+class BotInfo:
+    open_id: str
+    app_name: str
+
+
+class FeishuApi(Protocol):
+    async def reply_text(
+        self, message_id: str, text: str, *, uuid: str, in_thread: bool = False
+    ) -> list[str]:
+        """Reply to a message; a text over Feishu's limit is split into several replies
+        (uuids `<uuid>`, `<uuid>-2`, …). Returns the new message ids in order."""
+
+    async def send_text(self, chat_id: str, text: str, *, uuid: str) -> list[str]:
+        """Post to a chat (receive_id_type=chat_id); split like reply_text."""
+
+    async def reply_card(
+        self, message_id: str, card: dict[str, Any], *, uuid: str, in_thread: bool = False
+    ) -> str:
+        """Reply with an interactive card; returns its message id."""
+
+    async def send_card(self, chat_id: str, card: dict[str, Any], *, uuid: str) -> str: ...
+
+    async def update_card(self, message_id: str, card: dict[str, Any]) -> None:
+        """PATCH an interactive card sent by the bot."""
+
+    async def add_reaction(self, message_id: str, emoji_type: str) -> str | None:
+        """Best-effort: the reaction id, or None when skipped or failed (never raises)."""
+
+    async def remove_reaction(self, message_id: str, reaction_id: str) -> None:
+        """Best-effort, never raises."""
+
+    async def bot_info(self) -> BotInfo: ...
+
+    async def aclose(self) -> None: ...

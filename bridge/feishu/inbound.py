@@ -1,0 +1,16 @@
+"""The inbound port: where both intake modes (webhook, long connection) hand events."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from bridge.feishu.models import CardAction, CardActionReply, InboundMessage
+
+
+class InboundHandler(Protocol):
+    async def on_message(self, message: InboundMessage) -> None:
+        """Journal the message and schedule its handling; returns in milliseconds, so the
+        intake can answer Feishu well inside its 3-second limit. Never raises for bad input."""
+
+    async def on_card_action(self, action: CardAction) -> CardActionReply:
+        """Decide a button click; must return within Feishu's 3-second callback limit."""

@@ -1,0 +1,71 @@
+"""Typed, frozen inbound models. Parsers in `bridge.feishu.parse` build them from raw JSON."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+
+class Mention(_Frozen):
+    key: str  # the placeholder in the text, e.g. "@_user_1"
+    open_id: str | None = None
+    name: str = ""
+
+
+class InboundMessage(_Frozen):
+    """One `im.message.receive_v1` event, reduced to what the bridge uses."""
+
+    event_id: str
+    message_id: str
+    chat_id: str
+    chat_type: Literal["p2p", "group"] | str
+    thread_id: str | None = None
+    root_id: str | None = None
+    parent_id: str | None = None
+    sender_open_id: str
+    sender_type: str = "user"  # "user" or "app"
+    message_type: str  # text, post, image, file, sticker, interactive, …
+    # The text with @-mentions of the bot stripped and other mentions resolved to "@Name".
+    text: str = ""
+    mentions: tuple[Mention, ...] = ()
+    mentions_bot: bool = False
+    create_time_ms: int = 0
+
+    @property
+    def conversation_key(self) -> str:
+        """A p2p chat, or a group chat / thread inside it, is one conversation."""
+        if self.chat_type == "group" and (self.thread_id or self.root_id):
+            return f"{self.chat_id}:{self.thread_id or self.root_id}"
+        return self.chat_id
+
+
+class CardAction(_Frozen):
+    """One `card.action.trigger` callback (a button click on an interactive card)."""
+
+    event_id: str
+    operator_open_id: str
+    open_message_id: str
+    open_chat_id: str | None = None
+    value: dict[str, Any] = Field(default_factory=dict)
+    token: str = ""
+
+
+class CardActionReply(_Frozen):
+    """What the card callback answers within 3 s: an optional toast and an optional new card."""
+
+    toast_type: Literal["info", "success", "error", "warning"] | None = None
+    toast_text: str | None = None
+    card: dict[str, Any] | None = None
+
+    def to_response(self) -> dict[str, Any]:
+        body: dict[str, Any] = {}
+        if self.toast_text is not None:
+            body["toast"] = {"type": self.toast_type or "info", "content": self.toast_text}
+        if self.card is not None:
+            body["card"] = {"type": "raw", "data": self.card}
+        return body

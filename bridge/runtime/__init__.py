@@ -1,0 +1,1 @@
+"""Agent runtimes: the `AgentRuntime` port, its turn events, and the ACP adapter."""

@@ -1,0 +1,135 @@
+"""Normalized turn events: what any agent runtime reports to the conversation core.
+
+Pure values (frozen dataclasses), no I/O; the core imports these and nothing else from
+`bridge.runtime`. Every event names the agent session it belongs to.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+
+class StopReason(StrEnum):
+    END_TURN = "end_turn"
+    MAX_TOKENS = "max_tokens"
+    MAX_TURN_REQUESTS = "max_turn_requests"
+    REFUSAL = "refusal"
+    CANCELLED = "cancelled"
+
+
+class PermissionKind(StrEnum):
+    ALLOW_ONCE = "allow_once"
+    ALLOW_ALWAYS = "allow_always"
+    REJECT_ONCE = "reject_once"
+    REJECT_ALWAYS = "reject_always"
+
+
+class QuestionKind(StrEnum):
+    ELICITATION = "elicitation"  # ACP `elicitation/create` (unstable)
+    QWEN = "qwen"  # permission request with _meta.qwenInteractionKind == "user_question"
+
+
+@dataclass(frozen=True)
+class PermissionOption:
+    option_id: str
+    name: str
+    kind: PermissionKind
+
+
+@dataclass(frozen=True)
+class QuestionOption:
+    value: str
+    label: str
+
+
+@dataclass(frozen=True)
+class PlanEntry:
+    content: str
+    status: str  # pending | in_progress | completed
+    priority: str = "medium"
+
+
+@dataclass(frozen=True)
+class TurnEvent:
+    session_id: str
+
+
+@dataclass(frozen=True)
+class PromptSent(TurnEvent):
+    pass
+
+
+@dataclass(frozen=True)
+class MessageChunk(TurnEvent):
+    text: str
+
+
+@dataclass(frozen=True)
+class ThoughtChunk(TurnEvent):
+    text: str
+
+
+@dataclass(frozen=True)
+class ToolCallStarted(TurnEvent):
+    tool_call_id: str
+    title: str
+    kind: str | None = None
+    status: str | None = None
+
+
+@dataclass(frozen=True)
+class ToolCallUpdated(TurnEvent):
+    tool_call_id: str
+    title: str | None = None
+    status: str | None = None  # pending | in_progress | completed | failed
+
+
+@dataclass(frozen=True)
+class PlanUpdated(TurnEvent):
+    entries: tuple[PlanEntry, ...]
+
+
+@dataclass(frozen=True)
+class PermissionRequested(TurnEvent):
+    """The agent waits for an approval; answer with `AgentRuntime.answer_permission`."""
+
+    request_id: str
+    title: str
+    options: tuple[PermissionOption, ...]
+    tool_call_id: str | None = None
+    detail: str | None = None  # e.g. the command or the file the tool call touches
+
+
+@dataclass(frozen=True)
+class QuestionAsked(TurnEvent):
+    """The agent waits for a reply; answer with `AgentRuntime.answer_question`."""
+
+    request_id: str
+    kind: QuestionKind
+    text: str
+    options: tuple[QuestionOption, ...] = ()
+    # The field an answer fills (elicitation schema property / qwen answers key).
+    answer_key: str = "answer"
+
+
+@dataclass(frozen=True)
+class TurnEnded(TurnEvent):
+    stop_reason: StopReason
+
+
+@dataclass(frozen=True)
+class RuntimeFailed(TurnEvent):
+    """The prompt failed with an error from the agent (the process may still live)."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
+class RuntimeExited(TurnEvent):
+    """The agent process ended; every turn on it is over. `session_id` may be ""."""
+
+    returncode: int | None = None
+    signal: int | None = None
+    restarting: bool = True
+    extra: dict[str, str] = field(default_factory=dict, compare=False, hash=False)

@@ -1,0 +1,57 @@
+"""The `AgentRuntime` port: the narrow interface the conversation engine drives.
+
+The ACP adapter implements it over stdio; a fake implements it in unit tests; a Codex
+app-server adapter could implement it later. Events of a turn are pushed to the sink
+given to `prompt`, synchronously and in arrival order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+from bridge.runtime.events import TurnEvent
+
+EventSink = Callable[[TurnEvent], None]
+
+
+class RuntimeUnavailable(Exception):
+    """The runtime cannot serve now (cannot start, or the process limit is reached)."""
+
+    def __init__(self, reason: str, *, limit_reached: bool = False) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.limit_reached = limit_reached
+
+
+@dataclass(frozen=True)
+class SessionHandle:
+    session_id: str
+    loaded: bool  # True when an earlier session was reloaded (session/load)
+
+
+class AgentRuntime(Protocol):
+    async def start(self) -> None:
+        """Make the runtime ready (spawn lazily or eagerly); raises RuntimeUnavailable."""
+
+    async def open_session(
+        self, conversation_key: str, *, resume_session_id: str | None = None
+    ) -> SessionHandle:
+        """A session for a conversation; reloads `resume_session_id` where supported."""
+
+    async def prompt(self, session_id: str, text: str, sink: EventSink) -> None:
+        """Run one turn. Emits PromptSent first and exactly one terminal event last
+        (TurnEnded, RuntimeFailed or RuntimeExited); returns after the terminal event."""
+
+    async def cancel(self, session_id: str) -> None:
+        """Cancel the running turn (session/cancel); pending requests resolve as cancelled."""
+
+    async def answer_permission(self, request_id: str, option_id: str | None) -> None:
+        """Answer a PermissionRequested; None answers `cancelled`."""
+
+    async def answer_question(self, request_id: str, answers: Mapping[str, str] | None) -> None:
+        """Answer a QuestionAsked; None declines/cancels it."""
+
+    async def close(self) -> None:
+        """Stop every agent process."""
