@@ -1,0 +1,39 @@
+"""Persistence: the `Store` port, its SQLite adapter and an in-memory fake."""
+
+from bridge.store.memory import MemoryStore
+from bridge.store.port import (
+    DEFAULT_RETENTION_SECONDS,
+    MESSAGE_TRANSITIONS,
+    Approval,
+    ApprovalStatus,
+    JournaledMessage,
+    MessageState,
+    SchemaTooNew,
+    Store,
+    StoreClosed,
+    StoreError,
+    TraceEntry,
+    Turn,
+    TurnOutcome,
+    UnknownTurn,
+)
+from bridge.store.sqlite import SqliteStore
+
+__all__ = [
+    "DEFAULT_RETENTION_SECONDS",
+    "MESSAGE_TRANSITIONS",
+    "Approval",
+    "ApprovalStatus",
+    "JournaledMessage",
+    "MemoryStore",
+    "MessageState",
+    "SchemaTooNew",
+    "SqliteStore",
+    "Store",
+    "StoreClosed",
+    "StoreError",
+    "TraceEntry",
+    "Turn",
+    "TurnOutcome",
+    "UnknownTurn",
+]

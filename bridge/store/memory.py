@@ -1,0 +1,331 @@
+"""`MemoryStore`: the in-process fake of the `Store` port, for unit tests of other modules.
+
+Same semantics as `SqliteStore` (the same test suite runs against both): first-wins claims,
+first terminal wins, arrival order, `UnknownTurn`, cascading prune, `StoreClosed` outside
+`open()`/`close()`. The data lives in the instance and survives `close()` + `open()`, so a
+test can simulate a bridge restart by closing and reopening the same object.
+
+Every method completes without awaiting anything, so each call is atomic on the event loop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from types import TracebackType
+from typing import TYPE_CHECKING, Self
+
+from bridge.store.port import (
+    DEFAULT_RETENTION_SECONDS,
+    MESSAGE_TRANSITIONS,
+    Approval,
+    ApprovalStatus,
+    JournaledMessage,
+    MessageState,
+    Store,
+    StoreClosed,
+    TraceEntry,
+    Turn,
+    TurnOutcome,
+    UnknownTurn,
+)
+
+
+class MemoryStore:
+    def __init__(self, *, retention_seconds: float = DEFAULT_RETENTION_SECONDS) -> None:
+        self.retention_seconds = retention_seconds
+        self._open = False
+        self._events: dict[str, float] = {}  # event id -> seen at
+        self._event_messages: dict[str, str] = {}  # message id -> event id
+        self._messages: dict[str, JournaledMessage] = {}  # insertion order == arrival order
+        self._bindings: dict[str, str] = {}
+        self._turns: dict[str, Turn] = {}
+        self._traces: dict[str, list[TraceEntry]] = {}
+        self._approvals: dict[str, Approval] = {}
+        self._outbox: dict[str, tuple[tuple[str, ...], float]] = {}
+        self._message_seq = 0
+        self._trace_seq = 0
+
+    def __repr__(self) -> str:
+        return f"MemoryStore({'open' if self._open else 'closed'})"
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    async def open(self) -> None:
+        self._open = True
+
+    async def close(self) -> None:
+        self._open = False
+
+    async def __aenter__(self) -> Self:
+        await self.open()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    def _check(self) -> None:
+        if not self._open:
+            raise StoreClosed(f"{self!r} is not open")
+
+    # -- 1. inbound dedup --------------------------------------------------------------------
+
+    async def claim_event(self, event_id: str, message_id: str | None, now: float) -> bool:
+        self._check()
+        if event_id in self._events:
+            return False
+        if message_id is not None and message_id in self._event_messages:
+            return False
+        self._events[event_id] = now
+        if message_id is not None:
+            self._event_messages[message_id] = event_id
+        return True
+
+    # -- 2. inbound journal ------------------------------------------------------------------
+
+    async def journal_message(
+        self,
+        conversation_key: str,
+        message_id: str,
+        sender_open_id: str,
+        chat_id: str,
+        text: str,
+        now: float,
+    ) -> bool:
+        self._check()
+        if message_id in self._messages:
+            return False
+        self._message_seq += 1
+        self._messages[message_id] = JournaledMessage(
+            seq=self._message_seq,
+            message_id=message_id,
+            conversation_key=conversation_key,
+            sender_open_id=sender_open_id,
+            chat_id=chat_id,
+            text=text,
+            state=MessageState.QUEUED,
+            received_at=now,
+            updated_at=now,
+        )
+        return True
+
+    async def set_message_state(self, message_id: str, state: MessageState, now: float) -> bool:
+        self._check()
+        state = MessageState(state)
+        current = self._messages.get(message_id)
+        if current is None or current.state not in MESSAGE_TRANSITIONS[state]:
+            return False
+        self._messages[message_id] = replace(current, state=state, updated_at=now)
+        return True
+
+    async def interrupt_running_messages(self, now: float) -> int:
+        self._check()
+        running = [m for m in self._messages.values() if m.state is MessageState.RUNNING]
+        for m in running:
+            self._messages[m.message_id] = replace(
+                m, state=MessageState.INTERRUPTED, updated_at=now
+            )
+        return len(running)
+
+    async def message(self, message_id: str) -> JournaledMessage | None:
+        self._check()
+        return self._messages.get(message_id)
+
+    async def pending_messages(self, conversation_key: str) -> list[JournaledMessage]:
+        return [
+            m for m in await self.unfinished_messages() if m.conversation_key == conversation_key
+        ]
+
+    async def unfinished_messages(self) -> list[JournaledMessage]:
+        self._check()
+        return sorted(
+            (m for m in self._messages.values() if m.state is not MessageState.DONE),
+            key=lambda m: m.seq,
+        )
+
+    # -- 3. session bindings -----------------------------------------------------------------
+
+    async def bind_session(self, conversation_key: str, session_id: str, now: float) -> None:
+        self._check()
+        self._bindings[conversation_key] = session_id
+
+    async def session_for(self, conversation_key: str) -> str | None:
+        self._check()
+        return self._bindings.get(conversation_key)
+
+    async def unbind(self, conversation_key: str) -> bool:
+        self._check()
+        return self._bindings.pop(conversation_key, None) is not None
+
+    # -- 4. turns ----------------------------------------------------------------------------
+
+    async def start_turn(
+        self, turn_id: str, conversation_key: str, message_id: str, now: float
+    ) -> bool:
+        self._check()
+        if turn_id in self._turns:
+            return False
+        self._turns[turn_id] = Turn(
+            turn_id=turn_id,
+            conversation_key=conversation_key,
+            message_id=message_id,
+            started_at=now,
+            outcome=None,
+            finished_at=None,
+        )
+        return True
+
+    async def finish_turn(self, turn_id: str, outcome: TurnOutcome, now: float) -> bool:
+        self._check()
+        outcome = TurnOutcome(outcome)
+        current = self._turns.get(turn_id)
+        if current is None or current.outcome is not None:
+            return False
+        self._turns[turn_id] = replace(current, outcome=outcome, finished_at=now)
+        return True
+
+    async def turn(self, turn_id: str) -> Turn | None:
+        self._check()
+        return self._turns.get(turn_id)
+
+    async def running_turns(self) -> list[Turn]:
+        self._check()
+        return [t for t in self._turns.values() if t.outcome is None]
+
+    # -- 5. trace timeline -------------------------------------------------------------------
+
+    async def trace(self, turn_id: str, kind: str, detail: str, now: float) -> None:
+        self._check()
+        if turn_id not in self._turns:
+            raise UnknownTurn(turn_id)
+        self._trace_seq += 1
+        self._traces.setdefault(turn_id, []).append(
+            TraceEntry(seq=self._trace_seq, turn_id=turn_id, kind=kind, detail=detail, at=now)
+        )
+
+    async def trace_for(self, turn_id: str) -> list[TraceEntry]:
+        self._check()
+        return list(self._traces.get(turn_id, ()))
+
+    # -- 6. approvals ------------------------------------------------------------------------
+
+    async def save_approval(
+        self,
+        request_id: str,
+        turn_id: str,
+        conversation_key: str,
+        card_message_id: str,
+        requester_open_id: str,
+        now: float,
+    ) -> bool:
+        self._check()
+        if request_id in self._approvals:
+            return False
+        if turn_id not in self._turns:
+            raise UnknownTurn(turn_id)
+        self._approvals[request_id] = Approval(
+            request_id=request_id,
+            turn_id=turn_id,
+            conversation_key=conversation_key,
+            card_message_id=card_message_id,
+            requester_open_id=requester_open_id,
+            created_at=now,
+            status=ApprovalStatus.OPEN,
+            decided_by=None,
+            decided_at=None,
+        )
+        return True
+
+    async def resolve_approval(
+        self, request_id: str, status: ApprovalStatus, decided_by: str | None, now: float
+    ) -> bool:
+        self._check()
+        status = ApprovalStatus(status)
+        if status is ApprovalStatus.OPEN:
+            raise ValueError("an approval cannot be resolved to 'open'")
+        current = self._approvals.get(request_id)
+        if current is None or current.status is not ApprovalStatus.OPEN:
+            return False
+        self._approvals[request_id] = replace(
+            current, status=status, decided_by=decided_by, decided_at=now
+        )
+        return True
+
+    async def approval(self, request_id: str) -> Approval | None:
+        self._check()
+        return self._approvals.get(request_id)
+
+    async def open_approvals(self) -> list[Approval]:
+        self._check()
+        return [a for a in self._approvals.values() if a.status is ApprovalStatus.OPEN]
+
+    # -- 7. outbox marks ---------------------------------------------------------------------
+
+    async def mark_sent(self, idempotency_key: str, message_ids: Sequence[str], now: float) -> bool:
+        self._check()
+        if idempotency_key in self._outbox:
+            return False
+        self._outbox[idempotency_key] = (tuple(str(m) for m in message_ids), now)
+        return True
+
+    async def sent(self, idempotency_key: str) -> list[str] | None:
+        self._check()
+        entry = self._outbox.get(idempotency_key)
+        return None if entry is None else list(entry[0])
+
+    # -- housekeeping ------------------------------------------------------------------------
+
+    async def prune(self, now: float) -> int:
+        self._check()
+        cutoff = now - self.retention_seconds
+        removed = 0
+
+        old_events = [e for e, at in self._events.items() if at < cutoff]
+        for event_id in old_events:
+            del self._events[event_id]
+        self._event_messages = {m: e for m, e in self._event_messages.items() if e in self._events}
+        removed += len(old_events)
+
+        old_messages = [
+            m.message_id
+            for m in self._messages.values()
+            if m.state is MessageState.DONE and m.updated_at < cutoff
+        ]
+        for message_id in old_messages:
+            del self._messages[message_id]
+        removed += len(old_messages)
+
+        old_approvals = [
+            a.request_id
+            for a in self._approvals.values()
+            if a.decided_at is not None and a.decided_at < cutoff
+        ]
+        for request_id in old_approvals:
+            del self._approvals[request_id]
+        removed += len(old_approvals)
+
+        old_turns = {
+            t.turn_id
+            for t in self._turns.values()
+            if t.finished_at is not None and t.finished_at < cutoff
+        }
+        for turn_id in old_turns:  # cascade, as the foreign keys do in SQLite
+            del self._turns[turn_id]
+            self._traces.pop(turn_id, None)
+        self._approvals = {r: a for r, a in self._approvals.items() if a.turn_id not in old_turns}
+        removed += len(old_turns)
+
+        old_marks = [k for k, (_, at) in self._outbox.items() if at < cutoff]
+        for key in old_marks:
+            del self._outbox[key]
+        removed += len(old_marks)
+        return removed
+
+
+if TYPE_CHECKING:
+    _conforms: type[Store] = MemoryStore

@@ -1,0 +1,253 @@
+"""The `Store` port: everything the bridge must remember across a restart.
+
+Two implementations share one contract (and one test suite, `tests/unit/store/`):
+`SqliteStore` (the embedded default) and `MemoryStore` (a fake for unit tests of other
+modules). Time is always passed in (`now`, seconds since the epoch), never read here.
+
+Contract highlights:
+
+- *Claims are first-wins.* `claim_event`, `journal_message`, `start_turn`, `save_approval` and
+  `mark_sent` return True only for the call that created the record; a repeat returns False
+  and changes nothing.
+- *First terminal wins.* `finish_turn` and `resolve_approval` set the outcome only while none
+  is set; a later call returns False and changes nothing.
+- *Every write is one atomic step.* A caller never sees a half-applied call, and two
+  coroutines racing on the same record get exactly one True.
+- *Prompt text is data, never a log line.* `JournaledMessage.text` is kept out of `repr`;
+  `trace` details must not contain prompt text (the caller's duty).
+- Traces and approvals belong to a turn: writing one for an unknown turn raises `UnknownTurn`,
+  and pruning a turn removes them with it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from types import TracebackType
+from typing import Protocol, Self
+
+DEFAULT_RETENTION_SECONDS = 7 * 24 * 3600.0
+
+
+class StoreError(Exception):
+    """Base class of the errors a store raises on purpose."""
+
+
+class StoreClosed(StoreError):
+    """The store was used before `open()` or after `close()`."""
+
+
+class UnknownTurn(StoreError, KeyError):
+    """A trace entry or an approval names a turn the store does not know."""
+
+
+class SchemaTooNew(StoreError):
+    """The database was written by a newer bridge (its schema version is unknown here)."""
+
+
+class MessageState(StrEnum):
+    QUEUED = "queued"  # journaled, acknowledged, waiting for its turn
+    RUNNING = "running"  # its turn is running
+    DONE = "done"  # finished (answered, stopped, consumed as a reply, or given up)
+    INTERRUPTED = "interrupted"  # its turn was cut (restart, unrecoverable fault)
+
+
+# Allowed journal moves: source states for each target state. DONE is terminal.
+MESSAGE_TRANSITIONS: dict[MessageState, frozenset[MessageState]] = {
+    MessageState.QUEUED: frozenset(),
+    MessageState.RUNNING: frozenset({MessageState.QUEUED, MessageState.INTERRUPTED}),
+    MessageState.DONE: frozenset(
+        {MessageState.QUEUED, MessageState.RUNNING, MessageState.INTERRUPTED}
+    ),
+    MessageState.INTERRUPTED: frozenset({MessageState.QUEUED, MessageState.RUNNING}),
+}
+
+
+class TurnOutcome(StrEnum):
+    COMPLETED = "completed"
+    CANCELLED = "cancelled"
+    FAILED = "failed"
+    TIMED_OUT = "timed_out"
+    INTERRUPTED = "interrupted"
+
+
+class ApprovalStatus(StrEnum):
+    OPEN = "open"  # the card is live, nobody decided yet
+    ALLOWED_ONCE = "allowed_once"
+    ALLOWED_ALWAYS = "allowed_always"
+    REJECTED = "rejected"
+    EXPIRED = "expired"  # timed out, or found open after a restart
+    CANCELLED = "cancelled"  # its turn ended first (stopped, failed)
+
+
+@dataclass(frozen=True)
+class JournaledMessage:
+    seq: int  # arrival order, increasing across the whole store
+    message_id: str
+    conversation_key: str
+    sender_open_id: str
+    chat_id: str
+    text: str = field(repr=False)  # the prompt: stored to rerun a turn, never logged
+    state: MessageState
+    received_at: float
+    updated_at: float
+
+
+@dataclass(frozen=True)
+class Turn:
+    turn_id: str
+    conversation_key: str
+    message_id: str  # informational: the journal may be pruned before the turn
+    started_at: float
+    outcome: TurnOutcome | None  # None while running
+    finished_at: float | None
+
+
+@dataclass(frozen=True)
+class TraceEntry:
+    seq: int  # append order, increasing across the whole store
+    turn_id: str
+    kind: str
+    detail: str  # never prompt text
+    at: float
+
+
+@dataclass(frozen=True)
+class Approval:
+    request_id: str
+    turn_id: str
+    conversation_key: str
+    card_message_id: str
+    requester_open_id: str
+    created_at: float
+    status: ApprovalStatus
+    decided_by: str | None  # open id of the decider; None while open or when expired
+    decided_at: float | None
+
+
+class Store(Protocol):
+    """Persistence port of the bridge. All methods need an open store (else `StoreClosed`)."""
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    async def open(self) -> None:
+        """Open (creating or migrating the storage as needed). Idempotent."""
+
+    async def close(self) -> None:
+        """Release everything. Idempotent; a closed store can be opened again."""
+
+    async def __aenter__(self) -> Self: ...
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None: ...
+
+    # -- 1. inbound dedup --------------------------------------------------------------------
+
+    async def claim_event(self, event_id: str, message_id: str | None, now: float) -> bool:
+        """True the first time this event id AND this message id are seen; False for a
+        redelivery (same event id) or a message delivered again under another event id."""
+
+    # -- 2. inbound journal ------------------------------------------------------------------
+
+    async def journal_message(
+        self,
+        conversation_key: str,
+        message_id: str,
+        sender_open_id: str,
+        chat_id: str,
+        text: str,
+        now: float,
+    ) -> bool:
+        """Record a user message as QUEUED; False (and no change) if already journaled."""
+
+    async def set_message_state(self, message_id: str, state: MessageState, now: float) -> bool:
+        """Move a message along `MESSAGE_TRANSITIONS`; False if unknown or not allowed."""
+
+    async def interrupt_running_messages(self, now: float) -> int:
+        """Mark every RUNNING message INTERRUPTED (at start-up); returns how many."""
+
+    async def message(self, message_id: str) -> JournaledMessage | None: ...
+
+    async def pending_messages(self, conversation_key: str) -> list[JournaledMessage]:
+        """Not-DONE messages of one conversation, in arrival order."""
+
+    async def unfinished_messages(self) -> list[JournaledMessage]:
+        """Not-DONE messages of every conversation, in arrival order (restart recovery)."""
+
+    # -- 3. session bindings -----------------------------------------------------------------
+
+    async def bind_session(self, conversation_key: str, session_id: str, now: float) -> None:
+        """Bind (or rebind) a conversation to an agent session id."""
+
+    async def session_for(self, conversation_key: str) -> str | None: ...
+
+    async def unbind(self, conversation_key: str) -> bool:
+        """Forget the binding (/new); False if there was none."""
+
+    # -- 4. turns ----------------------------------------------------------------------------
+
+    async def start_turn(
+        self, turn_id: str, conversation_key: str, message_id: str, now: float
+    ) -> bool:
+        """Record a running turn; False (and no change) if the id exists."""
+
+    async def finish_turn(self, turn_id: str, outcome: TurnOutcome, now: float) -> bool:
+        """First terminal wins: True only if the turn existed and had no outcome yet."""
+
+    async def turn(self, turn_id: str) -> Turn | None: ...
+
+    async def running_turns(self) -> list[Turn]:
+        """Turns without an outcome, in start order (restart recovery)."""
+
+    # -- 5. trace timeline -------------------------------------------------------------------
+
+    async def trace(self, turn_id: str, kind: str, detail: str, now: float) -> None:
+        """Append to a turn's timeline; raises `UnknownTurn`. `detail` never holds prompt text."""
+
+    async def trace_for(self, turn_id: str) -> list[TraceEntry]:
+        """The turn's timeline in append order (empty for an unknown turn)."""
+
+    # -- 6. approvals ------------------------------------------------------------------------
+
+    async def save_approval(
+        self,
+        request_id: str,
+        turn_id: str,
+        conversation_key: str,
+        card_message_id: str,
+        requester_open_id: str,
+        now: float,
+    ) -> bool:
+        """Record an OPEN approval; False if the id exists; raises `UnknownTurn`."""
+
+    async def resolve_approval(
+        self, request_id: str, status: ApprovalStatus, decided_by: str | None, now: float
+    ) -> bool:
+        """First decision wins: True only if the approval existed and was OPEN.
+        Raises ValueError for `status=OPEN`."""
+
+    async def approval(self, request_id: str) -> Approval | None: ...
+
+    async def open_approvals(self) -> list[Approval]:
+        """OPEN approvals in creation order (to expire their cards after a restart)."""
+
+    # -- 7. outbox marks ---------------------------------------------------------------------
+
+    async def mark_sent(self, idempotency_key: str, message_ids: Sequence[str], now: float) -> bool:
+        """Remember that a logical send is posted; first mark wins (False on a repeat)."""
+
+    async def sent(self, idempotency_key: str) -> list[str] | None:
+        """The message ids posted under this key, or None if it was never marked."""
+
+    # -- housekeeping ------------------------------------------------------------------------
+
+    async def prune(self, now: float) -> int:
+        """Drop what is older than the retention: seen events, DONE messages, finished turns
+        (with their traces and approvals), decided approvals, outbox marks. Never touches
+        bindings or anything unfinished. Returns the number of records removed, not
+        counting the trace entries and approvals that went with their turn."""

@@ -1,0 +1,572 @@
+"""`SqliteStore`: the embedded default `Store`, one SQLite file through aiosqlite.
+
+Connection settings: WAL journal (readers never block the writer), `synchronous=NORMAL`
+(durable across a process crash; a power cut may lose the last commits, never corrupt),
+foreign keys on, a busy timeout so an operator's `status` read does not fail a write.
+
+Atomicity: the connection runs in autocommit mode and every public method is ONE SQL
+statement, so no two coroutines can interleave inside a write. First-wins claims are
+`INSERT ... ON CONFLICT DO NOTHING` (only uniqueness conflicts are absorbed; CHECK and
+foreign-key violations still raise) and first-terminal-wins updates are
+`UPDATE ... WHERE <not yet decided>`; the caller learns who won from the row count.
+The only explicit transactions are the migrations, applied in `open()` before the store is
+shared. Pruning is one DELETE per table, each atomic on its own.
+
+Schema changes: append a script to `MIGRATIONS`, never edit a released one. Each script runs
+in its own transaction together with its `schema_version` row.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sqlite3
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Self
+
+import aiosqlite
+
+from bridge.store.port import (
+    DEFAULT_RETENTION_SECONDS,
+    MESSAGE_TRANSITIONS,
+    Approval,
+    ApprovalStatus,
+    JournaledMessage,
+    MessageState,
+    SchemaTooNew,
+    Store,
+    StoreClosed,
+    StoreError,
+    TraceEntry,
+    Turn,
+    TurnOutcome,
+    UnknownTurn,
+)
+
+_SCHEMA_V1 = """
+CREATE TABLE seen_events (
+    event_id   TEXT PRIMARY KEY,
+    message_id TEXT UNIQUE,              -- NULL for events that carry no message
+    seen_at    REAL NOT NULL
+);
+CREATE INDEX seen_events_by_time ON seen_events (seen_at);
+
+CREATE TABLE messages (
+    seq              INTEGER PRIMARY KEY AUTOINCREMENT,   -- arrival order, never reused
+    message_id       TEXT NOT NULL UNIQUE,
+    conversation_key TEXT NOT NULL,
+    sender_open_id   TEXT NOT NULL,
+    chat_id          TEXT NOT NULL,
+    text             TEXT NOT NULL,
+    state            TEXT NOT NULL
+                     CHECK (state IN ('queued', 'running', 'done', 'interrupted')),
+    received_at      REAL NOT NULL,
+    updated_at       REAL NOT NULL
+);
+CREATE INDEX messages_unfinished ON messages (conversation_key, seq) WHERE state <> 'done';
+CREATE INDEX messages_done_by_time ON messages (updated_at) WHERE state = 'done';
+
+CREATE TABLE bindings (
+    conversation_key TEXT PRIMARY KEY,
+    session_id       TEXT NOT NULL,
+    bound_at         REAL NOT NULL
+);
+
+CREATE TABLE turns (
+    seq              INTEGER PRIMARY KEY AUTOINCREMENT,
+    turn_id          TEXT NOT NULL UNIQUE,
+    conversation_key TEXT NOT NULL,
+    message_id       TEXT NOT NULL,      -- no foreign key: the journal is pruned on its own
+    started_at       REAL NOT NULL,
+    outcome          TEXT CHECK (outcome IN
+                         ('completed', 'cancelled', 'failed', 'timed_out', 'interrupted')),
+    finished_at      REAL,
+    CHECK ((outcome IS NULL) = (finished_at IS NULL))
+);
+CREATE INDEX turns_running ON turns (seq) WHERE outcome IS NULL;
+CREATE INDEX turns_finished_by_time ON turns (finished_at) WHERE outcome IS NOT NULL;
+
+CREATE TABLE trace (
+    seq     INTEGER PRIMARY KEY AUTOINCREMENT,
+    turn_id TEXT NOT NULL REFERENCES turns (turn_id) ON DELETE CASCADE,
+    kind    TEXT NOT NULL,
+    detail  TEXT NOT NULL,               -- never prompt text
+    at      REAL NOT NULL
+);
+CREATE INDEX trace_by_turn ON trace (turn_id, seq);
+
+CREATE TABLE approvals (
+    seq               INTEGER PRIMARY KEY AUTOINCREMENT,
+    request_id        TEXT NOT NULL UNIQUE,
+    turn_id           TEXT NOT NULL REFERENCES turns (turn_id) ON DELETE CASCADE,
+    conversation_key  TEXT NOT NULL,
+    card_message_id   TEXT NOT NULL,
+    requester_open_id TEXT NOT NULL,
+    created_at        REAL NOT NULL,
+    status            TEXT NOT NULL DEFAULT 'open' CHECK (status IN
+                          ('open', 'allowed_once', 'allowed_always', 'rejected',
+                           'expired', 'cancelled')),
+    decided_by        TEXT,
+    decided_at        REAL,
+    CHECK ((status = 'open') = (decided_at IS NULL))
+);
+CREATE INDEX approvals_open ON approvals (seq) WHERE status = 'open';
+CREATE INDEX approvals_by_turn ON approvals (turn_id);
+CREATE INDEX approvals_decided_by_time ON approvals (decided_at) WHERE status <> 'open';
+
+CREATE TABLE outbox (
+    idempotency_key TEXT PRIMARY KEY,
+    message_ids     TEXT NOT NULL,       -- JSON array of Feishu message ids
+    sent_at         REAL NOT NULL
+);
+CREATE INDEX outbox_by_time ON outbox (sent_at);
+"""
+
+# Ordered; migration N (1-based) brings the schema from version N-1 to N. Append only.
+MIGRATIONS: tuple[str, ...] = (_SCHEMA_V1,)
+
+_MESSAGE_COLUMNS = (
+    "seq, message_id, conversation_key, sender_open_id, chat_id, text, state, "
+    "received_at, updated_at"
+)
+_TURN_COLUMNS = "turn_id, conversation_key, message_id, started_at, outcome, finished_at"
+_APPROVAL_COLUMNS = (
+    "request_id, turn_id, conversation_key, card_message_id, requester_open_id, created_at, "
+    "status, decided_by, decided_at"
+)
+
+_Row = sqlite3.Row | tuple[Any, ...]
+
+
+def _opt_float(value: Any) -> float | None:
+    return None if value is None else float(value)
+
+
+def _opt_str(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+def _message(row: _Row) -> JournaledMessage:
+    return JournaledMessage(
+        seq=int(row[0]),
+        message_id=str(row[1]),
+        conversation_key=str(row[2]),
+        sender_open_id=str(row[3]),
+        chat_id=str(row[4]),
+        text=str(row[5]),
+        state=MessageState(row[6]),
+        received_at=float(row[7]),
+        updated_at=float(row[8]),
+    )
+
+
+def _turn(row: _Row) -> Turn:
+    return Turn(
+        turn_id=str(row[0]),
+        conversation_key=str(row[1]),
+        message_id=str(row[2]),
+        started_at=float(row[3]),
+        outcome=None if row[4] is None else TurnOutcome(row[4]),
+        finished_at=_opt_float(row[5]),
+    )
+
+
+def _approval(row: _Row) -> Approval:
+    return Approval(
+        request_id=str(row[0]),
+        turn_id=str(row[1]),
+        conversation_key=str(row[2]),
+        card_message_id=str(row[3]),
+        requester_open_id=str(row[4]),
+        created_at=float(row[5]),
+        status=ApprovalStatus(row[6]),
+        decided_by=_opt_str(row[7]),
+        decided_at=_opt_float(row[8]),
+    )
+
+
+def _is_foreign_key_error(exc: sqlite3.IntegrityError) -> bool:
+    return "FOREIGN KEY" in str(exc).upper()
+
+
+class SqliteStore:
+    """The `Store` over one SQLite file. Use as `async with SqliteStore(path) as store:`."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        retention_seconds: float = DEFAULT_RETENTION_SECONDS,
+        busy_timeout_ms: int = 5000,
+    ) -> None:
+        self.path = Path(path)
+        self.retention_seconds = retention_seconds
+        self._busy_timeout_ms = int(busy_timeout_ms)
+        self._db: aiosqlite.Connection | None = None
+        self._lifecycle = asyncio.Lock()  # two racing open() calls make one connection
+
+    def __repr__(self) -> str:
+        state = "open" if self._db is not None else "closed"
+        return f"SqliteStore({str(self.path)!r}, {state})"
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    async def open(self) -> None:
+        async with self._lifecycle:
+            if self._db is not None:
+                return
+            await asyncio.to_thread(self.path.parent.mkdir, parents=True, exist_ok=True)
+            db = await aiosqlite.connect(self.path, isolation_level=None)
+            try:
+                await self._configure(db)
+                await self._migrate(db)
+            except BaseException:
+                await db.close()
+                raise
+            self._db = db
+
+    async def close(self) -> None:
+        async with self._lifecycle:
+            db, self._db = self._db, None
+            if db is not None:
+                await db.close()
+
+    async def __aenter__(self) -> Self:
+        await self.open()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def _configure(self, db: aiosqlite.Connection) -> None:
+        await db.execute(f"PRAGMA busy_timeout = {self._busy_timeout_ms}")
+        async with db.execute("PRAGMA journal_mode = WAL") as cur:
+            row = await cur.fetchone()
+        mode = "" if row is None else str(row[0]).lower()
+        if mode != "wal":
+            raise StoreError(f"SQLite refused WAL mode for {self.path} (got {mode!r})")
+        await db.execute("PRAGMA synchronous = NORMAL")
+        await db.execute("PRAGMA foreign_keys = ON")
+
+    @staticmethod
+    async def _migrate(db: aiosqlite.Connection) -> None:
+        await db.execute(
+            "CREATE TABLE IF NOT EXISTS schema_version ("
+            " version INTEGER PRIMARY KEY,"
+            " applied_at TEXT NOT NULL DEFAULT CURRENT_TIMESTAMP)"
+        )
+        async with db.execute("SELECT COALESCE(MAX(version), 0) FROM schema_version") as cur:
+            row = await cur.fetchone()
+        current = 0 if row is None else int(row[0])
+        if current > len(MIGRATIONS):
+            raise SchemaTooNew(
+                f"database schema version {current} is newer than this bridge "
+                f"({len(MIGRATIONS)}); upgrade the bridge"
+            )
+        for version, script in enumerate(MIGRATIONS, start=1):
+            if version <= current:
+                continue
+            # A second process racing here fails on the version's primary key and rolls back.
+            try:
+                await db.executescript(
+                    f"BEGIN IMMEDIATE;\n{script}\n"
+                    f"INSERT INTO schema_version (version) VALUES ({version});\nCOMMIT;"
+                )
+            except BaseException:
+                if db.in_transaction:
+                    await db.rollback()
+                raise
+
+    async def settings(self) -> dict[str, str | int]:
+        """The effective connection settings (for diagnostics and tests)."""
+        db = self._conn()
+        result: dict[str, str | int] = {}
+        for name in ("journal_mode", "synchronous", "foreign_keys", "busy_timeout"):
+            async with db.execute(f"PRAGMA {name}") as cur:
+                row = await cur.fetchone()
+            value = None if row is None else row[0]
+            result[name] = str(value) if isinstance(value, str) else int(value or 0)
+        async with db.execute("SELECT COALESCE(MAX(version), 0) FROM schema_version") as cur:
+            row = await cur.fetchone()
+        result["schema_version"] = 0 if row is None else int(row[0])
+        return result
+
+    def _conn(self) -> aiosqlite.Connection:
+        if self._db is None:
+            raise StoreClosed(f"{self!r} is not open")
+        return self._db
+
+    # One thread hop per call (aiosqlite runs every call on its worker thread, ~0.1 ms each):
+    # a DML statement has finished when `execute` returns, so its cursor holds nothing and
+    # is left to the GC, as aiosqlite's own `execute_fetchall` does.
+
+    async def _write(self, sql: str, params: Iterable[Any] = ()) -> int:
+        cursor = await self._conn().execute(sql, tuple(params))
+        return int(cursor.rowcount)
+
+    async def _one(self, sql: str, params: Iterable[Any] = ()) -> sqlite3.Row | None:
+        rows = await self._all(sql, params)
+        return rows[0] if rows else None
+
+    async def _all(self, sql: str, params: Iterable[Any] = ()) -> list[sqlite3.Row]:
+        return list(await self._conn().execute_fetchall(sql, tuple(params)))
+
+    # -- 1. inbound dedup --------------------------------------------------------------------
+
+    async def claim_event(self, event_id: str, message_id: str | None, now: float) -> bool:
+        # Either uniqueness constraint (event id, message id) absorbs a redelivery.
+        return (
+            await self._write(
+                "INSERT INTO seen_events (event_id, message_id, seen_at) VALUES (?, ?, ?) "
+                "ON CONFLICT DO NOTHING",
+                (event_id, message_id, now),
+            )
+            == 1
+        )
+
+    # -- 2. inbound journal ------------------------------------------------------------------
+
+    async def journal_message(
+        self,
+        conversation_key: str,
+        message_id: str,
+        sender_open_id: str,
+        chat_id: str,
+        text: str,
+        now: float,
+    ) -> bool:
+        return (
+            await self._write(
+                "INSERT INTO messages (message_id, conversation_key, sender_open_id, chat_id, "
+                "text, state, received_at, updated_at) VALUES (?, ?, ?, ?, ?, 'queued', ?, ?) "
+                "ON CONFLICT DO NOTHING",
+                (message_id, conversation_key, sender_open_id, chat_id, text, now, now),
+            )
+            == 1
+        )
+
+    async def set_message_state(self, message_id: str, state: MessageState, now: float) -> bool:
+        self._conn()
+        sources = sorted(MESSAGE_TRANSITIONS[MessageState(state)])
+        if not sources:
+            return False
+        marks = ", ".join("?" for _ in sources)
+        return (
+            await self._write(
+                f"UPDATE messages SET state = ?, updated_at = ? "
+                f"WHERE message_id = ? AND state IN ({marks})",
+                (MessageState(state).value, now, message_id, *(s.value for s in sources)),
+            )
+            == 1
+        )
+
+    async def interrupt_running_messages(self, now: float) -> int:
+        return await self._write(
+            "UPDATE messages SET state = 'interrupted', updated_at = ? WHERE state = 'running'",
+            (now,),
+        )
+
+    async def message(self, message_id: str) -> JournaledMessage | None:
+        row = await self._one(
+            f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE message_id = ?", (message_id,)
+        )
+        return None if row is None else _message(row)
+
+    async def pending_messages(self, conversation_key: str) -> list[JournaledMessage]:
+        rows = await self._all(
+            f"SELECT {_MESSAGE_COLUMNS} FROM messages "
+            "WHERE conversation_key = ? AND state <> 'done' ORDER BY seq",
+            (conversation_key,),
+        )
+        return [_message(row) for row in rows]
+
+    async def unfinished_messages(self) -> list[JournaledMessage]:
+        rows = await self._all(
+            f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE state <> 'done' ORDER BY seq"
+        )
+        return [_message(row) for row in rows]
+
+    # -- 3. session bindings -----------------------------------------------------------------
+
+    async def bind_session(self, conversation_key: str, session_id: str, now: float) -> None:
+        await self._write(
+            "INSERT INTO bindings (conversation_key, session_id, bound_at) VALUES (?, ?, ?) "
+            "ON CONFLICT (conversation_key) DO UPDATE SET "
+            "session_id = excluded.session_id, bound_at = excluded.bound_at",
+            (conversation_key, session_id, now),
+        )
+
+    async def session_for(self, conversation_key: str) -> str | None:
+        row = await self._one(
+            "SELECT session_id FROM bindings WHERE conversation_key = ?", (conversation_key,)
+        )
+        return None if row is None else str(row[0])
+
+    async def unbind(self, conversation_key: str) -> bool:
+        return (
+            await self._write(
+                "DELETE FROM bindings WHERE conversation_key = ?", (conversation_key,)
+            )
+            == 1
+        )
+
+    # -- 4. turns ----------------------------------------------------------------------------
+
+    async def start_turn(
+        self, turn_id: str, conversation_key: str, message_id: str, now: float
+    ) -> bool:
+        return (
+            await self._write(
+                "INSERT INTO turns (turn_id, conversation_key, message_id, started_at) "
+                "VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",
+                (turn_id, conversation_key, message_id, now),
+            )
+            == 1
+        )
+
+    async def finish_turn(self, turn_id: str, outcome: TurnOutcome, now: float) -> bool:
+        # First terminal wins: the WHERE clause makes the check and the set one atomic step.
+        return (
+            await self._write(
+                "UPDATE turns SET outcome = ?, finished_at = ? "
+                "WHERE turn_id = ? AND outcome IS NULL",
+                (TurnOutcome(outcome).value, now, turn_id),
+            )
+            == 1
+        )
+
+    async def turn(self, turn_id: str) -> Turn | None:
+        row = await self._one(f"SELECT {_TURN_COLUMNS} FROM turns WHERE turn_id = ?", (turn_id,))
+        return None if row is None else _turn(row)
+
+    async def running_turns(self) -> list[Turn]:
+        rows = await self._all(
+            f"SELECT {_TURN_COLUMNS} FROM turns WHERE outcome IS NULL ORDER BY seq"
+        )
+        return [_turn(row) for row in rows]
+
+    # -- 5. trace timeline -------------------------------------------------------------------
+
+    async def trace(self, turn_id: str, kind: str, detail: str, now: float) -> None:
+        try:
+            await self._write(
+                "INSERT INTO trace (turn_id, kind, detail, at) VALUES (?, ?, ?, ?)",
+                (turn_id, kind, detail, now),
+            )
+        except sqlite3.IntegrityError as exc:
+            if _is_foreign_key_error(exc):
+                raise UnknownTurn(turn_id) from None
+            raise
+
+    async def trace_for(self, turn_id: str) -> list[TraceEntry]:
+        rows = await self._all(
+            "SELECT seq, turn_id, kind, detail, at FROM trace WHERE turn_id = ? ORDER BY seq",
+            (turn_id,),
+        )
+        return [
+            TraceEntry(
+                seq=int(r[0]), turn_id=str(r[1]), kind=str(r[2]), detail=str(r[3]), at=float(r[4])
+            )
+            for r in rows
+        ]
+
+    # -- 6. approvals ------------------------------------------------------------------------
+
+    async def save_approval(
+        self,
+        request_id: str,
+        turn_id: str,
+        conversation_key: str,
+        card_message_id: str,
+        requester_open_id: str,
+        now: float,
+    ) -> bool:
+        try:
+            inserted = await self._write(
+                "INSERT INTO approvals (request_id, turn_id, conversation_key, card_message_id, "
+                "requester_open_id, created_at) VALUES (?, ?, ?, ?, ?, ?) "
+                "ON CONFLICT DO NOTHING",
+                (request_id, turn_id, conversation_key, card_message_id, requester_open_id, now),
+            )
+        except sqlite3.IntegrityError as exc:
+            if _is_foreign_key_error(exc):
+                raise UnknownTurn(turn_id) from None
+            raise
+        return inserted == 1
+
+    async def resolve_approval(
+        self, request_id: str, status: ApprovalStatus, decided_by: str | None, now: float
+    ) -> bool:
+        status = ApprovalStatus(status)
+        if status is ApprovalStatus.OPEN:
+            raise ValueError("an approval cannot be resolved to 'open'")
+        # First decision wins, as for turns.
+        return (
+            await self._write(
+                "UPDATE approvals SET status = ?, decided_by = ?, decided_at = ? "
+                "WHERE request_id = ? AND status = 'open'",
+                (status.value, decided_by, now, request_id),
+            )
+            == 1
+        )
+
+    async def approval(self, request_id: str) -> Approval | None:
+        row = await self._one(
+            f"SELECT {_APPROVAL_COLUMNS} FROM approvals WHERE request_id = ?", (request_id,)
+        )
+        return None if row is None else _approval(row)
+
+    async def open_approvals(self) -> list[Approval]:
+        rows = await self._all(
+            f"SELECT {_APPROVAL_COLUMNS} FROM approvals WHERE status = 'open' ORDER BY seq"
+        )
+        return [_approval(row) for row in rows]
+
+    # -- 7. outbox marks ---------------------------------------------------------------------
+
+    async def mark_sent(self, idempotency_key: str, message_ids: Sequence[str], now: float) -> bool:
+        return (
+            await self._write(
+                "INSERT INTO outbox (idempotency_key, message_ids, sent_at) VALUES (?, ?, ?) "
+                "ON CONFLICT DO NOTHING",
+                (idempotency_key, json.dumps([str(m) for m in message_ids]), now),
+            )
+            == 1
+        )
+
+    async def sent(self, idempotency_key: str) -> list[str] | None:
+        row = await self._one(
+            "SELECT message_ids FROM outbox WHERE idempotency_key = ?", (idempotency_key,)
+        )
+        if row is None:
+            return None
+        ids: list[Any] = json.loads(str(row[0]))
+        return [str(m) for m in ids]
+
+    # -- housekeeping ------------------------------------------------------------------------
+
+    async def prune(self, now: float) -> int:
+        cutoff = now - self.retention_seconds
+        removed = 0
+        for sql in (
+            "DELETE FROM seen_events WHERE seen_at < ?",
+            "DELETE FROM messages WHERE state = 'done' AND updated_at < ?",
+            "DELETE FROM approvals WHERE status <> 'open' AND decided_at < ?",
+            # Cascades to the turn's trace entries and any approval left on it.
+            "DELETE FROM turns WHERE outcome IS NOT NULL AND finished_at < ?",
+            "DELETE FROM outbox WHERE sent_at < ?",
+        ):
+            removed += await self._write(sql, (cutoff,))
+        return removed
+
+
+if TYPE_CHECKING:
+    _conforms: type[Store] = SqliteStore

@@ -1,0 +1,115 @@
+"""What only the SQLite adapter has: the file, its pragmas and its migrations."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from contextlib import closing
+from pathlib import Path
+
+import pytest
+
+from bridge.store import SchemaTooNew, SqliteStore, StoreClosed, TurnOutcome
+from bridge.store import sqlite as sqlite_module
+
+T0 = 1_700_000_000.0
+
+
+def _exists(path: Path | str) -> bool:
+    return Path(path).exists()
+
+
+def _read(path: Path, sql: str) -> list[tuple[object, ...]]:
+    with closing(sqlite3.connect(path)) as db:
+        return list(db.execute(sql).fetchall())
+
+
+async def test_creates_parent_dir_and_runs_in_wal_mode(db_path: Path) -> None:
+    assert not _exists(db_path.parent)
+    async with SqliteStore(db_path) as store:
+        assert _exists(db_path)
+        settings = await store.settings()
+        assert settings["journal_mode"] == "wal"
+        assert settings["synchronous"] == 1  # NORMAL
+        assert settings["foreign_keys"] == 1
+        assert settings["busy_timeout"] == 5000
+        assert settings["schema_version"] == len(sqlite_module.MIGRATIONS)
+        await store.claim_event("ev", None, T0)
+        # WAL is a property of the file: an independent connection sees it too,
+        # and sees the committed write while the store is still open.
+        assert _read(db_path, "PRAGMA journal_mode") == [("wal",)]
+        assert _read(db_path, "SELECT event_id FROM seen_events") == [("ev",)]
+        assert _exists(f"{db_path}-wal")
+
+
+async def test_reopen_keeps_data_and_does_not_rerun_migrations(db_path: Path) -> None:
+    async with SqliteStore(db_path) as store:
+        await store.start_turn("t1", "A", "m1", T0)
+    async with SqliteStore(db_path) as store:
+        assert [t.turn_id for t in await store.running_turns()] == ["t1"]
+        assert await store.finish_turn("t1", TurnOutcome.COMPLETED, T0 + 1)
+    async with SqliteStore(db_path) as store:
+        assert not await store.finish_turn("t1", TurnOutcome.FAILED, T0 + 2)
+    versions = _read(db_path, "SELECT version FROM schema_version ORDER BY version")
+    assert versions == [(v,) for v in range(1, len(sqlite_module.MIGRATIONS) + 1)]
+
+
+async def test_refuses_a_schema_newer_than_the_code(db_path: Path) -> None:
+    async with SqliteStore(db_path):
+        pass
+    with closing(sqlite3.connect(db_path)) as db:
+        db.execute("INSERT INTO schema_version (version) VALUES (?)", (99,))
+        db.commit()
+    store = SqliteStore(db_path)
+    with pytest.raises(SchemaTooNew, match="99"):
+        await store.open()
+    with pytest.raises(StoreClosed):
+        await store.sent("k")  # the failed open left nothing half-open
+
+
+async def test_a_new_migration_is_applied_once_on_open(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with SqliteStore(db_path) as store:
+        await store.mark_sent("k", ["om_1"], T0)
+    v2 = "ALTER TABLE outbox ADD COLUMN note TEXT NOT NULL DEFAULT '';"
+    monkeypatch.setattr(sqlite_module, "MIGRATIONS", (*sqlite_module.MIGRATIONS, v2))
+    async with SqliteStore(db_path) as store:
+        assert (await store.settings())["schema_version"] == 2
+        assert await store.sent("k") == ["om_1"]
+    async with SqliteStore(db_path) as store:  # no second ALTER (it would fail)
+        assert (await store.settings())["schema_version"] == 2
+    assert _read(db_path, "SELECT note FROM outbox") == [("",)]
+
+
+async def test_a_failing_migration_rolls_back_entirely(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with SqliteStore(db_path):
+        pass
+    broken = "CREATE TABLE half_done (x INTEGER); INSERT INTO no_such_table VALUES (1);"
+    monkeypatch.setattr(sqlite_module, "MIGRATIONS", (*sqlite_module.MIGRATIONS, broken))
+    with pytest.raises(sqlite3.OperationalError, match="no_such_table"):
+        await SqliteStore(db_path).open()
+    tables = _read(db_path, "SELECT name FROM sqlite_master WHERE name = 'half_done'")
+    assert tables == []
+    assert _read(db_path, "SELECT MAX(version) FROM schema_version") == [(1,)]
+
+
+async def test_check_constraints_are_not_swallowed_by_first_wins_inserts(
+    db_path: Path,
+) -> None:
+    # ON CONFLICT DO NOTHING absorbs only uniqueness conflicts; bad data still raises.
+    async with SqliteStore(db_path) as store:
+        with pytest.raises(sqlite3.IntegrityError):
+            await store.journal_message("A", "m1", "ou", "oc", None, T0)  # type: ignore[arg-type]
+        assert await store.journal_message("A", "m1", "ou", "oc", "ok", T0)
+
+
+async def test_racing_opens_make_one_connection(db_path: Path) -> None:
+    store = SqliteStore(db_path)
+    await asyncio.gather(store.open(), store.open(), store.open())
+    try:
+        assert await store.claim_event("ev", None, T0)
+    finally:
+        await store.close()

@@ -1,0 +1,438 @@
+"""The `Store` contract, run against SqliteStore and MemoryStore alike (see conftest)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+import pytest
+
+from bridge.store import (
+    ApprovalStatus,
+    MessageState,
+    Store,
+    StoreClosed,
+    TurnOutcome,
+    UnknownTurn,
+)
+
+Restart = Callable[[], Awaitable[Store]]
+RETENTION = 1000.0  # matches conftest
+T0 = 1_700_000_000.0
+
+
+async def _journal(store: Store, conv: str, mid: str, now: float, text: str = "hi") -> bool:
+    return await store.journal_message(conv, mid, "ou_alice", "oc_chat", text, now)
+
+
+# -- 1. inbound dedup ----------------------------------------------------------------------
+
+
+async def test_claim_event_dedups_redelivery_by_event_id(store: Store) -> None:
+    assert await store.claim_event("ev1", "om1", T0)
+    assert not await store.claim_event("ev1", "om1", T0 + 1)
+    # A redelivered event id is a duplicate even if the payload's message id differs.
+    assert not await store.claim_event("ev1", "om2", T0 + 2)
+    assert await store.claim_event("ev2", "om2", T0 + 3)
+
+
+async def test_claim_event_dedups_same_message_under_another_event_id(store: Store) -> None:
+    assert await store.claim_event("ev1", "om1", T0)
+    assert not await store.claim_event("ev2", "om1", T0 + 1)
+    # The losing event id was not recorded: claiming it again with a fresh message works.
+    assert await store.claim_event("ev2", "om9", T0 + 2)
+
+
+async def test_claim_event_without_message_ids_do_not_collide(store: Store) -> None:
+    assert await store.claim_event("card1", None, T0)
+    assert await store.claim_event("card2", None, T0)
+    assert not await store.claim_event("card1", None, T0)
+
+
+async def test_claim_event_concurrent_claims_have_exactly_one_winner(store: Store) -> None:
+    results = await asyncio.gather(*(store.claim_event("ev", "om", T0) for _ in range(20)))
+    assert results.count(True) == 1
+
+
+async def test_claims_survive_restart(store: Store, restart: Restart) -> None:
+    assert await store.claim_event("ev1", "om1", T0)
+    store = await restart()
+    assert not await store.claim_event("ev1", None, T0 + 1)
+    assert not await store.claim_event("ev2", "om1", T0 + 1)
+
+
+# -- 2. inbound journal --------------------------------------------------------------------
+
+
+async def test_journal_keeps_arrival_order_across_conversations(store: Store) -> None:
+    # Arrival order is journal order, even when the clock steps back.
+    assert await _journal(store, "A", "m1", T0 + 5)
+    assert await _journal(store, "B", "m2", T0 + 1)
+    assert await _journal(store, "A", "m3", T0 + 2)
+
+    assert [m.message_id for m in await store.unfinished_messages()] == ["m1", "m2", "m3"]
+    assert [m.message_id for m in await store.pending_messages("A")] == ["m1", "m3"]
+    assert [m.message_id for m in await store.pending_messages("B")] == ["m2"]
+    assert await store.pending_messages("C") == []
+
+
+async def test_journal_records_the_message_and_repeat_is_ignored(store: Store) -> None:
+    assert await store.journal_message("A", "m1", "ou_alice", "oc_1", "修一下这个 bug", T0)
+    assert not await store.journal_message("A", "m1", "ou_bob", "oc_2", "other", T0 + 1)
+    m = await store.message("m1")
+    assert m is not None
+    assert (m.conversation_key, m.sender_open_id, m.chat_id) == ("A", "ou_alice", "oc_1")
+    assert m.text == "修一下这个 bug"
+    assert m.state is MessageState.QUEUED
+    assert (m.received_at, m.updated_at) == (T0, T0)
+    assert await store.message("nope") is None
+
+
+async def test_journaled_text_is_kept_out_of_repr(store: Store) -> None:
+    await _journal(store, "A", "m1", T0, text="secret prompt")
+    m = await store.message("m1")
+    assert m is not None
+    assert "secret prompt" not in repr(m)
+    assert "m1" in repr(m)
+
+
+@pytest.mark.parametrize(
+    ("path", "allowed"),
+    [
+        ([MessageState.RUNNING, MessageState.DONE], [True, True]),
+        ([MessageState.RUNNING, MessageState.INTERRUPTED, MessageState.RUNNING], [True] * 3),
+        ([MessageState.DONE], [True]),  # a queued message consumed as a reply, or dropped
+        ([MessageState.INTERRUPTED, MessageState.DONE], [True, True]),
+        ([MessageState.DONE, MessageState.RUNNING], [True, False]),  # done is terminal
+        ([MessageState.DONE, MessageState.DONE], [True, False]),
+        ([MessageState.QUEUED], [False]),  # nothing goes back to queued
+        ([MessageState.RUNNING, MessageState.RUNNING], [True, False]),
+    ],
+)
+async def test_message_state_transitions(
+    store: Store, path: list[MessageState], allowed: list[bool]
+) -> None:
+    await _journal(store, "A", "m1", T0)
+    got = [await store.set_message_state("m1", s, T0 + i + 1) for i, s in enumerate(path)]
+    assert got == allowed
+    last_ok = max(i for i, ok in enumerate([True, *allowed]) if ok)  # 0 means "still queued"
+    m = await store.message("m1")
+    assert m is not None
+    assert m.state is ([MessageState.QUEUED, *path][last_ok])
+    assert m.updated_at == T0 + last_ok
+
+
+async def test_set_state_of_unknown_message_is_false(store: Store) -> None:
+    assert not await store.set_message_state("nope", MessageState.RUNNING, T0)
+
+
+async def test_done_messages_leave_the_pending_lists(store: Store) -> None:
+    for i in range(3):
+        await _journal(store, "A", f"m{i}", T0 + i)
+    await store.set_message_state("m0", MessageState.RUNNING, T0 + 3)
+    await store.set_message_state("m0", MessageState.DONE, T0 + 4)
+    await store.set_message_state("m1", MessageState.RUNNING, T0 + 5)
+    pending = await store.pending_messages("A")
+    assert [(m.message_id, m.state) for m in pending] == [
+        ("m1", MessageState.RUNNING),
+        ("m2", MessageState.QUEUED),
+    ]
+
+
+async def test_restart_recovery_finds_cut_turn_and_queue_behind_it(
+    store: Store, restart: Restart
+) -> None:
+    await _journal(store, "A", "a1", T0)
+    await _journal(store, "B", "b1", T0 + 1)
+    await _journal(store, "A", "a2", T0 + 2)
+    await _journal(store, "A", "a3", T0 + 3)
+    await store.bind_session("A", "sess-A", T0)
+    assert await store.set_message_state("a1", MessageState.RUNNING, T0 + 4)
+    assert await store.start_turn("t-a1", "A", "a1", T0 + 4)
+    assert await store.save_approval("p1", "t-a1", "A", "om_card", "ou_alice", T0 + 5)
+    await store.trace("t-a1", "prompt_sent", "", T0 + 4)
+
+    store = await restart()  # the process died here
+
+    assert await store.interrupt_running_messages(T0 + 100) == 1
+    assert await store.interrupt_running_messages(T0 + 100) == 0
+    unfinished = await store.unfinished_messages()
+    assert [(m.message_id, m.state) for m in unfinished] == [
+        ("a1", MessageState.INTERRUPTED),
+        ("b1", MessageState.QUEUED),
+        ("a2", MessageState.QUEUED),
+        ("a3", MessageState.QUEUED),
+    ]
+    assert unfinished[0].text == "hi"  # enough to rerun or report the turn
+    assert [t.turn_id for t in await store.running_turns()] == ["t-a1"]
+    assert [a.request_id for a in await store.open_approvals()] == ["p1"]
+    assert await store.session_for("A") == "sess-A"
+    assert [e.kind for e in await store.trace_for("t-a1")] == ["prompt_sent"]
+
+    assert await store.finish_turn("t-a1", TurnOutcome.INTERRUPTED, T0 + 101)
+    assert await store.resolve_approval("p1", ApprovalStatus.EXPIRED, None, T0 + 101)
+    assert await store.running_turns() == []
+    assert await store.open_approvals() == []
+
+
+# -- 3. session bindings -------------------------------------------------------------------
+
+
+async def test_bindings_bind_rebind_unbind(store: Store, restart: Restart) -> None:
+    assert await store.session_for("A") is None
+    await store.bind_session("A", "s1", T0)
+    await store.bind_session("B", "s2", T0)
+    await store.bind_session("A", "s3", T0 + 1)  # rebinding replaces
+    assert await store.session_for("A") == "s3"
+
+    store = await restart()
+    assert await store.session_for("A") == "s3"
+    assert await store.session_for("B") == "s2"
+    assert await store.unbind("A")
+    assert not await store.unbind("A")
+    assert await store.session_for("A") is None
+    assert await store.session_for("B") == "s2"
+
+
+# -- 4. turns ------------------------------------------------------------------------------
+
+
+async def test_first_terminal_wins_for_turns(store: Store) -> None:
+    assert await store.start_turn("t1", "A", "m1", T0)
+    assert not await store.start_turn("t1", "B", "m2", T0 + 1)  # id taken, nothing changes
+    assert await store.finish_turn("t1", TurnOutcome.CANCELLED, T0 + 2)
+    assert not await store.finish_turn("t1", TurnOutcome.COMPLETED, T0 + 3)
+    assert not await store.finish_turn("t1", TurnOutcome.CANCELLED, T0 + 4)
+    t = await store.turn("t1")
+    assert t is not None
+    assert (t.conversation_key, t.message_id, t.started_at) == ("A", "m1", T0)
+    assert (t.outcome, t.finished_at) == (TurnOutcome.CANCELLED, T0 + 2)
+
+
+async def test_concurrent_terminals_have_exactly_one_winner(store: Store) -> None:
+    await store.start_turn("t1", "A", "m1", T0)
+    outcomes = [TurnOutcome.COMPLETED, TurnOutcome.FAILED, TurnOutcome.TIMED_OUT] * 5
+    results = await asyncio.gather(*(store.finish_turn("t1", o, T0 + 1) for o in outcomes))
+    assert results.count(True) == 1
+    t = await store.turn("t1")
+    assert t is not None
+    assert t.outcome is outcomes[results.index(True)]
+
+
+async def test_finish_unknown_turn_is_false(store: Store) -> None:
+    assert not await store.finish_turn("nope", TurnOutcome.COMPLETED, T0)
+    assert await store.turn("nope") is None
+
+
+async def test_running_turns_in_start_order(store: Store) -> None:
+    for i, tid in enumerate(["t3", "t1", "t2"]):
+        await store.start_turn(tid, f"conv{i}", f"m{i}", T0 + i)
+    await store.finish_turn("t1", TurnOutcome.COMPLETED, T0 + 9)
+    running = await store.running_turns()
+    assert [t.turn_id for t in running] == ["t3", "t2"]
+    assert all(t.outcome is None and t.finished_at is None for t in running)
+
+
+async def test_outcome_must_be_a_known_value(store: Store) -> None:
+    await store.start_turn("t1", "A", "m1", T0)
+    with pytest.raises(ValueError, match="done"):
+        await store.finish_turn("t1", "done", T0)  # type: ignore[arg-type]
+    assert await store.finish_turn("t1", "completed", T0)  # type: ignore[arg-type]
+
+
+# -- 5. trace ------------------------------------------------------------------------------
+
+
+async def test_trace_is_append_only_in_order(store: Store) -> None:
+    await store.start_turn("t1", "A", "m1", T0)
+    await store.start_turn("t2", "A", "m2", T0)
+    await store.trace("t1", "prompt_sent", "", T0)
+    await store.trace("t2", "prompt_sent", "", T0)
+    await store.trace("t1", "tool_call", "Read file", T0 + 2)
+    await store.trace("t1", "tool_call", "Read file", T0 + 1)  # same content twice is kept
+    entries = await store.trace_for("t1")
+    assert [(e.kind, e.detail, e.at) for e in entries] == [
+        ("prompt_sent", "", T0),
+        ("tool_call", "Read file", T0 + 2),
+        ("tool_call", "Read file", T0 + 1),
+    ]
+    assert all(e.turn_id == "t1" for e in entries)
+    assert [e.seq for e in entries] == sorted(e.seq for e in entries)
+    assert len(await store.trace_for("t2")) == 1
+    assert await store.trace_for("nope") == []
+
+
+async def test_trace_for_unknown_turn_raises(store: Store) -> None:
+    with pytest.raises(UnknownTurn):
+        await store.trace("nope", "x", "", T0)
+
+
+# -- 6. approvals --------------------------------------------------------------------------
+
+
+async def test_first_decision_wins_for_approvals(store: Store) -> None:
+    await store.start_turn("t1", "A", "m1", T0)
+    assert await store.save_approval("p1", "t1", "A", "om_card", "ou_alice", T0)
+    assert not await store.save_approval("p1", "t1", "B", "om_other", "ou_bob", T0 + 1)
+    a = await store.approval("p1")
+    assert a is not None
+    assert (a.status, a.decided_by, a.decided_at) == (ApprovalStatus.OPEN, None, None)
+    assert (a.turn_id, a.conversation_key, a.card_message_id) == ("t1", "A", "om_card")
+    assert (a.requester_open_id, a.created_at) == ("ou_alice", T0)
+
+    assert await store.resolve_approval("p1", ApprovalStatus.ALLOWED_ONCE, "ou_alice", T0 + 2)
+    assert not await store.resolve_approval("p1", ApprovalStatus.REJECTED, "ou_bob", T0 + 3)
+    assert not await store.resolve_approval("p1", ApprovalStatus.EXPIRED, None, T0 + 4)
+    a = await store.approval("p1")
+    assert a is not None
+    assert (a.status, a.decided_by, a.decided_at) == (
+        ApprovalStatus.ALLOWED_ONCE,
+        "ou_alice",
+        T0 + 2,
+    )
+
+
+async def test_concurrent_decisions_have_exactly_one_winner(store: Store) -> None:
+    await store.start_turn("t1", "A", "m1", T0)
+    await store.save_approval("p1", "t1", "A", "om_card", "ou_alice", T0)
+    results = await asyncio.gather(
+        *(
+            store.resolve_approval("p1", ApprovalStatus.REJECTED, f"ou_{i}", T0 + 1)
+            for i in range(10)
+        )
+    )
+    assert results.count(True) == 1
+    a = await store.approval("p1")
+    assert a is not None
+    assert a.decided_by == f"ou_{results.index(True)}"
+
+
+async def test_approval_edge_cases(store: Store) -> None:
+    assert not await store.resolve_approval("nope", ApprovalStatus.REJECTED, "ou_a", T0)
+    assert await store.approval("nope") is None
+    with pytest.raises(UnknownTurn):
+        await store.save_approval("p1", "no-turn", "A", "om", "ou_a", T0)
+    await store.start_turn("t1", "A", "m1", T0)
+    await store.save_approval("p1", "t1", "A", "om", "ou_a", T0)
+    with pytest.raises(ValueError, match="open"):
+        await store.resolve_approval("p1", ApprovalStatus.OPEN, "ou_a", T0)
+    assert (await store.approval("p1")) is not None
+
+
+async def test_open_approvals_in_creation_order(store: Store) -> None:
+    await store.start_turn("t1", "A", "m1", T0)
+    for rid in ["p3", "p1", "p2"]:
+        await store.save_approval(rid, "t1", "A", f"om_{rid}", "ou_a", T0)
+    await store.resolve_approval("p1", ApprovalStatus.ALLOWED_ALWAYS, "ou_a", T0 + 1)
+    assert [a.request_id for a in await store.open_approvals()] == ["p3", "p2"]
+
+
+# -- 7. outbox -----------------------------------------------------------------------------
+
+
+async def test_outbox_marks(store: Store, restart: Restart) -> None:
+    assert await store.sent("k1") is None
+    assert await store.mark_sent("k1", ["om_1", "om_2"], T0)
+    assert not await store.mark_sent("k1", ["om_3"], T0 + 1)  # first mark wins
+    assert await store.mark_sent("k-empty", [], T0)
+    store = await restart()
+    assert await store.sent("k1") == ["om_1", "om_2"]
+    assert await store.sent("k-empty") == []
+
+
+async def test_sent_returns_a_fresh_list(store: Store) -> None:
+    ids = ["om_1"]
+    await store.mark_sent("k1", ids, T0)
+    ids.append("om_x")
+    got = await store.sent("k1")
+    assert got == ["om_1"]
+    assert got is not None
+    got.append("om_y")
+    assert await store.sent("k1") == ["om_1"]
+
+
+# -- prune ---------------------------------------------------------------------------------
+
+
+async def test_prune_drops_only_old_finished_records(store: Store) -> None:
+    old, fresh = T0, T0 + 500  # the retention is 1000 s; we prune at T0 + 1000.5
+    now = T0 + RETENTION + 0.5
+
+    await store.claim_event("ev-old", "om-old", old)
+    await store.claim_event("ev-fresh", "om-fresh", fresh)
+
+    await _journal(store, "A", "m-done-old", old)
+    await store.set_message_state("m-done-old", MessageState.DONE, old)
+    await _journal(store, "A", "m-done-fresh", old)
+    await store.set_message_state("m-done-fresh", MessageState.DONE, fresh)
+    await _journal(store, "A", "m-queued-old", old)  # unfinished: never pruned
+    await _journal(store, "A", "m-interrupted-old", old)
+    await store.set_message_state("m-interrupted-old", MessageState.INTERRUPTED, old)
+
+    await store.start_turn("t-old", "A", "m-done-old", old)
+    await store.trace("t-old", "prompt_sent", "", old)
+    await store.save_approval("p-old-open", "t-old", "A", "om", "ou_a", old)
+    await store.finish_turn("t-old", TurnOutcome.COMPLETED, old)
+    await store.start_turn("t-fresh", "A", "m-done-fresh", old)
+    await store.finish_turn("t-fresh", TurnOutcome.COMPLETED, fresh)
+    await store.start_turn("t-running", "A", "m-queued-old", old)
+    await store.trace("t-running", "prompt_sent", "", old)
+    await store.save_approval("p-decided-old", "t-running", "A", "om", "ou_a", old)
+    await store.resolve_approval("p-decided-old", ApprovalStatus.REJECTED, "ou_a", old)
+    await store.save_approval("p-open-old", "t-running", "A", "om", "ou_a", old)
+
+    await store.mark_sent("k-old", ["om_1"], old)
+    await store.mark_sent("k-fresh", ["om_2"], fresh)
+    await store.bind_session("A", "s1", old)
+
+    # events 1 + messages 1 + decided approvals 1 + finished turns 1 + marks 1
+    assert await store.prune(now) == 5
+    assert await store.prune(now) == 0
+
+    assert await store.claim_event("ev-old", "om-old", now)  # forgotten: claimable again
+    assert not await store.claim_event("ev-fresh", None, now)
+    assert not await store.claim_event("ev-x", "om-fresh", now)
+
+    assert await store.message("m-done-old") is None
+    for mid in ("m-done-fresh", "m-queued-old", "m-interrupted-old"):
+        assert await store.message(mid) is not None
+
+    assert await store.turn("t-old") is None
+    assert await store.trace_for("t-old") == []  # went with its turn
+    assert await store.approval("p-old-open") is None  # went with its turn
+    assert await store.turn("t-fresh") is not None
+    assert await store.turn("t-running") is not None
+    assert len(await store.trace_for("t-running")) == 1
+    assert await store.approval("p-decided-old") is None
+    assert await store.approval("p-open-old") is not None
+
+    assert await store.sent("k-old") is None
+    assert await store.sent("k-fresh") == ["om_2"]
+    assert await store.session_for("A") == "s1"  # bindings are never pruned
+
+
+async def test_prune_keeps_records_exactly_at_the_cutoff(store: Store) -> None:
+    await store.claim_event("ev", "om", T0)
+    await store.mark_sent("k", ["om_1"], T0)
+    assert await store.prune(T0 + RETENTION) == 0
+    assert await store.prune(T0 + RETENTION + 0.001) == 2
+
+
+# -- lifecycle -----------------------------------------------------------------------------
+
+
+async def test_closed_store_refuses_use_and_can_reopen(store: Store) -> None:
+    await store.open()  # idempotent
+    await store.close()
+    await store.close()  # idempotent
+    with pytest.raises(StoreClosed):
+        await store.claim_event("ev", None, T0)
+    with pytest.raises(StoreClosed):
+        await store.set_message_state("m", MessageState.QUEUED, T0)
+    with pytest.raises(StoreClosed):
+        await store.sent("k")
+    async with store as same:
+        assert same is store
+        assert await store.claim_event("ev", None, T0)
+    with pytest.raises(StoreClosed):
+        await store.running_turns()
