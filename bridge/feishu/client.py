@@ -1,0 +1,363 @@
+"""`FeishuClient`: the outbound Feishu API over one pooled `httpx.AsyncClient`.
+
+Not lark-oapi's transport: its async methods fetch the token with blocking `requests` and
+open a new connection pool per call. Every call here goes through `_request`, which adds
+the tenant token, retries what is worth retrying (5xx, 429, transport errors) with the
+same body, so the same `uuid`, and maps every answer through `errors.check_response`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import random
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
+
+from bridge.feishu.api import BotInfo
+from bridge.feishu.breaker import CircuitBreaker
+from bridge.feishu.errors import (
+    FeishuError,
+    RateLimited,
+    ServerError,
+    TokenInvalid,
+    TransportError,
+    check_response,
+)
+from bridge.feishu.split import DEFAULT_MAX_BYTES, DEFAULT_MAX_CHARS, split_text, utf8_safe
+from bridge.feishu.token import DEFAULT_REFRESH_MARGIN, TenantTokenManager
+
+log = logging.getLogger(__name__)
+
+UUID_MAX_LEN = 50  # Feishu dedups a message uuid for one hour; at most 50 characters
+_MESSAGES = "/open-apis/im/v1/messages"
+_BOT_INFO = "/open-apis/bot/v3/info"
+DEFAULT_TIMEOUT = httpx.Timeout(10.0, connect=5.0)
+
+Sleep = Callable[[float], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Bounded retries with exponential backoff and jitter. Tests set the delays to 0."""
+
+    max_attempts: int = 4  # tries in all, the first included
+    base_delay: float = 0.5  # first backoff; doubles each retry
+    max_delay: float = 8.0
+    # Feishu's x-ogw-ratelimit-reset is honoured up to this wait; a longer one is raised
+    # to the caller at once rather than parking a conversation's worker.
+    max_rate_limit_wait: float = 60.0
+    # Reactions are best-effort: one retry at most, so an ack never holds up a turn.
+    best_effort_attempts: int = 2
+
+    def backoff(self, retry_number: int) -> float:
+        """Delay before retry `retry_number` (1-based): half fixed, half random."""
+        ceiling = min(self.max_delay, self.base_delay * 2.0 ** (retry_number - 1))
+        return ceiling / 2 + random.uniform(0, ceiling / 2)
+
+
+def message_uuid(base: str, part: int = 1) -> str:
+    """The uuid of part `part` of a message: `base`, then `base-2`, `base-3`…
+
+    Feishu accepts at most 50 characters, so a longer result is replaced by a digest of
+    `base` (stable, so a retry still dedups) followed by the same suffix."""
+    if not base:
+        raise ValueError("a message uuid is required (it is what makes retries safe)")
+    suffix = "" if part == 1 else f"-{part}"
+    candidate = base + suffix
+    if len(candidate) <= UUID_MAX_LEN:
+        return candidate
+    digest = hashlib.sha256(base.encode("utf-8")).hexdigest()[: UUID_MAX_LEN - 8]
+    return digest + suffix
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def _data(body: dict[str, Any] | None) -> dict[str, Any]:
+    data = body.get("data") if body else None
+    return data if isinstance(data, dict) else {}
+
+
+class FeishuClient:
+    """Implements `bridge.feishu.api.FeishuApi`."""
+
+    def __init__(
+        self,
+        app_id: str,
+        app_secret: str,
+        domain: str,
+        *,
+        http: httpx.AsyncClient | None = None,
+        retry: RetryPolicy | None = None,
+        timeout: float | httpx.Timeout = DEFAULT_TIMEOUT,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Sleep = asyncio.sleep,
+        breaker: CircuitBreaker | None = None,
+        token_refresh_margin: float = DEFAULT_REFRESH_MARGIN,
+        max_chars: int = DEFAULT_MAX_CHARS,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+    ) -> None:
+        self._domain = domain.rstrip("/")
+        self._owns_http = http is None
+        self._http = http or httpx.AsyncClient(base_url=self._domain, timeout=timeout)
+        self._retry = retry or RetryPolicy()
+        self._sleep = sleep
+        self._breaker = breaker or CircuitBreaker(now=clock)
+        self._max_chars = max_chars
+        self._max_bytes = max_bytes
+        self.tokens = TenantTokenManager(
+            self._http,
+            self._domain,
+            app_id,
+            app_secret,
+            clock=clock,
+            refresh_margin=token_refresh_margin,
+        )
+
+    def __repr__(self) -> str:
+        return f"FeishuClient(domain={self._domain!r})"
+
+    @property
+    def breaker(self) -> CircuitBreaker:
+        return self._breaker
+
+    async def __aenter__(self) -> FeishuClient:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        if self._owns_http:
+            await self._http.aclose()
+
+    # --- messages ---------------------------------------------------------------------
+
+    async def reply_text(
+        self, message_id: str, text: str, *, uuid: str, in_thread: bool = False
+    ) -> list[str]:
+        path = f"{_MESSAGES}/{quote(message_id, safe='')}/reply"
+        ids: list[str] = []
+        for number, part in self._parts(text):
+            body = {
+                "msg_type": "text",
+                "content": _json({"text": part}),
+                "reply_in_thread": in_thread,
+                "uuid": message_uuid(uuid, number),
+            }
+            ids.append(await self._post_message("reply_text", path, body))
+        return ids
+
+    async def send_text(self, chat_id: str, text: str, *, uuid: str) -> list[str]:
+        ids: list[str] = []
+        for number, part in self._parts(text):
+            body = {
+                "receive_id": chat_id,
+                "msg_type": "text",
+                "content": _json({"text": part}),
+                "uuid": message_uuid(uuid, number),
+            }
+            ids.append(await self._post_message("send_text", _MESSAGES, body, chat=True))
+        return ids
+
+    async def reply_card(
+        self, message_id: str, card: dict[str, Any], *, uuid: str, in_thread: bool = False
+    ) -> str:
+        path = f"{_MESSAGES}/{quote(message_id, safe='')}/reply"
+        body = {
+            "msg_type": "interactive",
+            "content": _json(card),
+            "reply_in_thread": in_thread,
+            "uuid": message_uuid(uuid),
+        }
+        return await self._post_message("reply_card", path, body)
+
+    async def send_card(self, chat_id: str, card: dict[str, Any], *, uuid: str) -> str:
+        body = {
+            "receive_id": chat_id,
+            "msg_type": "interactive",
+            "content": _json(card),
+            "uuid": message_uuid(uuid),
+        }
+        return await self._post_message("send_card", _MESSAGES, body, chat=True)
+
+    async def update_card(self, message_id: str, card: dict[str, Any]) -> None:
+        path = f"{_MESSAGES}/{quote(message_id, safe='')}"
+        await self._request("update_card", "PATCH", path, body={"content": _json(card)})
+
+    # --- reactions (best effort) ------------------------------------------------------
+
+    async def add_reaction(self, message_id: str, emoji_type: str) -> str | None:
+        path = f"{_MESSAGES}/{quote(message_id, safe='')}/reactions"
+        body = {"reaction_type": {"emoji_type": emoji_type}}
+        data = await self._best_effort("add_reaction", "POST", path, body)
+        reaction_id = _data(data).get("reaction_id")
+        return reaction_id if isinstance(reaction_id, str) else None
+
+    async def remove_reaction(self, message_id: str, reaction_id: str) -> None:
+        path = f"{_MESSAGES}/{quote(message_id, safe='')}/reactions/{quote(reaction_id, safe='')}"
+        await self._best_effort("remove_reaction", "DELETE", path, None)
+
+    # --- bot ----------------------------------------------------------------------------
+
+    async def bot_info(self) -> BotInfo:
+        data = await self._request("bot_info", "GET", _BOT_INFO)
+        bot = data.get("bot")
+        if not isinstance(bot, dict) or not isinstance(bot.get("open_id"), str):
+            raise ServerError(0, "bot info response without bot.open_id")
+        return BotInfo(open_id=bot["open_id"], app_name=str(bot.get("app_name", "")))
+
+    # --- internals ----------------------------------------------------------------------
+
+    def _parts(self, text: str) -> list[tuple[int, str]]:
+        """Numbered parts; whitespace-only ones are skipped (Feishu shows nothing for
+        them) but keep their number, so uuids stay the same on every retry."""
+        parts = split_text(text, max_chars=self._max_chars, max_bytes=self._max_bytes)
+        numbered = [(i, p) for i, p in enumerate(parts, start=1) if p.strip()]
+        if not numbered:
+            raise ValueError("cannot send an empty text message")
+        if len(numbered) > 1:
+            log.info("text of %d characters sent in %d parts", len(text), len(numbered))
+        return numbered
+
+    async def _post_message(
+        self, op: str, path: str, body: dict[str, Any], *, chat: bool = False
+    ) -> str:
+        params = {"receive_id_type": "chat_id"} if chat else None
+        data = await self._request(op, "POST", path, params=params, body=body)
+        message_id = _data(data).get("message_id")
+        if not isinstance(message_id, str):
+            raise ServerError(0, "message response without data.message_id")
+        return message_id
+
+    async def _best_effort(
+        self, op: str, method: str, path: str, body: dict[str, Any] | None
+    ) -> dict[str, Any] | None:
+        """Reactions never raise a FeishuError; a rate limit opens the breaker, and while
+        it is open they are skipped so the quota is left to replies."""
+        if not self._breaker.allow():
+            log.debug("%s skipped: reactions paused after a rate limit", op)
+            return None
+        limited: RateLimited | None = None
+        try:
+            return await self._request(
+                op,
+                method,
+                path,
+                body=body,
+                attempts=self._retry.best_effort_attempts,
+                retry_rate_limited=False,
+                failure_level=logging.INFO,
+            )
+        except RateLimited as exc:
+            limited = exc
+            return None
+        except FeishuError:
+            return None  # already logged by _request
+        finally:
+            if limited is not None:
+                window = self._breaker.record_rate_limited(limited.reset_after)
+                log.info("reactions paused for %.0fs after a rate limit", window)
+            else:
+                self._breaker.record_ok()
+
+    async def _request(
+        self,
+        op: str,
+        method: str,
+        path: str,
+        *,
+        params: dict[str, str] | None = None,
+        body: dict[str, Any] | None = None,
+        attempts: int | None = None,
+        retry_rate_limited: bool = True,
+        failure_level: int = logging.WARNING,
+    ) -> dict[str, Any]:
+        """One logical call: retried on 5xx / 429 / transport errors with the very same
+        bytes, and logged once if it finally fails (code, msg, log_id; never the body)."""
+        policy = self._retry
+        # utf8_safe: a lone surrogate in a card would otherwise fail to encode.
+        content = utf8_safe(_json(body)).encode("utf-8") if body is not None else None
+
+        def should_retry(exc: BaseException) -> bool:
+            if isinstance(exc, RateLimited):
+                wait = exc.reset_after
+                return retry_rate_limited and (wait is None or wait <= policy.max_rate_limit_wait)
+            return isinstance(exc, ServerError | TransportError)
+
+        def wait(state: RetryCallState) -> float:
+            exc = state.outcome.exception() if state.outcome else None
+            if isinstance(exc, RateLimited) and exc.reset_after is not None:
+                return exc.reset_after
+            return policy.backoff(state.attempt_number)
+
+        def before_sleep(state: RetryCallState) -> None:
+            exc = state.outcome.exception() if state.outcome else None
+            delay = state.next_action.sleep if state.next_action else 0.0
+            log.info("feishu %s: %s, retrying in %.2fs", op, exc, delay)
+
+        retrying = AsyncRetrying(
+            sleep=self._sleep,
+            stop=stop_after_attempt(attempts or policy.max_attempts),
+            wait=wait,
+            retry=retry_if_exception(should_retry),
+            before_sleep=before_sleep,
+            reraise=True,
+        )
+        try:
+            async for attempt in retrying:
+                with attempt:
+                    return await self._call_once(method, path, params, content)
+        except FeishuError as exc:
+            log.log(
+                failure_level,
+                "feishu %s failed: %s code=%s msg=%r http_status=%s log_id=%s",
+                op,
+                type(exc).__name__,
+                exc.code,
+                exc.msg,
+                exc.http_status,
+                exc.log_id,
+            )
+            raise
+        raise AssertionError("unreachable: tenacity either returns or raises")
+
+    async def _call_once(
+        self, method: str, path: str, params: dict[str, str] | None, content: bytes | None
+    ) -> dict[str, Any]:
+        token = await self.tokens.get()
+        try:
+            return check_response(await self._send(method, path, params, content, token))
+        except TokenInvalid:
+            # Revoked or expired early: fetch a new token and try exactly once more.
+            await self.tokens.invalidate(token)
+            token = await self.tokens.get()
+            return check_response(await self._send(method, path, params, content, token))
+
+    async def _send(
+        self,
+        method: str,
+        path: str,
+        params: dict[str, str] | None,
+        content: bytes | None,
+        token: str,
+    ) -> httpx.Response:
+        headers = {"Authorization": f"Bearer {token}"}
+        if content is not None:
+            headers["Content-Type"] = "application/json; charset=utf-8"
+        try:
+            return await self._http.request(
+                method, self._domain + path, params=params, content=content, headers=headers
+            )
+        except httpx.RequestError as exc:
+            raise TransportError.from_httpx(exc) from None
