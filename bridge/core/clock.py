@@ -1,0 +1,129 @@
+"""Deadlines coming due: stall, reminders, timeouts, grace window, hint and heartbeat."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+
+from bridge.core import presence
+from bridge.core.context import StepContext
+from bridge.core.effects import (
+    CardStatus,
+    Dropped,
+)
+from bridge.core.lifecycle import cancel, conclude_grace, finish, settle
+from bridge.core.state import (
+    ExecState,
+    Outcome,
+)
+from bridge.core.text import format_elapsed
+from bridge.core.turn_events import show_progress
+
+
+def on_clock(ctx: StepContext) -> None:
+    """Handle every due deadline, most important first (each handler moves its deadline)."""
+    for _ in range(2 * len(presence.TIMER_ORDER)):
+        due = [n for n, at in presence.deadlines(ctx.conv, ctx.timings).items() if at <= ctx.now]
+        if not due:
+            return
+        _CLOCK_HANDLERS[min(due, key=presence.TIMER_ORDER.index)](ctx)
+
+
+def _stale(ctx: StepContext) -> None:
+    # Graded, never a silent kill: say how long it has been quiet; /stop is the user's call.
+    turn = ctx.turn
+    ctx.update(state=ExecState.STALE)
+    silent = format_elapsed(ctx.now - turn.last_activity_at)
+    if turn.activity is None:
+        ctx.say("presence.stale_no_activity", {"silent": silent}, kind="stale")
+    else:
+        activity = presence.activity_text(turn.activity)
+        ctx.say("presence.stale", {"silent": silent, "activity": activity}, kind="stale")
+
+
+def _recovery_timeout(ctx: StepContext) -> None:
+    finish(ctx, Outcome.FAILED, "presence.unrecoverable", detail="recovery timed out")
+
+
+def _approval_timeout(ctx: StepContext) -> None:
+    waited = format_elapsed(ctx.now - min(a.asked_at for a in ctx.conv.approvals))
+    cancel(
+        ctx,
+        Outcome.TIMED_OUT,
+        "presence.approval_timed_out",
+        {"waited": waited},
+        detail="approval timed out",
+        cards=CardStatus.EXPIRED,
+    )
+
+
+def _reply_timeout(ctx: StepContext) -> None:
+    question = ctx.conv.question
+    assert question is not None
+    waited = format_elapsed(ctx.now - question.asked_at)
+    cancel(
+        ctx,
+        Outcome.TIMED_OUT,
+        "presence.reply_timed_out",
+        {"waited": waited},
+        detail="reply timed out",
+        cards=CardStatus.EXPIRED,
+    )
+
+
+def _approval_reminder(ctx: StepContext) -> None:
+    half = ctx.timings.approval_timeout / 2
+    first = min(a.asked_at for a in ctx.conv.approvals)
+    approvals = tuple(
+        replace(a, reminder_sent=True) if a.asked_at + half <= ctx.now else a
+        for a in ctx.conv.approvals
+    )
+    ctx.update(approvals=approvals)
+    remaining = format_elapsed(first + ctx.timings.approval_timeout - ctx.now)
+    ctx.say("presence.approval_reminder", {"remaining": remaining}, kind="remind")
+
+
+def _reply_reminder(ctx: StepContext) -> None:
+    question = ctx.conv.question
+    assert question is not None
+    ctx.update(question=replace(question, reminder_sent=True))
+    remaining = format_elapsed(question.asked_at + ctx.timings.approval_timeout - ctx.now)
+    ctx.say("presence.reply_reminder", {"remaining": remaining}, kind="remind")
+
+
+def _drain_timeout(ctx: StepContext) -> None:
+    ctx.update_turn(runtime_done=True)
+    ctx.out.append(Dropped("runtime never confirmed the cancel", "TimerFired", ctx.turn.turn_id))
+    settle(ctx)
+
+
+def _flush_progress(ctx: StepContext) -> None:
+    line = ctx.turn.pending_progress
+    if line is not None:
+        show_progress(ctx, line)
+
+
+def _first_hint(ctx: StepContext) -> None:
+    ctx.say("presence.running_hint", kind="hint")
+    ctx.update_turn(first_hint_sent=True)
+
+
+def _heartbeat(ctx: StepContext) -> None:
+    elapsed = format_elapsed(ctx.now - ctx.turn.started_at)
+    ctx.say("presence.heartbeat", {"elapsed": elapsed}, kind="heartbeat")
+    ctx.update_turn(first_hint_sent=True)
+
+
+_CLOCK_HANDLERS: dict[str, Callable[[StepContext], None]] = {
+    presence.STALE: _stale,
+    presence.RECOVERY: _recovery_timeout,
+    presence.APPROVAL_TIMEOUT: _approval_timeout,
+    presence.REPLY_TIMEOUT: _reply_timeout,
+    presence.FINISH_GRACE: conclude_grace,
+    presence.DRAIN: _drain_timeout,
+    presence.APPROVAL_REMINDER: _approval_reminder,
+    presence.REPLY_REMINDER: _reply_reminder,
+    presence.PROGRESS: _flush_progress,
+    presence.FIRST_HINT: _first_hint,
+    presence.HEARTBEAT: _heartbeat,
+}

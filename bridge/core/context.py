@@ -1,0 +1,72 @@
+"""The step under construction, shared by the handler modules of the machine."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from bridge.core import presence
+from bridge.core.effects import (
+    ClearTimer,
+    Dropped,
+    Effect,
+    PostText,
+    SetTimer,
+)
+from bridge.core.presence import Timings
+from bridge.core.state import (
+    Conversation,
+    Turn,
+)
+from bridge.core.text import Params
+
+
+class StepContext:
+    """The step under construction: a rebinding of immutable values plus an effect list."""
+
+    def __init__(self, conv: Conversation, now: float, timings: Timings) -> None:
+        self.conv = conv
+        self.now = now
+        self.timings = timings
+        self.out: list[Effect] = []
+
+    @property
+    def turn(self) -> Turn:
+        turn = self.conv.turn
+        assert turn is not None, "caller checks that a turn exists"
+        return turn
+
+    def update(self, **changes: Any) -> None:
+        self.conv = replace(self.conv, **changes)
+
+    def update_turn(self, **changes: Any) -> None:
+        self.conv = replace(self.conv, turn=replace(self.turn, **changes))
+
+    def emit(self, *effects: Effect) -> None:
+        self.out.extend(effects)
+
+    def drop(self, event: object, reason: str) -> None:
+        turn_id = self.conv.turn.turn_id if self.conv.turn else None
+        self.out.append(Dropped(reason, type(event).__name__, turn_id))
+
+    def post_key(self, kind: str) -> str:
+        seq = self.turn.seq + 1
+        self.update_turn(seq=seq)
+        return f"{self.turn.turn_id}:{kind}:{seq}"
+
+    def say(self, key: str, params: Params | None = None, *, kind: str) -> None:
+        """A status line for the current turn, in reply to the message it answers."""
+        idem = self.post_key(kind)
+        self.emit(PostText(key, dict(params or {}), self.turn.message_id, idem))
+        self.update_turn(last_posted_at=self.now)
+
+    def sync_timers(self) -> None:
+        want = presence.deadlines(self.conv, self.timings)
+        have = dict(self.conv.timers)
+        for name in presence.TIMER_ORDER:
+            if name in have and name not in want:
+                self.out.append(ClearTimer(name))
+            elif name in want and have.get(name) != want[name]:
+                self.out.append(SetTimer(name, want[name]))
+        timers = tuple((n, want[n]) for n in presence.TIMER_ORDER if n in want)
+        self.update(timers=timers)

@@ -1,0 +1,180 @@
+"""What the conversation core asks the executor to do. Frozen values, performed in order.
+
+Every effect that posts carries a deterministic `idempotency_key` (from the turn id, a kind
+and the turn's post counter) for the Feishu `uuid` field, so a retry, a redelivered event or a
+replay after a restart never posts twice. The end signal of a turn always uses
+`"{turn_id}:end"`, whichever form it takes: after a crash the replacement end line collides
+with an end signal that already went out instead of adding a second one. Keys can exceed
+Feishu's 50-character `uuid` limit; the executor hashes them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from bridge.core.state import Outcome
+from bridge.core.text import Params
+from bridge.runtime.events import PermissionOption, QuestionOption
+
+
+@dataclass(frozen=True)
+class StartTurn:
+    """Prompt the runtime; `session_id` None means open (or resume) the conversation's session."""
+
+    turn_id: str
+    text: str
+    session_id: str | None
+
+
+@dataclass(frozen=True)
+class CancelTurn:
+    turn_id: str
+    session_id: str | None
+
+
+@dataclass(frozen=True)
+class AnswerPermission:
+    request_id: str
+    option_id: str | None  # None answers `cancelled`
+
+
+@dataclass(frozen=True)
+class AnswerQuestion:
+    request_id: str
+    answers: Mapping[str, str] | None  # None declines
+
+
+@dataclass(frozen=True)
+class PostText:
+    """A system / status line: a translation key and its params, never a sentence."""
+
+    key: str
+    params: Params
+    reply_to: str
+    idempotency_key: str
+    final: bool = False  # this is the turn's end signal
+
+
+@dataclass(frozen=True)
+class RelayReply:
+    """The agent's own text (commentary between tool calls, or the final reply)."""
+
+    text: str
+    reply_to: str
+    idempotency_key: str
+    final: bool = False
+
+
+@dataclass(frozen=True)
+class PostApprovalCard:
+    card_key: str  # names the card for a later UpdateApprovalCard
+    request_id: str
+    title: str
+    detail: str | None
+    options: tuple[PermissionOption, ...]
+    requester: str
+    reply_to: str
+    idempotency_key: str
+
+
+class CardStatus(StrEnum):
+    DECIDED = "decided"
+    ANSWERED = "answered"
+    EXPIRED = "expired"
+    CANCELLED = "cancelled"  # the round ended another way (/stop, fault, closed)
+
+
+@dataclass(frozen=True)
+class UpdateApprovalCard:
+    card_key: str
+    request_id: str
+    status: CardStatus
+    by: str | None = None  # open id of who decided
+    option_id: str | None = None
+    option_name: str | None = None
+
+
+@dataclass(frozen=True)
+class PostQuestion:
+    card_key: str
+    request_id: str
+    text: str
+    options: tuple[QuestionOption, ...]  # shown as buttons; a typed reply works too
+    requester: str
+    reply_to: str
+    idempotency_key: str
+
+
+@dataclass(frozen=True)
+class UpdateQuestionCard:
+    card_key: str
+    request_id: str
+    status: CardStatus
+    by: str | None = None
+    answers: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RefuseClick:
+    """Answer a card click with a toast (`key` is a translation key); nothing else changes."""
+
+    request_id: str
+    operator_open_id: str
+    key: str
+
+
+@dataclass(frozen=True)
+class SetTimer:
+    name: str
+    at: float  # same clock as `now`; setting a name again replaces it
+
+
+@dataclass(frozen=True)
+class ClearTimer:
+    name: str
+
+
+@dataclass(frozen=True)
+class NewSession:
+    """Drop the conversation's agent session; the next StartTurn opens a fresh one."""
+
+
+@dataclass(frozen=True)
+class RecordTerminal:
+    """Store / trace the turn's one terminal outcome; emitted right after its end signal."""
+
+    turn_id: str
+    outcome: Outcome
+    detail: str = ""  # stop reason or fault reason, for operators (never shown to users)
+
+
+@dataclass(frozen=True)
+class Dropped:
+    """An input that changed nothing (late event after a terminal, other session, stale
+    click); the executor logs it."""
+
+    reason: str
+    event: str  # the input's type name
+    turn_id: str | None = None
+
+
+Effect = (
+    StartTurn
+    | CancelTurn
+    | AnswerPermission
+    | AnswerQuestion
+    | PostText
+    | RelayReply
+    | PostApprovalCard
+    | UpdateApprovalCard
+    | PostQuestion
+    | UpdateQuestionCard
+    | RefuseClick
+    | SetTimer
+    | ClearTimer
+    | NewSession
+    | RecordTerminal
+    | Dropped
+)

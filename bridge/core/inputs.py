@@ -1,0 +1,125 @@
+"""What the conversation core consumes: runtime turn events plus chat and clock inputs."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+
+from bridge.runtime.events import TurnEvent
+
+
+@dataclass(frozen=True)
+class UserMessage:
+    """A user's text message (already deduplicated, filtered and acked by the receiver)."""
+
+    message_id: str
+    sender: str
+    text: str
+
+
+class CommandName(StrEnum):
+    NEW = "new"
+    STOP = "stop"
+    STATUS = "status"
+    HELP = "help"
+    UNKNOWN = "unknown"
+
+
+@dataclass(frozen=True)
+class Command:
+    name: CommandName
+    message_id: str
+    sender: str
+    raw: str = ""  # the command word as typed, e.g. "/foo" (shown back for unknown commands)
+
+
+@dataclass(frozen=True)
+class ApprovalClicked:
+    """A button on an approval card. The core decides who may click: the turn's requester or
+    anyone in `Options.approvers`; others get a `RefuseClick`."""
+
+    request_id: str
+    option_id: str
+    operator_open_id: str
+
+
+@dataclass(frozen=True)
+class QuestionAnswered:
+    """A button on a question card (a typed reply arrives as a `UserMessage`)."""
+
+    request_id: str
+    answers: Mapping[str, str]
+    operator_open_id: str
+
+
+@dataclass(frozen=True)
+class TimerFired:
+    """A timer set with `SetTimer` went off. The machine re-checks every deadline against
+    `now`, so a late or stale firing is harmless."""
+
+    name: str
+
+
+@dataclass(frozen=True)
+class Tick:
+    """A periodic clock input; checks every deadline like `TimerFired`."""
+
+
+@dataclass(frozen=True)
+class RuntimeUnavailableAtStart:
+    """`StartTurn` could not reach a runtime (cannot start, or the process limit is hit)."""
+
+    turn_id: str
+    reason: str
+    limit_reached: bool = False
+
+
+@dataclass(frozen=True)
+class RuntimeRestarted:
+    """The runtime is back after a `RuntimeExited(restarting=True)`.
+
+    `reloaded`: the earlier session was reloaded (context kept); otherwise `session_id` is a
+    fresh session. `turn_resumed`: the runtime reports the cut turn itself goes on.
+    """
+
+    session_id: str
+    reloaded: bool
+    turn_resumed: bool = False
+
+
+@dataclass(frozen=True)
+class RuntimeRestartFailed:
+    reason: str
+
+
+@dataclass(frozen=True)
+class TurnInterruptedByRestart:
+    """At start-up the journal holds a turn without a terminal: the bridge died under it."""
+
+    turn_id: str
+    message_id: str
+    requester: str
+
+
+@dataclass(frozen=True)
+class ConversationClosed:
+    """The chat is gone (bot removed, chat disbanded): nobody is left to tell."""
+
+    reason: str = ""
+
+
+CoreEvent = (
+    TurnEvent
+    | UserMessage
+    | Command
+    | ApprovalClicked
+    | QuestionAnswered
+    | TimerFired
+    | Tick
+    | RuntimeUnavailableAtStart
+    | RuntimeRestarted
+    | RuntimeRestartFailed
+    | TurnInterruptedByRestart
+    | ConversationClosed
+)

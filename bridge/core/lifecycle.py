@@ -1,0 +1,165 @@
+"""A turn's life: start, stop, the one end signal, and taking the next queued message.
+
+Ordering contract for a turn's end: the one end signal is posted first, `RecordTerminal`
+follows it. A crash between the two leaves a turn the journal reports as interrupted; the
+replacement line reuses the end signal's idempotency key, so the user still sees one end.
+"""
+
+from __future__ import annotations
+
+from bridge.core.context import StepContext
+from bridge.core.effects import (
+    AnswerPermission,
+    AnswerQuestion,
+    CancelTurn,
+    CardStatus,
+    PostText,
+    RecordTerminal,
+    RelayReply,
+    StartTurn,
+    UpdateApprovalCard,
+    UpdateQuestionCard,
+)
+from bridge.core.presence import STOP_REASON_KEYS
+from bridge.core.state import (
+    ExecState,
+    LastTerminal,
+    Outcome,
+    Turn,
+)
+from bridge.core.text import Params
+
+
+def start_turn(
+    ctx: StepContext, message_id: str, sender: str, text: str, *, announce: bool
+) -> None:
+    now = ctx.now
+    turn = Turn(message_id, message_id, sender, now, last_activity_at=now, last_posted_at=now)
+    ctx.update(turn=turn, state=ExecState.WAITING_RESPONSE)
+    if announce and ctx.conv.options.received_text:
+        ctx.emit(PostText("presence.received", {}, message_id, f"{message_id}:received"))
+    ctx.emit(StartTurn(turn.turn_id, text, ctx.conv.session_id))
+
+
+def stop_running(ctx: StepContext) -> bool:
+    """Stop the running round; False when there is nothing left to stop."""
+    turn = ctx.conv.turn
+    if turn is None:
+        return False
+    if not turn.terminal:
+        cancel(ctx, Outcome.CANCELLED, "presence.stopped", detail="stopped by user")
+        return True
+    if not turn.end_posted:
+        conclude_grace(ctx)  # the runtime already returned; just close the round now
+        return True
+    return False
+
+
+def resume(ctx: StepContext) -> None:
+    """The user answered: the assistant moves again, and silence is counted from now."""
+    conv = ctx.conv
+    if conv.approvals:
+        ctx.update(state=ExecState.WAITING_APPROVAL)
+    elif conv.question is not None:
+        ctx.update(state=ExecState.WAITING_REPLY)
+    else:
+        ctx.update(state=ExecState.STREAMING)
+    ctx.update_turn(last_activity_at=ctx.now, last_posted_at=ctx.now, first_hint_sent=True)
+
+
+def close_pending(ctx: StepContext, status: CardStatus, *, answer: bool) -> None:
+    """Flip every open card to `status`; `answer` cancels the requests on a live runtime."""
+    for approval in ctx.conv.approvals:
+        ctx.emit(UpdateApprovalCard(approval.card_key, approval.request_id, status))
+        if answer:
+            ctx.emit(AnswerPermission(approval.request_id, None))
+    question = ctx.conv.question
+    if question is not None:
+        ctx.emit(UpdateQuestionCard(question.card_key, question.request_id, status))
+        if answer:
+            ctx.emit(AnswerQuestion(question.request_id, None))
+    ctx.update(approvals=(), question=None)
+
+
+def cancel(
+    ctx: StepContext,
+    outcome: Outcome,
+    key: str,
+    params: Params | None = None,
+    *,
+    detail: str,
+    cards: CardStatus = CardStatus.CANCELLED,
+) -> None:
+    """End the turn from our side; the runtime is told, and its late events are dropped."""
+    turn = ctx.turn
+    alive = not turn.runtime_done
+    close_pending(ctx, cards, answer=alive)
+    if alive:
+        ctx.emit(CancelTurn(turn.turn_id, turn.session_id))
+    finish(ctx, outcome, key, params, detail=detail)
+
+
+def finish(
+    ctx: StepContext,
+    outcome: Outcome,
+    key: str | None,
+    params: Params | None = None,
+    *,
+    detail: str,
+) -> None:
+    """Post the turn's one end signal, record its terminal, and move on.
+
+    `key` None is a normal end: the agent's reply is the end signal, or the ended-empty line
+    when there is none. Otherwise agent text still held is relayed first and `key` ends.
+    """
+    close_pending(ctx, CardStatus.CANCELLED, answer=not ctx.turn.runtime_done)
+    turn = ctx.turn
+    reply_to, end_id = turn.message_id, f"{turn.turn_id}:end"
+    tail = turn.text.strip()
+    ctx.update_turn(text="", pending_progress=None)
+    if key is None:
+        if tail:
+            ctx.emit(RelayReply(tail, reply_to, end_id, final=True))
+        else:
+            ctx.emit(PostText("presence.ended_empty", {}, reply_to, end_id, final=True))
+    else:
+        if tail:
+            ctx.emit(RelayReply(tail, reply_to, ctx.post_key("reply")))
+        ctx.emit(PostText(key, dict(params or {}), reply_to, end_id, final=True))
+    final_outcome = ctx.turn.outcome or outcome
+    ctx.emit(RecordTerminal(turn.turn_id, final_outcome, detail))
+    ctx.update_turn(
+        outcome=final_outcome,
+        detail=detail,
+        ended_at=ctx.now if ctx.turn.ended_at is None else ctx.turn.ended_at,
+        end_posted=True,
+    )
+    settle(ctx)
+
+
+def conclude_grace(ctx: StepContext) -> None:
+    turn = ctx.turn
+    assert turn.outcome is not None, "only in a grace window"
+    assert turn.stop_reason is not None, "only in a grace window"
+    finish(ctx, turn.outcome, STOP_REASON_KEYS[turn.stop_reason], detail=turn.detail)
+
+
+def settle(ctx: StepContext) -> None:
+    """After a terminal: wait in FINISHING until the end is posted and the runtime returned,
+    then take the next queued message."""
+    turn = ctx.conv.turn
+    if turn is None or turn.outcome is None:
+        return
+    if not (turn.end_posted and turn.runtime_done):
+        ctx.update(state=ExecState.FINISHING)
+        return
+    ended_at = turn.ended_at if turn.ended_at is not None else ctx.now
+    ctx.update(
+        turn=None,
+        state=ExecState.IDLE,
+        last_terminal=LastTerminal(turn.turn_id, turn.outcome, ended_at),
+    )
+    if ctx.conv.queue:
+        head, *rest = ctx.conv.queue
+        ctx.update(queue=tuple(rest))
+        start_turn(ctx, head.message_id, head.sender, head.text, announce=False)

@@ -1,0 +1,220 @@
+"""The conversation state machine: `step(conv, event, now, timings) -> (conv, effects)`.
+
+Pure: no I/O, no clock of its own. The diagram beside it (state_machine.mmd) draws every
+transition made here; tests/unit/core/test_core_diagram.py keeps the two in step.
+
+The handlers live beside it: turn_events (runtime events), cards (clicks), clock
+(deadlines), lifecycle (start, end, next); context holds the step under construction.
+"""
+
+from __future__ import annotations
+
+from bridge.core.cards import answer_question, on_approval_clicked, on_question_answered
+from bridge.core.clock import on_clock
+from bridge.core.context import StepContext
+from bridge.core.effects import (
+    CancelTurn,
+    CardStatus,
+    Effect,
+    NewSession,
+    PostText,
+    RecordTerminal,
+)
+from bridge.core.inputs import (
+    ApprovalClicked,
+    Command,
+    CommandName,
+    ConversationClosed,
+    CoreEvent,
+    QuestionAnswered,
+    RuntimeRestarted,
+    RuntimeRestartFailed,
+    RuntimeUnavailableAtStart,
+    Tick,
+    TimerFired,
+    TurnInterruptedByRestart,
+    UserMessage,
+)
+from bridge.core.lifecycle import (
+    close_pending,
+    conclude_grace,
+    finish,
+    settle,
+    start_turn,
+    stop_running,
+)
+from bridge.core.presence import Timings
+from bridge.core.snapshot import status_line
+from bridge.core.state import (
+    RECENT_IDS,
+    Conversation,
+    ExecState,
+    Outcome,
+    QueuedMessage,
+)
+from bridge.core.turn_events import on_turn_event, refuse_request
+from bridge.runtime.events import TurnEvent
+
+
+def step(
+    conv: Conversation, event: CoreEvent, now: float, timings: Timings
+) -> tuple[Conversation, list[Effect]]:
+    """Apply one input. Returns the new state and the effects to perform, in order."""
+    ctx = StepContext(conv, now, timings)
+    if conv.state is ExecState.CLOSED:
+        refuse_request(ctx, event)
+        ctx.drop(event, "conversation closed")
+    else:
+        _dispatch(ctx, event)
+    ctx.sync_timers()
+    return ctx.conv, ctx.out
+
+
+def _dispatch(ctx: StepContext, event: CoreEvent) -> None:
+    match event:
+        case UserMessage():
+            _on_user_message(ctx, event)
+        case Command():
+            _on_command(ctx, event)
+        case ApprovalClicked():
+            on_approval_clicked(ctx, event)
+        case QuestionAnswered():
+            on_question_answered(ctx, event)
+        case TimerFired() | Tick():
+            on_clock(ctx)
+        case RuntimeUnavailableAtStart():
+            _on_unavailable_at_start(ctx, event)
+        case RuntimeRestarted():
+            _on_runtime_restarted(ctx, event)
+        case RuntimeRestartFailed():
+            _on_restart_failed(ctx, event)
+        case TurnInterruptedByRestart():
+            _on_interrupted_by_restart(ctx, event)
+        case ConversationClosed():
+            _on_closed(ctx)
+        case TurnEvent():
+            on_turn_event(ctx, event)
+
+
+def _remember(ctx: StepContext, message_id: str) -> None:
+    recent = (*ctx.conv.recent_message_ids, message_id)[-RECENT_IDS:]
+    ctx.update(recent_message_ids=recent)
+
+
+def _on_user_message(ctx: StepContext, msg: UserMessage) -> None:
+    conv = ctx.conv
+    if msg.message_id in conv.recent_message_ids:
+        ctx.drop(msg, "duplicate message")  # hard rule 4, behind the receiver's dedup
+        return
+    _remember(ctx, msg.message_id)
+    if (
+        conv.state is ExecState.WAITING_REPLY
+        and conv.question is not None
+        and msg.sender == ctx.turn.requester
+    ):
+        # While waiting for a reply, the requester's next message *is* the reply.
+        answer_question(ctx, {conv.question.answer_key: msg.text}, by=msg.sender)
+        return
+    if conv.state is ExecState.FINISHING and not ctx.turn.end_posted:
+        # A follow-up during the grace window closes the round at once instead of waiting.
+        conclude_grace(ctx)
+    if ctx.conv.turn is None:
+        start_turn(ctx, msg.message_id, msg.sender, msg.text, announce=True)
+        return
+    queued = QueuedMessage(msg.message_id, msg.sender, msg.text, ctx.now)
+    ctx.update(queue=(*ctx.conv.queue, queued))
+    key = (
+        "presence.queued_approval"
+        if conv.state is ExecState.WAITING_APPROVAL
+        else "presence.queued"
+    )
+    position = len(ctx.conv.queue)
+    ctx.emit(PostText(key, {"position": position}, msg.message_id, f"{msg.message_id}:queued"))
+
+
+def _on_command(ctx: StepContext, cmd: Command) -> None:
+    mid = cmd.message_id
+    match cmd.name:
+        case CommandName.STATUS:
+            key, params = status_line(ctx.conv, ctx.now)
+            ctx.emit(PostText(key, params, mid, f"{mid}:status"))
+        case CommandName.HELP:
+            ctx.emit(PostText("command.help", {}, mid, f"{mid}:help"))
+        case CommandName.UNKNOWN:
+            ctx.emit(PostText("command.unknown", {"command": cmd.raw or "/"}, mid, f"{mid}:help"))
+        case CommandName.STOP:
+            if not stop_running(ctx):
+                ctx.emit(PostText("command.stop_idle", {}, mid, f"{mid}:stop"))
+        case CommandName.NEW:
+            stop_running(ctx)
+            ctx.update(session_id=None)
+            ctx.emit(NewSession(), PostText("command.new_session", {}, mid, f"{mid}:new"))
+
+
+def _on_runtime_restarted(ctx: StepContext, event: RuntimeRestarted) -> None:
+    ctx.update(session_id=event.session_id)
+    turn = ctx.conv.turn
+    if turn is None or ctx.conv.state is not ExecState.RECOVERING:
+        ctx.drop(event, "no turn to recover")
+        return
+    if event.turn_resumed:
+        ctx.update_turn(
+            session_id=event.session_id,
+            runtime_done=False,
+            recovering_since=None,
+            last_activity_at=ctx.now,
+        )
+        ctx.update(state=ExecState.STREAMING)
+        ctx.say("presence.recovered", kind="recovered")
+        return
+    # A reloaded session keeps the history, but an ACP prompt cut mid-way does not go on.
+    key = "presence.unrecoverable" if event.reloaded else "presence.unrecoverable_context_lost"
+    finish(ctx, Outcome.INTERRUPTED, key, detail="runtime restarted")
+
+
+def _on_restart_failed(ctx: StepContext, event: RuntimeRestartFailed) -> None:
+    if ctx.conv.turn is None or ctx.conv.state is not ExecState.RECOVERING:
+        ctx.drop(event, "no turn to recover")
+        return
+    finish(ctx, Outcome.FAILED, "presence.unrecoverable", detail=event.reason)
+
+
+def _on_unavailable_at_start(ctx: StepContext, event: RuntimeUnavailableAtStart) -> None:
+    turn = ctx.conv.turn
+    if turn is None or turn.turn_id != event.turn_id:
+        ctx.drop(event, "not the current turn")
+        return
+    if turn.session_id is not None:
+        ctx.drop(event, "prompt already sent")
+        return
+    if turn.terminal:
+        ctx.update_turn(runtime_done=True)  # e.g. /stop came before the runtime answered
+        settle(ctx)
+        return
+    # Never pretend to be thinking: the fault line is the end signal, no hint follows.
+    key = "presence.runtime_busy" if event.limit_reached else "presence.runtime_unavailable"
+    ctx.update_turn(runtime_done=True)
+    finish(ctx, Outcome.FAILED, key, detail=event.reason)
+
+
+def _on_interrupted_by_restart(ctx: StepContext, event: TurnInterruptedByRestart) -> None:
+    # Same key as any end signal of that turn: if it did go out before the crash, Feishu's
+    # uuid dedup swallows this one.
+    ctx.emit(
+        PostText(
+            "presence.unrecoverable", {}, event.message_id, f"{event.turn_id}:end", final=True
+        ),
+        RecordTerminal(event.turn_id, Outcome.INTERRUPTED, "bridge restarted"),
+    )
+
+
+def _on_closed(ctx: StepContext) -> None:
+    turn = ctx.conv.turn
+    if turn is not None:
+        alive = not turn.runtime_done
+        close_pending(ctx, CardStatus.CANCELLED, answer=alive)
+        if not turn.terminal:
+            if alive:
+                ctx.emit(CancelTurn(turn.turn_id, turn.session_id))
+            ctx.emit(RecordTerminal(turn.turn_id, Outcome.INTERRUPTED, "conversation closed"))
+    ctx.update(state=ExecState.CLOSED, turn=None, queue=(), approvals=(), question=None)

@@ -1,0 +1,151 @@
+"""Presence policy: which deadlines a state implies, and which line each switch shows.
+
+The machine asks this module *when* something is due and *what* to say; it never decides
+timing on its own. All times are float seconds on the caller's clock.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from bridge.core.state import (
+    RUNNING_STATES,
+    Activity,
+    ActivityKind,
+    Conversation,
+    ExecState,
+    ProgressLine,
+)
+from bridge.core.text import Text
+from bridge.runtime.events import PlanEntry, StopReason
+
+
+class _TimingSettings(Protocol):
+    bridge_first_hint_seconds: float
+    bridge_heartbeat_seconds: float
+    bridge_stale_seconds: float
+    bridge_approval_timeout_seconds: float
+    bridge_finish_grace_seconds: float
+    bridge_progress_interval_seconds: float
+
+
+@dataclass(frozen=True)
+class Timings:
+    first_hint: float = 5.0  # one running hint if nothing real was shown by then
+    heartbeat: float = 60.0  # a heartbeat after this much silence towards the user
+    stale: float = 600.0  # no sign of life from the runtime for this long → STALE
+    approval_timeout: float = 1800.0  # also bounds waiting for a reply to a question
+    finish_grace: float = 3.0  # absorbs a follow-up after a non-final stop reason
+    progress_interval: float = 3.0  # least time between two relayed progress lines
+
+    @classmethod
+    def from_settings(cls, settings: _TimingSettings) -> Timings:
+        return cls(
+            first_hint=settings.bridge_first_hint_seconds,
+            heartbeat=settings.bridge_heartbeat_seconds,
+            stale=settings.bridge_stale_seconds,
+            approval_timeout=settings.bridge_approval_timeout_seconds,
+            finish_grace=settings.bridge_finish_grace_seconds,
+            progress_interval=settings.bridge_progress_interval_seconds,
+        )
+
+
+# Timer names, in the order the machine handles them when several are due at once:
+# endings before reminders, and a stale verdict before any "still working" line.
+STALE = "stale"
+RECOVERY = "recovery"
+APPROVAL_TIMEOUT = "approval_timeout"
+REPLY_TIMEOUT = "reply_timeout"
+FINISH_GRACE = "finish_grace"
+DRAIN = "drain"
+APPROVAL_REMINDER = "approval_reminder"
+REPLY_REMINDER = "reply_reminder"
+PROGRESS = "progress"
+FIRST_HINT = "first_hint"
+HEARTBEAT = "heartbeat"
+TIMER_ORDER = (
+    STALE,
+    RECOVERY,
+    APPROVAL_TIMEOUT,
+    REPLY_TIMEOUT,
+    FINISH_GRACE,
+    DRAIN,
+    APPROVAL_REMINDER,
+    REPLY_REMINDER,
+    PROGRESS,
+    FIRST_HINT,
+    HEARTBEAT,
+)
+
+
+def deadlines(conv: Conversation, timings: Timings) -> dict[str, float]:
+    """Every deadline the current state implies. Timers mirror this; nothing else sets them."""
+    turn = conv.turn
+    found: dict[str, float] = {}
+    if turn is None:
+        return found
+    state = conv.state
+    if state in RUNNING_STATES:
+        found[STALE] = turn.last_activity_at + timings.stale
+        # "Working on it" only once the runtime took the prompt: never claim work that a
+        # runtime still starting (or failing to) may never do.
+        if turn.session_id is not None:
+            if not turn.first_hint_sent and not turn.visible:
+                found[FIRST_HINT] = turn.started_at + timings.first_hint
+            found[HEARTBEAT] = turn.last_posted_at + timings.heartbeat
+        if turn.pending_progress is not None and turn.last_progress_at is not None:
+            found[PROGRESS] = turn.last_progress_at + timings.progress_interval
+    elif state is ExecState.WAITING_APPROVAL and conv.approvals:
+        first = min(a.asked_at for a in conv.approvals)
+        found[APPROVAL_TIMEOUT] = first + timings.approval_timeout
+        unreminded = [a.asked_at for a in conv.approvals if not a.reminder_sent]
+        if unreminded:
+            found[APPROVAL_REMINDER] = min(unreminded) + timings.approval_timeout / 2
+    elif state is ExecState.WAITING_REPLY and conv.question is not None:
+        found[REPLY_TIMEOUT] = conv.question.asked_at + timings.approval_timeout
+        if not conv.question.reminder_sent:
+            found[REPLY_REMINDER] = conv.question.asked_at + timings.approval_timeout / 2
+    elif state is ExecState.FINISHING and turn.ended_at is not None:
+        if not turn.end_posted:
+            found[FINISH_GRACE] = turn.ended_at + timings.finish_grace
+        elif not turn.runtime_done:
+            # A cancel that never lands must not hold the queue forever.
+            found[DRAIN] = turn.ended_at + timings.stale
+    elif state is ExecState.RECOVERING and turn.recovering_since is not None:
+        found[RECOVERY] = turn.recovering_since + timings.stale
+    return found
+
+
+def activity_text(activity: Activity | None) -> str | Text:
+    if activity is None:
+        return Text("activity.none")
+    if activity.kind is ActivityKind.TOOL and activity.title:
+        return activity.title
+    return Text(f"activity.{activity.kind.value}")
+
+
+def tool_progress(title: str) -> ProgressLine:
+    return ProgressLine("progress.tool", {"title": title})
+
+
+def plan_progress(entries: tuple[PlanEntry, ...]) -> ProgressLine | None:
+    """ "Plan 2/5: <current step>", or None when no step is current (nothing worth saying)."""
+    current = next((e for e in entries if e.status == "in_progress"), None)
+    current = current or next((e for e in entries if e.status == "pending"), None)
+    if current is None:
+        return None
+    done = sum(1 for e in entries if e.status == "completed")
+    return ProgressLine(
+        "progress.plan", {"done": done, "total": len(entries), "current": current.content}
+    )
+
+
+# The end line for each non-final stop reason (shown after the grace window).
+STOP_REASON_KEYS: dict[StopReason, str] = {
+    StopReason.MAX_TOKENS: "presence.max_tokens",
+    StopReason.MAX_TURN_REQUESTS: "presence.max_turn_requests",
+    StopReason.REFUSAL: "presence.refusal",
+}
+
+STATUS_KEYS: dict[ExecState, str] = {state: f"status.{state.value}" for state in ExecState}

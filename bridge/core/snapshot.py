@@ -1,0 +1,83 @@
+"""Read-only views of a conversation: the operator snapshot and the /status line.
+
+`revision` / `projection_epoch` numbering is added outside, by the engine.
+"""
+
+from __future__ import annotations
+
+from bridge.core.presence import STATUS_KEYS, activity_text
+from bridge.core.state import Conversation, ExecState
+from bridge.core.text import Params, format_elapsed
+
+
+def snapshot(conv: Conversation, now: float) -> dict[str, object]:
+    """A JSON-ready view of the execution state; holds no message text."""
+    turn = conv.turn
+    approval = conv.approvals[0] if conv.approvals else None
+    last = conv.last_terminal
+    return {
+        "state": conv.state.value,
+        "session_id": conv.session_id,
+        "turn_id": turn.turn_id if turn else None,
+        "requester": turn.requester if turn else None,
+        "started_at": turn.started_at if turn else None,
+        "elapsed": now - turn.started_at if turn else None,
+        "last_activity": (
+            {"kind": turn.activity.kind.value, "title": turn.activity.title}
+            if turn and turn.activity
+            else None
+        ),
+        "last_activity_at": turn.last_activity_at if turn else None,
+        "silent_for": now - turn.last_activity_at if turn else None,
+        "outcome": turn.outcome.value if turn and turn.outcome else None,
+        "queue_length": len(conv.queue),
+        "pending_approval": (
+            {
+                "request_id": approval.request_id,
+                "title": approval.title,
+                "asked_at": approval.asked_at,
+                "reminder_sent": approval.reminder_sent,
+                "count": len(conv.approvals),
+            }
+            if approval
+            else None
+        ),
+        "pending_question": (
+            {"request_id": conv.question.request_id, "asked_at": conv.question.asked_at}
+            if conv.question
+            else None
+        ),
+        "last_terminal": (
+            {"turn_id": last.turn_id, "outcome": last.outcome.value, "ended_at": last.ended_at}
+            if last
+            else None
+        ),
+    }
+
+
+def status_line(conv: Conversation, now: float) -> tuple[str, Params]:
+    """The /status reply: one key per state, with what that state can honestly say."""
+    key = STATUS_KEYS[conv.state]
+    turn = conv.turn
+    if turn is None or conv.state in (ExecState.IDLE, ExecState.CLOSED):
+        return key, {}
+    queue = len(conv.queue)
+    elapsed = format_elapsed(now - turn.started_at)
+    match conv.state:
+        case ExecState.WAITING_APPROVAL if conv.approvals:
+            first = conv.approvals[0]
+            waited = format_elapsed(now - first.asked_at)
+            return key, {"title": first.title, "waited": waited, "queue": queue}
+        case ExecState.WAITING_REPLY if conv.question is not None:
+            return key, {"waited": format_elapsed(now - conv.question.asked_at), "queue": queue}
+        case ExecState.STREAMING:
+            activity = activity_text(turn.activity)
+            return key, {"elapsed": elapsed, "activity": activity, "queue": queue}
+        case ExecState.STALE:
+            silent = format_elapsed(now - turn.last_activity_at)
+            activity = activity_text(turn.activity)
+            return key, {"silent": silent, "activity": activity, "queue": queue}
+        case ExecState.FINISHING:
+            return key, {"queue": queue}
+        case _:  # WAITING_RESPONSE, RECOVERING
+            return key, {"elapsed": elapsed, "queue": queue}

@@ -1,0 +1,161 @@
+"""The execution state of one conversation: the single truth source for presence and /status.
+
+Everything here is an immutable value; `machine.step` returns a new `Conversation`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from bridge.core.text import Params
+from bridge.runtime.events import PermissionOption, QuestionKind, QuestionOption, StopReason
+
+
+class ExecState(StrEnum):
+    IDLE = "idle"
+    WAITING_RESPONSE = "waiting_response"  # prompt sent, nothing back yet
+    STREAMING = "streaming"  # updates flowing
+    WAITING_APPROVAL = "waiting_approval"
+    WAITING_REPLY = "waiting_reply"
+    FINISHING = "finishing"  # turn returned: grace window, or waiting for a cancel to land
+    RECOVERING = "recovering"  # runtime died mid-turn; restarting / reloading
+    STALE = "stale"  # no sign of life past the stale window (not killed)
+    CLOSED = "closed"
+
+
+# The assistant is moving: the only states where a running hint or heartbeat may be shown.
+RUNNING_STATES = frozenset({ExecState.WAITING_RESPONSE, ExecState.STREAMING})
+WAITING_USER_STATES = frozenset({ExecState.WAITING_APPROVAL, ExecState.WAITING_REPLY})
+
+# How many message ids a conversation remembers to drop a redelivered one (the receiver
+# dedups first; this bounds the damage if a redelivery slips past it).
+RECENT_IDS = 64
+
+
+class Outcome(StrEnum):
+    """The one terminal outcome of a turn (first terminal wins)."""
+
+    COMPLETED = "completed"
+    CANCELLED = "cancelled"
+    FAILED = "failed"
+    TIMED_OUT = "timed_out"
+    INTERRUPTED = "interrupted"
+
+
+class ActivityKind(StrEnum):
+    THINKING = "thinking"
+    WRITING = "writing"
+    TOOL = "tool"
+    PLANNING = "planning"
+
+
+@dataclass(frozen=True)
+class Activity:
+    """What the agent was last seen doing; `title` is the tool call's title."""
+
+    kind: ActivityKind
+    title: str | None = None
+
+
+@dataclass(frozen=True)
+class QueuedMessage:
+    message_id: str
+    sender: str
+    text: str
+    queued_at: float
+
+
+@dataclass(frozen=True)
+class PendingApproval:
+    request_id: str
+    card_key: str
+    title: str
+    options: tuple[PermissionOption, ...]
+    asked_at: float
+    detail: str | None = None
+    reminder_sent: bool = False
+
+
+@dataclass(frozen=True)
+class PendingQuestion:
+    request_id: str
+    card_key: str
+    kind: QuestionKind
+    text: str
+    options: tuple[QuestionOption, ...]
+    answer_key: str
+    asked_at: float
+    reminder_sent: bool = False
+
+
+@dataclass(frozen=True)
+class ProgressLine:
+    """A throttled progress line waiting for its slot."""
+
+    key: str
+    params: Params
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One agent turn answering one user message; `turn_id` is that message's id."""
+
+    turn_id: str
+    message_id: str
+    requester: str
+    started_at: float
+    last_activity_at: float  # last sign of life from the runtime (drives STALE)
+    last_posted_at: float  # last line shown for this turn (heartbeat counts silence from it)
+    session_id: str | None = None  # adopted from PromptSent; events of other sessions drop
+    activity: Activity | None = None
+    visible: bool = False  # some real progress or agent text was shown
+    first_hint_sent: bool = False
+    last_progress_at: float | None = None
+    last_progress: ProgressLine | None = None  # dedupes a repeated tool title / plan line
+    pending_progress: ProgressLine | None = None
+    text: str = ""  # agent message text not yet relayed
+    seq: int = 0  # numbers the turn's posts for idempotency keys
+    recovering_since: float | None = None
+    # Terminal part: set once (first terminal wins).
+    outcome: Outcome | None = None
+    stop_reason: StopReason | None = None
+    detail: str = ""
+    ended_at: float | None = None
+    end_posted: bool = False  # the one end signal went out
+    runtime_done: bool = False  # the runtime returned from the prompt; the next turn may start
+
+    @property
+    def terminal(self) -> bool:
+        return self.outcome is not None
+
+
+@dataclass(frozen=True)
+class LastTerminal:
+    turn_id: str
+    outcome: Outcome
+    ended_at: float
+
+
+@dataclass(frozen=True)
+class Options:
+    """Per-deployment behaviour the machine needs (built from Settings by the caller)."""
+
+    received_text: bool = False
+    approvers: frozenset[str] = frozenset()  # may answer any approval / question card
+
+
+@dataclass(frozen=True)
+class Conversation:
+    state: ExecState = ExecState.IDLE
+    session_id: str | None = None  # the agent session bound to this conversation
+    turn: Turn | None = None
+    approvals: tuple[PendingApproval, ...] = ()
+    question: PendingQuestion | None = None
+    queue: tuple[QueuedMessage, ...] = ()
+    last_terminal: LastTerminal | None = None
+    # Message ids already taken (turns, queue, answers), newest last; bounded by RECENT_IDS.
+    recent_message_ids: tuple[str, ...] = ()
+    options: Options = field(default_factory=Options)
+    # Timers the executor holds for us, as (name, at); kept in step with the state.
+    timers: tuple[tuple[str, float], ...] = ()

@@ -1,0 +1,36 @@
+"""Texts as values: a translation key plus parameters, never a sentence.
+
+A parameter may itself be a `Text` (an elapsed time, an activity name); the executor renders
+nested texts first, in the conversation's locale.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Text:
+    key: str
+    params: Mapping[str, str | int | Text] = field(default_factory=dict)
+
+
+Params = Mapping[str, str | int | Text]
+
+
+def format_elapsed(seconds: float, prefix: str = "time") -> Text:
+    """A duration as the coarse unit a person says: "45秒", "2分钟", "1小时5分钟".
+
+    Keys are `{prefix}.seconds|minutes|hours|hours_minutes`; floors, never rounds up, so a
+    line never claims more time than has passed.
+    """
+    total = max(0, int(seconds))
+    if total < 60:
+        return Text(f"{prefix}.seconds", {"n": total})
+    if total < 3600:
+        return Text(f"{prefix}.minutes", {"n": total // 60})
+    hours, minutes = divmod(total // 60, 60)
+    if minutes == 0:
+        return Text(f"{prefix}.hours", {"n": hours})
+    return Text(f"{prefix}.hours_minutes", {"h": hours, "m": minutes})

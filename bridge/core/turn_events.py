@@ -1,0 +1,286 @@
+"""Runtime turn events: signs of life, progress, requests, endings and crashes."""
+
+from __future__ import annotations
+
+from bridge.core import presence
+from bridge.core.context import StepContext
+from bridge.core.effects import (
+    AnswerPermission,
+    AnswerQuestion,
+    CardStatus,
+    PostApprovalCard,
+    PostQuestion,
+    PostText,
+    RelayReply,
+)
+from bridge.core.lifecycle import close_pending, finish, settle
+from bridge.core.state import (
+    RUNNING_STATES,
+    Activity,
+    ActivityKind,
+    ExecState,
+    Outcome,
+    PendingApproval,
+    PendingQuestion,
+    ProgressLine,
+    Turn,
+)
+from bridge.runtime.events import (
+    MessageChunk,
+    PermissionRequested,
+    PlanUpdated,
+    PromptSent,
+    QuestionAsked,
+    RuntimeExited,
+    RuntimeFailed,
+    StopReason,
+    ThoughtChunk,
+    ToolCallStarted,
+    ToolCallUpdated,
+    TurnEnded,
+    TurnEvent,
+)
+
+
+def refuse_request(ctx: StepContext, event: object) -> None:
+    # A request nobody will show must still be answered, or the agent hangs on it.
+    if isinstance(event, PermissionRequested):
+        ctx.emit(AnswerPermission(event.request_id, None))
+    elif isinstance(event, QuestionAsked):
+        ctx.emit(AnswerQuestion(event.request_id, None))
+
+
+def _belongs(turn: Turn, event: TurnEvent) -> bool:
+    if isinstance(event, RuntimeExited) and (event.session_id == "" or turn.session_id is None):
+        return True
+    return turn.session_id is not None and event.session_id == turn.session_id
+
+
+def on_turn_event(ctx: StepContext, event: TurnEvent) -> None:
+    turn = ctx.conv.turn
+    if turn is None:
+        refuse_request(ctx, event)
+        ctx.drop(event, "no turn running")
+        return
+    if isinstance(event, PromptSent):
+        if turn.session_id is None:
+            ctx.update_turn(session_id=event.session_id)
+            if not turn.terminal:  # after /new the binding stays cleared
+                ctx.update(session_id=event.session_id)
+        else:
+            ctx.drop(event, "prompt already sent")
+        return
+    if not _belongs(turn, event):
+        refuse_request(ctx, event)
+        ctx.drop(event, "other session")
+        return
+    if turn.terminal:
+        _after_terminal(ctx, event)
+        return
+    if ctx.conv.state is ExecState.RECOVERING:
+        refuse_request(ctx, event)
+        ctx.drop(event, "runtime recovering")
+        return
+    match event:
+        case MessageChunk():
+            _alive(ctx, Activity(ActivityKind.WRITING))
+            ctx.update_turn(text=ctx.turn.text + event.text)
+        case ThoughtChunk():
+            _alive(ctx, Activity(ActivityKind.THINKING))
+        case ToolCallStarted():
+            _alive(ctx, Activity(ActivityKind.TOOL, event.title or None))
+            if ctx.conv.state in RUNNING_STATES:
+                _flush_commentary(ctx)
+                if event.title:
+                    _progress(ctx, presence.tool_progress(event.title))
+        case ToolCallUpdated():
+            title = event.title
+            _alive(ctx, Activity(ActivityKind.TOOL, title) if title else ctx.turn.activity)
+        case PlanUpdated():
+            _alive(ctx, Activity(ActivityKind.PLANNING))
+            line = presence.plan_progress(event.entries)
+            if line is not None and ctx.conv.state in RUNNING_STATES:
+                _progress(ctx, line)
+        case PermissionRequested():
+            _on_permission(ctx, event)
+        case QuestionAsked():
+            _on_question(ctx, event)
+        case TurnEnded():
+            _on_turn_ended(ctx, event)
+        case RuntimeFailed():
+            close_pending(ctx, CardStatus.CANCELLED, answer=False)
+            ctx.update_turn(runtime_done=True)  # the prompt returned, with an error
+            finish(ctx, Outcome.FAILED, "presence.unrecoverable", detail=event.reason)
+        case RuntimeExited():
+            _on_runtime_exited(ctx, event)
+        case _:
+            ctx.drop(event, "unknown turn event")
+
+
+def _after_terminal(ctx: StepContext, event: TurnEvent) -> None:
+    """First terminal wins: later events change nothing the user sees."""
+    turn = ctx.turn
+    if isinstance(event, TurnEnded | RuntimeFailed | RuntimeExited):
+        if not turn.runtime_done:
+            ctx.update_turn(runtime_done=True)
+            ctx.drop(event, "runtime returned after the terminal")
+            settle(ctx)
+        else:
+            ctx.drop(event, "second terminal")
+        return
+    if isinstance(event, MessageChunk) and not turn.end_posted:
+        # The grace window absorbs text that raced the prompt's response.
+        ctx.update_turn(text=turn.text + event.text, last_activity_at=ctx.now)
+        return
+    refuse_request(ctx, event)
+    ctx.drop(event, "after the terminal")
+
+
+def _alive(ctx: StepContext, activity: Activity | None) -> None:
+    """A sign of life: an open stream is the strongest busy signal."""
+    ctx.update_turn(last_activity_at=ctx.now, activity=activity)
+    if ctx.conv.state in (ExecState.WAITING_RESPONSE, ExecState.STALE):
+        ctx.update(state=ExecState.STREAMING)
+
+
+def _flush_commentary(ctx: StepContext) -> None:
+    """Agent text before a tool call / request is commentary: relay it as it stands."""
+    text = ctx.turn.text.strip()
+    ctx.update_turn(text="")
+    if text:
+        idem = ctx.post_key("reply")
+        ctx.emit(RelayReply(text, ctx.turn.message_id, idem))
+        now = ctx.now
+        ctx.update_turn(visible=True, last_posted_at=now, last_progress_at=now)
+
+
+def _progress(ctx: StepContext, line: ProgressLine) -> None:
+    turn = ctx.turn
+    if line in (turn.last_progress, turn.pending_progress):
+        return
+    last = turn.last_progress_at
+    if last is None or ctx.now - last >= ctx.timings.progress_interval:
+        show_progress(ctx, line)
+    else:
+        ctx.update_turn(pending_progress=line)  # the latest line wins the next slot
+
+
+def show_progress(ctx: StepContext, line: ProgressLine) -> None:
+    idem = ctx.post_key("progress")
+    ctx.emit(PostText(line.key, dict(line.params), ctx.turn.message_id, idem))
+    now = ctx.now
+    ctx.update_turn(
+        visible=True,
+        last_posted_at=now,
+        last_progress_at=now,
+        last_progress=line,
+        pending_progress=None,
+    )
+
+
+def _on_permission(ctx: StepContext, event: PermissionRequested) -> None:
+    conv = ctx.conv
+    if any(a.request_id == event.request_id for a in conv.approvals):
+        ctx.drop(event, "approval already shown")
+        return
+    _alive(ctx, Activity(ActivityKind.TOOL, event.title))
+    if ctx.conv.state in RUNNING_STATES:
+        _flush_commentary(ctx)
+    conv = ctx.conv
+    turn = ctx.turn
+    card_key = f"{turn.turn_id}:card:{event.request_id}"
+    approval = PendingApproval(
+        event.request_id, card_key, event.title, event.options, ctx.now, event.detail
+    )
+    ctx.emit(
+        PostApprovalCard(
+            card_key,
+            event.request_id,
+            event.title,
+            event.detail,
+            event.options,
+            turn.requester,
+            turn.message_id,
+            card_key,
+        )
+    )
+    entering = conv.state is not ExecState.WAITING_APPROVAL
+    ctx.update(approvals=(*conv.approvals, approval), state=ExecState.WAITING_APPROVAL)
+    ctx.update_turn(
+        last_activity_at=ctx.now,
+        activity=Activity(ActivityKind.TOOL, event.title),
+        pending_progress=None,
+        visible=True,
+    )
+    if entering:
+        ctx.say("presence.waiting_approval", kind="wait")
+
+
+def _on_question(ctx: StepContext, event: QuestionAsked) -> None:
+    conv = ctx.conv
+    if conv.question is not None:
+        ctx.emit(AnswerQuestion(event.request_id, None))
+        ctx.drop(event, "a question is already pending")
+        return
+    _alive(ctx, ctx.turn.activity)
+    if ctx.conv.state in RUNNING_STATES:
+        _flush_commentary(ctx)
+    conv = ctx.conv
+    turn = ctx.turn
+    card_key = f"{turn.turn_id}:question:{event.request_id}"
+    question = PendingQuestion(
+        event.request_id,
+        card_key,
+        event.kind,
+        event.text,
+        event.options,
+        event.answer_key,
+        ctx.now,
+    )
+    ctx.emit(
+        PostQuestion(
+            card_key,
+            event.request_id,
+            event.text,
+            event.options,
+            turn.requester,
+            turn.message_id,
+            card_key,
+        )
+    )
+    state = ExecState.WAITING_APPROVAL if conv.approvals else ExecState.WAITING_REPLY
+    ctx.update(question=question, state=state)
+    ctx.update_turn(last_activity_at=ctx.now, pending_progress=None, visible=True)
+    ctx.say("presence.waiting_reply", kind="wait")
+
+
+def _on_turn_ended(ctx: StepContext, event: TurnEnded) -> None:
+    close_pending(ctx, CardStatus.CANCELLED, answer=False)  # a returned prompt asks nothing
+    ctx.update_turn(last_activity_at=ctx.now, runtime_done=True)
+    reason = event.stop_reason
+    if reason is StopReason.END_TURN:
+        finish(ctx, Outcome.COMPLETED, None, detail=reason.value)
+    elif reason is StopReason.CANCELLED:
+        finish(ctx, Outcome.CANCELLED, "presence.stopped", detail=reason.value)
+    else:
+        # Non-final ending: hold the end line for the grace window (first terminal is now).
+        ctx.update_turn(
+            outcome=Outcome.COMPLETED,
+            stop_reason=reason,
+            detail=reason.value,
+            ended_at=ctx.now,
+            pending_progress=None,
+        )
+        ctx.update(state=ExecState.FINISHING)
+
+
+def _on_runtime_exited(ctx: StepContext, event: RuntimeExited) -> None:
+    close_pending(ctx, CardStatus.CANCELLED, answer=False)  # the process that asked is gone
+    detail = f"runtime exited (returncode={event.returncode}, signal={event.signal})"
+    if not event.restarting:
+        finish(ctx, Outcome.FAILED, "presence.unrecoverable", detail=detail)
+        return
+    _flush_commentary(ctx)
+    ctx.update_turn(runtime_done=True, recovering_since=ctx.now, pending_progress=None)
+    ctx.update(state=ExecState.RECOVERING)
+    ctx.say("presence.recovering", kind="recovering")

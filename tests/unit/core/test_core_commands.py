@@ -1,0 +1,123 @@
+"""/status, /help, unknown commands, the operator snapshot and the elapsed-time helper."""
+
+from __future__ import annotations
+
+import pytest
+from core_driver import ALICE, SID, Driver, of_type
+
+from bridge.core.effects import PostText, StartTurn
+from bridge.core.inputs import Command, CommandName
+from bridge.core.snapshot import snapshot
+from bridge.core.state import ExecState
+from bridge.core.text import Text, format_elapsed
+from bridge.runtime.events import (
+    PermissionKind,
+    PermissionOption,
+    PermissionRequested,
+    StopReason,
+    ToolCallStarted,
+    TurnEnded,
+)
+
+
+def command(name: CommandName, mid: str = "c1", raw: str = "") -> Command:
+    return Command(name, mid, ALICE, raw)
+
+
+def test_status_when_idle() -> None:
+    out = Driver().feed(command(CommandName.STATUS))
+    assert out == [PostText("status.idle", {}, "c1", "c1:status")]
+
+
+def test_status_while_running_says_elapsed_activity_and_queue() -> None:
+    d = Driver()
+    d.start()
+    d.feed(ToolCallStarted(SID, "t1", "pytest -q"), at=100.0)
+    d.message("m2", at=110.0)
+    out = d.feed(command(CommandName.STATUS), at=130.0)
+    assert [(p.key, p.params, p.reply_to) for p in of_type(out, PostText)] == [
+        (
+            "status.streaming",
+            {"elapsed": Text("time.minutes", {"n": 2}), "activity": "pytest -q", "queue": 1},
+            "c1",
+        )
+    ]
+    assert of_type(out, StartTurn) == []  # a command is never a turn
+
+
+def test_status_while_waiting_for_approval_names_the_request() -> None:
+    d = Driver()
+    d.start()
+    opts = (PermissionOption("ok", "OK", PermissionKind.ALLOW_ONCE),)
+    d.feed(PermissionRequested(SID, "r1", "Push to main", opts), at=10.0)
+    out = d.feed(command(CommandName.STATUS), at=70.0)
+    assert of_type(out, PostText)[0].key == "status.waiting_approval"
+    assert of_type(out, PostText)[0].params == {
+        "title": "Push to main",
+        "waited": Text("time.minutes", {"n": 1}),
+        "queue": 0,
+    }
+
+
+def test_status_does_not_change_the_state() -> None:
+    d = Driver()
+    d.start()
+    before = d.conv
+    d.feed(command(CommandName.STATUS), at=1.0)
+    assert d.conv == before
+
+
+def test_help_lists_the_commands() -> None:
+    out = Driver().feed(command(CommandName.HELP))
+    assert [p.key for p in of_type(out, PostText)] == ["command.help"]
+
+
+def test_an_unknown_command_gets_help_not_a_turn() -> None:
+    d = Driver()
+    out = d.feed(command(CommandName.UNKNOWN, raw="/deploy"))
+    assert out == [PostText("command.unknown", {"command": "/deploy"}, "c1", "c1:help")]
+    assert d.conv.state is ExecState.IDLE
+
+
+def test_snapshot_of_a_running_turn() -> None:
+    d = Driver()
+    d.start(at=100.0)
+    d.feed(ToolCallStarted(SID, "t1", "Read"), at=110.0)
+    d.message("m2", at=115.0)
+    snap = snapshot(d.conv, 130.0)
+    assert snap["state"] == "streaming"
+    assert snap["turn_id"] == "m1"
+    assert snap["session_id"] == SID
+    assert snap["started_at"] == 100.0
+    assert snap["elapsed"] == 30.0
+    assert snap["silent_for"] == 20.0
+    assert snap["queue_length"] == 1
+    assert snap["last_activity"] == {"kind": "tool", "title": "Read"}
+    assert snap["pending_approval"] is None
+    assert "hello" not in repr(snap)  # no message text in an operator view
+
+
+def test_snapshot_after_the_end_keeps_the_last_outcome() -> None:
+    d = Driver()
+    d.start()
+    d.feed(TurnEnded(SID, StopReason.END_TURN), at=5.0)
+    snap = snapshot(d.conv, 6.0)
+    assert snap["state"] == "idle"
+    assert snap["turn_id"] is None
+    assert snap["last_terminal"] == {"turn_id": "m1", "outcome": "completed", "ended_at": 5.0}
+
+
+@pytest.mark.parametrize(
+    ("seconds", "expected"),
+    [
+        (-3, Text("time.seconds", {"n": 0})),
+        (45.9, Text("time.seconds", {"n": 45})),
+        (60, Text("time.minutes", {"n": 1})),
+        (119, Text("time.minutes", {"n": 1})),
+        (3599, Text("time.minutes", {"n": 59})),
+        (3600, Text("time.hours", {"n": 1})),
+        (3900, Text("time.hours_minutes", {"h": 1, "m": 5})),
+    ],
+)
+def test_format_elapsed_floors_to_the_unit_a_person_says(seconds: float, expected: Text) -> None:
+    assert format_elapsed(seconds) == expected

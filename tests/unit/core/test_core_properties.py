@@ -1,0 +1,112 @@
+"""Property tests over seeded random conversations (hypothesis is not installed)."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+from core_chaos import ChaosRun
+from core_driver import T
+
+from bridge.core import presence
+from bridge.core.effects import (
+    AnswerQuestion,
+    Dropped,
+    PostApprovalCard,
+    PostQuestion,
+    PostText,
+    RecordTerminal,
+    RelayReply,
+)
+from bridge.core.inputs import UserMessage
+from bridge.core.state import RUNNING_STATES
+
+
+@pytest.fixture
+def runs(chaos_runs: list[ChaosRun]) -> list[ChaosRun]:
+    return chaos_runs
+
+
+def test_no_running_line_unless_the_assistant_is_moving(runs: list[ChaosRun]) -> None:
+    """Hard rule 1: no heartbeat / hint while waiting for the user, recovering, or after the end."""
+    for run in runs:
+        for s in run.steps:
+            for e in s.effects:
+                if isinstance(e, PostText) and e.key in {
+                    "presence.heartbeat",
+                    "presence.running_hint",
+                }:
+                    assert s.before.state in RUNNING_STATES, (s.before.state, s.event)
+                    assert s.after.state in RUNNING_STATES, (s.after.state, s.event)
+
+
+def test_every_user_message_gets_exactly_one_end_signal(runs: list[ChaosRun]) -> None:
+    """Hard rule 3 (the ack is the receiver's): answers and duplicates belong to another turn."""
+    for run in runs:
+        ends: Counter[str] = Counter()
+        owed: set[str] = set()
+        for s in run.steps:
+            if isinstance(s.event, UserMessage):
+                answered = any(isinstance(e, AnswerQuestion) for e in s.effects)
+                dropped = any(isinstance(e, Dropped) for e in s.effects)
+                if not answered and not dropped:
+                    owed.add(s.event.message_id)
+            for e in s.effects:
+                if isinstance(e, PostText | RelayReply) and e.final:
+                    ends[e.reply_to] += 1
+        assert set(ends) == owed
+        assert all(count == 1 for count in ends.values()), ends
+
+
+def test_nothing_is_posted_for_a_turn_after_its_end_signal(runs: list[ChaosRun]) -> None:
+    for run in runs:
+        ended: set[str] = set()
+        for s in run.steps:
+            for e in s.effects:
+                if isinstance(e, PostText | RelayReply | PostApprovalCard | PostQuestion):
+                    assert e.reply_to not in ended, (e, s.event)
+                    if isinstance(e, PostText | RelayReply) and e.final:
+                        ended.add(e.reply_to)
+
+
+def test_one_terminal_per_turn_recorded_right_after_its_end_signal(runs: list[ChaosRun]) -> None:
+    for run in runs:
+        recorded: Counter[str] = Counter()
+        for s in run.steps:
+            for i, e in enumerate(s.effects):
+                if isinstance(e, RecordTerminal):
+                    recorded[e.turn_id] += 1
+                    before = s.effects[i - 1]
+                    assert isinstance(before, PostText | RelayReply)
+                    assert before.final
+                    assert before.idempotency_key == f"{e.turn_id}:end"
+        assert all(count == 1 for count in recorded.values()), recorded
+
+
+def test_idempotency_keys_are_never_reused(runs: list[ChaosRun]) -> None:
+    """Hard rule 4: one key per post, so the Feishu uuid dedups retries and nothing else."""
+    for run in runs:
+        seen: list[str] = []
+        for s in run.steps:
+            for e in s.effects:
+                if isinstance(e, PostText | RelayReply | PostApprovalCard | PostQuestion):
+                    seen.append(e.idempotency_key)
+        assert len(seen) == len(set(seen))
+
+
+def test_timers_always_mirror_the_deadlines_of_the_state(runs: list[ChaosRun]) -> None:
+    for run in runs:
+        for s in run.steps:
+            assert dict(s.after.timers) == presence.deadlines(s.after, T)
+
+
+def test_a_turn_is_either_running_waiting_recovering_stale_or_finishing(
+    runs: list[ChaosRun],
+) -> None:
+    for run in runs:
+        for s in run.steps:
+            conv = s.after
+            assert (conv.turn is None) == (conv.state.value in {"idle", "closed"})
+            if conv.approvals:
+                assert conv.state.value == "waiting_approval"
+            assert not conv.queue or conv.turn is not None
