@@ -1,0 +1,107 @@
+"""Composition root and command line: `feishu-bridge run | demo | check-config | status`.
+
+Settings are read here, once; everything below receives explicit arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+from collections.abc import Sequence
+from typing import TextIO
+
+from bridge.config import ConfigProblem, Settings, load_settings, problems_for_run
+from bridge.i18n import DEFAULT_LOCALE, LOCALES, Translator
+
+EXIT_CONFIG = 2
+
+
+def report_problems(problems: Sequence[ConfigProblem], t: Translator, out: TextIO) -> None:
+    """Every problem at once, in plain words, with an example; never the value itself."""
+    print(t("cli.config_problems", count=len(problems)), file=out)
+    for problem in problems:
+        text = t("cli.config_missing") if problem.problem == "missing" else problem.problem
+        print(t("cli.config_problem", variable=problem.variable, problem=text), file=out)
+        if problem.example:
+            example = problem.example
+            print(t("cli.config_example", variable=problem.variable, example=example), file=out)
+
+
+def _translator_for_env() -> Translator:
+    # Other settings may be broken; the locale alone still decides the language of the report.
+    locale = os.environ.get("BRIDGE_LOCALE", DEFAULT_LOCALE)
+    return Translator(locale if locale in LOCALES else DEFAULT_LOCALE)
+
+
+def settings_for_run(out: TextIO) -> Settings | None:
+    settings, problems = load_settings()
+    if settings is not None:
+        problems = problems_for_run(settings)
+    if problems or settings is None:
+        report_problems(problems, _translator_for_env(), out)
+        return None
+    return settings
+
+
+def cmd_check_config(_: argparse.Namespace) -> int:
+    settings = settings_for_run(sys.stderr)
+    if settings is None:
+        return EXIT_CONFIG
+    t = Translator(settings.bridge_locale)
+    print(t("cli.config_ok", mode=settings.feishu_event_mode, domain=settings.feishu_domain))
+    return 0
+
+
+def cmd_run(_: argparse.Namespace) -> int:
+    settings = settings_for_run(sys.stderr)
+    if settings is None:
+        return EXIT_CONFIG
+    from bridge.service import run_service
+
+    return asyncio.run(run_service(settings))
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from bridge.demo import run_demo
+
+    return asyncio.run(run_demo(port=args.port, locale=args.locale))
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    import httpx
+
+    try:
+        response = httpx.get(f"{args.url.rstrip('/')}/status", timeout=5.0)
+    except httpx.HTTPError as exc:
+        print(f"cannot reach {args.url}: {exc}", file=sys.stderr)
+        return 1
+    print(json.dumps(response.json(), ensure_ascii=False, indent=2))
+    return 0 if response.status_code == 200 else 1
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="feishu-bridge", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("run", help="run the bridge against Feishu (reads FEISHU_* / BRIDGE_*)")
+    demo = sub.add_parser("demo", help="local demo: emulator + scripted agent, no account needed")
+    demo.add_argument("--port", type=int, default=8765, help="port of the chat page (0: any)")
+    demo.add_argument("--locale", choices=("zh_CN", "en_US"), default=None)
+    sub.add_parser("check-config", help="validate the configuration and exit")
+    status = sub.add_parser("status", help="print the status of a running bridge")
+    status.add_argument("--url", default="http://127.0.0.1:8080")
+    return parser
+
+
+COMMANDS = {"run": cmd_run, "demo": cmd_demo, "check-config": cmd_check_config, "status": cmd_status}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return COMMANDS[args.command](args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

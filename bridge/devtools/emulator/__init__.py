@@ -1,0 +1,41 @@
+"""A local Feishu (Lark) emulator speaking Feishu's real wire format over loopback sockets.
+
+    async with FeishuEmulator(encrypt_key="k", webhook_url=bridge_url) as emu:
+        settings.feishu_domain = emu.url
+        delivered = await emu.send_user_message("hello")
+        await emu.wait_for(lambda: emu.bot_messages(delivered.chat_id))
+
+See `emulator.FeishuEmulator` for the API and `codes` for the error codes it answers.
+"""
+
+from bridge.devtools.emulator.emulator import CALLBACK_ERROR_TOAST, MIN_DEADLINE_S, FeishuEmulator
+from bridge.devtools.emulator.faults import FaultKind
+from bridge.devtools.emulator.records import (
+    ApiCall,
+    CardCallbackResult,
+    ChatMessage,
+    DeliveredEvent,
+    DeliveryAttempt,
+    Envelope,
+    Mention,
+    Reaction,
+    Toast,
+    UrlVerificationResult,
+)
+
+__all__ = [
+    "CALLBACK_ERROR_TOAST",
+    "MIN_DEADLINE_S",
+    "ApiCall",
+    "CardCallbackResult",
+    "ChatMessage",
+    "DeliveredEvent",
+    "DeliveryAttempt",
+    "Envelope",
+    "FaultKind",
+    "FeishuEmulator",
+    "Mention",
+    "Reaction",
+    "Toast",
+    "UrlVerificationResult",
+]

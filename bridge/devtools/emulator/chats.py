@@ -1,0 +1,345 @@
+"""The emulated Feishu world: chats, their message timelines, reactions and uuid dedup.
+
+Pure in-memory logic with Feishu's validation rules; it raises `FeishuError` the way the real
+API answers, and knows nothing about HTTP. `on_change` is called after every mutation so
+waiters (tests, the chat page) wake up without polling.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from bridge.devtools.emulator import codes
+from bridge.devtools.emulator.emoji import EMOJI_TYPES
+from bridge.devtools.emulator.records import ChatMessage, Reaction
+
+# msg_type values the im/v1 send API accepts.
+MSG_TYPES = frozenset(
+    {
+        "text",
+        "post",
+        "image",
+        "file",
+        "audio",
+        "media",
+        "sticker",
+        "interactive",
+        "share_chat",
+        "share_user",
+    }
+)
+
+
+def new_id(prefix: str) -> str:
+    return prefix + secrets.token_hex(16)
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass(frozen=True)
+class Chat:
+    chat_id: str
+    chat_type: str  # "p2p" or "group"
+    user_open_id: str | None = None  # the other party of a p2p chat
+
+
+class ChatWorld:
+    def __init__(
+        self,
+        *,
+        app_id: str,
+        tenant_key: str,
+        idempotency_window_seconds: float,
+        clock: Callable[[], float],
+        on_change: Callable[[], None],
+    ) -> None:
+        self.app_id = app_id
+        self.tenant_key = tenant_key
+        self._window = idempotency_window_seconds
+        self._clock = clock
+        self._on_change = on_change
+        self.chats: dict[str, Chat] = {}
+        self.messages: dict[str, ChatMessage] = {}  # insertion order = timeline order
+        self.reactions: dict[str, Reaction] = {}
+        self._uuids: dict[str, tuple[str, float]] = {}  # uuid -> (message_id, clock())
+
+    # --- chats ---------------------------------------------------------------------------
+    def open_chat(
+        self, chat_type: str, chat_id: str | None = None, user_open_id: str | None = None
+    ) -> Chat:
+        if chat_type not in ("p2p", "group"):
+            raise ValueError(f"chat_type must be 'p2p' or 'group', not {chat_type!r}")
+        if chat_id is None and chat_type == "p2p" and user_open_id is not None:
+            for chat in self.chats.values():
+                if chat.chat_type == "p2p" and chat.user_open_id == user_open_id:
+                    return chat
+        chat_id = chat_id or new_id("oc_")
+        existing = self.chats.get(chat_id)
+        if existing is not None:
+            return existing
+        chat = Chat(chat_id, chat_type, user_open_id if chat_type == "p2p" else None)
+        self.chats[chat_id] = chat
+        return chat
+
+    # --- messages ------------------------------------------------------------------------
+    def add_user_message(
+        self,
+        *,
+        chat: Chat,
+        sender_open_id: str,
+        msg_type: str,
+        content: str,
+        mentions: Sequence[Mapping[str, Any]],
+        root_id: str | None,
+        parent_id: str | None,
+        thread_id: str | None,
+    ) -> ChatMessage:
+        stamp = now_ms()
+        message = ChatMessage(
+            message_id=new_id("om_"),
+            chat_id=chat.chat_id,
+            chat_type=chat.chat_type,
+            sender_type="user",
+            sender_id=sender_open_id,
+            msg_type=msg_type,
+            content=content,
+            create_time_ms=stamp,
+            update_time_ms=stamp,
+            root_id=root_id,
+            parent_id=parent_id,
+            thread_id=thread_id,
+            mentions=tuple(mentions),
+        )
+        self.messages[message.message_id] = message
+        self._on_change()
+        return message
+
+    def send(self, receive_id_type: str | None, body: Mapping[str, Any]) -> ChatMessage:
+        """POST /im/v1/messages."""
+        if receive_id_type is None:
+            raise codes.FIELD_VALIDATION_FAILED.with_detail("receive_id_type is required")
+        receive_id = body.get("receive_id")
+        if not isinstance(receive_id, str) or not receive_id:
+            raise codes.FIELD_VALIDATION_FAILED.with_detail("receive_id is required")
+        msg_type, content, uuid = self._validated(body)
+        hit = self._dedup(uuid)
+        if hit is not None:
+            return hit
+        if receive_id_type == "chat_id":
+            chat = self.chats.get(receive_id)
+            if chat is None:
+                raise codes.BOT_NOT_IN_CHAT.with_detail(f"chat {receive_id} not found")
+        elif receive_id_type == "open_id":
+            chat = self.open_chat("p2p", user_open_id=receive_id)
+        else:
+            raise codes.MESSAGE_INVALID_PARAM.with_detail(
+                f"receive_id_type {receive_id_type} is not emulated (use chat_id or open_id)"
+            )
+        return self._post_bot(chat, msg_type, content, uuid, None, None, None)
+
+    def reply(self, message_id: str, body: Mapping[str, Any]) -> ChatMessage:
+        """POST /im/v1/messages/{message_id}/reply."""
+        msg_type, content, uuid = self._validated(body)
+        hit = self._dedup(uuid)
+        if hit is not None:
+            return hit
+        parent = self.messages.get(message_id)
+        if parent is None:
+            raise codes.MESSAGE_INVALID_PARAM.with_detail(f"invalid message_id: {message_id}")
+        chat = self.chats[parent.chat_id]
+        in_thread = bool(body.get("reply_in_thread")) or parent.thread_id is not None
+        thread_id = (parent.thread_id or new_id("omt_")) if in_thread else None
+        root_id = parent.root_id or parent.message_id
+        return self._post_bot(chat, msg_type, content, uuid, root_id, message_id, thread_id)
+
+    def patch_card(self, message_id: str, body: Mapping[str, Any]) -> ChatMessage:
+        """PATCH /im/v1/messages/{message_id}: only the bot's own interactive cards."""
+        content = body.get("content")
+        if not isinstance(content, str):
+            raise codes.FIELD_VALIDATION_FAILED.with_detail("content is required")
+        current = self.messages.get(message_id)
+        if current is None:
+            raise codes.MESSAGE_INVALID_PARAM.with_detail(f"invalid message_id: {message_id}")
+        if current.msg_type != "interactive":
+            raise codes.MESSAGE_INVALID_PARAM.with_detail("This message is NOT a card.")
+        if current.sender_type != "app":
+            raise codes.MESSAGE_INVALID_PARAM.with_detail("the bot did not send this card")
+        self._check_content("interactive", content)
+        return self.replace_card(message_id, content)
+
+    def replace_card(self, message_id: str, content: str) -> ChatMessage:
+        updated = replace(
+            self.messages[message_id], content=content, update_time_ms=now_ms(), updated=True
+        )
+        self.messages[message_id] = updated
+        self._on_change()
+        return updated
+
+    def _validated(self, body: Mapping[str, Any]) -> tuple[str, str, str | None]:
+        msg_type = body.get("msg_type")
+        content = body.get("content")
+        uuid = body.get("uuid")
+        if not isinstance(msg_type, str) or not msg_type:
+            raise codes.FIELD_VALIDATION_FAILED.with_detail("msg_type is required")
+        if not isinstance(content, str):
+            raise codes.FIELD_VALIDATION_FAILED.with_detail("content is required (a JSON string)")
+        if uuid is not None and (not isinstance(uuid, str) or len(uuid) > codes.UUID_MAX_CHARS):
+            raise codes.FIELD_VALIDATION_FAILED.with_detail(
+                f"uuid must be a string of at most {codes.UUID_MAX_CHARS} characters"
+            )
+        if msg_type not in MSG_TYPES:
+            raise codes.MESSAGE_INVALID_PARAM.with_detail(f"invalid msg_type: {msg_type}")
+        self._check_content(msg_type, content)
+        return msg_type, content, uuid or None
+
+    @staticmethod
+    def _check_content(msg_type: str, content: str) -> None:
+        limit = codes.TEXT_LIMIT_BYTES if msg_type == "text" else codes.CARD_LIMIT_BYTES
+        if len(content.encode("utf-8")) > limit:
+            raise codes.MESSAGE_TOO_LONG
+        try:
+            data = json.loads(content)
+        except ValueError:
+            data = None
+        if msg_type == "interactive":
+            if not isinstance(data, dict):
+                raise codes.CARD_CONTENT_FAILED.with_detail(
+                    "ErrCode: 200621; ErrMsg: parse card json err, please check whether the "
+                    "card json is correct"
+                )
+        elif msg_type == "text":
+            if not isinstance(data, dict) or not isinstance(data.get("text"), str):
+                raise codes.MESSAGE_INVALID_PARAM.with_detail("invalid message content")
+        elif not isinstance(data, dict):
+            raise codes.MESSAGE_INVALID_PARAM.with_detail("invalid message content")
+
+    def _dedup(self, uuid: str | None) -> ChatMessage | None:
+        """Feishu: requests with the same uuid post at most one message within an hour."""
+        if uuid is None:
+            return None
+        seen = self._uuids.get(uuid)
+        if seen is None or self._clock() - seen[1] > self._window:
+            return None
+        return self.messages.get(seen[0])
+
+    def _post_bot(
+        self,
+        chat: Chat,
+        msg_type: str,
+        content: str,
+        uuid: str | None,
+        root_id: str | None,
+        parent_id: str | None,
+        thread_id: str | None,
+    ) -> ChatMessage:
+        stamp = now_ms()
+        message = ChatMessage(
+            message_id=new_id("om_"),
+            chat_id=chat.chat_id,
+            chat_type=chat.chat_type,
+            sender_type="app",
+            sender_id=self.app_id,
+            msg_type=msg_type,
+            content=content,
+            create_time_ms=stamp,
+            update_time_ms=stamp,
+            root_id=root_id,
+            parent_id=parent_id,
+            thread_id=thread_id,
+            uuid=uuid,
+        )
+        self.messages[message.message_id] = message
+        if uuid is not None:
+            self._uuids[uuid] = (message.message_id, self._clock())
+        self._on_change()
+        return message
+
+    # --- reactions -----------------------------------------------------------------------
+    def add_reaction(self, message_id: str, body: Mapping[str, Any]) -> Reaction:
+        reaction_type = body.get("reaction_type")
+        emoji = reaction_type.get("emoji_type") if isinstance(reaction_type, Mapping) else None
+        if not isinstance(emoji, str) or not emoji:
+            raise codes.FIELD_VALIDATION_FAILED.with_detail("reaction_type.emoji_type is required")
+        if message_id not in self.messages:
+            raise codes.REACTION_MESSAGE_NOT_FOUND
+        if emoji not in EMOJI_TYPES:
+            raise codes.REACTION_TYPE_INVALID
+        for existing in self.reactions.values():
+            # One operator holds one reaction of a type per message; adding it again is a no-op.
+            if existing.message_id == message_id and existing.emoji_type == emoji:
+                return existing
+        reaction = Reaction(
+            reaction_id=secrets.token_urlsafe(18),
+            message_id=message_id,
+            emoji_type=emoji,
+            operator_id=self.app_id,
+            operator_type="app",
+            action_time_ms=now_ms(),
+        )
+        self.reactions[reaction.reaction_id] = reaction
+        self._on_change()
+        return reaction
+
+    def remove_reaction(self, message_id: str, reaction_id: str) -> Reaction:
+        if message_id not in self.messages:
+            raise codes.REACTION_MESSAGE_NOT_FOUND
+        reaction = self.reactions.get(reaction_id)
+        if reaction is None:
+            raise codes.REACTION_ID_INVALID
+        if reaction.message_id != message_id:
+            raise codes.REACTION_NOT_OF_MESSAGE
+        del self.reactions[reaction_id]
+        self._on_change()
+        return reaction
+
+    # --- queries -------------------------------------------------------------------------
+    def timeline(self, chat_id: str | None = None) -> list[ChatMessage]:
+        return [m for m in self.messages.values() if chat_id is None or m.chat_id == chat_id]
+
+    def reactions_on(self, message_id: str) -> list[Reaction]:
+        return [r for r in self.reactions.values() if r.message_id == message_id]
+
+
+def message_data(message: ChatMessage, tenant_key: str) -> dict[str, Any]:
+    """The `data` object of send/reply answers, shaped like Feishu's."""
+    data: dict[str, Any] = {"message_id": message.message_id}
+    if message.root_id:
+        data["root_id"] = message.root_id
+    if message.parent_id:
+        data["parent_id"] = message.parent_id
+    if message.thread_id:
+        data["thread_id"] = message.thread_id
+    data.update(
+        {
+            "msg_type": message.msg_type,
+            "create_time": str(message.create_time_ms),
+            "update_time": str(message.update_time_ms),
+            "deleted": False,
+            "updated": message.updated,
+            "chat_id": message.chat_id,
+            "sender": {
+                "id": message.sender_id,
+                "id_type": "app_id" if message.sender_type == "app" else "open_id",
+                "sender_type": message.sender_type,
+                "tenant_key": tenant_key,
+            },
+            "body": {"content": message.content},
+        }
+    )
+    return data
+
+
+def reaction_data(reaction: Reaction) -> dict[str, Any]:
+    return {
+        "reaction_id": reaction.reaction_id,
+        "operator": {"operator_id": reaction.operator_id, "operator_type": reaction.operator_type},
+        "action_time": str(reaction.action_time_ms),
+        "reaction_type": {"emoji_type": reaction.emoji_type},
+    }

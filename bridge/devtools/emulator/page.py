@@ -1,0 +1,185 @@
+"""The local chat page (`GET /`) and its control endpoints under `/_emulator/…`.
+
+A person types as a Feishu user and watches the bot's reactions, replies and cards appear.
+The page long-polls `/_emulator/timeline?since=<revision>`, which answers as soon as anything
+changes (or after `_LONG_POLL_S` with no change), so updates are live without a busy loop.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from importlib import resources
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+
+from bridge.devtools.emulator.records import CardCallbackResult, ChatMessage
+
+if TYPE_CHECKING:
+    from bridge.devtools.emulator.emulator import FeishuEmulator
+
+_LONG_POLL_S = 20.0
+_STATIC = {
+    "index.html": "text/html",
+    "app.js": "text/javascript",
+    "style.css": "text/css",
+}
+_EMULATOR_KEY: web.AppKey[FeishuEmulator] = web.AppKey("emulator")
+
+
+def add_routes(app: web.Application, emulator: FeishuEmulator) -> None:
+    app[_EMULATOR_KEY] = emulator
+    app.router.add_get("/", _index)
+    app.router.add_get("/_emulator/static/{name}", _static)
+    app.router.add_get("/_emulator/state", _state)
+    app.router.add_get("/_emulator/timeline", _timeline)
+    app.router.add_post("/_emulator/send", _send)
+    app.router.add_post("/_emulator/click", _click)
+
+
+def _emulator(request: web.Request) -> FeishuEmulator:
+    return request.app[_EMULATOR_KEY]
+
+
+def _asset(name: str) -> str:
+    return resources.files("bridge.devtools.emulator").joinpath("static", name).read_text("utf-8")
+
+
+async def _index(request: web.Request) -> web.Response:
+    return web.Response(text=_asset("index.html"), content_type="text/html", charset="utf-8")
+
+
+async def _static(request: web.Request) -> web.Response:
+    name = request.match_info["name"]
+    if name not in _STATIC:
+        raise web.HTTPNotFound()
+    return web.Response(text=_asset(name), content_type=_STATIC[name], charset="utf-8")
+
+
+async def _state(request: web.Request) -> web.Response:
+    emu = _emulator(request)
+    return web.json_response(
+        {
+            "bot": {"name": emu.bot_name, "open_id": emu.bot_open_id},
+            "user": {"name": emu.user_name, "open_id": emu.default_user_open_id},
+            "chats": {"p2p": emu.p2p_chat_id, "group": emu.group_chat_id},
+            "scenarios": list(emu.scenarios),
+            "webhook_url": emu.webhook_url,
+            "revision": emu.revision,
+        }
+    )
+
+
+async def _timeline(request: web.Request) -> web.Response:
+    emu = _emulator(request)
+    chat_id = request.query.get("chat_id") or emu.p2p_chat_id
+    try:
+        since = int(request.query.get("since", "-1"))
+    except ValueError:
+        since = -1
+    revision = await emu.wait_revision(since, _LONG_POLL_S) if since >= 0 else emu.revision
+    names = {emu.app_id: emu.bot_name, emu.default_user_open_id: emu.user_name}
+    return web.json_response(
+        {
+            "revision": revision,
+            "chat_id": chat_id,
+            "messages": [_message_json(emu, m, names) for m in emu.messages(chat_id)],
+            "callbacks": [
+                _callback_json(i, c)
+                for i, c in enumerate(emu.card_callbacks())
+                if emu.message(c.message_id).chat_id == chat_id
+            ],
+            "failed_deliveries": sum(1 for a in emu.deliveries() if not a.ok),
+        }
+    )
+
+
+async def _send(request: web.Request) -> web.Response:
+    emu = _emulator(request)
+    body = await _json(request)
+    text = str(body.get("text", "")).strip()
+    if not text:
+        raise web.HTTPBadRequest(text="text is required")
+    chat_type = "group" if body.get("chat_type") == "group" else "p2p"
+    delivered = await emu.send_user_message(
+        text,
+        chat_type=chat_type,
+        mention_bot=chat_type == "group" and bool(body.get("mention_bot")),
+    )
+    attempt = delivered.first_attempt
+    return web.json_response(
+        {
+            "event_id": delivered.event_id,
+            "message_id": delivered.message_id,
+            "chat_id": delivered.chat_id,
+            "delivered": attempt is not None and attempt.ok,
+            "delivery": None
+            if attempt is None
+            else {"status": attempt.status, "outcome": attempt.outcome},
+        }
+    )
+
+
+async def _click(request: web.Request) -> web.Response:
+    emu = _emulator(request)
+    body = await _json(request)
+    value = body.get("value")
+    try:
+        result = await emu.click_card(
+            str(body.get("message_id", "")), value if isinstance(value, dict) else {}
+        )
+    except (ValueError, RuntimeError) as exc:
+        raise web.HTTPBadRequest(text=str(exc)) from None
+    return web.json_response(_callback_json(len(emu.card_callbacks()) - 1, result))
+
+
+async def _json(request: web.Request) -> dict[str, Any]:
+    try:
+        body = await request.json()
+    except ValueError:
+        raise web.HTTPBadRequest(text="a JSON body is required") from None
+    if not isinstance(body, dict):
+        raise web.HTTPBadRequest(text="a JSON object is required")
+    return body
+
+
+_MENTION_KEY = re.compile(r"@_user_\d+")
+
+
+def _message_json(
+    emu: FeishuEmulator, message: ChatMessage, names: dict[str, str]
+) -> dict[str, Any]:
+    text = message.text
+    if text is not None:
+        keys = {str(m.get("key")): str(m.get("name", "")) for m in message.mentions}
+        text = _MENTION_KEY.sub(lambda k: "@" + keys.get(k.group(0), k.group(0)), text)
+    elif message.msg_type not in ("interactive",):
+        text = f"[{message.msg_type}] {message.content}"
+    return {
+        "message_id": message.message_id,
+        "sender_type": message.sender_type,
+        "sender_name": names.get(message.sender_id, message.sender_id),
+        "msg_type": message.msg_type,
+        "text": text,
+        "card": message.card,
+        "parent_id": message.parent_id,
+        "thread_id": message.thread_id,
+        "updated": message.updated,
+        "create_time_ms": message.create_time_ms,
+        "reactions": [r.emoji_type for r in emu.reactions(message.message_id)],
+    }
+
+
+def _callback_json(index: int, result: CardCallbackResult) -> dict[str, Any]:
+    return {
+        "seq": index,
+        "event_id": result.event_id,
+        "message_id": result.message_id,
+        "ok": result.ok,
+        "error": result.error,
+        "toast": None
+        if result.toast is None
+        else {"type": result.toast.type, "content": result.toast.content},
+        "value": json.loads(json.dumps(result.value)),
+    }

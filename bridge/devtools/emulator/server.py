@@ -1,0 +1,216 @@
+"""The `/open-apis/…` side: Feishu's HTTP API over a real socket, with its envelopes and codes.
+
+One catch-all handler instead of aiohttp's router so that every request — routed, unknown,
+fault-injected or unauthenticated — goes through the same steps and is recorded the same way:
+parse → injected fault? → route → token check → handle → record → answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+import re
+import secrets
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+
+from bridge.devtools.emulator import codes
+from bridge.devtools.emulator.chats import ChatWorld, message_data, reaction_data
+from bridge.devtools.emulator.faults import Fault, FaultKind, FaultPlan
+from bridge.devtools.emulator.records import ApiCall
+from bridge.devtools.emulator.tokens import TokenIssuer
+
+TOKEN_PATH = "/open-apis/auth/v3/tenant_access_token/internal"
+
+
+@dataclass(frozen=True)
+class ApiRequest:
+    method: str
+    path: str
+    params: Mapping[str, str]  # path parameters
+    query: Mapping[str, str]
+    body: Any
+
+
+Answer = tuple[int, dict[str, Any]]
+Handler = Callable[[ApiRequest], Answer]
+
+
+@dataclass(frozen=True)
+class _Route:
+    method: str
+    pattern: re.Pattern[str]
+    handler: Handler
+    needs_token: bool = True
+
+
+def _ok(data: Mapping[str, Any] | None = None) -> Answer:
+    return 200, {"code": 0, "msg": "success", "data": dict(data or {})}
+
+
+class OpenApi:
+    def __init__(
+        self,
+        *,
+        world: ChatWorld,
+        tokens: TokenIssuer,
+        faults: FaultPlan,
+        bot_info: Callable[[], Mapping[str, Any]],
+        record: Callable[[ApiCall], None],
+        closing: asyncio.Event,
+    ) -> None:
+        self._world = world
+        self._tokens = tokens
+        self._faults = faults
+        self._bot_info = bot_info
+        self._record = record
+        self._closing = closing
+        self._seq = itertools.count(1)
+        message = r"/open-apis/im/v1/messages/(?P<message_id>[^/]+)"
+        self._routes = [
+            _Route("POST", re.compile(re.escape(TOKEN_PATH)), self._token, needs_token=False),
+            _Route("POST", re.compile(r"/open-apis/im/v1/messages"), self._send),
+            _Route("POST", re.compile(message + "/reply"), self._reply),
+            _Route("PATCH", re.compile(message), self._patch),
+            _Route("POST", re.compile(message + "/reactions"), self._react),
+            _Route(
+                "DELETE",
+                re.compile(message + r"/reactions/(?P<reaction_id>[^/]+)"),
+                self._unreact,
+            ),
+            _Route("GET", re.compile(r"/open-apis/bot/v3/info"), self._bot),
+        ]
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        raw = await request.read()
+        body: Any = None
+        malformed = False
+        if raw:
+            try:
+                body = json.loads(raw)
+            except ValueError:
+                malformed = True
+        api = ApiRequest(request.method, request.path, {}, dict(request.query), body)
+        fault = self._faults.take(request.method, request.path)
+        if fault is not None and fault.kind is not FaultKind.TIMEOUT:
+            status, payload, extra = self._fault_answer(fault)
+        elif fault is not None and not fault.apply:
+            # A dropped call: nothing happens; whatever is answered after the hold is a 500.
+            status, payload = self._error(codes.INTERNAL_ERROR)
+            extra = {}
+        elif malformed:
+            status, payload = self._error(codes.FIELD_VALIDATION_FAILED.with_detail("bad JSON"))
+            extra = {}
+        else:
+            status, payload, extra = self._serve(api, request.headers.get("Authorization"))
+        self._record(
+            ApiCall(
+                seq=next(self._seq),
+                method=request.method,
+                path=request.path,
+                query=dict(request.query),
+                headers={k.lower(): v for k, v in request.headers.items()},
+                body=body,
+                status=status,
+                response=payload,
+                at=time.time(),
+                fault=fault.kind.value if fault is not None else None,
+            )
+        )
+        if fault is not None and fault.kind is FaultKind.TIMEOUT:
+            # Hold past the client's timeout; end early only when the emulator shuts down.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._closing.wait(), fault.hold_seconds)
+        headers = {"X-Tt-Logid": secrets.token_hex(16).upper(), **extra}
+        return web.json_response(payload, status=status, headers=headers)
+
+    # --- pipeline steps ------------------------------------------------------------------
+    def _serve(self, api: ApiRequest, authorization: str | None) -> tuple[int, Any, dict[str, str]]:
+        route, params = self._resolve(api.method, api.path)
+        if route is None:
+            status, payload = self._error(
+                codes.NOT_FOUND.with_detail(f"{api.method} {api.path} is not emulated")
+            )
+            return status, payload, {}
+        try:
+            if route.needs_token:
+                self._tokens.check(authorization)
+            status, payload = route.handler(
+                ApiRequest(api.method, api.path, params, api.query, api.body)
+            )
+        except codes.FeishuError as error:
+            status, payload = self._error(error)
+        return status, payload, {}
+
+    def _resolve(self, method: str, path: str) -> tuple[_Route | None, dict[str, str]]:
+        for route in self._routes:
+            match = route.pattern.fullmatch(path)
+            if match is not None and route.method == method:
+                return route, match.groupdict()
+        return None, {}
+
+    @staticmethod
+    def _error(error: codes.FeishuError) -> tuple[int, dict[str, Any]]:
+        return error.http_status, error.body()
+
+    def _fault_answer(self, fault: Fault) -> tuple[int, dict[str, Any], dict[str, str]]:
+        if fault.kind is FaultKind.RATE_LIMIT:
+            status, payload = self._error(codes.RATE_LIMITED)
+            return (
+                fault.http_status or status,
+                payload,
+                {
+                    "x-ogw-ratelimit-limit": "50",
+                    "x-ogw-ratelimit-reset": str(fault.reset_seconds),
+                },
+            )
+        if fault.kind is FaultKind.SERVER_ERROR:
+            status, payload = self._error(codes.INTERNAL_ERROR)
+            return fault.http_status or status, payload, {}
+        error = codes.FeishuError(
+            fault.http_status or 400,
+            fault.code if fault.code is not None else codes.MESSAGE_INVALID_PARAM.code,
+            fault.msg or "injected business error",
+        )
+        status, payload = self._error(error)
+        return status, payload, {}
+
+    # --- routes --------------------------------------------------------------------------
+    def _body(self, api: ApiRequest) -> Mapping[str, Any]:
+        if not isinstance(api.body, Mapping):
+            raise codes.FIELD_VALIDATION_FAILED.with_detail("request body must be a JSON object")
+        return api.body
+
+    def _token(self, api: ApiRequest) -> Answer:
+        body = api.body if isinstance(api.body, Mapping) else {}
+        token, expire = self._tokens.issue(body.get("app_id"), body.get("app_secret"))
+        return 200, {"code": 0, "msg": "ok", "tenant_access_token": token, "expire": expire}
+
+    def _send(self, api: ApiRequest) -> Answer:
+        message = self._world.send(api.query.get("receive_id_type"), self._body(api))
+        return _ok(message_data(message, self._world.tenant_key))
+
+    def _reply(self, api: ApiRequest) -> Answer:
+        message = self._world.reply(api.params["message_id"], self._body(api))
+        return _ok(message_data(message, self._world.tenant_key))
+
+    def _patch(self, api: ApiRequest) -> Answer:
+        self._world.patch_card(api.params["message_id"], self._body(api))
+        return _ok()
+
+    def _react(self, api: ApiRequest) -> Answer:
+        reaction = self._world.add_reaction(api.params["message_id"], self._body(api))
+        return _ok(reaction_data(reaction))
+
+    def _unreact(self, api: ApiRequest) -> Answer:
+        reaction = self._world.remove_reaction(api.params["message_id"], api.params["reaction_id"])
+        return _ok(reaction_data(reaction))
+
+    def _bot(self, api: ApiRequest) -> Answer:
+        return 200, {"code": 0, "msg": "ok", "bot": dict(self._bot_info())}

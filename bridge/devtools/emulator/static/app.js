@@ -1,0 +1,227 @@
+// The emulator's chat page: plain DOM, no framework, no network beyond this origin.
+// Live updates come from a long-poll on /_emulator/timeline?since=<revision>.
+"use strict";
+
+const state = { chats: {}, chatType: "p2p", revision: -1, seenCallbacks: null, abort: null };
+const $ = (sel) => document.querySelector(sel);
+
+function el(tag, cls, text) {
+  const node = document.createElement(tag);
+  if (cls) node.className = cls;
+  if (text !== undefined && text !== null) node.textContent = text;
+  return node;
+}
+
+function setStatus(text, isError) {
+  const status = $("#status");
+  status.textContent = text;
+  status.classList.toggle("error", !!isError);
+}
+
+function showToast(toast) {
+  const node = el("div", "toast " + (toast.type || "info"), toast.content || "");
+  $("#toasts").appendChild(node);
+  setTimeout(() => node.remove(), 4000);
+}
+
+// Minimal lark_md: **bold** and line breaks; everything else is shown as text (never as HTML).
+function markdown(text) {
+  const box = el("div", "card-text");
+  String(text || "").split(/(\*\*[^*]+\*\*)/).forEach((part) => {
+    if (part.startsWith("**") && part.endsWith("**") && part.length > 4) {
+      box.appendChild(el("b", null, part.slice(2, -2)));
+    } else if (part) {
+      box.appendChild(document.createTextNode(part));
+    }
+  });
+  return box;
+}
+
+function textOf(obj) {
+  if (!obj) return "";
+  if (typeof obj === "string") return obj;
+  return obj.content || "";
+}
+
+function buttonValue(button) {
+  if (button.value && typeof button.value === "object") return button.value;
+  const behavior = (button.behaviors || []).find((b) => b.type === "callback");
+  return behavior ? behavior.value || {} : null;
+}
+
+function renderButton(button, messageId) {
+  const node = el("button", button.type || "default", textOf(button.text) || "button");
+  const value = buttonValue(button);
+  if (button.disabled || value === null) node.disabled = true;
+  node.addEventListener("click", async () => {
+    node.disabled = true;
+    try {
+      const response = await fetch("/_emulator/click", {
+        method: "POST",
+        headers: { "Content-Type": "application/json" },
+        body: JSON.stringify({ message_id: messageId, value: value }),
+      });
+      if (!response.ok) showToast({ type: "error", content: await response.text() });
+    } finally {
+      node.disabled = false;
+    }
+  });
+  return node;
+}
+
+function renderElements(elements, messageId, into) {
+  (elements || []).forEach((item) => {
+    const tag = item.tag;
+    if (tag === "markdown" || tag === "lark_md") {
+      into.appendChild(markdown(item.content));
+    } else if (tag === "div") {
+      if (item.text) into.appendChild(markdown(textOf(item.text)));
+      (item.fields || []).forEach((f) => into.appendChild(markdown(textOf(f.text))));
+    } else if (tag === "plain_text") {
+      into.appendChild(el("div", "card-text", item.content));
+    } else if (tag === "hr") {
+      into.appendChild(el("hr"));
+    } else if (tag === "note") {
+      const note = el("div", "card-note");
+      (item.elements || []).forEach((n) => note.appendChild(el("span", null, textOf(n) + " ")));
+      into.appendChild(note);
+    } else if (tag === "action") {
+      const row = el("div", "card-actions");
+      (item.actions || []).forEach((b) => row.appendChild(renderButton(b, messageId)));
+      into.appendChild(row);
+    } else if (tag === "button") {
+      const row = el("div", "card-actions");
+      row.appendChild(renderButton(item, messageId));
+      into.appendChild(row);
+    } else if (tag === "column_set") {
+      const row = el("div", "card-actions");
+      (item.columns || []).forEach((c) => renderElements(c.elements, messageId, row));
+      into.appendChild(row);
+    } else if (item.elements) {
+      renderElements(item.elements, messageId, into); // form, collapsible_panel, containers
+    } else if (tag === "img") {
+      into.appendChild(el("div", "card-note", "[image]"));
+    }
+  });
+}
+
+function renderCard(card, messageId) {
+  const box = el("div", "card");
+  const header = card.header || {};
+  const title = header.title ? textOf(header.title) : "";
+  if (title) box.appendChild(el("div", "card-header " + (header.template || "blue"), title));
+  const body = el("div", "card-body");
+  const elements = (card.body && card.body.elements) || card.elements ||
+    (card.i18n_elements && (card.i18n_elements.zh_cn || Object.values(card.i18n_elements)[0]));
+  renderElements(elements, messageId, body);
+  box.appendChild(body);
+  return box;
+}
+
+function renderMessage(message) {
+  const side = message.sender_type === "app" ? "bot" : "user";
+  const node = el("div", "msg " + side);
+  node.dataset.messageId = message.message_id;
+  node.appendChild(el("div", "sender", message.sender_name));
+  if (message.parent_id) node.appendChild(el("div", "quote", "回复 " + message.parent_id.slice(0, 12) + "…"));
+  if (message.card) {
+    node.appendChild(renderCard(message.card, message.message_id));
+    if (message.updated) node.appendChild(el("div", "updated", "已更新"));
+  } else {
+    node.appendChild(el("div", "bubble", message.text || ""));
+  }
+  if (message.reactions.length) {
+    const row = el("div", "reactions");
+    message.reactions.forEach((r) => row.appendChild(el("span", "reaction", r)));
+    node.appendChild(row);
+  }
+  return node;
+}
+
+function render(data) {
+  const timeline = $("#timeline");
+  const atBottom = timeline.scrollHeight - timeline.scrollTop - timeline.clientHeight < 40;
+  timeline.replaceChildren(...data.messages.map(renderMessage));
+  if (atBottom) timeline.scrollTop = timeline.scrollHeight;
+  // Toasts of callbacks that happened after the page loaded (by the page or by a test).
+  const firstLoad = state.seenCallbacks === null;
+  if (firstLoad) state.seenCallbacks = new Set();
+  data.callbacks.forEach((c) => {
+    if (state.seenCallbacks.has(c.seq)) return;
+    state.seenCallbacks.add(c.seq);
+    if (!firstLoad && c.toast) showToast(c.toast);
+  });
+  const failed = data.failed_deliveries ? ` · ${data.failed_deliveries} failed pushes` : "";
+  setStatus(`live · rev ${data.revision}${failed}`, false);
+}
+
+async function poll() {
+  for (;;) {
+    state.abort = new AbortController();
+    const chatId = state.chats[state.chatType];
+    try {
+      const url = `/_emulator/timeline?chat_id=${encodeURIComponent(chatId)}&since=${state.revision}`;
+      const response = await fetch(url, { signal: state.abort.signal });
+      const data = await response.json();
+      if (data.chat_id !== state.chats[state.chatType]) continue;
+      state.revision = data.revision;
+      render(data);
+    } catch (err) {
+      if (err.name === "AbortError") continue;
+      setStatus("disconnected — retrying", true);
+      await new Promise((resolve) => setTimeout(resolve, 1000));
+    }
+  }
+}
+
+function switchChat(chatType) {
+  state.chatType = chatType;
+  state.revision = -1;
+  state.seenCallbacks = null;
+  $("#mention-label").style.visibility = chatType === "group" ? "visible" : "hidden";
+  if (state.abort) state.abort.abort();
+}
+
+async function send() {
+  const composer = $("#composer");
+  const text = composer.value.trim();
+  if (!text) return;
+  composer.value = "";
+  const response = await fetch("/_emulator/send", {
+    method: "POST",
+    headers: { "Content-Type": "application/json" },
+    body: JSON.stringify({ text: text, chat_type: state.chatType, mention_bot: $("#mention-bot").checked }),
+  });
+  if (!response.ok) {
+    showToast({ type: "error", content: await response.text() });
+    return;
+  }
+  const result = await response.json();
+  if (!result.delivered) {
+    const why = result.delivery ? `${result.delivery.outcome} ${result.delivery.status || ""}` : "no webhook_url";
+    showToast({ type: "warning", content: "推送未成功: " + why });
+  }
+}
+
+async function main() {
+  const info = await (await fetch("/_emulator/state")).json();
+  state.chats = info.chats;
+  $("#bot-name").textContent = info.bot.name;
+  document.title = info.bot.name + " · Feishu emulator";
+  info.scenarios.forEach((text) => {
+    const chip = el("button", "scenario", text);
+    chip.type = "button";
+    chip.addEventListener("click", () => { $("#composer").value = text; $("#composer").focus(); });
+    $("#scenarios").appendChild(chip);
+  });
+  document.querySelectorAll("input[name=chat-type]").forEach((radio) =>
+    radio.addEventListener("change", () => switchChat(radio.value)));
+  $("#composer-form").addEventListener("submit", (event) => { event.preventDefault(); send(); });
+  $("#composer").addEventListener("keydown", (event) => {
+    if (event.key === "Enter" && !event.shiftKey) { event.preventDefault(); send(); }
+  });
+  switchChat("p2p");
+  poll();
+}
+
+main();

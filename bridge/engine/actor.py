@@ -1,0 +1,154 @@
+"""One conversation's actor: feeds inputs to the pure core and performs what it returns.
+
+`feed` is synchronous — it runs `step` and queues the effects — so every input, a runtime
+update or a card click, is decided the moment it arrives, in arrival order, and a card
+callback gets its answer without waiting for slower Feishu calls. One performer task per
+actor then carries the effects out strictly in order (the ack reaction before any text).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from bridge.core import Conversation, Timings, snapshot, step
+from bridge.core.effects import (
+    ClearTimer,
+    Dropped,
+    Effect,
+    RefuseClick,
+    SetTimer,
+    UpdateApprovalCard,
+    UpdateQuestionCard,
+)
+from bridge.core.inputs import CoreEvent, TimerFired
+from bridge.engine.tasks import TaskTracker
+from bridge.engine.timers import Timers
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class React:
+    """The ack reaction on a user's message (the receiver's, not the core's)."""
+
+    message_id: str
+
+
+@dataclass(frozen=True)
+class Reply:
+    """A fixed line outside any turn (unsupported type, refusal); `key` is a translation key."""
+
+    key: str
+    reply_to: str
+    idempotency_key: str
+    done_message: str | None = None  # journal entry to mark done once it is posted
+
+
+@dataclass(frozen=True)
+class MarkDone:
+    message_id: str
+
+
+Work = Effect | React | Reply | MarkDone
+
+
+@dataclass
+class Clicked:
+    """What a card click decided, for the callback's answer (toast and/or a new card)."""
+
+    effects: list[Effect] = field(default_factory=list)
+
+
+class ConversationActor:
+    def __init__(
+        self,
+        key: str,
+        *,
+        conv: Conversation,
+        timings: Timings,
+        clock: Callable[[], float],
+        perform: Callable[[ConversationActor, Work], Any],
+        publish: Callable[[str, dict[str, object]], object],
+        tasks: TaskTracker,
+    ) -> None:
+        self.key = key
+        self.conv = conv
+        self.in_thread = False
+        self._timings = timings
+        self._clock = clock
+        self._perform = perform
+        self._publish = publish
+        self._queue: asyncio.Queue[Work] = asyncio.Queue()
+        self._timers = Timers(clock, self._timer_fired)
+        self._tasks = tasks
+        self._performer: asyncio.Task[None] | None = None
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    # -- inputs ------------------------------------------------------------------------------
+
+    def feed(self, event: CoreEvent) -> list[Effect]:
+        """Step the core with one input; queue its effects; return them (for callbacks)."""
+        now = self._clock()
+        self.conv, effects = step(self.conv, event, now, self._timings)
+        for effect in effects:
+            if isinstance(effect, SetTimer):
+                self._timers.set(effect.name, effect.at)
+            elif isinstance(effect, ClearTimer):
+                self._timers.clear(effect.name)
+            elif isinstance(effect, Dropped):
+                log.info(
+                    "dropped %s in %s: %s (turn %s)",
+                    effect.event,
+                    self.key,
+                    effect.reason,
+                    effect.turn_id,
+                )
+            elif isinstance(effect, RefuseClick):
+                pass  # answered in the callback itself
+            else:
+                self.enqueue(effect)
+        self._publish(self.key, snapshot(self.conv, now))
+        return effects
+
+    def _timer_fired(self, name: str) -> None:
+        self.feed(TimerFired(name))
+
+    def enqueue(self, work: Work) -> None:
+        self._queue.put_nowait(work)
+        self._idle.clear()
+        if self._performer is None or self._performer.done():
+            self._performer = self._tasks.spawn(self._run(), name=f"perform:{self.key}")
+
+    @staticmethod
+    def click_effects(effects: list[Effect]) -> list[Effect]:
+        return [
+            e
+            for e in effects
+            if isinstance(e, RefuseClick | UpdateApprovalCard | UpdateQuestionCard)
+        ]
+
+    # -- performing --------------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        while not self._queue.empty():
+            work = self._queue.get_nowait()
+            try:
+                await self._perform(self, work)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                # A failed effect is logged and skipped: one bad call must not stall the
+                # conversation (the Feishu client already retried what can be retried).
+                log.exception("effect %s failed in %s", type(work).__name__, self.key)
+        self._idle.set()
+
+    async def wait_idle(self) -> None:
+        await self._idle.wait()
+
+    def close(self) -> None:
+        self._timers.clear_all()

@@ -1,0 +1,380 @@
+"""The engine: conversation actors, the effect executor, turns, card clicks, restart recovery.
+
+It implements the receiver's `MessageSink`. All decisions are the core's; this module only
+translates inputs (Feishu events, runtime events, timers) into core inputs and effects into
+calls on the Feishu client, the agent runtime and the store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from bridge.core import Conversation, Options, Timings
+from bridge.core.effects import (
+    AnswerPermission,
+    AnswerQuestion,
+    CancelTurn,
+    NewSession,
+    PostApprovalCard,
+    PostQuestion,
+    PostText,
+    RecordTerminal,
+    RefuseClick,
+    RelayReply,
+    StartTurn,
+    UpdateApprovalCard,
+    UpdateQuestionCard,
+)
+from bridge.core.inputs import (
+    ApprovalClicked,
+    QuestionAnswered,
+    RuntimeRestarted,
+    RuntimeRestartFailed,
+    RuntimeUnavailableAtStart,
+    TurnInterruptedByRestart,
+    UserMessage,
+)
+from bridge.engine.actor import Clicked, ConversationActor, MarkDone, React, Reply, Work
+from bridge.engine.cards_view import CardBook
+from bridge.engine.commands import parse_command
+from bridge.engine.render import render
+from bridge.engine.tasks import TaskTracker
+from bridge.feishu.api import FeishuApi
+from bridge.feishu.cards import APPROVAL, decode_action
+from bridge.feishu.models import CardAction, CardActionReply, InboundMessage
+from bridge.i18n import Translator
+from bridge.runtime.events import RuntimeExited, RuntimeFailed, TurnEnded, TurnEvent
+from bridge.runtime.port import AgentRuntime, RuntimeUnavailable
+from bridge.store.port import ApprovalStatus, MessageState, Store, TurnOutcome
+
+log = logging.getLogger(__name__)
+
+TEXT_TYPES = frozenset({"text", "post"})
+
+
+def feishu_uuid(idempotency_key: str) -> str:
+    """Feishu's `uuid` is at most 50 characters; a digest keeps any key inside it."""
+    return hashlib.sha256(idempotency_key.encode()).hexdigest()[:40]
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    timings: Timings
+    options: Options
+    ack_emoji: str
+    max_running_turns: int
+
+
+class Engine:
+    def __init__(
+        self,
+        *,
+        feishu: FeishuApi,
+        runtime: AgentRuntime,
+        store: Store,
+        translator: Translator,
+        config: EngineConfig,
+        clock: Callable[[], float],
+        publish: Callable[[str, dict[str, object]], object],
+    ) -> None:
+        self._feishu = feishu
+        self._runtime = runtime
+        self._store = store
+        self._t = translator
+        self._config = config
+        self._clock = clock
+        self._publish = publish
+        self._actors: dict[str, ConversationActor] = {}
+        self._tasks = TaskTracker("engine")
+        self._turn_slots = asyncio.Semaphore(config.max_running_turns)
+        self._cards = CardBook(translator)
+        # request id → conversation, for routing card clicks.
+        self._requests: dict[str, str] = {}
+
+    # -- actors ------------------------------------------------------------------------------
+
+    def actor(self, key: str) -> ConversationActor:
+        found = self._actors.get(key)
+        if found is None:
+            found = ConversationActor(
+                key,
+                conv=Conversation(options=self._config.options),
+                timings=self._config.timings,
+                clock=self._clock,
+                perform=self._perform,
+                publish=self._publish,
+                tasks=self._tasks,
+            )
+            self._actors[key] = found
+        return found
+
+    @property
+    def conversations(self) -> dict[str, ConversationActor]:
+        return dict(self._actors)
+
+    # -- MessageSink -------------------------------------------------------------------------
+
+    def accept(self, message: InboundMessage) -> None:
+        actor = self.actor(message.conversation_key)
+        if message.thread_id or message.root_id:
+            actor.in_thread = True
+        actor.enqueue(React(message.message_id))
+        if message.message_type not in TEXT_TYPES or not message.text.strip():
+            actor.enqueue(
+                Reply(
+                    "message.unsupported",
+                    message.message_id,
+                    f"{message.message_id}:unsupported",
+                    done_message=message.message_id,
+                )
+            )
+            return
+        self._feed_text(actor, message.message_id, message.sender_open_id, message.text)
+
+    def _feed_text(self, actor: ConversationActor, message_id: str, sender: str, text: str) -> None:
+        command = parse_command(text, message_id=message_id, sender=sender)
+        if command is not None:
+            actor.feed(command)
+            actor.enqueue(MarkDone(message_id))
+            return
+        before = actor.conv.queue
+        effects = actor.feed(UserMessage(message_id=message_id, sender=sender, text=text))
+        started = any(isinstance(e, StartTurn) and e.turn_id == message_id for e in effects)
+        queued = any(q.message_id == message_id for q in actor.conv.queue) and not any(
+            q.message_id == message_id for q in before
+        )
+        if not started and not queued:
+            actor.enqueue(MarkDone(message_id))  # consumed as an answer, or dropped
+
+    def refuse(self, message: InboundMessage) -> None:
+        self.actor(message.conversation_key).enqueue(
+            Reply("access.refused", message.message_id, f"{message.message_id}:refused")
+        )
+
+    async def card_action(self, action: CardAction) -> CardActionReply:
+        decoded = decode_action(action.value)
+        if decoded is None:
+            return CardActionReply(toast_type="info", toast_text=self._t("card.click.unknown"))
+        kind, request_id, choice = decoded
+        key = self._requests.get(request_id)
+        if key is None:
+            # Not a live request of this process: answered before, or cut by a restart.
+            return CardActionReply(toast_type="info", toast_text=self._t("card.already_handled"))
+        actor = self.actor(key)
+        event: ApprovalClicked | QuestionAnswered
+        if kind == APPROVAL:
+            event = ApprovalClicked(request_id, choice, action.operator_open_id)
+        else:
+            question = actor.conv.question
+            answer_key = question.answer_key if question else "answer"
+            event = QuestionAnswered(request_id, {answer_key: choice}, action.operator_open_id)
+        clicked = Clicked(ConversationActor.click_effects(actor.feed(event)))
+        return self._click_reply(clicked)
+
+    def _click_reply(self, clicked: Clicked) -> CardActionReply:
+        for effect in clicked.effects:
+            if isinstance(effect, RefuseClick):
+                return CardActionReply(toast_type="warning", toast_text=self._t(effect.key))
+        for effect in clicked.effects:
+            if isinstance(effect, UpdateApprovalCard | UpdateQuestionCard):
+                self._cards.mark_closed_by_callback(effect.card_key)
+                card = self._cards.closed_card(effect)
+                toast = "card.click.recorded"
+                return CardActionReply(toast_type="success", toast_text=self._t(toast), card=card)
+        return CardActionReply(toast_type="info", toast_text=self._t("card.already_handled"))
+
+    # -- restart recovery --------------------------------------------------------------------
+
+    async def recover(self) -> None:
+        """After a restart: tell interrupted turns' users, expire open approval cards, and run
+        what was queued behind them (with a notice)."""
+        now = self._clock()
+        for approval in await self._store.open_approvals():
+            await self._store.resolve_approval(
+                approval.request_id, ApprovalStatus.EXPIRED, None, now
+            )
+            try:
+                await self._feishu.update_card(
+                    approval.card_message_id, self._cards.expired_after_restart()
+                )
+            except Exception:
+                log.warning("could not expire approval card %s", approval.card_message_id)
+        interrupted = await self._store.running_turns()
+        await self._store.interrupt_running_messages(now)
+        for turn in interrupted:
+            message = await self._store.message(turn.message_id)
+            requester = message.sender_open_id if message else ""
+            self.actor(turn.conversation_key).feed(
+                TurnInterruptedByRestart(turn.turn_id, turn.message_id, requester)
+            )
+        for message in await self._store.unfinished_messages():
+            if message.state is MessageState.INTERRUPTED and any(
+                t.message_id == message.message_id for t in interrupted
+            ):
+                await self._store.set_message_state(message.message_id, MessageState.DONE, now)
+                continue
+            actor = self.actor(message.conversation_key)
+            actor.enqueue(
+                Reply(
+                    "recovery.resumed",
+                    message.message_id,
+                    f"{message.message_id}:resumed",
+                )
+            )
+            self._feed_text(actor, message.message_id, message.sender_open_id, message.text)
+
+    # -- effects -----------------------------------------------------------------------------
+
+    async def _perform(self, actor: ConversationActor, work: Work) -> None:
+        now = self._clock()
+        match work:
+            case React(message_id):
+                await self._feishu.add_reaction(message_id, self._config.ack_emoji)
+            case Reply(key, reply_to, idem, done):
+                await self._post_text(actor, reply_to, self._t(key), idem)
+                if done:
+                    await self._store.set_message_state(done, MessageState.DONE, now)
+            case MarkDone(message_id):
+                await self._store.set_message_state(message_id, MessageState.DONE, now)
+            case PostText(key, params, reply_to, idem, _):
+                await self._post_text(actor, reply_to, render(self._t, key, params), idem)
+            case RelayReply(text, reply_to, idem, _):
+                await self._post_text(actor, reply_to, text, idem)
+            case StartTurn():
+                await self._start_turn(actor, work)
+            case CancelTurn(_, session_id):
+                if session_id is not None:
+                    await self._runtime.cancel(session_id)
+            case AnswerPermission(request_id, option_id):
+                self._requests.pop(request_id, None)
+                await self._runtime.answer_permission(request_id, option_id)
+            case AnswerQuestion(request_id, answers):
+                self._requests.pop(request_id, None)
+                await self._runtime.answer_question(request_id, answers)
+            case PostApprovalCard() | PostQuestion():
+                await self._post_card(actor, work)
+            case UpdateApprovalCard() | UpdateQuestionCard():
+                await self._update_card(work)
+            case NewSession():
+                await self._store.unbind(actor.key)
+            case RecordTerminal(turn_id, outcome, detail):
+                await self._record_terminal(actor, turn_id, outcome.value, detail)
+            case _:
+                log.warning("no executor for %s", type(work).__name__)
+
+    async def _post_text(
+        self, actor: ConversationActor, reply_to: str, text: str, idem: str
+    ) -> None:
+        if await self._store.sent(idem) is not None:
+            log.info("skipped a post already sent before a restart (%s)", idem)
+            return
+        ids = await self._feishu.reply_text(
+            reply_to, text, uuid=feishu_uuid(idem), in_thread=actor.in_thread
+        )
+        await self._store.mark_sent(idem, ids, self._clock())
+
+    async def _post_card(
+        self, actor: ConversationActor, work: PostApprovalCard | PostQuestion
+    ) -> None:
+        self._requests[work.request_id] = actor.key
+        card = self._cards.open_card(work)
+        message_id = await self._feishu.reply_card(
+            work.reply_to, card, uuid=feishu_uuid(work.idempotency_key), in_thread=actor.in_thread
+        )
+        self._cards.remember(work, message_id)
+        await self._store.mark_sent(work.idempotency_key, [message_id], self._clock())
+        turn = actor.conv.turn
+        if isinstance(work, PostApprovalCard) and turn is not None:
+            await self._store.save_approval(
+                work.request_id, turn.turn_id, actor.key, message_id, work.requester, self._clock()
+            )
+
+    async def _update_card(self, work: UpdateApprovalCard | UpdateQuestionCard) -> None:
+        self._requests.pop(work.request_id, None)
+        if isinstance(work, UpdateApprovalCard):
+            await self._store.resolve_approval(
+                work.request_id, self._cards.approval_status(work), work.by, self._clock()
+            )
+        message_id = self._cards.message_id(work.card_key)
+        if message_id is None:
+            return
+        if self._cards.shown_by_callback(work):
+            return  # the click's callback answer already replaced the card
+        await self._feishu.update_card(message_id, self._cards.closed_card(work))
+
+    async def _record_terminal(
+        self, actor: ConversationActor, turn_id: str, outcome: str, detail: str
+    ) -> None:
+        now = self._clock()
+        if await self._store.finish_turn(turn_id, TurnOutcome(outcome), now):
+            await self._store.trace(turn_id, "terminal", f"{outcome} {detail}".strip(), now)
+        await self._store.set_message_state(turn_id, MessageState.DONE, now)
+
+    # -- turns -------------------------------------------------------------------------------
+
+    async def _start_turn(self, actor: ConversationActor, work: StartTurn) -> None:
+        now = self._clock()
+        if await self._store.start_turn(work.turn_id, actor.key, work.turn_id, now):
+            await self._store.trace(work.turn_id, "start", "", now)
+        await self._store.set_message_state(work.turn_id, MessageState.RUNNING, now)
+        self._tasks.spawn(self._run_turn(actor, work), name=f"turn:{work.turn_id}")
+
+    async def _open_session(self, key: str) -> str:
+        resume = await self._store.session_for(key)
+        handle = await self._runtime.open_session(key, resume_session_id=resume)
+        if handle.session_id != resume:
+            await self._store.bind_session(key, handle.session_id, self._clock())
+        return handle.session_id
+
+    async def _run_turn(self, actor: ConversationActor, work: StartTurn) -> None:
+        async with self._turn_slots:
+            try:
+                session_id = work.session_id or await self._open_session(actor.key)
+            except RuntimeUnavailable as exc:
+                actor.feed(RuntimeUnavailableAtStart(work.turn_id, exc.reason, exc.limit_reached))
+                return
+            terminal: list[TurnEvent] = []
+
+            def sink(event: TurnEvent) -> None:
+                if isinstance(event, TurnEnded | RuntimeFailed | RuntimeExited):
+                    terminal.append(event)
+                actor.feed(event)
+
+            try:
+                await self._runtime.prompt(session_id, work.text, sink)
+            except Exception as exc:
+                log.exception("prompt of turn %s raised", work.turn_id)
+                if not terminal:
+                    sink(RuntimeFailed(session_id, reason=type(exc).__name__))
+            if not terminal:
+                sink(RuntimeFailed(session_id, reason="prompt returned without an ending"))
+            ended = terminal[0]
+            if isinstance(ended, RuntimeExited) and ended.restarting:
+                await self._reopen(actor, session_id)
+
+    async def _reopen(self, actor: ConversationActor, session_id: str) -> None:
+        try:
+            handle = await self._runtime.open_session(actor.key, resume_session_id=session_id)
+        except RuntimeUnavailable as exc:
+            actor.feed(RuntimeRestartFailed(exc.reason))
+            return
+        await self._store.bind_session(actor.key, handle.session_id, self._clock())
+        actor.feed(RuntimeRestarted(handle.session_id, reloaded=handle.loaded))
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    async def drain(self, grace: float) -> None:
+        for actor in self._actors.values():
+            actor.close()
+        await self._tasks.drain(grace)
+
+    async def wait_idle(self) -> None:
+        """Until every actor has performed what it was given (tests and shutdown)."""
+        await asyncio.gather(*(actor.wait_idle() for actor in self._actors.values()))
+
+
+__all__ = ["Engine", "EngineConfig", "feishu_uuid"]

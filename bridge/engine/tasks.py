@@ -1,0 +1,52 @@
+"""Tracked background tasks: kept in a set, errors logged, all drained on shutdown.
+
+Never a fire-and-forget `ensure_future`: a task that is not referenced can be garbage
+collected mid-flight, and an exception in it would vanish.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Coroutine
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+
+class TaskTracker:
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._closing = False
+
+    def spawn(self, coro: Coroutine[Any, Any, Any], *, name: str) -> asyncio.Task[Any]:
+        if self._closing:
+            coro.close()
+            raise RuntimeError(f"{self._name} is shutting down")
+        task = asyncio.get_running_loop().create_task(coro, name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._done)
+        return task
+
+    def _done(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if task.cancelled():
+            return
+        exc = task.exception()
+        if exc is not None:
+            log.error("task %s failed", task.get_name(), exc_info=exc)
+
+    def __len__(self) -> int:
+        return len(self._tasks)
+
+    async def drain(self, grace: float) -> None:
+        """Refuse new tasks, wait up to `grace` seconds for running ones, then cancel the rest."""
+        self._closing = True
+        if not self._tasks:
+            return
+        _, pending = await asyncio.wait(set(self._tasks), timeout=grace)
+        for task in pending:
+            task.cancel()
+        if pending:
+            await asyncio.gather(*pending, return_exceptions=True)

@@ -1,0 +1,110 @@
+"""Interactive cards the bridge sends: approvals and questions (Feishu card JSON 1.0).
+
+Every text comes from the translator; buttons carry a small `value` the callback decodes
+(`kind`, the request id, and the choice). `update_multi` makes the card shared, which the
+PATCH API requires to update it for everyone in the chat.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from bridge.i18n import Translator
+
+APPROVAL = "approval"
+QUESTION = "question"
+
+# Button order and style per permission kind; unknown kinds fall back to "default".
+_BUTTON_STYLE = {
+    "allow_once": "primary",
+    "allow_always": "default",
+    "reject_once": "danger",
+    "reject_always": "danger",
+}
+
+
+@dataclass(frozen=True)
+class Choice:
+    value: str  # option id (approval) or answer value (question)
+    label: str
+    kind: str = ""  # permission kind, for the button style
+
+
+def _text(content: str) -> dict[str, Any]:
+    return {"tag": "div", "text": {"tag": "lark_md", "content": content}}
+
+
+def _card(template: str, title: str, elements: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "config": {"wide_screen_mode": True, "update_multi": True},
+        "header": {"template": template, "title": {"tag": "plain_text", "content": title}},
+        "elements": elements,
+    }
+
+
+def _buttons(kind: str, request_id: str, choices: Sequence[Choice]) -> dict[str, Any]:
+    return {
+        "tag": "action",
+        "actions": [
+            {
+                "tag": "button",
+                "text": {"tag": "plain_text", "content": choice.label},
+                "type": _BUTTON_STYLE.get(choice.kind, "default"),
+                "value": {"kind": kind, "request_id": request_id, "choice": choice.value},
+            }
+            for choice in choices
+        ],
+    }
+
+
+def approval_card(
+    t: Translator, *, request_id: str, title: str, detail: str | None, choices: Sequence[Choice]
+) -> dict[str, Any]:
+    elements = [_text(t("card.approval.asks", title=title))]
+    if detail:
+        elements.append(_text(f"```\n{detail}\n```"))
+    elements.append(_buttons(APPROVAL, request_id, choices))
+    elements.append({"tag": "note", "elements": [_plain(t("card.approval.who_may"))]})
+    return _card("orange", t("card.approval.header"), elements)
+
+
+def approval_closed_card(
+    t: Translator, *, title: str, detail: str | None, outcome_key: str, **params: str
+) -> dict[str, Any]:
+    """The same card without buttons, saying who decided (or that it expired)."""
+    elements = [_text(t("card.approval.asks", title=title))]
+    if detail:
+        elements.append(_text(f"```\n{detail}\n```"))
+    elements.append(_text(t(outcome_key, **params)))
+    template = "grey" if outcome_key.endswith(("expired", "cancelled")) else "green"
+    return _card(template, t("card.approval.header"), elements)
+
+
+def question_card(
+    t: Translator, *, request_id: str, text: str, choices: Sequence[Choice]
+) -> dict[str, Any]:
+    elements = [_text(text)]
+    if choices:
+        elements.append(_buttons(QUESTION, request_id, choices))
+    elements.append({"tag": "note", "elements": [_plain(t("card.question.how_to_answer"))]})
+    return _card("blue", t("card.question.header"), elements)
+
+
+def question_closed_card(
+    t: Translator, *, text: str, outcome_key: str, **params: str
+) -> dict[str, Any]:
+    return _card("grey", t("card.question.header"), [_text(text), _text(t(outcome_key, **params))])
+
+
+def _plain(content: str) -> dict[str, Any]:
+    return {"tag": "plain_text", "content": content}
+
+
+def decode_action(value: dict[str, Any]) -> tuple[str, str, str] | None:
+    """(kind, request_id, choice) from a button's value, or None when it is not ours."""
+    kind, request_id, choice = value.get("kind"), value.get("request_id"), value.get("choice")
+    if kind in (APPROVAL, QUESTION) and isinstance(request_id, str) and isinstance(choice, str):
+        return kind, request_id, choice
+    return None

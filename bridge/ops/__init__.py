@@ -1,0 +1,1 @@
+"""Operator surfaces: health, status, versioned runtime-state snapshots, SSE, metrics."""

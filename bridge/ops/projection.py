@@ -1,0 +1,87 @@
+"""Versioned runtime-state snapshots of every conversation, and their SSE fan-out.
+
+Every change bumps a per-process monotonic `revision` under a `projection_epoch` that is new
+at each start, so an observer can drop stale or duplicate snapshots (and notice a restart).
+Subscribers get bounded queues: a slow reader loses old frames and is told so by a
+`lagged` frame, never slows the bridge down.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+TERMINAL = object()  # sentinel closing a subscription
+
+
+@dataclass
+class Subscription:
+    queue: asyncio.Queue[dict[str, Any] | object]
+    dropped: int = 0
+
+
+@dataclass
+class Projection:
+    epoch: str = field(default_factory=lambda: uuid.uuid4().hex)
+    queue_size: int = 256
+    revision: int = 0
+    _states: dict[str, dict[str, Any]] = field(default_factory=dict)
+    _subscribers: set[Subscription] = field(default_factory=set)
+
+    def publish(self, conversation_key: str, snapshot: Mapping[str, Any]) -> dict[str, Any] | None:
+        """Store a conversation's snapshot; unchanged snapshots are not re-published."""
+        current = self._states.get(conversation_key)
+        if current is not None and current["snapshot"] == snapshot:
+            return None
+        self.revision += 1
+        frame = {
+            "type": "runtime_state",
+            "projection_epoch": self.epoch,
+            "revision": self.revision,
+            "conversation": conversation_key,
+            "snapshot": dict(snapshot),
+        }
+        self._states[conversation_key] = frame
+        for sub in self._subscribers:
+            self._offer(sub, frame)
+        return frame
+
+    def snapshot(self) -> dict[str, Any]:
+        return {
+            "projection_epoch": self.epoch,
+            "revision": self.revision,
+            "conversations": {
+                key: {"revision": frame["revision"], **frame["snapshot"]}
+                for key, frame in sorted(self._states.items())
+            },
+        }
+
+    def get(self, conversation_key: str) -> dict[str, Any] | None:
+        frame = self._states.get(conversation_key)
+        return None if frame is None else dict(frame["snapshot"])
+
+    def subscribe(self) -> Subscription:
+        sub = Subscription(asyncio.Queue(maxsize=self.queue_size))
+        self._subscribers.add(sub)
+        return sub
+
+    def unsubscribe(self, sub: Subscription) -> None:
+        self._subscribers.discard(sub)
+
+    def close(self) -> None:
+        """Send every subscriber an explicit terminal frame (shutdown)."""
+        for sub in list(self._subscribers):
+            self._offer(sub, TERMINAL)
+        self._subscribers.clear()
+
+    @staticmethod
+    def _offer(sub: Subscription, item: dict[str, Any] | object) -> None:
+        try:
+            sub.queue.put_nowait(item)
+        except asyncio.QueueFull:
+            sub.queue.get_nowait()  # drop the oldest; the reader is told it lagged
+            sub.dropped += 1
+            sub.queue.put_nowait(item)

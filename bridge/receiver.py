@@ -1,0 +1,131 @@
+"""Inbound pipeline: event → filters → dedup/journal → the conversation's actor.
+
+Cross-cutting steps are a small middleware chain (each may stop the event or pass it on),
+not branches in one handler. Everything here is fast and local: the ack reaction and every
+other Feishu call happen in the conversation's actor, after the webhook has answered.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from bridge.feishu.models import CardAction, CardActionReply, InboundMessage
+from bridge.store.port import Store
+
+log = logging.getLogger(__name__)
+
+Next = Callable[[InboundMessage], Awaitable[None]]
+Middleware = Callable[[InboundMessage, Next], Awaitable[None]]
+
+
+class MessageSink(Protocol):
+    """What the receiver hands accepted events to (the engine)."""
+
+    def accept(self, message: InboundMessage) -> None:
+        """A journaled message for its conversation's actor (returns at once)."""
+
+    def refuse(self, message: InboundMessage) -> None:
+        """Post the one polite refusal for a sender or chat outside the allow-lists."""
+
+    async def card_action(self, action: CardAction) -> CardActionReply: ...
+
+
+@dataclass(frozen=True)
+class AccessPolicy:
+    allowed_users: frozenset[str] = frozenset()
+    allowed_chats: frozenset[str] = frozenset()
+
+    def admits(self, message: InboundMessage) -> bool:
+        if self.allowed_users and message.sender_open_id not in self.allowed_users:
+            return False
+        return not (self.allowed_chats and message.chat_id not in self.allowed_chats)
+
+
+def chain(middlewares: Sequence[Middleware], endpoint: Next) -> Next:
+    handler = endpoint
+    for middleware in reversed(middlewares):
+        handler = _bind(middleware, handler)
+    return handler
+
+
+def _bind(middleware: Middleware, nxt: Next) -> Next:
+    async def run(message: InboundMessage) -> None:
+        await middleware(message, nxt)
+
+    return run
+
+
+class Receiver:
+    """Implements `InboundHandler` for both intake modes."""
+
+    def __init__(
+        self,
+        *,
+        store: Store,
+        sink: MessageSink,
+        policy: AccessPolicy,
+        bot_open_id: Callable[[], str | None],
+        clock: Callable[[], float],
+    ) -> None:
+        self._store = store
+        self._sink = sink
+        self._policy = policy
+        self._bot_open_id = bot_open_id
+        self._clock = clock
+        self._handle = chain(
+            [self.ignore_own, self.require_mention_in_groups, self.allow_lists, self.dedup],
+            self.dispatch,
+        )
+
+    async def on_message(self, message: InboundMessage) -> None:
+        await self._handle(message)
+
+    async def on_card_action(self, action: CardAction) -> CardActionReply:
+        return await self._sink.card_action(action)
+
+    # -- middlewares -------------------------------------------------------------------------
+
+    async def ignore_own(self, message: InboundMessage, nxt: Next) -> None:
+        bot = self._bot_open_id()
+        if message.sender_type == "app" or (bot is not None and message.sender_open_id == bot):
+            log.debug("ignored own/app message %s", message.message_id)
+            return
+        await nxt(message)
+
+    async def require_mention_in_groups(self, message: InboundMessage, nxt: Next) -> None:
+        if message.chat_type != "p2p" and not message.mentions_bot:
+            log.debug("ignored group message %s without @bot", message.message_id)
+            return
+        await nxt(message)
+
+    async def allow_lists(self, message: InboundMessage, nxt: Next) -> None:
+        if self._policy.admits(message):
+            await nxt(message)
+            return
+        # One refusal per message, even when Feishu redelivers it.
+        if await self._store.claim_event(message.event_id, message.message_id, self._clock()):
+            log.info("refused message %s from outside the allow-lists", message.message_id)
+            self._sink.refuse(message)
+
+    async def dedup(self, message: InboundMessage, nxt: Next) -> None:
+        # Journaling is the dedup: first-wins on the message id, and the journal is what a
+        # restart recovers from, so nothing accepted can be lost between two writes.
+        journaled = await self._store.journal_message(
+            message.conversation_key,
+            message.message_id,
+            message.sender_open_id,
+            message.chat_id,
+            message.text,
+            self._clock(),
+        )
+        await self._store.claim_event(message.event_id, message.message_id, self._clock())
+        if not journaled:
+            log.info("duplicate delivery of message %s ignored", message.message_id)
+            return
+        await nxt(message)
+
+    async def dispatch(self, message: InboundMessage) -> None:
+        self._sink.accept(message)

@@ -1,0 +1,24 @@
+"""Fixtures for tests against the local Feishu emulator (real loopback sockets)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import httpx
+import pytest
+
+from bridge.devtools.emulator import FeishuEmulator
+
+
+@pytest.fixture
+async def emulator() -> AsyncIterator[FeishuEmulator]:
+    """A running emulator: no encryption, ms-scale redelivery ladder, no webhook yet."""
+    async with FeishuEmulator(time_scale=0.001) as emu:
+        yield emu
+
+
+@pytest.fixture
+async def emulator_http(emulator: FeishuEmulator) -> AsyncIterator[httpx.AsyncClient]:
+    """A plain HTTP client on the emulator's base URL (no proxies from the environment)."""
+    async with httpx.AsyncClient(base_url=emulator.url, trust_env=False, timeout=5.0) as client:
+        yield client
