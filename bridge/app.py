@@ -67,7 +67,7 @@ def cmd_run(_: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     from bridge.demo import run_demo
 
-    return asyncio.run(run_demo(port=args.port, locale=args.locale))
+    return asyncio.run(run_demo(port=args.port, locale=args.locale, agent=args.agent))
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -89,13 +89,21 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="local demo: emulator + scripted agent, no account needed")
     demo.add_argument("--port", type=int, default=8765, help="port of the chat page (0: any)")
     demo.add_argument("--locale", choices=("zh_CN", "en_US"), default=None)
+    demo.add_argument(
+        "--agent", default=None, help="an ACP agent command instead of the scripted agent"
+    )
     sub.add_parser("check-config", help="validate the configuration and exit")
     status = sub.add_parser("status", help="print the status of a running bridge")
     status.add_argument("--url", default="http://127.0.0.1:8080")
     return parser
 
 
-COMMANDS = {"run": cmd_run, "demo": cmd_demo, "check-config": cmd_check_config, "status": cmd_status}
+COMMANDS = {
+    "run": cmd_run,
+    "demo": cmd_demo,
+    "check-config": cmd_check_config,
+    "status": cmd_status,
+}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

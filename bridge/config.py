@@ -118,7 +118,9 @@ class Settings(BaseSettings):
             raise ValueError("must be `feishu`, `lark` or an http(s) URL")
         return value.rstrip("/")
 
-    @field_validator("bridge_allowed_users", "bridge_allowed_chats", "bridge_approvers", mode="before")
+    @field_validator(
+        "bridge_allowed_users", "bridge_allowed_chats", "bridge_approvers", mode="before"
+    )
     @classmethod
     def _comma_list(cls, value: Any) -> Any:
         if isinstance(value, str):

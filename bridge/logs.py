@@ -39,3 +39,5 @@ def configure_logging(level: str = "INFO", secrets: Iterable[str] = ()) -> None:
     root.setLevel(level)
     # lark-oapi logs request details at INFO; keep it to warnings.
     logging.getLogger("Lark").setLevel(logging.WARNING)
+    # httpx logs every request line at INFO; the Feishu client logs what matters itself.
+    logging.getLogger("httpx").setLevel(logging.WARNING)

@@ -3,7 +3,7 @@ from __future__ import annotations
 import random
 
 import pytest
-from core_chaos import ChaosRun
+from tests.unit.core.core_chaos import ChaosRun
 
 
 @pytest.fixture(scope="session")

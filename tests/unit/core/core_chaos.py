@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-from core_driver import ALICE, Driver
+from tests.unit.core.core_driver import ALICE, Driver
 
 from bridge.core.effects import Effect, StartTurn
 from bridge.core.inputs import (

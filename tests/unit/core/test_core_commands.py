@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from core_driver import ALICE, SID, Driver, of_type
+from tests.unit.core.core_driver import ALICE, SID, Driver, of_type
 
 from bridge.core.effects import PostText, StartTurn
 from bridge.core.inputs import Command, CommandName

@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from core_chaos import ChaosRun
-from core_driver import T
+from tests.unit.core.core_chaos import ChaosRun
+from tests.unit.core.core_driver import T
 
 from bridge.core.inputs import ConversationClosed
 from bridge.core.machine import step

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from core_driver import SID, Driver, finals, keys, of_type, posts
+from tests.unit.core.core_driver import SID, Driver, finals, keys, of_type, posts
 
 from bridge.core.effects import (
     AnswerPermission,

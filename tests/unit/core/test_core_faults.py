@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from core_driver import SID, Driver, finals, keys, of_type, posts
+from tests.unit.core.core_driver import SID, Driver, finals, keys, of_type, posts
 
 from bridge.core.effects import CancelTurn, CardStatus, PostText, RecordTerminal, UpdateApprovalCard
 from bridge.core.inputs import (

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
-from core_chaos import ChaosRun
-from core_driver import T
+from tests.unit.core.core_chaos import ChaosRun
+from tests.unit.core.core_driver import T
 
 from bridge.core import presence
 from bridge.core.effects import (

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from core_driver import ALICE, SID, Driver, T, finals, keys, of_type, posts
+from tests.unit.core.core_driver import ALICE, SID, Driver, T, finals, keys, of_type, posts
 
 from bridge.core.effects import PostText, RecordTerminal, RelayReply, StartTurn
 from bridge.core.state import Conversation, ExecState, Options, Outcome

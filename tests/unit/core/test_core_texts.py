@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
-from core_chaos import ChaosRun
+from tests.unit.core.core_chaos import ChaosRun
 
 from bridge.core.effects import PostText, RefuseClick
 from bridge.core.presence import STATUS_KEYS, STOP_REASON_KEYS

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from core_driver import ALICE, SID, Driver, keys, of_type, posts
+from tests.unit.core.core_driver import ALICE, SID, Driver, keys, of_type, posts
 
 from bridge.core.effects import (
     AnswerPermission,

@@ -1,0 +1,118 @@
+"""The ACP *client* side the bridge offers to an agent process.
+
+`BridgeClient` is what the SDK's router calls for agent → client traffic. It declares no
+file system and no terminal, so those methods answer "method not found"; everything else is
+forwarded to the runtime (`ClientHost`). One instance per process, tagged with the process
+generation, so a message from a dead process is never applied to a session that moved on.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Protocol
+
+from acp.client.router import build_client_router
+from acp.connection import MethodHandler
+from acp.exceptions import RequestError
+from acp.meta import CLIENT_METHODS
+from acp.schema import ElicitationMode, PermissionOption, ToolCallUpdate
+
+from bridge.runtime.normalize import KNOWN_UPDATE_KINDS, update_kind
+
+logger = logging.getLogger(__name__)
+
+
+class ClientHost(Protocol):
+    def on_update(self, generation: int, session_id: str, update: Any) -> None: ...
+
+    async def on_permission(
+        self,
+        generation: int,
+        session_id: str,
+        tool_call: ToolCallUpdate,
+        options: list[PermissionOption],
+        meta: dict[str, Any],
+    ) -> Any: ...
+
+    async def on_elicitation(
+        self, generation: int, message: str, mode: ElicitationMode, meta: dict[str, Any]
+    ) -> Any: ...
+
+
+class BridgeClient:
+    def __init__(self, host: ClientHost, generation: int) -> None:
+        self._host = host
+        self._generation = generation
+
+    async def session_update(self, session_id: str, update: Any, **kwargs: Any) -> None:
+        # Runs as its own task per notification: the host records it before any await,
+        # which keeps arrival order (tasks start in creation order).
+        self._host.on_update(self._generation, session_id, update)
+
+    async def request_permission(
+        self,
+        session_id: str,
+        tool_call: ToolCallUpdate,
+        options: list[PermissionOption],
+        **kwargs: Any,
+    ) -> Any:
+        return await self._host.on_permission(
+            self._generation, session_id, tool_call, options, dict(kwargs)
+        )
+
+    async def create_elicitation(self, message: str, mode: ElicitationMode, **kwargs: Any) -> Any:
+        return await self._host.on_elicitation(self._generation, message, mode, dict(kwargs))
+
+    async def complete_elicitation(self, elicitation_id: str, **kwargs: Any) -> None:
+        logger.debug("elicitation %s completed by the agent", elicitation_id)
+
+    async def ext_method(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        raise RequestError.method_not_found(f"_{method}")
+
+    async def ext_notification(self, method: str, params: dict[str, Any]) -> None:
+        logger.debug("ignored extension notification _%s", method)
+
+    # Not offered (capabilities say so); answer honestly instead of the SDK's null default.
+    async def create_terminal(self, **kwargs: Any) -> Any:
+        raise RequestError.method_not_found(CLIENT_METHODS["terminal_create"])
+
+    async def terminal_output(self, **kwargs: Any) -> Any:
+        raise RequestError.method_not_found(CLIENT_METHODS["terminal_output"])
+
+    async def release_terminal(self, **kwargs: Any) -> Any:
+        raise RequestError.method_not_found(CLIENT_METHODS["terminal_release"])
+
+    async def wait_for_terminal_exit(self, **kwargs: Any) -> Any:
+        raise RequestError.method_not_found(CLIENT_METHODS["terminal_wait_for_exit"])
+
+    async def kill_terminal(self, **kwargs: Any) -> Any:
+        raise RequestError.method_not_found(CLIENT_METHODS["terminal_kill"])
+
+
+def build_handler(client: BridgeClient) -> MethodHandler:
+    """The SDK router, minus its noisy failure on update kinds it does not know.
+
+    The typed route would fail validation and log a traceback (with the payload) for every
+    unknown `sessionUpdate`; the runtime's stream observer already logged the kind, so such
+    notifications are dropped here before validation.
+    """
+    router = build_client_router(client, use_unstable_protocol=True)  # type: ignore[arg-type]
+
+    async def handle(method: str, params: Any | None, is_notification: bool) -> Any:
+        if is_notification and method == CLIENT_METHODS["session_update"]:
+            update = params.get("update") if isinstance(params, dict) else None
+            if update_kind(update or {}) not in KNOWN_UPDATE_KINDS:
+                return None
+        return await router(method, params, is_notification)
+
+    return handle
+
+
+def unknown_update_kind(message: dict[str, Any]) -> str | None:
+    """The `sessionUpdate` kind of a raw incoming message, when the SDK schema lacks it."""
+    if message.get("method") != CLIENT_METHODS["session_update"]:
+        return None
+    params = message.get("params")
+    update = params.get("update") if isinstance(params, dict) else None
+    kind = update_kind(update or {})
+    return None if kind in KNOWN_UPDATE_KINDS else kind

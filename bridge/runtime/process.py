@@ -1,0 +1,271 @@
+"""One ACP agent subprocess: spawn, stdio JSON-RPC connection, stderr drain, exit watch.
+
+Built on the SDK's low-level `acp.connection.Connection` rather than `spawn_agent_process`
+because we need three things that helper hides: our own stderr pipe reader (an unread pipe
+blocks an agent that writes more than 64 KB to it), the exit code as soon as the process
+ends (a dying agent only surfaces as `ConnectionError` otherwise), and a message handler we
+wrap to drop unknown update kinds quietly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from acp.connection import Connection, MethodHandler, StreamObserver
+from acp.meta import AGENT_METHODS, PROTOCOL_VERSION
+from acp.schema import (
+    AgentCapabilities,
+    CancelNotification,
+    ClientCapabilities,
+    Implementation,
+    InitializeRequest,
+    InitializeResponse,
+    LoadSessionRequest,
+    NewSessionRequest,
+    NewSessionResponse,
+    PromptRequest,
+    PromptResponse,
+    TextContentBlock,
+)
+from acp.utils import notify_model, request_model, serialize_params
+
+logger = logging.getLogger(__name__)
+stderr_logger = logging.getLogger("bridge.runtime.agent_stderr")
+
+# Agent messages (a long diff, a big tool output) can be far larger than asyncio's 64 KB line
+# limit; the SDK's own agent runner uses 50 MB too.
+STDOUT_LIMIT = 50 * 1024 * 1024
+
+
+class SpawnError(Exception):
+    """The command could not be executed at all (missing program, bad workdir, no permission)."""
+
+
+@dataclass
+class StderrTail:
+    """Keeps the last lines an agent wrote to stderr and logs them, rate-limited, at DEBUG.
+
+    Only DEBUG, because an agent may echo what it was asked; the tail stays in memory for the
+    operator's diagnostics and for the start-failure warning (no prompt has been sent then).
+    """
+
+    label: str
+    max_lines: int = 200
+    max_line_chars: int = 500
+    log_lines_per_second: int = 20
+    clock: Callable[[], float] = time.monotonic
+    lines: deque[str] = field(init=False)
+    total_bytes: int = 0
+    total_lines: int = 0
+    suppressed: int = 0
+    _partial: bytes = b""
+    _window_start: float = 0.0
+    _window_count: int = 0
+
+    def __post_init__(self) -> None:
+        self.lines = deque(maxlen=self.max_lines)
+
+    def feed(self, data: bytes) -> None:
+        self.total_bytes += len(data)
+        buffer = self._partial + data
+        *complete, self._partial = buffer.split(b"\n")
+        # A line without a newline must not grow without bound either.
+        if len(self._partial) > self.max_line_chars * 4:
+            complete.append(self._partial)
+            self._partial = b""
+        for raw in complete:
+            self._line(raw)
+
+    def flush(self) -> None:
+        if self._partial:
+            self._line(self._partial)
+            self._partial = b""
+
+    def _line(self, raw: bytes) -> None:
+        text = raw.decode("utf-8", errors="replace").rstrip("\r")[: self.max_line_chars]
+        self.total_lines += 1
+        self.lines.append(text)
+        now = self.clock()
+        if now - self._window_start >= 1.0:
+            if self.suppressed:
+                stderr_logger.debug("%s: %d stderr lines not logged", self.label, self.suppressed)
+                self.suppressed = 0
+            self._window_start, self._window_count = now, 0
+        if self._window_count < self.log_lines_per_second:
+            self._window_count += 1
+            stderr_logger.debug("%s: %s", self.label, text)
+        else:
+            self.suppressed += 1
+
+    def tail(self, count: int = 20) -> list[str]:
+        return list(self.lines)[-count:]
+
+
+async def _drain(stream: asyncio.StreamReader, tail: StderrTail) -> None:
+    while chunk := await stream.read(64 * 1024):
+        tail.feed(chunk)
+    tail.flush()
+
+
+@dataclass(eq=False)
+class AgentProcess:
+    """A running agent: its connection, its capabilities and the sessions it serves."""
+
+    slot: int
+    generation: int
+    process: asyncio.subprocess.Process
+    conn: Connection
+    stderr: StderrTail
+    exited: asyncio.Future[int]
+    capabilities: AgentCapabilities | None = None
+    agent_info: Implementation | None = None
+    sessions: set[str] = field(default_factory=set)
+    ready: bool = False  # initialize completed
+    tasks: set[asyncio.Task[Any]] = field(default_factory=set)
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    @property
+    def alive(self) -> bool:
+        return not self.exited.done()
+
+    @property
+    def returncode(self) -> int | None:
+        return self.exited.result() if self.exited.done() else None
+
+    @property
+    def can_load(self) -> bool:
+        return bool(self.capabilities and self.capabilities.load_session)
+
+    async def initialize(
+        self, capabilities: ClientCapabilities, info: Implementation
+    ) -> InitializeResponse:
+        request = InitializeRequest(
+            protocol_version=PROTOCOL_VERSION, client_capabilities=capabilities, client_info=info
+        )
+        # Declared explicitly (not dropped as defaults): we offer no fs and no terminal.
+        params = request.model_dump(mode="json", by_alias=True, exclude_none=True)
+        raw = await self.conn.send_request(AGENT_METHODS["initialize"], params)
+        response = InitializeResponse.model_validate(raw)
+        self.capabilities = response.agent_capabilities or AgentCapabilities()
+        self.agent_info = response.agent_info
+        return response
+
+    async def new_session(self, cwd: str) -> str:
+        request = NewSessionRequest(cwd=cwd, mcp_servers=[])
+        response = await request_model(
+            self.conn, AGENT_METHODS["session_new"], request, NewSessionResponse
+        )
+        return response.session_id
+
+    async def load_session(self, cwd: str, session_id: str) -> None:
+        # The response carries only modes/models; the replayed history arrives as updates.
+        request = LoadSessionRequest(cwd=cwd, session_id=session_id, mcp_servers=[])
+        await self.conn.send_request(AGENT_METHODS["session_load"], serialize_params(request))
+
+    async def prompt(self, session_id: str, text: str) -> PromptResponse:
+        request = PromptRequest(
+            session_id=session_id, prompt=[TextContentBlock(type="text", text=text)]
+        )
+        return await request_model(
+            self.conn, AGENT_METHODS["session_prompt"], request, PromptResponse
+        )
+
+    async def cancel(self, session_id: str) -> None:
+        await notify_model(
+            self.conn, AGENT_METHODS["session_cancel"], CancelNotification(session_id=session_id)
+        )
+
+    async def wait_exit(self, grace: float) -> int:
+        """The exit code; kills the process if it has not ended within `grace` seconds."""
+        try:
+            return await asyncio.wait_for(asyncio.shield(self.exited), grace)
+        except TimeoutError:
+            with contextlib.suppress(ProcessLookupError):
+                self.process.kill()
+            return await asyncio.shield(self.exited)
+
+    async def shutdown(self, grace: float) -> None:
+        """Close stdin (agents exit on EOF), then terminate, then kill."""
+        with contextlib.suppress(Exception):
+            await self.conn.close()
+        if self.process.stdin is not None:
+            with contextlib.suppress(Exception):
+                self.process.stdin.close()
+        if self.alive:
+            try:
+                await asyncio.wait_for(asyncio.shield(self.exited), grace)
+            except TimeoutError:
+                with contextlib.suppress(ProcessLookupError):
+                    self.process.terminate()
+                await self.wait_exit(grace)
+        for task in list(self.tasks):
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await asyncio.wait_for(task, grace)
+
+
+async def spawn_agent(
+    argv: Sequence[str],
+    *,
+    slot: int,
+    generation: int,
+    cwd: Path,
+    env: Mapping[str, str] | None,
+    handler: MethodHandler,
+    observer: StreamObserver,
+    on_exit: Callable[[AgentProcess], None],
+    stderr_lines: int = 200,
+) -> AgentProcess:
+    """Start the agent command and wire its stdio; raises SpawnError when it cannot run."""
+    try:
+        process = await asyncio.create_subprocess_exec(
+            *argv,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            cwd=str(cwd),
+            env=dict(env) if env is not None else None,
+            limit=STDOUT_LIMIT,
+        )
+    except OSError as exc:
+        raise SpawnError(exc.strerror or str(exc)) from exc
+    except ValueError as exc:
+        raise SpawnError(str(exc)) from exc
+    assert process.stdin is not None
+    assert process.stdout is not None
+    assert process.stderr is not None
+    label = f"agent[{slot}] pid {process.pid}"
+    conn = Connection(handler, process.stdin, process.stdout, observers=[observer])
+    loop = asyncio.get_running_loop()
+    agent = AgentProcess(
+        slot=slot,
+        generation=generation,
+        process=process,
+        conn=conn,
+        stderr=StderrTail(label=label, max_lines=stderr_lines),
+        exited=loop.create_future(),
+    )
+    drain = asyncio.create_task(_drain(process.stderr, agent.stderr), name=f"{label} stderr")
+
+    async def watch() -> None:
+        code = await process.wait()
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(asyncio.shield(drain), 0.5)
+        if not agent.exited.done():
+            agent.exited.set_result(code)
+        on_exit(agent)
+
+    watcher = asyncio.create_task(watch(), name=f"{label} watch")
+    agent.tasks.update((drain, watcher))
+    logger.info("started %s (%s)", label, Path(argv[0]).name)
+    return agent

@@ -1,0 +1,126 @@
+"""The whole product on loopback for integration tests: the Feishu emulator, the bridge in
+webhook mode (real aiohttp server), and the scripted ACP agent as a real subprocess.
+
+Timings are milliseconds; waits are event-driven (the emulator wakes `wait_for` on every
+recorded change; the engine reports when it has performed everything it was given).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bridge.demo import Demo, start_demo
+from bridge.devtools.emulator import FeishuEmulator
+from bridge.devtools.emulator.records import ChatMessage
+from bridge.feishu.client import FeishuClient, RetryPolicy
+
+FAST = {
+    "bridge_first_hint_seconds": 0.25,
+    "bridge_heartbeat_seconds": 30.0,
+    "bridge_stale_seconds": 60.0,
+    "bridge_approval_timeout_seconds": 30.0,
+    "bridge_finish_grace_seconds": 0.05,
+    "bridge_progress_interval_seconds": 0.0,
+    "bridge_locale": "zh_CN",
+}
+
+
+@dataclass
+class Stack:
+    demo: Demo
+    waits: list[float] = field(default_factory=list)  # backoffs the Feishu client asked for
+
+    @property
+    def emu(self) -> FeishuEmulator:
+        return self.demo.emulator
+
+    @property
+    def chat(self) -> str:
+        return self.emu.p2p_chat_id
+
+    async def say(self, text: str, **kwargs: Any) -> Any:
+        return await self.emu.send_user_message(text, **kwargs)
+
+    def bot(self, chat_id: str | None = None) -> list[ChatMessage]:
+        return self.emu.bot_messages(chat_id or self.chat)
+
+    def texts(self, chat_id: str | None = None) -> list[str]:
+        """What the user sees from the bot, in order: texts, and cards as `[card] <title>`."""
+        shown = []
+        for message in self.bot(chat_id):
+            if message.msg_type == "interactive":
+                header = (message.data or {}).get("header", {}).get("title", {})
+                shown.append(f"[card] {header.get('content', '')}")
+            else:
+                shown.append(message.text or "")
+        return shown
+
+    async def wait_texts(
+        self, count: int, chat_id: str | None = None, timeout: float = 15.0
+    ) -> list[str]:
+        await self.emu.wait_for(lambda: len(self.bot(chat_id)) >= count, timeout=timeout)
+        return self.texts(chat_id)
+
+    async def wait_text(self, predicate: Callable[[str], bool], timeout: float = 15.0) -> str:
+        def found() -> str | None:
+            return next((t for t in self.texts() if predicate(t)), None)
+
+        result: str = await self.emu.wait_for(found, timeout=timeout)
+        return result
+
+    async def settled(self) -> None:
+        """Until every conversation is idle and everything decided has been performed."""
+        engine = self.demo.service.engine
+        for _ in range(200):
+            await engine.wait_idle()
+            if all(
+                a.conv.state.value == "idle" and not a.conv.queue
+                for a in engine.conversations.values()
+            ):
+                await engine.wait_idle()
+                return
+            await asyncio.sleep(0.01)  # a turn task is still between two events
+        raise AssertionError("conversations did not settle")
+
+    def reactions(self, message_id: str) -> list[str]:
+        return list(self.emu.reactions(message_id))
+
+
+@asynccontextmanager
+async def running_stack(
+    data_dir: Path,
+    *,
+    settings: dict[str, object] | None = None,
+    emulator_options: dict[str, Any] | None = None,
+    agent_command: str | None = None,
+) -> AsyncIterator[Stack]:
+    waits: list[float] = []
+
+    async def no_sleep(seconds: float) -> None:
+        waits.append(seconds)  # the wait is recorded, not slept: tests run in ms
+
+    def client(emu: FeishuEmulator) -> FeishuClient:
+        return FeishuClient(
+            emu.app_id,
+            emu.app_secret,
+            emu.url,
+            retry=RetryPolicy(base_delay=0.0, max_delay=0.0),
+            sleep=no_sleep,
+        )
+
+    demo = await start_demo(
+        data_dir=data_dir,
+        feishu=client,
+        emulator_options={"time_scale": 0.001, **(emulator_options or {})},
+        settings={**FAST, **(settings or {})},
+        agent_command=agent_command,
+    )
+    try:
+        yield Stack(demo, waits)
+    finally:
+        await demo.close()
