@@ -5,7 +5,6 @@ from __future__ import annotations
 import ipaddress
 import os
 import socket
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -43,7 +42,7 @@ socket.socket.connect_ex = _guarded_connect_ex  # type: ignore[method-assign]
 
 
 @pytest.fixture(autouse=True)
-def clean_environ(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> Iterator[None]:
+def clean_environ(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
     """No FEISHU_*/BRIDGE_* from the developer's shell leaks into a test; no .env either."""
     for name in list(os.environ):
         if name.startswith(("FEISHU_", "BRIDGE_", "SCRIPTED_AGENT_")):
@@ -51,4 +50,3 @@ def clean_environ(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> Iterator[No
     for proxy in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy"):
         monkeypatch.delenv(proxy, raising=False)
     monkeypatch.chdir(tmp_path)
-    yield

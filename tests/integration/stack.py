@@ -20,7 +20,7 @@ from bridge.devtools.emulator.records import ChatMessage
 from bridge.feishu.client import FeishuClient, RetryPolicy
 
 FAST = {
-    "bridge_first_hint_seconds": 0.25,
+    "bridge_first_hint_seconds": 10.0,  # tests of the hint itself set their own
     "bridge_heartbeat_seconds": 30.0,
     "bridge_stale_seconds": 60.0,
     "bridge_approval_timeout_seconds": 30.0,
@@ -61,16 +61,16 @@ class Stack:
         return shown
 
     async def wait_texts(
-        self, count: int, chat_id: str | None = None, timeout: float = 15.0
+        self, count: int, chat_id: str | None = None, within: float = 15.0
     ) -> list[str]:
-        await self.emu.wait_for(lambda: len(self.bot(chat_id)) >= count, timeout=timeout)
+        await self.emu.wait_for(lambda: len(self.bot(chat_id)) >= count, timeout=within)
         return self.texts(chat_id)
 
-    async def wait_text(self, predicate: Callable[[str], bool], timeout: float = 15.0) -> str:
+    async def wait_text(self, predicate: Callable[[str], bool], within: float = 15.0) -> str:
         def found() -> str | None:
             return next((t for t in self.texts() if predicate(t)), None)
 
-        result: str = await self.emu.wait_for(found, timeout=timeout)
+        result: str = await self.emu.wait_for(found, timeout=within)
         return result
 
     async def settled(self) -> None:
@@ -88,7 +88,7 @@ class Stack:
         raise AssertionError("conversations did not settle")
 
     def reactions(self, message_id: str) -> list[str]:
-        return list(self.emu.reactions(message_id))
+        return [r.emoji_type for r in self.emu.reactions(message_id)]
 
 
 @asynccontextmanager

@@ -3,6 +3,7 @@ from __future__ import annotations
 import random
 
 import pytest
+
 from tests.unit.core.core_chaos import ChaosRun
 
 

@@ -5,8 +5,6 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-from tests.unit.core.core_driver import ALICE, Driver
-
 from bridge.core.effects import Effect, StartTurn
 from bridge.core.inputs import (
     ApprovalClicked,
@@ -39,6 +37,7 @@ from bridge.runtime.events import (
     ToolCallUpdated,
     TurnEnded,
 )
+from tests.unit.core.core_driver import ALICE, Driver
 
 OPTS = (
     PermissionOption("allow", "Allow", PermissionKind.ALLOW_ONCE),

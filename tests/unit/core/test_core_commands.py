@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-from tests.unit.core.core_driver import ALICE, SID, Driver, of_type
 
 from bridge.core.effects import PostText, StartTurn
 from bridge.core.inputs import Command, CommandName
@@ -18,6 +17,7 @@ from bridge.runtime.events import (
     ToolCallStarted,
     TurnEnded,
 )
+from tests.unit.core.core_driver import ALICE, SID, Driver, of_type
 
 
 def command(name: CommandName, mid: str = "c1", raw: str = "") -> Command:

@@ -5,12 +5,11 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from tests.unit.core.core_chaos import ChaosRun
-from tests.unit.core.core_driver import T
-
 from bridge.core.inputs import ConversationClosed
 from bridge.core.machine import step
 from bridge.core.state import ExecState
+from tests.unit.core.core_chaos import ChaosRun
+from tests.unit.core.core_driver import T
 
 DIAGRAM = Path(__file__).resolve().parents[3] / "bridge" / "core" / "state_machine.mmd"
 _EDGE = re.compile(r"^\s*(\[\*\]|\w+)\s*-->\s*(\[\*\]|\w+)")

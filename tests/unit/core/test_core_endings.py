@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-from tests.unit.core.core_driver import SID, Driver, finals, keys, of_type, posts
 
 from bridge.core.effects import (
     AnswerPermission,
@@ -27,6 +26,7 @@ from bridge.runtime.events import (
     ToolCallStarted,
     TurnEnded,
 )
+from tests.unit.core.core_driver import SID, Driver, finals, keys, of_type, posts
 
 STOP = Command(CommandName.STOP, "c1", "ou_alice", "/stop")
 NEW = Command(CommandName.NEW, "c2", "ou_alice", "/new")

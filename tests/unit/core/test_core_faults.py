@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from tests.unit.core.core_driver import SID, Driver, finals, keys, of_type, posts
-
 from bridge.core.effects import CancelTurn, CardStatus, PostText, RecordTerminal, UpdateApprovalCard
 from bridge.core.inputs import (
     ConversationClosed,
@@ -27,6 +25,7 @@ from bridge.runtime.events import (
     ToolCallStarted,
     TurnEnded,
 )
+from tests.unit.core.core_driver import SID, Driver, finals, keys, of_type, posts
 
 
 def test_runtime_unavailable_at_start_gets_a_fault_line_never_a_running_hint() -> None:

@@ -5,8 +5,6 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
-from tests.unit.core.core_chaos import ChaosRun
-from tests.unit.core.core_driver import T
 
 from bridge.core import presence
 from bridge.core.effects import (
@@ -20,6 +18,8 @@ from bridge.core.effects import (
 )
 from bridge.core.inputs import UserMessage
 from bridge.core.state import RUNNING_STATES
+from tests.unit.core.core_chaos import ChaosRun
+from tests.unit.core.core_driver import T
 
 
 @pytest.fixture

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from tests.unit.core.core_driver import ALICE, SID, Driver, T, finals, keys, of_type, posts
-
 from bridge.core.effects import PostText, RecordTerminal, RelayReply, StartTurn
 from bridge.core.state import Conversation, ExecState, Options, Outcome
 from bridge.core.text import Text
@@ -17,6 +15,7 @@ from bridge.runtime.events import (
     ToolCallUpdated,
     TurnEnded,
 )
+from tests.unit.core.core_driver import ALICE, SID, Driver, T, finals, keys, of_type, posts
 
 
 def test_message_starts_a_turn_in_waiting_response() -> None:

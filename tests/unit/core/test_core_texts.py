@@ -7,13 +7,13 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
-from tests.unit.core.core_chaos import ChaosRun
 
 from bridge.core.effects import PostText, RefuseClick
 from bridge.core.presence import STATUS_KEYS, STOP_REASON_KEYS
 from bridge.core.state import ActivityKind
 from bridge.core.text import Text
 from bridge.i18n import LOCALES, Translator, load_catalog, placeholders
+from tests.unit.core.core_chaos import ChaosRun
 
 CORE = Path(__file__).resolve().parents[3] / "bridge" / "core"
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from tests.unit.core.core_driver import ALICE, SID, Driver, keys, of_type, posts
-
 from bridge.core.effects import (
     AnswerPermission,
     AnswerQuestion,
@@ -34,6 +32,7 @@ from bridge.runtime.events import (
     ToolCallStarted,
     TurnEnded,
 )
+from tests.unit.core.core_driver import ALICE, SID, Driver, keys, of_type, posts
 
 OPTIONS = (
     PermissionOption("allow", "Allow once", PermissionKind.ALLOW_ONCE),
