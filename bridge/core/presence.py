@@ -92,8 +92,14 @@ def deadlines(conv: Conversation, timings: Timings) -> dict[str, float]:
         # runtime still starting (or failing to) may never do.
         if turn.session_id is not None:
             if not turn.first_hint_sent and not turn.visible:
-                found[FIRST_HINT] = turn.started_at + timings.first_hint
-            found[HEARTBEAT] = turn.last_posted_at + timings.heartbeat
+                # After a slow agent start, leave the runtime a moment to answer by itself
+                # before saying "working on it" (a hint a blink before the reply is noise).
+                sent = turn.prompt_sent_at if turn.prompt_sent_at is not None else turn.started_at
+                found[FIRST_HINT] = max(
+                    turn.started_at + timings.first_hint, sent + timings.first_hint / 2
+                )
+            else:  # a heartbeat follows the hint or real progress, never comes first
+                found[HEARTBEAT] = turn.last_posted_at + timings.heartbeat
         if turn.pending_progress is not None and turn.last_progress_at is not None:
             found[PROGRESS] = turn.last_progress_at + timings.progress_interval
     elif state is ExecState.WAITING_APPROVAL and conv.approvals:

@@ -108,6 +108,7 @@ class Turn:
     last_activity_at: float  # last sign of life from the runtime (drives STALE)
     last_posted_at: float  # last line shown for this turn (heartbeat counts silence from it)
     session_id: str | None = None  # adopted from PromptSent; events of other sessions drop
+    prompt_sent_at: float | None = None  # when the runtime took the prompt
     activity: Activity | None = None
     visible: bool = False  # some real progress or agent text was shown
     first_hint_sent: bool = False

@@ -64,7 +64,7 @@ def on_turn_event(ctx: StepContext, event: TurnEvent) -> None:
         return
     if isinstance(event, PromptSent):
         if turn.session_id is None:
-            ctx.update_turn(session_id=event.session_id)
+            ctx.update_turn(session_id=event.session_id, prompt_sent_at=ctx.now)
             if not turn.terminal:  # after /new the binding stays cleared
                 ctx.update(session_id=event.session_id)
         else:

@@ -47,7 +47,7 @@ from bridge.feishu.api import FeishuApi
 from bridge.feishu.cards import APPROVAL, decode_action
 from bridge.feishu.models import CardAction, CardActionReply, InboundMessage
 from bridge.i18n import Translator
-from bridge.runtime.events import RuntimeExited, RuntimeFailed, TurnEnded, TurnEvent
+from bridge.runtime.events import PromptSent, RuntimeExited, RuntimeFailed, TurnEnded, TurnEvent
 from bridge.runtime.port import AgentRuntime, RuntimeUnavailable
 from bridge.store.port import ApprovalStatus, MessageState, Store, TurnOutcome
 
@@ -94,6 +94,8 @@ class Engine:
         self._cards = CardBook(translator)
         # request id → conversation, for routing card clicks.
         self._requests: dict[str, str] = {}
+        # Turns cancelled before their prompt reached the runtime.
+        self._cancel_early: set[str] = set()
 
     # -- actors ------------------------------------------------------------------------------
 
@@ -246,8 +248,10 @@ class Engine:
                 await self._post_text(actor, reply_to, text, idem)
             case StartTurn():
                 await self._start_turn(actor, work)
-            case CancelTurn(_, session_id):
-                if session_id is not None:
+            case CancelTurn(turn_id, session_id):
+                if session_id is None:
+                    self._cancel_early.add(turn_id)  # the turn task sees it before prompting
+                else:
                     await self._runtime.cancel(session_id)
             case AnswerPermission(request_id, option_id):
                 self._requests.pop(request_id, None)
@@ -335,7 +339,13 @@ class Engine:
             try:
                 session_id = work.session_id or await self._open_session(actor.key)
             except RuntimeUnavailable as exc:
+                self._cancel_early.discard(work.turn_id)
                 actor.feed(RuntimeUnavailableAtStart(work.turn_id, exc.reason, exc.limit_reached))
+                return
+            if work.turn_id in self._cancel_early:
+                # /stop (or /new) came while the agent was still starting: never prompt.
+                self._cancel_early.discard(work.turn_id)
+                actor.feed(RuntimeUnavailableAtStart(work.turn_id, "cancelled before the prompt"))
                 return
             terminal: list[TurnEvent] = []
 
@@ -343,6 +353,10 @@ class Engine:
                 if isinstance(event, TurnEnded | RuntimeFailed | RuntimeExited):
                     terminal.append(event)
                 actor.feed(event)
+                if isinstance(event, PromptSent) and work.turn_id in self._cancel_early:
+                    # The cancel raced the prompt onto the wire: cancel it now.
+                    self._cancel_early.discard(work.turn_id)
+                    self._tasks.spawn(self._runtime.cancel(session_id), name="cancel")
 
             try:
                 await self._runtime.prompt(session_id, work.text, sink)

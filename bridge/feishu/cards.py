@@ -36,6 +36,13 @@ def _text(content: str) -> dict[str, Any]:
     return {"tag": "div", "text": {"tag": "lark_md", "content": content}}
 
 
+def _asks(t: Translator, title: str, detail: str | None) -> list[dict[str, Any]]:
+    elements = [_text(t("card.approval.asks", title=title))]
+    if detail and detail.strip() != title.strip():  # the title often is the command itself
+        elements.append(_text(f"```\n{detail}\n```"))
+    return elements
+
+
 def _card(template: str, title: str, elements: list[dict[str, Any]]) -> dict[str, Any]:
     return {
         "config": {"wide_screen_mode": True, "update_multi": True},
@@ -62,9 +69,7 @@ def _buttons(kind: str, request_id: str, choices: Sequence[Choice]) -> dict[str,
 def approval_card(
     t: Translator, *, request_id: str, title: str, detail: str | None, choices: Sequence[Choice]
 ) -> dict[str, Any]:
-    elements = [_text(t("card.approval.asks", title=title))]
-    if detail:
-        elements.append(_text(f"```\n{detail}\n```"))
+    elements = _asks(t, title, detail)
     elements.append(_buttons(APPROVAL, request_id, choices))
     elements.append({"tag": "note", "elements": [_plain(t("card.approval.who_may"))]})
     return _card("orange", t("card.approval.header"), elements)
@@ -74,9 +79,7 @@ def approval_closed_card(
     t: Translator, *, title: str, detail: str | None, outcome_key: str, **params: str
 ) -> dict[str, Any]:
     """The same card without buttons, saying who decided (or that it expired)."""
-    elements = [_text(t("card.approval.asks", title=title))]
-    if detail:
-        elements.append(_text(f"```\n{detail}\n```"))
+    elements = _asks(t, title, detail) if title else []
     elements.append(_text(t(outcome_key, **params)))
     template = "grey" if outcome_key.endswith(("expired", "cancelled")) else "green"
     return _card(template, t("card.approval.header"), elements)

@@ -210,7 +210,21 @@ def test_no_running_hint_before_the_runtime_took_the_prompt() -> None:
     d.message("m1", at=0.0)
     assert keys(d.advance(30.0)) == []
     d.feed(PromptSent(SID), at=30.0)
-    assert keys(d.advance(30.0)) == ["presence.running_hint"]
+    # The hint is overdue, but the runtime gets half the delay to answer by itself first.
+    assert keys(d.advance(32.4)) == []
+    assert keys(d.advance(32.5)) == ["presence.running_hint"]
+
+
+def test_a_quick_answer_after_a_slow_start_gets_no_hint() -> None:
+    from bridge.runtime.events import MessageChunk, PromptSent, StopReason, TurnEnded
+
+    d = Driver()
+    d.message("m1", at=0.0)
+    d.feed(PromptSent(SID), at=12.0)
+    d.advance(12.3)  # the old deadline (5.0) is long past; the clock runs on
+    d.feed(MessageChunk(SID, "hi"), at=12.3)
+    d.feed(TurnEnded(SID, StopReason.END_TURN), at=12.4)
+    assert "presence.running_hint" not in keys(d.effects)
 
 
 def test_a_slow_start_that_fails_shows_only_the_fault_line() -> None:

@@ -213,7 +213,10 @@ def _timer(effect: object) -> bool:
 def test_timers_follow_the_state() -> None:
     d = Driver()
     d.start()
-    assert dict(d.conv.timers) == {"stale": 600.0, "first_hint": 5.0, "heartbeat": 60.0}
-    d.feed(TurnEnded(SID, StopReason.END_TURN), at=1.0)
+    # No heartbeat timer yet: a heartbeat only ever follows the hint or real progress.
+    assert dict(d.conv.timers) == {"stale": 600.0, "first_hint": 5.0}
+    d.advance(5.0)
+    assert dict(d.conv.timers) == {"stale": 600.0, "heartbeat": 65.0}
+    d.feed(TurnEnded(SID, StopReason.END_TURN), at=6.0)
     assert d.conv.timers == ()
     assert T.first_hint == 5.0

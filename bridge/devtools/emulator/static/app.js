@@ -2,7 +2,9 @@
 // Live updates come from a long-poll on /_emulator/timeline?since=<revision>.
 "use strict";
 
-const state = { chats: {}, chatType: "p2p", revision: -1, seenCallbacks: null, abort: null };
+const state = {
+  chats: {}, names: {}, chatType: "p2p", revision: -1, seenCallbacks: null, abort: null,
+};
 const $ = (sel) => document.querySelector(sel);
 
 function el(tag, cls, text) {
@@ -24,17 +26,37 @@ function showToast(toast) {
   setTimeout(() => node.remove(), 4000);
 }
 
-// Minimal lark_md: **bold** and line breaks; everything else is shown as text (never as HTML).
+// Minimal lark_md: ```code blocks```, **bold**, <at id=…></at> mentions and line breaks;
+// everything else is shown as text (never as HTML).
 function markdown(text) {
   const box = el("div", "card-text");
-  String(text || "").split(/(\*\*[^*]+\*\*)/).forEach((part) => {
-    if (part.startsWith("**") && part.endsWith("**") && part.length > 4) {
-      box.appendChild(el("b", null, part.slice(2, -2)));
-    } else if (part) {
-      box.appendChild(document.createTextNode(part));
-    }
+  String(text || "").split(/```[^\n]*\n?([\s\S]*?)\n?```/).forEach((part, index) => {
+    if (index % 2 === 1) box.appendChild(el("pre", "card-code", part));
+    else inline(part.replace(/^\n+|\n+$/g, ""), box);
   });
   return box;
+}
+
+// Plain text messages have mentions but no markdown: `bold` is for lark_md only.
+function inline(text, into, bold = true) {
+  text.split(/(\*\*[^*]+\*\*|<at [^>]*>[^<]*<\/at>)/).forEach((part) => {
+    if (bold && part.startsWith("**") && part.endsWith("**") && part.length > 4) {
+      into.appendChild(el("b", null, part.slice(2, -2)));
+    } else if (part.startsWith("<at ")) {
+      into.appendChild(el("span", "mention", "@" + mentionName(part)));
+    } else if (part) {
+      into.appendChild(document.createTextNode(part));
+    }
+  });
+}
+
+// <at id=ou_x></at> (cards) or <at user_id="ou_x">Name</at> (text): the name Feishu would show.
+function mentionName(tag) {
+  const inner = tag.replace(/^<at [^>]*>|<\/at>$/g, "");
+  if (inner) return inner;
+  const id = (tag.match(/(?:user_)?id\s*=\s*"?([^"\s>]+)/) || [])[1] || "";
+  if (id === "all") return "所有人";
+  return state.names[id] || id || "?";
 }
 
 function textOf(obj) {
@@ -118,17 +140,32 @@ function renderCard(card, messageId) {
   return box;
 }
 
-function renderMessage(message) {
+function quoteOf(parentId, byId) {
+  const parent = byId.get(parentId);
+  if (!parent) return "回复 " + parentId.slice(0, 12) + "…";
+  let text = parent.text;
+  if (text === null || text === undefined) {
+    const header = parent.card && parent.card.header && parent.card.header.title;
+    text = "[卡片] " + textOf(header);
+  }
+  text = String(text).replace(/\s+/g, " ").trim();
+  if (text.length > 40) text = text.slice(0, 40) + "…";
+  return "回复 " + parent.sender_name + "：" + text;
+}
+
+function renderMessage(message, byId) {
   const side = message.sender_type === "app" ? "bot" : "user";
   const node = el("div", "msg " + side);
   node.dataset.messageId = message.message_id;
   node.appendChild(el("div", "sender", message.sender_name));
-  if (message.parent_id) node.appendChild(el("div", "quote", "回复 " + message.parent_id.slice(0, 12) + "…"));
+  if (message.parent_id) node.appendChild(el("div", "quote", quoteOf(message.parent_id, byId)));
   if (message.card) {
     node.appendChild(renderCard(message.card, message.message_id));
     if (message.updated) node.appendChild(el("div", "updated", "已更新"));
   } else {
-    node.appendChild(el("div", "bubble", message.text || ""));
+    const bubble = el("div", "bubble");
+    inline(message.text || "", bubble, false);
+    node.appendChild(bubble);
   }
   if (message.reactions.length) {
     const row = el("div", "reactions");
@@ -141,7 +178,8 @@ function renderMessage(message) {
 function render(data) {
   const timeline = $("#timeline");
   const atBottom = timeline.scrollHeight - timeline.scrollTop - timeline.clientHeight < 40;
-  timeline.replaceChildren(...data.messages.map(renderMessage));
+  const byId = new Map(data.messages.map((m) => [m.message_id, m]));
+  timeline.replaceChildren(...data.messages.map((m) => renderMessage(m, byId)));
   if (atBottom) timeline.scrollTop = timeline.scrollHeight;
   // Toasts of callbacks that happened after the page loaded (by the page or by a test).
   const firstLoad = state.seenCallbacks === null;
@@ -206,11 +244,13 @@ async function send() {
 async function main() {
   const info = await (await fetch("/_emulator/state")).json();
   state.chats = info.chats;
+  state.names = { [info.bot.open_id]: info.bot.name, [info.user.open_id]: info.user.name };
   $("#bot-name").textContent = info.bot.name;
   document.title = info.bot.name + " · Feishu emulator";
   info.scenarios.forEach((text) => {
-    const chip = el("button", "scenario", text);
+    const chip = el("button", "scenario", text.replace(/\n/g, " ↵ "));
     chip.type = "button";
+    chip.title = text;
     chip.addEventListener("click", () => { $("#composer").value = text; $("#composer").focus(); });
     $("#scenarios").appendChild(chip);
   });

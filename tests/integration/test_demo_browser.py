@@ -1,0 +1,117 @@
+"""The demo's chat page in a real headless Chromium: what a person sees during a slow turn
+that stops for an approval — the ack reaction, the running hint, the approval card with its
+buttons and the waiting line, the decided card after a click, the final reply.
+
+Needs Debian's chromium at /usr/bin/chromium (`scripts/install-browser.sh`) and the Python
+`playwright` package; never `playwright install`. Skipped without them, except in CI (env
+`CI` set), where a missing browser fails the run instead of hiding it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from tests.integration.stack import running_stack
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",  # without these Chromium phones home, and the
+    "--disable-component-update",  # sandbox refuses those connections
+    "--disable-sync",
+]
+REPO_ROOT = Path(__file__).resolve().parents[2]  # not cwd: a fixture chdirs to tmp_path
+SCREENSHOT = REPO_ROOT / "artifacts" / "demo-approval.png"
+TIMEOUT_MS = 5_000  # per DOM wait; every step takes milliseconds with these timings
+
+PROMPT = "sleep 800\npermission Delete build/"
+
+pytestmark = pytest.mark.browser
+
+
+def _need_browser() -> None:
+    missing = []
+    if not CHROMIUM.exists():
+        missing.append(f"{CHROMIUM} (run scripts/install-browser.sh)")
+    try:
+        import playwright.async_api  # noqa: F401
+    except ImportError:
+        missing.append("the Python package playwright (pip install -e '.[dev]')")
+    if not missing:
+        return
+    reason = "browser test needs " + " and ".join(missing)
+    if os.environ.get("CI"):
+        pytest.fail(f"{reason}; CI must not skip it", pytrace=False)
+    pytest.skip(reason)
+
+
+async def test_slow_turn_with_approval_in_the_chat_page(tmp_path: Path) -> None:
+    _need_browser()
+    from playwright.async_api import async_playwright, expect
+
+    expect.set_options(timeout=TIMEOUT_MS)
+    settings = {"bridge_first_hint_seconds": 0.3, "bridge_locale": "zh_CN"}
+    async with (
+        running_stack(tmp_path / "bridge", settings=settings) as stack,
+        async_playwright() as pw,
+    ):
+        browser = await pw.chromium.launch(
+            executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True
+        )
+        try:
+            page = await browser.new_page(viewport={"width": 1000, "height": 800})
+            page.set_default_timeout(TIMEOUT_MS)
+            await page.goto(stack.emu.url + "/", wait_until="domcontentloaded")
+            await expect(page.locator("#status")).to_contain_text("live")
+
+            # Enter would send; the button sends the composer's text, newline included.
+            await page.locator("#composer").fill(PROMPT)
+            await page.locator("#send").click()
+
+            user = page.locator(".msg.user").filter(has_text="permission Delete build/")
+            await expect(user).to_have_count(1)
+            await expect(user.locator(".bubble")).to_have_text(PROMPT)
+            await expect(user.locator(".reaction")).to_have_count(1)  # the ack (OnIt)
+
+            bot = page.locator(".msg.bot")
+            await expect(bot.filter(has_text="正在处理…")).to_have_count(1)
+
+            card = bot.locator(".card").filter(has=page.locator(".card-actions button"))
+            await expect(card).to_have_count(1)
+            await expect(card).to_contain_text("Delete build/")
+            buttons = card.locator(".card-actions button")
+            await expect(buttons.first).to_be_enabled()
+            assert await buttons.count() >= 2, await card.inner_text()
+            allow = buttons.filter(has_text="Allow once")
+            await expect(allow).to_have_count(1)
+            await expect(
+                bot.locator(".bubble").filter(has_text="当前已暂停，等待你审批后继续。")
+            ).to_have_count(1)
+
+            await allow.click()
+
+            # The card is replaced in place: same message, no buttons, the decision shown.
+            decided = bot.filter(has_text="已选择")
+            await expect(decided).to_have_count(1)
+            await expect(decided).to_contain_text("Allow once")
+            await expect(decided.locator(".card button")).to_have_count(0)
+            await expect(page.locator(".card button")).to_have_count(0)
+
+            await expect(
+                bot.locator(".bubble").filter(has_text=re.compile(r"^done$"))
+            ).to_have_count(1)
+            texts = await bot.locator(".bubble").all_inner_texts()
+            assert texts[-1] == "done", texts
+
+            SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
+            await page.screenshot(path=str(SCREENSHOT), full_page=True)
+        finally:
+            await browser.close()

@@ -1,0 +1,233 @@
+"""Issue 4, end to end: what the user sees while a turn runs and when it ends.
+
+Bridge in webhook mode + emulator + the scripted ACP agent as a real subprocess; every
+assertion is on the chat as the emulator recorded it (texts, order, count, reactions).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+
+from bridge.i18n import Translator
+from tests.integration.stack import Stack, running_stack
+
+t = Translator("zh_CN")
+HINT = t("presence.running_hint")
+
+
+def user_messages(stack: Stack) -> list[str]:
+    return [m.message_id for m in stack.emu.messages(stack.chat, sender_type="user")]
+
+
+# 1. ack ---------------------------------------------------------------------------------------
+
+
+async def test_exactly_one_ack_before_any_text_and_no_received_text(stack: Stack) -> None:
+    sent = await stack.say("tool Read README.md\nsay summary")
+    await stack.wait_text(lambda x: x == "summary")
+    await stack.settled()
+    assert stack.reactions(sent.message_id) == ["OnIt"]
+    posts = [c for c in stack.emu.calls(path_prefix="/open-apis/im/v1/messages/", method="POST")]
+    assert posts[0].path.endswith("/reactions")
+    assert all(not c.path.endswith("/reactions") for c in posts[1:])
+    assert t("presence.received") not in stack.texts()
+
+
+async def test_received_text_is_posted_after_the_reaction_when_turned_on(tmp_path: Path) -> None:
+    async with running_stack(tmp_path, settings={"bridge_received_text": True}) as stack:
+        sent = await stack.say("hello")
+        await stack.wait_text(lambda x: x == "echo: hello")
+        await stack.settled()
+        assert stack.texts() == [t("presence.received"), "echo: hello"]
+        assert stack.reactions(sent.message_id) == ["OnIt"]
+
+
+# 2. the early running hint --------------------------------------------------------------------
+
+
+async def test_slow_turn_gets_exactly_one_early_hint(tmp_path: Path) -> None:
+    settings = {"bridge_first_hint_seconds": 0.15, "bridge_heartbeat_seconds": 30.0}
+    async with running_stack(tmp_path, settings=settings) as stack:
+        await stack.say("sleep 700\nsay done")
+        await stack.wait_text(lambda x: x == "done")
+        await stack.settled()
+        assert stack.texts() == [HINT, "done"]
+
+
+async def test_turn_answering_before_the_delay_gets_no_hint(tmp_path: Path) -> None:
+    async with running_stack(tmp_path, settings={"bridge_first_hint_seconds": 2.0}) as stack:
+        await stack.say("hello")
+        await stack.wait_text(lambda x: x == "echo: hello")
+        await stack.settled()
+        assert stack.texts() == ["echo: hello"]
+
+
+# 3. real progress and heartbeats --------------------------------------------------------------
+
+
+async def test_real_progress_is_relayed_and_no_generic_hint_is_needed(tmp_path: Path) -> None:
+    settings = {"bridge_first_hint_seconds": 0.5, "bridge_progress_interval_seconds": 0.0}
+    async with running_stack(tmp_path, settings=settings) as stack:
+        await stack.say("say Let me look.\ntool Read README.md\nsay It is a bridge.")
+        await stack.wait_text(lambda x: x == "It is a bridge.")
+        await stack.settled()
+        assert stack.texts() == [
+            "Let me look.",  # commentary before the tool call
+            t("progress.tool", title="Read README.md"),
+            "It is a bridge.",  # the final reply is the end signal
+        ]
+
+
+async def test_progress_is_throttled(tmp_path: Path) -> None:
+    settings = {"bridge_progress_interval_seconds": 5.0}
+    async with running_stack(tmp_path, settings=settings) as stack:
+        script = "\n".join(f"tool Step {i}" for i in range(6)) + "\nsay finished"
+        await stack.say(script)
+        await stack.wait_text(lambda x: x == "finished")
+        await stack.settled()
+        tool_lines = [x for x in stack.texts() if x.startswith(t("progress.tool", title=""))]
+        assert len(tool_lines) == 1  # six tool titles inside one interval: one line
+        assert stack.texts()[-1] == "finished"
+
+
+async def test_long_silent_turn_gets_periodic_heartbeats_saying_how_long(tmp_path: Path) -> None:
+    settings = {"bridge_first_hint_seconds": 0.1, "bridge_heartbeat_seconds": 0.25}
+    async with running_stack(tmp_path, settings=settings) as stack:
+        await stack.say("sleep 1100\nsay done")
+        await stack.wait_text(lambda x: x == "done")
+        await stack.settled()
+        texts = stack.texts()
+        assert texts[0] == HINT
+        assert texts[-1] == "done"
+        beats = texts[1:-1]
+        assert 2 <= len(beats) <= 4
+        for beat in beats:
+            assert "正在处理" in beat
+            assert "已运行" in beat
+
+
+async def test_progress_postpones_the_heartbeat(tmp_path: Path) -> None:
+    settings = {
+        "bridge_first_hint_seconds": 0.1,
+        "bridge_heartbeat_seconds": 0.6,
+        "bridge_progress_interval_seconds": 0.0,
+    }
+    async with running_stack(tmp_path, settings=settings) as stack:
+        steps = "\n".join(f"tool Step {i}\nsleep 200" for i in range(5))
+        await stack.say(f"{steps}\nsay done")
+        await stack.wait_text(lambda x: x == "done")
+        await stack.settled()
+        assert not [x for x in stack.texts() if "已运行" in x]
+        assert HINT not in stack.texts()
+
+
+# 8. endings -----------------------------------------------------------------------------------
+
+
+async def test_final_reply_is_the_end_signal_with_no_extra_line(stack: Stack) -> None:
+    await stack.say("say All done.")
+    await stack.wait_text(lambda x: x == "All done.")
+    await stack.settled()
+    assert stack.texts() == ["All done."]
+
+
+async def test_turn_with_nothing_visible_gets_the_ended_line_once(stack: Stack) -> None:
+    await stack.say("silent")
+    await stack.wait_text(lambda x: x == t("presence.ended_empty"))
+    await stack.settled()
+    assert stack.texts() == [t("presence.ended_empty")]
+
+
+async def test_non_final_stop_reasons_get_their_own_line(stack: Stack) -> None:
+    for reason in ("max_tokens", "max_turn_requests", "refusal"):
+        await stack.say(f"stop {reason}")
+        await stack.wait_text(lambda x, r=reason: x == t(f"presence.{r}"))
+        await stack.settled()
+    assert stack.texts() == [
+        t("presence.max_tokens"),
+        t("presence.max_turn_requests"),
+        t("presence.refusal"),
+    ]
+
+
+async def test_unsupported_message_type_gets_a_polite_reply_and_no_turn(stack: Stack) -> None:
+    sent = await stack.say(
+        "", message_type="image", content={"image_key": "img_v2_0123456789abcdef"}
+    )
+    await stack.wait_text(lambda x: x == t("message.unsupported"))
+    await stack.settled()
+    assert stack.texts() == [t("message.unsupported")]
+    assert stack.reactions(sent.message_id) == ["OnIt"]
+    assert stack.demo.service.engine.conversations[stack.chat].conv.turn is None
+
+
+# 9. queue and commands ------------------------------------------------------------------------
+
+
+async def test_message_during_a_turn_is_queued_then_runs_and_stop_cancels(stack: Stack) -> None:
+    first = await stack.say("hang")
+    await stack.emu.wait_for(lambda: stack.reactions(first.message_id) == ["OnIt"])
+    second = await stack.say("hello")
+    await stack.wait_text(lambda x: x == t("presence.queued", position=1))
+    assert stack.reactions(second.message_id) == ["OnIt"]
+
+    await stack.say("/stop")
+    await stack.wait_text(lambda x: x == "echo: hello")
+    await stack.settled()
+    assert stack.texts() == [
+        t("presence.queued", position=1),
+        t("presence.stopped"),
+        "echo: hello",
+    ]
+    for message_id in user_messages(stack):
+        assert stack.reactions(message_id) == ["OnIt"]
+
+
+async def test_help_status_new_and_unknown_commands(stack: Stack) -> None:
+    await stack.say("/help")
+    await stack.wait_texts(1)
+    await stack.say("/status")
+    await stack.wait_texts(2)
+    await stack.say("/frobnicate now")
+    await stack.wait_texts(3)
+    await stack.say("/new")
+    await stack.wait_texts(4)
+    await stack.settled()
+    assert stack.texts() == [
+        t("command.help"),
+        t("status.idle"),
+        t("command.unknown", command="/frobnicate"),
+        t("command.new_session"),
+    ]
+    # None of them reached the agent: no turn was ever started.
+    assert await stack.demo.service.store.running_turns() == []
+
+
+async def test_status_during_a_turn_shows_state_elapsed_and_queue(stack: Stack) -> None:
+    await stack.say("tool Run tests\nhang")
+    await stack.wait_text(lambda x: x == t("progress.tool", title="Run tests"))
+    await stack.say("next please")
+    await stack.wait_text(lambda x: x == t("presence.queued", position=1))
+    await stack.say("/status")
+    status = await stack.wait_text(lambda x: x.startswith("正在处理：已运行"))
+    assert "Run tests" in status
+    assert "排队 1 条" in status
+
+    async with httpx.AsyncClient(trust_env=False) as http:
+        url = f"http://127.0.0.1:{stack.demo.service.port}/runtime-states"
+        first = (await http.get(url)).json()
+        conv = first["conversations"][stack.chat]
+        assert conv["state"] == "streaming"
+        assert conv["queue_length"] == 1
+        assert conv["turn_id"]
+        assert conv["started_at"] > 0
+        assert conv["pending_approval"] is None
+        await stack.say("/stop")
+        await stack.wait_text(lambda x: x == "echo: next please")
+        await stack.settled()
+        second = (await http.get(url)).json()
+    assert second["projection_epoch"] == first["projection_epoch"]
+    assert second["revision"] > first["revision"]
+    assert second["conversations"][stack.chat]["state"] == "idle"
