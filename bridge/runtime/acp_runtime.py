@@ -188,9 +188,10 @@ def _selected(option_id: str) -> RequestPermissionResponse:
 
 
 def _describe_error(exc: RequestError) -> str:
-    details = exc.data.get("details") if isinstance(exc.data, dict) else None
-    message = str(exc) or "agent error"
-    return f"{message}: {details}" if isinstance(details, str) and details else message
+    # The JSON-RPC code and its short message only: `data.details` may quote the prompt or
+    # the agent's output, and this reason ends up in the turn's trace for operators.
+    message = (str(exc) or "agent error")[:80]
+    return f"agent error {exc.code}: {message}"
 
 
 class AcpRuntime:

@@ -66,9 +66,11 @@ class Stack:
         await self.emu.wait_for(lambda: len(self.bot(chat_id)) >= count, timeout=within)
         return self.texts(chat_id)
 
-    async def wait_text(self, predicate: Callable[[str], bool], within: float = 15.0) -> str:
+    async def wait_text(
+        self, predicate: Callable[[str], bool], within: float = 15.0, chat_id: str | None = None
+    ) -> str:
         def found() -> str | None:
-            return next((t for t in self.texts() if predicate(t)), None)
+            return next((t for t in self.texts(chat_id) if predicate(t)), None)
 
         result: str = await self.emu.wait_for(found, timeout=within)
         return result

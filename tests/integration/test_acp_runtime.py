@@ -212,7 +212,9 @@ async def test_error_response_fails_the_turn_and_the_process_lives(runtime: AcpR
     rec = await run_turn(runtime, session.session_id, "say trying\nerror disk is full")
     failed = rec.terminal()
     assert isinstance(failed, RuntimeFailed)
-    assert "disk is full" in failed.reason
+    # The code and short message are kept; the details (agent text) never are.
+    assert failed.reason == "agent error -32603: Internal error"
+    assert "disk is full" not in failed.reason
 
     again = await run_turn(runtime, session.session_id, "say still here")
     assert again.text() == "still here"

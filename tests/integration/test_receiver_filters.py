@@ -1,0 +1,60 @@
+"""Issue 4, receiver: who gets an answer (groups only when @-mentioned, allow-lists with one
+polite refusal) and what kinds of message start a turn."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from bridge.i18n import Translator
+from tests.integration.stack import Stack, running_stack
+
+t = Translator("zh_CN")
+
+
+async def test_group_message_without_mention_is_ignored(stack: Stack) -> None:
+    group = stack.emu.group_chat_id
+    ignored = await stack.say("just chatting", chat_type="group")
+    answered = await stack.say("hello bot", chat_type="group", mention_bot=True)
+
+    await stack.wait_texts(1, chat_id=group)
+    await stack.settled()
+    assert stack.texts(group) == ["echo: hello bot"]  # the @-mention is stripped
+    assert stack.reactions(ignored.message_id) == []
+    assert stack.reactions(answered.message_id) == ["OnIt"]
+
+
+async def test_group_thread_is_its_own_conversation(stack: Stack) -> None:
+    group = stack.emu.group_chat_id
+    root = await stack.say("hang", chat_type="group", mention_bot=True)
+    await stack.emu.wait_for(lambda: stack.reactions(root.message_id) == ["OnIt"])
+    # A message in a thread of the group is another conversation: not queued behind `hang`.
+    await stack.say("in a thread", chat_type="group", mention_bot=True, thread_id="omt_thread1")
+    reply = await stack.wait_text(lambda x: x == "echo: in a thread", chat_id=group)
+    assert reply
+    assert t("presence.queued", position=1) not in stack.texts(group)
+    await stack.say("/stop", chat_type="group", mention_bot=True)
+    await stack.wait_text(lambda x: x == t("presence.stopped"), chat_id=group)
+
+
+async def test_rich_text_post_becomes_the_prompt(stack: Stack) -> None:
+    content = {
+        "title": "Plan",
+        "content": [[{"tag": "text", "text": "step one"}], [{"tag": "text", "text": "two"}]],
+    }
+    await stack.say("", message_type="post", content=json.dumps(content))
+    reply = await stack.wait_text(lambda x: x.startswith("echo:"))
+    assert reply == "echo: Plan\nstep one\ntwo"
+
+
+async def test_outside_the_allow_list_gets_one_polite_refusal(tmp_path: Path) -> None:
+    settings = {"bridge_allowed_users": "ou_someone_else"}
+    async with running_stack(tmp_path, settings=settings) as stack:
+        sent = await stack.say("let me in")
+        await stack.wait_text(lambda x: x == t("access.refused"))
+        await stack.settled()
+        await stack.emu.redeliver(sent.event_id)
+        await stack.settled()
+        assert stack.texts() == [t("access.refused")]
+        assert stack.reactions(sent.message_id) == []  # no ack: nothing is being worked on
+        assert await stack.demo.service.store.running_turns() == []
