@@ -75,7 +75,14 @@ class BridgeService:
                     bot_name_provider=lambda: self.bot.name,
                 )
             )
-        app.add_routes(ops_routes(self.projection, ready=lambda: self._ready, status=self.status))
+        app.add_routes(
+            ops_routes(
+                self.projection,
+                ready=lambda: self._ready,
+                status=self.status,
+                turn_view=self.engine.turn_view,
+            )
+        )
         return app
 
     def status(self) -> dict[str, Any]:

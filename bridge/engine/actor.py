@@ -53,7 +53,16 @@ class MarkDone:
     message_id: str
 
 
-Work = Effect | React | Reply | MarkDone
+@dataclass(frozen=True)
+class Trace:
+    """One entry of a turn's timeline in the store (never message text)."""
+
+    turn_id: str
+    kind: str
+    detail: str = ""
+
+
+Work = Effect | React | Reply | MarkDone | Trace
 
 
 @dataclass

@@ -8,6 +8,7 @@ calls on the Feishu client, the agent runtime and the store.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import logging
 from collections.abc import Callable
@@ -38,7 +39,7 @@ from bridge.core.inputs import (
     TurnInterruptedByRestart,
     UserMessage,
 )
-from bridge.engine.actor import Clicked, ConversationActor, MarkDone, React, Reply, Work
+from bridge.engine.actor import Clicked, ConversationActor, MarkDone, React, Reply, Trace, Work
 from bridge.engine.cards_view import CardBook
 from bridge.engine.commands import parse_command
 from bridge.engine.render import render
@@ -47,9 +48,18 @@ from bridge.feishu.api import FeishuApi
 from bridge.feishu.cards import APPROVAL, decode_action
 from bridge.feishu.models import CardAction, CardActionReply, InboundMessage
 from bridge.i18n import Translator
-from bridge.runtime.events import PromptSent, RuntimeExited, RuntimeFailed, TurnEnded, TurnEvent
+from bridge.runtime.events import (
+    PermissionRequested,
+    PromptSent,
+    QuestionAsked,
+    RuntimeExited,
+    RuntimeFailed,
+    ToolCallStarted,
+    TurnEnded,
+    TurnEvent,
+)
 from bridge.runtime.port import AgentRuntime, RuntimeUnavailable
-from bridge.store.port import ApprovalStatus, MessageState, Store, TurnOutcome
+from bridge.store.port import ApprovalStatus, MessageState, Store, TurnOutcome, UnknownTurn
 
 log = logging.getLogger(__name__)
 
@@ -267,8 +277,18 @@ class Engine:
                 await self._store.unbind(actor.key)
             case RecordTerminal(turn_id, outcome, detail):
                 await self._record_terminal(actor, turn_id, outcome.value, detail)
+            case Trace(turn_id, kind, detail):
+                await self._trace(turn_id, kind, detail)
             case _:
                 log.warning("no executor for %s", type(work).__name__)
+        traced = _trace_of(work)
+        if traced is not None:
+            await self._trace(*traced)
+
+    async def _trace(self, turn_id: str, kind: str, detail: str) -> None:
+        # A line outside any turn (refusal, unsupported type, command) has no timeline.
+        with contextlib.suppress(UnknownTurn):
+            await self._store.trace(turn_id, kind, detail, self._clock())
 
     async def _post_text(
         self, actor: ConversationActor, reply_to: str, text: str, idem: str
@@ -352,6 +372,9 @@ class Engine:
             def sink(event: TurnEvent) -> None:
                 if isinstance(event, TurnEnded | RuntimeFailed | RuntimeExited):
                     terminal.append(event)
+                traced = _trace_of_event(event)
+                if traced is not None:
+                    actor.enqueue(Trace(work.turn_id, *traced))
                 actor.feed(event)
                 if isinstance(event, PromptSent) and work.turn_id in self._cancel_early:
                     # The cancel raced the prompt onto the wire: cancel it now.
@@ -386,9 +409,66 @@ class Engine:
             actor.close()
         await self._tasks.drain(grace)
 
+    async def turn_view(self, turn_id: str) -> dict[str, object] | None:
+        """A turn and its timeline, for operators (`GET /turns/{id}`)."""
+        turn = await self._store.turn(turn_id)
+        if turn is None:
+            return None
+        return {
+            "turn_id": turn.turn_id,
+            "conversation": turn.conversation_key,
+            "started_at": turn.started_at,
+            "outcome": turn.outcome.value if turn.outcome else None,
+            "finished_at": turn.finished_at,
+            "trace": [
+                {"at": e.at, "kind": e.kind, "detail": e.detail}
+                for e in await self._store.trace_for(turn_id)
+            ],
+        }
+
     async def wait_idle(self) -> None:
         """Until every actor has performed what it was given (tests and shutdown)."""
         await asyncio.gather(*(actor.wait_idle() for actor in self._actors.values()))
 
 
 __all__ = ["Engine", "EngineConfig", "feishu_uuid"]
+
+
+def _turn_of(idempotency_key: str) -> str:
+    return idempotency_key.split(":", 1)[0]  # keys are "<turn id>:<kind>:<seq>"
+
+
+def _trace_of(work: Work) -> tuple[str, str, str] | None:
+    """The timeline entry for an effect just performed: what was shown, never its text."""
+    match work:
+        case PostText(key, _, _, idem, final):
+            return _turn_of(idem), "end" if final else "line", key
+        case RelayReply(text, _, idem, final):
+            return _turn_of(idem), "end" if final else "reply", f"{len(text)} chars"
+        case PostApprovalCard(idempotency_key=idem, request_id=request_id):
+            return _turn_of(idem), "approval_card", request_id
+        case PostQuestion(idempotency_key=idem, request_id=request_id):
+            return _turn_of(idem), "question_card", request_id
+        case CancelTurn(turn_id):
+            return turn_id, "cancel", ""
+    return None
+
+
+def _trace_of_event(event: TurnEvent) -> tuple[str, str] | None:
+    """Runtime events worth a timeline entry (titles and reasons, never message text)."""
+    match event:
+        case PromptSent():
+            return "prompt_sent", ""
+        case ToolCallStarted(title=title):
+            return "tool", title[:120]
+        case PermissionRequested(title=title):
+            return "permission", title[:120]
+        case QuestionAsked(kind=kind):
+            return "question", kind.value
+        case TurnEnded(stop_reason=reason):
+            return "turn_ended", reason.value
+        case RuntimeFailed(reason=reason):
+            return "runtime_failed", reason
+        case RuntimeExited(returncode=code, signal=sig):
+            return "runtime_exited", f"code={code} signal={sig}"
+    return None

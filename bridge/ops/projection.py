@@ -17,7 +17,7 @@ from typing import Any
 TERMINAL = object()  # sentinel closing a subscription
 
 
-@dataclass
+@dataclass(eq=False)  # identity, so subscriptions can live in a set
 class Subscription:
     queue: asyncio.Queue[dict[str, Any] | object]
     dropped: int = 0

@@ -5,12 +5,13 @@ GET /status          process-level summary plus every conversation's snapshot
 GET /runtime-states  versioned snapshots (projection_epoch, revision, conversations)
 GET /events          SSE of `runtime_state` frames; a `lagged` frame when frames were dropped,
                      an explicit `end` frame on shutdown
+GET /turns/{turn_id} one turn's outcome and timeline (what was shown when; never any text)
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
@@ -18,6 +19,7 @@ from aiohttp import web
 from bridge.ops.projection import TERMINAL, Projection
 
 StatusProvider = Callable[[], dict[str, Any]]
+TurnView = Callable[[str], Awaitable[dict[str, object] | None]]
 
 
 def _sse(event: str, data: dict[str, Any]) -> bytes:
@@ -25,7 +27,11 @@ def _sse(event: str, data: dict[str, Any]) -> bytes:
 
 
 def ops_routes(
-    projection: Projection, *, ready: Callable[[], bool], status: StatusProvider
+    projection: Projection,
+    *,
+    ready: Callable[[], bool],
+    status: StatusProvider,
+    turn_view: TurnView,
 ) -> list[web.RouteDef]:
     async def healthz(_: web.Request) -> web.Response:
         if ready():
@@ -63,8 +69,15 @@ def ops_routes(
             projection.unsubscribe(sub)
         return response
 
+    async def turn(request: web.Request) -> web.Response:
+        found = await turn_view(request.match_info["turn_id"])
+        if found is None:
+            return web.json_response({"error": "unknown turn"}, status=404)
+        return web.json_response(found)
+
     return [
         web.get("/healthz", healthz),
+        web.get("/turns/{turn_id}", turn),
         web.get("/status", status_view),
         web.get("/runtime-states", runtime_states),
         web.get("/events", events),
