@@ -86,11 +86,21 @@ class Settings(BaseSettings):
     )
 
     # --- Conversation behaviour -------------------------------------------------------------
-    bridge_first_hint_seconds: float = Field(default=5.0, gt=0)
-    bridge_heartbeat_seconds: float = Field(default=60.0, gt=0)
-    bridge_stale_seconds: float = Field(default=600.0, gt=0)
-    bridge_approval_timeout_seconds: float = Field(default=1800.0, gt=0)
-    bridge_finish_grace_seconds: float = Field(default=3.0, ge=0)
+    bridge_first_hint_seconds: float = Field(
+        default=5.0, gt=0, description="One early 'working on it' line if nothing shows by then."
+    )
+    bridge_heartbeat_seconds: float = Field(
+        default=60.0, gt=0, description="A heartbeat line after this much silence while running."
+    )
+    bridge_stale_seconds: float = Field(
+        default=600.0, gt=0, description="No sign of life this long: tell the user (not killed)."
+    )
+    bridge_approval_timeout_seconds: float = Field(
+        default=1800.0, gt=0, description="Unanswered approval/question: reminder at half, cancel."
+    )
+    bridge_finish_grace_seconds: float = Field(
+        default=3.0, ge=0, description="Grace after a non-final stop reason before the end line."
+    )
     bridge_progress_interval_seconds: float = Field(
         default=3.0, ge=0, description="Least time between two relayed progress lines."
     )

@@ -69,7 +69,9 @@ class Receiver:
         policy: AccessPolicy,
         bot_open_id: Callable[[], str | None],
         clock: Callable[[], float],
+        count: Callable[[str], None] = lambda fate: None,
     ) -> None:
+        self._count = count
         self._store = store
         self._sink = sink
         self._policy = policy
@@ -84,6 +86,7 @@ class Receiver:
         await self._handle(message)
 
     async def on_card_action(self, action: CardAction) -> CardActionReply:
+        self._count("card_action")
         return await self._sink.card_action(action)
 
     # -- middlewares -------------------------------------------------------------------------
@@ -92,12 +95,14 @@ class Receiver:
         bot = self._bot_open_id()
         if message.sender_type == "app" or (bot is not None and message.sender_open_id == bot):
             log.debug("ignored own/app message %s", message.message_id)
+            self._count("ignored")
             return
         await nxt(message)
 
     async def require_mention_in_groups(self, message: InboundMessage, nxt: Next) -> None:
         if message.chat_type != "p2p" and not message.mentions_bot:
             log.debug("ignored group message %s without @bot", message.message_id)
+            self._count("ignored")
             return
         await nxt(message)
 
@@ -108,6 +113,7 @@ class Receiver:
         # One refusal per message, even when Feishu redelivers it.
         if await self._store.claim_event(message.event_id, message.message_id, self._clock()):
             log.info("refused message %s from outside the allow-lists", message.message_id)
+            self._count("refused")
             self._sink.refuse(message)
 
     async def dedup(self, message: InboundMessage, nxt: Next) -> None:
@@ -124,8 +130,10 @@ class Receiver:
         await self._store.claim_event(message.event_id, message.message_id, self._clock())
         if not journaled:
             log.info("duplicate delivery of message %s ignored", message.message_id)
+            self._count("duplicate")
             return
         await nxt(message)
 
     async def dispatch(self, message: InboundMessage) -> None:
+        self._count("accepted")
         self._sink.accept(message)

@@ -26,6 +26,7 @@ from bridge.feishu.client import FeishuClient
 from bridge.feishu.longconn import LongConnection
 from bridge.i18n import Translator
 from bridge.logs import configure_logging
+from bridge.ops.metrics import Metrics
 from bridge.ops.projection import Projection
 from bridge.ops.routes import ops_routes
 from bridge.receiver import AccessPolicy, Receiver
@@ -51,6 +52,7 @@ class BridgeService:
     engine: Engine
     receiver: Receiver
     projection: Projection
+    metrics: Metrics
     clock: Callable[[], float]
     bot: BotIdentity = field(default_factory=BotIdentity)
     drain_seconds: float = 10.0
@@ -81,6 +83,7 @@ class BridgeService:
                 ready=lambda: self._ready,
                 status=self.status,
                 turn_view=self.engine.turn_view,
+                metrics=self.metrics,
             )
         )
         return app
@@ -164,6 +167,7 @@ def build_service(
 ) -> BridgeService:
     translator = Translator(settings.bridge_locale)
     projection = Projection()
+    metrics = Metrics(projection)
     store = SqliteStore(settings.db_path)
     if feishu is None:
         feishu = FeishuClient(
@@ -193,6 +197,7 @@ def build_service(
         ),
         clock=clock,
         publish=projection.publish,
+        metrics=metrics,
     )
     bot = BotIdentity()
     receiver = Receiver(
@@ -203,6 +208,7 @@ def build_service(
         ),
         bot_open_id=lambda: bot.open_id,
         clock=clock,
+        count=lambda fate: metrics.inbound.labels(fate).inc(),
     )
     return BridgeService(
         settings=settings,
@@ -212,6 +218,7 @@ def build_service(
         engine=engine,
         receiver=receiver,
         projection=projection,
+        metrics=metrics,
         clock=clock,
         bot=bot,
     )

@@ -48,6 +48,7 @@ from bridge.feishu.api import FeishuApi
 from bridge.feishu.cards import APPROVAL, decode_action
 from bridge.feishu.models import CardAction, CardActionReply, InboundMessage
 from bridge.i18n import Translator
+from bridge.ops.metrics import Metrics
 from bridge.runtime.events import (
     PermissionRequested,
     PromptSent,
@@ -90,7 +91,9 @@ class Engine:
         config: EngineConfig,
         clock: Callable[[], float],
         publish: Callable[[str, dict[str, object]], object],
+        metrics: Metrics | None = None,
     ) -> None:
+        self._metrics = metrics
         self._feishu = feishu
         self._runtime = runtime
         self._store = store
@@ -254,6 +257,8 @@ class Engine:
                 await self._store.set_message_state(message_id, MessageState.DONE, now)
             case PostText(key, params, reply_to, idem, _):
                 await self._post_text(actor, reply_to, render(self._t, key, params), idem)
+                if self._metrics:
+                    self._metrics.lines.labels(key).inc()
             case RelayReply(text, reply_to, idem, _):
                 await self._post_text(actor, reply_to, text, idem)
             case StartTurn():
@@ -336,6 +341,10 @@ class Engine:
         now = self._clock()
         if await self._store.finish_turn(turn_id, TurnOutcome(outcome), now):
             await self._store.trace(turn_id, "terminal", f"{outcome} {detail}".strip(), now)
+            turn = await self._store.turn(turn_id)
+            if self._metrics and turn is not None:
+                self._metrics.turns.labels(outcome).inc()
+                self._metrics.turn_seconds.observe(max(0.0, now - turn.started_at))
         await self._store.set_message_state(turn_id, MessageState.DONE, now)
 
     # -- turns -------------------------------------------------------------------------------
@@ -390,6 +399,8 @@ class Engine:
             if not terminal:
                 sink(RuntimeFailed(session_id, reason="prompt returned without an ending"))
             ended = terminal[0]
+            if isinstance(ended, RuntimeExited) and self._metrics:
+                self._metrics.runtime_exits.inc()
             if isinstance(ended, RuntimeExited) and ended.restarting:
                 await self._reopen(actor, session_id)
 

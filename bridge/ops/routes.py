@@ -6,6 +6,7 @@ GET /runtime-states  versioned snapshots (projection_epoch, revision, conversati
 GET /events          SSE of `runtime_state` frames; a `lagged` frame when frames were dropped,
                      an explicit `end` frame on shutdown
 GET /turns/{turn_id} one turn's outcome and timeline (what was shown when; never any text)
+GET /metrics         Prometheus text format
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 
 from aiohttp import web
 
+from bridge.ops.metrics import CONTENT_TYPE, Metrics
 from bridge.ops.projection import TERMINAL, Projection
 
 StatusProvider = Callable[[], dict[str, Any]]
@@ -32,6 +34,7 @@ def ops_routes(
     ready: Callable[[], bool],
     status: StatusProvider,
     turn_view: TurnView,
+    metrics: Metrics,
 ) -> list[web.RouteDef]:
     async def healthz(_: web.Request) -> web.Response:
         if ready():
@@ -75,8 +78,12 @@ def ops_routes(
             return web.json_response({"error": "unknown turn"}, status=404)
         return web.json_response(found)
 
+    async def metrics_view(_: web.Request) -> web.Response:
+        return web.Response(body=metrics.render(), headers={"Content-Type": CONTENT_TYPE})
+
     return [
         web.get("/healthz", healthz),
+        web.get("/metrics", metrics_view),
         web.get("/turns/{turn_id}", turn),
         web.get("/status", status_view),
         web.get("/runtime-states", runtime_states),

@@ -56,3 +56,21 @@ async def test_events_stream_sends_snapshot_then_versioned_changes(stack: Stack)
     assert len(set(revisions)) == len(revisions)
     assert {c["projection_epoch"] for c in changes} == {frames[0][1]["projection_epoch"]}
     assert changes[-1]["snapshot"]["state"] == "idle"  # type: ignore[index]
+
+
+async def test_metrics_count_turns_lines_and_duplicates(stack: Stack) -> None:
+    sent = await stack.say("silent")
+    await stack.wait_texts(1)
+    await stack.settled()
+    await stack.emu.redeliver(sent.event_id)
+    await stack.settled()
+    async with httpx.AsyncClient(trust_env=False) as http:
+        response = await http.get(f"{base(stack)}/metrics")
+    assert response.headers["content-type"].startswith("text/plain")
+    body = response.text
+    assert 'bridge_inbound_events_total{fate="accepted"} 1.0' in body
+    assert 'bridge_inbound_events_total{fate="duplicate"} 1.0' in body
+    assert 'bridge_turns_total{outcome="completed"} 1.0' in body
+    assert 'bridge_status_lines_total{key="presence.ended_empty"} 1.0' in body
+    assert "bridge_turn_duration_seconds_count 1.0" in body
+    assert 'bridge_conversations{state="idle"} 1.0' in body

@@ -1,0 +1,71 @@
+"""Prometheus metrics, on a registry of the service's own (tests run many services at once).
+
+Counts what an operator alerts on: inbound events by fate, turns by outcome and duration,
+presence lines by key, agent exits; conversations by state are read from the projection at
+scrape time, so they can never drift from `/runtime-states`.
+"""
+
+from __future__ import annotations
+
+from collections import Counter as Tally
+from collections.abc import Iterator
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from bridge.ops.projection import Projection
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+class _ConversationStates(Collector):
+    def __init__(self, projection: Projection) -> None:
+        self._projection = projection
+
+    def collect(self) -> Iterator[Metric]:
+        family = GaugeMetricFamily(
+            "bridge_conversations", "Conversations by execution state.", labels=["state"]
+        )
+        states = Tally(
+            str(conv.get("state", "unknown"))
+            for conv in self._projection.snapshot()["conversations"].values()
+        )
+        for state, count in sorted(states.items()):
+            family.add_metric([state], count)
+        yield family
+
+
+class Metrics:
+    def __init__(self, projection: Projection) -> None:
+        self.registry = CollectorRegistry()
+        self.inbound = Counter(
+            "bridge_inbound_events_total",
+            "Inbound Feishu events by what became of them.",
+            ["fate"],  # accepted, duplicate, ignored, refused, card_action
+            registry=self.registry,
+        )
+        self.turns = Counter(
+            "bridge_turns_total", "Finished turns by outcome.", ["outcome"], registry=self.registry
+        )
+        self.turn_seconds = Histogram(
+            "bridge_turn_duration_seconds",
+            "From the user's message to the turn's end signal.",
+            buckets=(1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600),
+            registry=self.registry,
+        )
+        self.lines = Counter(
+            "bridge_status_lines_total",
+            "System lines shown to users, by text key.",
+            ["key"],
+            registry=self.registry,
+        )
+        self.runtime_exits = Counter(
+            "bridge_runtime_exits_total",
+            "Agent processes that died under a running turn.",
+            registry=self.registry,
+        )
+        self.registry.register(_ConversationStates(projection))
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
