@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import platformdirs
-from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic import Field, SecretStr, ValidationError, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 FEISHU_DOMAIN = "https://open.feishu.cn"
@@ -120,6 +120,28 @@ class Settings(BaseSettings):
         default=64, ge=1, description="Conversations whose turns may run at once."
     )
 
+    @field_validator(
+        "feishu_app_id",
+        "feishu_app_secret",
+        "feishu_encrypt_key",
+        "feishu_verification_token",
+        mode="before",
+    )
+    @classmethod
+    def _empty_is_unset(cls, value: Any) -> Any:
+        # `FEISHU_VERIFICATION_TOKEN=` in an env file must not quietly turn a check off.
+        if isinstance(value, str) and not value.strip():
+            return None
+        return value
+
+    @field_validator("bridge_data_dir", "bridge_workdir", mode="before")
+    @classmethod
+    def _empty_path_is_default(cls, value: Any, info: ValidationInfo) -> Any:
+        # An empty path would silently mean "the current directory".
+        if isinstance(value, str) and not value.strip():
+            return _default_data_dir() if info.field_name == "bridge_data_dir" else Path.cwd()
+        return value
+
     @field_validator("feishu_domain")
     @classmethod
     def _domain(cls, value: str) -> str:
@@ -201,7 +223,7 @@ def problems_for_run(settings: Settings) -> list[ConfigProblem]:
     found: list[ConfigProblem] = []
     if not settings.feishu_app_id:
         found.append(ConfigProblem("FEISHU_APP_ID", "missing"))
-    if settings.feishu_app_secret is None or not settings.feishu_app_secret.get_secret_value():
+    if settings.feishu_app_secret is None:
         found.append(ConfigProblem("FEISHU_APP_SECRET", "missing"))
     if settings.feishu_event_mode == "webhook" and settings.feishu_verification_token is None:
         found.append(ConfigProblem("FEISHU_VERIFICATION_TOKEN", "missing for webhook mode"))

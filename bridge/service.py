@@ -56,6 +56,8 @@ class BridgeService:
     clock: Callable[[], float]
     bot: BotIdentity = field(default_factory=BotIdentity)
     drain_seconds: float = 10.0
+    identity_retry_seconds: float = 30.0
+    _identity_retry: asyncio.Task[None] | None = None
     _runner: web.AppRunner | None = None
     _site: web.TCPSite | None = None
     _longconn: LongConnection | None = None
@@ -101,7 +103,8 @@ class BridgeService:
     async def start(self) -> None:
         self._started_at = self.clock()
         await self.store.open()
-        await self._identify()
+        # The server first (healthz says "starting" meanwhile), so a slow Feishu at start-up
+        # does not look like a dead process to the orchestrator.
         self._runner = web.AppRunner(self.app(), access_log=None)
         await self._runner.setup()
         self._site = web.TCPSite(self._runner, self.settings.bridge_host, self.settings.bridge_port)
@@ -109,6 +112,7 @@ class BridgeService:
         server = self._site._server
         sockets = getattr(server, "sockets", None) or []
         self.port = sockets[0].getsockname()[1] if sockets else self.settings.bridge_port
+        await self._identify()
         await self.engine.recover()
         if self.settings.feishu_event_mode == "websocket":
             self._longconn = LongConnection(
@@ -131,16 +135,33 @@ class BridgeService:
 
     async def _identify(self) -> None:
         # Without the bot's open id, group @-mentions cannot be recognised; keep running
-        # (private chats still work) and say so plainly.
+        # (private chats still work), say so plainly, and keep trying in the background.
+        if not await self._fetch_identity(logging.ERROR):
+            self._identity_retry = asyncio.create_task(self._identify_later())
+
+    async def _identify_later(self) -> None:
+        delay = self.identity_retry_seconds
+        while True:
+            await asyncio.sleep(delay)
+            if await self._fetch_identity(logging.WARNING):
+                return
+            delay = min(delay * 2, 600.0)
+
+    async def _fetch_identity(self, level: int) -> bool:
         try:
             info = await self.feishu.bot_info()
         except Exception as exc:
-            log.error("cannot fetch the bot's identity (check FEISHU_APP_ID/SECRET): %s", exc)
-            return
+            log.log(level, "cannot fetch the bot's identity (check FEISHU_APP_ID/SECRET): %s", exc)
+            return False
         self.bot.open_id, self.bot.name = info.open_id, info.app_name
+        log.info("bot identity: %s (%s)", info.app_name, info.open_id)
+        return True
 
     async def stop(self) -> None:
         self._ready = False
+        if self._identity_retry is not None:
+            self._identity_retry.cancel()
+            await asyncio.gather(self._identity_retry, return_exceptions=True)
         if self._longconn is not None:
             await self._longconn.stop()
         await self.engine.drain(self.drain_seconds)

@@ -187,6 +187,10 @@ def _selected(option_id: str) -> RequestPermissionResponse:
     )
 
 
+# Environment variables an agent process never sees (the Feishu app secret, keys, tokens).
+SCRUBBED_PREFIXES = ("FEISHU_",)
+
+
 def _describe_error(exc: RequestError) -> str:
     # The JSON-RPC code and its short message only: `data.details` may quote the prompt or
     # the agent's output, and this reason ends up in the turn's trace for operators.
@@ -219,8 +223,10 @@ class AcpRuntime:
         self._argv = list(argv)
         self._workdir = Path(workdir).resolve()
         self._elicitation = elicitation
-        # The agent needs its own credentials (API keys) from the environment: inherit it.
-        self._env = {**os.environ, **env} if env is not None else None
+        # The agent needs its own credentials (API keys) from the environment: inherit it,
+        # but never the bridge's own Feishu secrets.
+        inherited = {k: v for k, v in os.environ.items() if not k.startswith(SCRUBBED_PREFIXES)}
+        self._env = {**inherited, **(env or {})}
         self._sessions_per_agent = sessions_per_agent
         self._restart_attempts = max(1, restart_attempts)
         self._restart_wait = restart_wait or wait_exponential(multiplier=0.5, max=10)

@@ -100,3 +100,31 @@ def test_check_config_accepts_a_complete_configuration(
     out = capsys.readouterr().out
     assert "websocket" in out
     assert "secret-x" not in out
+
+
+def test_empty_secrets_count_as_missing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An `FEISHU_VERIFICATION_TOKEN=` line must not silently switch the token check off."""
+    monkeypatch.setenv("FEISHU_APP_ID", "cli_x")
+    monkeypatch.setenv("FEISHU_APP_SECRET", "  ")
+    monkeypatch.setenv("FEISHU_EVENT_MODE", "webhook")
+    monkeypatch.setenv("FEISHU_VERIFICATION_TOKEN", "")
+    monkeypatch.setenv("FEISHU_ENCRYPT_KEY", "")
+    settings, problems = load_settings()
+    assert problems == []
+    assert settings is not None
+    assert settings.feishu_encrypt_key is None
+    assert [p.variable for p in problems_for_run(settings)] == [
+        "FEISHU_APP_SECRET",
+        "FEISHU_VERIFICATION_TOKEN",
+    ]
+
+
+def test_empty_paths_fall_back_to_their_defaults(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("BRIDGE_DATA_DIR", "")
+    monkeypatch.setenv("BRIDGE_WORKDIR", " ")
+    settings, _ = load_settings()
+    assert settings is not None
+    assert settings.bridge_data_dir.name == "feishu-presence-bridge"
+    assert settings.bridge_workdir == tmp_path  # the working directory, not "."
