@@ -79,7 +79,7 @@ def _approval_reminder(ctx: StepContext) -> None:
         for a in ctx.conv.approvals
     )
     ctx.update(approvals=approvals)
-    remaining = format_elapsed(first + ctx.timings.approval_timeout - ctx.now)
+    remaining = format_elapsed(first + ctx.timings.approval_timeout - ctx.now, round_up=True)
     ctx.say("presence.approval_reminder", {"remaining": remaining}, kind="remind")
 
 
@@ -87,7 +87,8 @@ def _reply_reminder(ctx: StepContext) -> None:
     question = ctx.conv.question
     assert question is not None
     ctx.update(question=replace(question, reminder_sent=True))
-    remaining = format_elapsed(question.asked_at + ctx.timings.approval_timeout - ctx.now)
+    left = question.asked_at + ctx.timings.approval_timeout - ctx.now
+    remaining = format_elapsed(left, round_up=True)
     ctx.say("presence.reply_reminder", {"remaining": remaining}, kind="remind")
 
 

@@ -6,6 +6,7 @@ nested texts first, in the conversation's locale.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -19,13 +20,16 @@ class Text:
 Params = Mapping[str, str | int | Text]
 
 
-def format_elapsed(seconds: float, prefix: str = "time") -> Text:
+def format_elapsed(seconds: float, prefix: str = "time", *, round_up: bool = False) -> Text:
     """A duration as the coarse unit a person says: "45秒", "2分钟", "1小时5分钟".
 
-    Keys are `{prefix}.seconds|minutes|hours|hours_minutes`; floors, never rounds up, so a
-    line never claims more time than has passed.
+    Keys are `{prefix}.seconds|minutes|hours|hours_minutes`. Elapsed time floors, so a line
+    never claims more time than has passed; time *left* (`round_up`) rounds up to the unit
+    shown, so "14:59 left" reads 15 minutes, not 14.
     """
-    total = max(0, int(seconds))
+    total = max(0, math.ceil(seconds) if round_up else int(seconds))
+    if round_up and total >= 60:
+        total = math.ceil(total / 60) * 60
     if total < 60:
         return Text(f"{prefix}.seconds", {"n": total})
     if total < 3600:

@@ -20,7 +20,7 @@ from bridge.feishu.cards import (
     question_closed_card,
 )
 from bridge.i18n import Translator
-from bridge.runtime.events import PermissionKind
+from bridge.runtime.events import PermissionKind, PermissionOption
 from bridge.store.port import ApprovalStatus
 
 _CLOSED_KEYS = {
@@ -49,7 +49,9 @@ class CardBook:
 
     def open_card(self, work: PostApprovalCard | PostQuestion) -> dict[str, Any]:
         if isinstance(work, PostApprovalCard):
-            choices = [Choice(o.option_id, o.name, o.kind.value) for o in work.options]
+            choices = [
+                Choice(o.option_id, self._option_label(o), o.kind.value) for o in work.options
+            ]
             return approval_card(
                 self._t,
                 request_id=work.request_id,
@@ -88,7 +90,7 @@ class CardBook:
                 title=title,
                 detail=detail,
                 outcome_key=f"card.approval.{outcome}",
-                option=work.option_name or work.option_id or "",
+                option=self._decided_label(work),
                 by=mention(work.by),
             )
         request = posted.request if posted else None
@@ -102,9 +104,21 @@ class CardBook:
             by=mention(work.by),
         )
 
-    def expired_after_restart(self) -> dict[str, Any]:
+    def _option_label(self, option: PermissionOption) -> str:
+        # Buttons in the user's language by what they do; the agent's own wording varies.
+        return self._t(f"card.approval.option.{option.kind.value}")
+
+    def _decided_label(self, work: UpdateApprovalCard) -> str:
+        posted = self._cards.get(work.card_key)
+        if posted is not None and isinstance(posted.request, PostApprovalCard):
+            for option in posted.request.options:
+                if option.option_id == work.option_id:
+                    return self._option_label(option)
+        return work.option_name or work.option_id or ""
+
+    def expired_after_restart(self, title: str = "") -> dict[str, Any]:
         return approval_closed_card(
-            self._t, title="", detail=None, outcome_key="card.approval.expired_restart"
+            self._t, title=title, detail=None, outcome_key="card.approval.expired_restart"
         )
 
     def approval_status(self, work: UpdateApprovalCard) -> ApprovalStatus:

@@ -39,6 +39,7 @@ from bridge.core.inputs import (
     TurnInterruptedByRestart,
     UserMessage,
 )
+from bridge.core.state import WAITING_USER_STATES
 from bridge.engine.actor import Clicked, ConversationActor, MarkDone, React, Reply, Trace, Work
 from bridge.engine.cards_view import CardBook
 from bridge.engine.commands import parse_command
@@ -214,7 +215,7 @@ class Engine:
             )
             try:
                 await self._feishu.update_card(
-                    approval.card_message_id, self._cards.expired_after_restart()
+                    approval.card_message_id, self._cards.expired_after_restart(approval.title)
                 )
             except Exception:
                 log.warning("could not expire approval card %s", approval.card_message_id)
@@ -233,13 +234,10 @@ class Engine:
                 await self._store.set_message_state(message.message_id, MessageState.DONE, now)
                 continue
             actor = self.actor(message.conversation_key)
-            actor.enqueue(
-                Reply(
-                    "recovery.resumed",
-                    message.message_id,
-                    f"{message.message_id}:resumed",
-                )
-            )
+            # Only the first one starts now; the others wait behind it, and are told so.
+            starts_now = actor.conv.turn is None
+            key = "recovery.resumed" if starts_now else "recovery.resumed_queued"
+            actor.enqueue(Reply(key, message.message_id, f"{message.message_id}:resumed"))
             self._feed_text(actor, message.message_id, message.sender_open_id, message.text)
 
     # -- effects -----------------------------------------------------------------------------
@@ -319,7 +317,13 @@ class Engine:
         turn = actor.conv.turn
         if isinstance(work, PostApprovalCard) and turn is not None:
             await self._store.save_approval(
-                work.request_id, turn.turn_id, actor.key, message_id, work.requester, self._clock()
+                work.request_id,
+                turn.turn_id,
+                actor.key,
+                message_id,
+                work.requester,
+                self._clock(),
+                title=work.title,
             )
 
     async def _update_card(self, work: UpdateApprovalCard | UpdateQuestionCard) -> None:
@@ -416,6 +420,14 @@ class Engine:
     # -- lifecycle ---------------------------------------------------------------------------
 
     async def drain(self, grace: float) -> None:
+        """Let running turns finish within `grace`; a turn waiting for a person cannot, so it
+        is cut at once (its card is expired and its user told at the next start)."""
+        waiting = {
+            f"turn:{actor.conv.turn.turn_id}"
+            for actor in self._actors.values()
+            if actor.conv.turn is not None and actor.conv.state in WAITING_USER_STATES
+        }
+        self._tasks.cancel(waiting)
         for actor in self._actors.values():
             actor.close()
         await self._tasks.drain(grace)

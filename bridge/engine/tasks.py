@@ -37,6 +37,11 @@ class TaskTracker:
         if exc is not None:
             log.error("task %s failed", task.get_name(), exc_info=exc)
 
+    def cancel(self, names: set[str]) -> None:
+        for task in self._tasks:
+            if task.get_name() in names:
+                task.cancel()
+
     def __len__(self) -> int:
         return len(self._tasks)
 

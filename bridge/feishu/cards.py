@@ -81,7 +81,8 @@ def approval_closed_card(
     """The same card without buttons, saying who decided (or that it expired)."""
     elements = _asks(t, title, detail) if title else []
     elements.append(_text(t(outcome_key, **params)))
-    template = "grey" if outcome_key.endswith(("expired", "cancelled")) else "green"
+    closed = outcome_key.endswith(("expired", "cancelled", "expired_restart"))
+    template = "grey" if closed else "green"
     return _card(template, t("card.approval.header"), elements)
 
 

@@ -222,6 +222,7 @@ class MemoryStore:
         card_message_id: str,
         requester_open_id: str,
         now: float,
+        title: str = "",
     ) -> bool:
         self._check()
         if request_id in self._approvals:
@@ -238,6 +239,7 @@ class MemoryStore:
             status=ApprovalStatus.OPEN,
             decided_by=None,
             decided_at=None,
+            title=title,
         )
         return True
 

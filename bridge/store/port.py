@@ -124,6 +124,7 @@ class Approval:
     status: ApprovalStatus
     decided_by: str | None  # open id of the decider; None while open or when expired
     decided_at: float | None
+    title: str = ""  # what was asked, for the card shown after a restart
 
 
 class Store(Protocol):
@@ -222,6 +223,7 @@ class Store(Protocol):
         card_message_id: str,
         requester_open_id: str,
         now: float,
+        title: str = "",
     ) -> bool:
         """Record an OPEN approval; False if the id exists; raises `UnknownTurn`."""
 

@@ -126,7 +126,11 @@ CREATE INDEX outbox_by_time ON outbox (sent_at);
 """
 
 # Ordered; migration N (1-based) brings the schema from version N-1 to N. Append only.
-MIGRATIONS: tuple[str, ...] = (_SCHEMA_V1,)
+_SCHEMA_V2 = """
+ALTER TABLE approvals ADD COLUMN title TEXT NOT NULL DEFAULT '';
+"""
+
+MIGRATIONS: tuple[str, ...] = (_SCHEMA_V1, _SCHEMA_V2)
 
 _MESSAGE_COLUMNS = (
     "seq, message_id, conversation_key, sender_open_id, chat_id, text, state, "
@@ -135,7 +139,7 @@ _MESSAGE_COLUMNS = (
 _TURN_COLUMNS = "turn_id, conversation_key, message_id, started_at, outcome, finished_at"
 _APPROVAL_COLUMNS = (
     "request_id, turn_id, conversation_key, card_message_id, requester_open_id, created_at, "
-    "status, decided_by, decided_at"
+    "status, decided_by, decided_at, title"
 )
 
 _Row = sqlite3.Row | tuple[Any, ...]
@@ -185,6 +189,7 @@ def _approval(row: _Row) -> Approval:
         status=ApprovalStatus(row[6]),
         decided_by=_opt_str(row[7]),
         decided_at=_opt_float(row[8]),
+        title=str(row[9]),
     )
 
 
@@ -488,13 +493,22 @@ class SqliteStore:
         card_message_id: str,
         requester_open_id: str,
         now: float,
+        title: str = "",
     ) -> bool:
         try:
             inserted = await self._write(
                 "INSERT INTO approvals (request_id, turn_id, conversation_key, card_message_id, "
-                "requester_open_id, created_at) VALUES (?, ?, ?, ?, ?, ?) "
+                "requester_open_id, created_at, title) VALUES (?, ?, ?, ?, ?, ?, ?) "
                 "ON CONFLICT DO NOTHING",
-                (request_id, turn_id, conversation_key, card_message_id, requester_open_id, now),
+                (
+                    request_id,
+                    turn_id,
+                    conversation_key,
+                    card_message_id,
+                    requester_open_id,
+                    now,
+                    title,
+                ),
             )
         except sqlite3.IntegrityError as exc:
             if _is_foreign_key_error(exc):

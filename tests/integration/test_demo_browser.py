@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from bridge.i18n import Translator
 from tests.integration.stack import running_stack
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -33,6 +34,7 @@ SCREENSHOT = REPO_ROOT / "artifacts" / "demo-approval.png"
 TIMEOUT_MS = 5_000  # per DOM wait; every step takes milliseconds with these timings
 
 PROMPT = "sleep 800\npermission Delete build/"
+ALLOW_ONCE = Translator("zh_CN")("card.approval.option.allow_once")
 
 pytestmark = pytest.mark.browser
 
@@ -90,7 +92,7 @@ async def test_slow_turn_with_approval_in_the_chat_page(tmp_path: Path) -> None:
             buttons = card.locator(".card-actions button")
             await expect(buttons.first).to_be_enabled()
             assert await buttons.count() >= 2, await card.inner_text()
-            allow = buttons.filter(has_text="Allow once")
+            allow = buttons.filter(has_text=ALLOW_ONCE)
             await expect(allow).to_have_count(1)
             await expect(
                 bot.locator(".bubble").filter(has_text="当前已暂停，等待你审批后继续。")
@@ -101,7 +103,7 @@ async def test_slow_turn_with_approval_in_the_chat_page(tmp_path: Path) -> None:
             # The card is replaced in place: same message, no buttons, the decision shown.
             decided = bot.filter(has_text="已选择")
             await expect(decided).to_have_count(1)
-            await expect(decided).to_contain_text("Allow once")
+            await expect(decided).to_contain_text(ALLOW_ONCE)
             await expect(decided.locator(".card button")).to_have_count(0)
             await expect(page.locator(".card button")).to_have_count(0)
 

@@ -66,7 +66,7 @@ def test_every_key_named_in_the_core_source_exists() -> None:
     assert missing == []
 
 
-_ALLOWED = {"__future__", "collections", "dataclasses", "enum", "typing", "bridge"}
+_ALLOWED = {"__future__", "collections", "dataclasses", "enum", "math", "typing", "bridge"}
 
 
 def test_the_core_imports_nothing_with_io() -> None:
@@ -83,3 +83,12 @@ def test_the_core_imports_nothing_with_io() -> None:
                 if name.startswith("bridge."):
                     allowed = name.startswith("bridge.core") or name == "bridge.runtime.events"
                     assert allowed, (path.name, name)
+
+
+def test_time_left_rounds_up_and_time_passed_rounds_down() -> None:
+    from bridge.core.text import Text, format_elapsed
+
+    assert format_elapsed(899) == Text("time.minutes", {"n": 14})
+    assert format_elapsed(899, round_up=True) == Text("time.minutes", {"n": 15})
+    assert format_elapsed(0.4, round_up=True) == Text("time.seconds", {"n": 1})
+    assert format_elapsed(3599, round_up=True) == Text("time.hours", {"n": 1})
