@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from bridge.core import Conversation, Timings, snapshot, step
@@ -21,8 +21,6 @@ from bridge.core.effects import (
     Effect,
     RefuseClick,
     SetTimer,
-    UpdateApprovalCard,
-    UpdateQuestionCard,
 )
 from bridge.core.inputs import CoreEvent, TimerFired
 from bridge.engine.tasks import TaskTracker
@@ -45,7 +43,6 @@ class Reply:
     key: str
     reply_to: str
     idempotency_key: str
-    done_message: str | None = None  # journal entry to mark done once it is posted
 
 
 @dataclass(frozen=True)
@@ -63,13 +60,6 @@ class Trace:
 
 
 Work = Effect | React | Reply | MarkDone | Trace
-
-
-@dataclass
-class Clicked:
-    """What a card click decided, for the callback's answer (toast and/or a new card)."""
-
-    effects: list[Effect] = field(default_factory=list)
 
 
 class ConversationActor:
@@ -132,14 +122,6 @@ class ConversationActor:
         self._idle.clear()
         if self._performer is None or self._performer.done():
             self._performer = self._tasks.spawn(self._run(), name=f"perform:{self.key}")
-
-    @staticmethod
-    def click_effects(effects: list[Effect]) -> list[Effect]:
-        return [
-            e
-            for e in effects
-            if isinstance(e, RefuseClick | UpdateApprovalCard | UpdateQuestionCard)
-        ]
 
     # -- performing --------------------------------------------------------------------------
 

@@ -19,6 +19,7 @@ from bridge.core.effects import (
     AnswerPermission,
     AnswerQuestion,
     CancelTurn,
+    Effect,
     NewSession,
     PostApprovalCard,
     PostQuestion,
@@ -40,7 +41,7 @@ from bridge.core.inputs import (
     UserMessage,
 )
 from bridge.core.state import WAITING_USER_STATES
-from bridge.engine.actor import Clicked, ConversationActor, MarkDone, React, Reply, Trace, Work
+from bridge.engine.actor import ConversationActor, MarkDone, React, Reply, Trace, Work
 from bridge.engine.cards_view import CardBook
 from bridge.engine.commands import parse_command
 from bridge.engine.render import render
@@ -139,30 +140,23 @@ class Engine:
         if message.thread_id or message.root_id:
             actor.in_thread = True
         actor.enqueue(React(message.message_id))
-        if message.message_type not in TEXT_TYPES or not message.text.strip():
-            actor.enqueue(
-                Reply(
-                    "message.unsupported",
-                    message.message_id,
-                    f"{message.message_id}:unsupported",
-                    done_message=message.message_id,
-                )
-            )
-            return
-        self._feed_text(actor, message.message_id, message.sender_open_id, message.text)
+        text = message.text if message.message_type in TEXT_TYPES else ""
+        self._feed_text(actor, message.message_id, message.sender_open_id, text)
 
     def _feed_text(self, actor: ConversationActor, message_id: str, sender: str, text: str) -> None:
+        if not text.strip():  # image, file, sticker… (or a text that was only an @-mention)
+            unsupported = Reply("message.unsupported", message_id, f"{message_id}:unsupported")
+            actor.enqueue(unsupported)
+            actor.enqueue(MarkDone(message_id))
+            return
         command = parse_command(text, message_id=message_id, sender=sender)
         if command is not None:
             actor.feed(command)
             actor.enqueue(MarkDone(message_id))
             return
-        before = actor.conv.queue
         effects = actor.feed(UserMessage(message_id=message_id, sender=sender, text=text))
         started = any(isinstance(e, StartTurn) and e.turn_id == message_id for e in effects)
-        queued = any(q.message_id == message_id for q in actor.conv.queue) and not any(
-            q.message_id == message_id for q in before
-        )
+        queued = any(q.message_id == message_id for q in actor.conv.queue)
         if not started and not queued:
             actor.enqueue(MarkDone(message_id))  # consumed as an answer, or dropped
 
@@ -188,14 +182,14 @@ class Engine:
             question = actor.conv.question
             answer_key = question.answer_key if question else "answer"
             event = QuestionAnswered(request_id, {answer_key: choice}, action.operator_open_id)
-        clicked = Clicked(ConversationActor.click_effects(actor.feed(event)))
-        return self._click_reply(clicked)
+        return self._click_reply(actor.feed(event))
 
-    def _click_reply(self, clicked: Clicked) -> CardActionReply:
-        for effect in clicked.effects:
+    def _click_reply(self, effects: list[Effect]) -> CardActionReply:
+        """The callback's answer: a refusal toast, or the closed card with a success toast."""
+        for effect in effects:
             if isinstance(effect, RefuseClick):
                 return CardActionReply(toast_type="warning", toast_text=self._t(effect.key))
-        for effect in clicked.effects:
+        for effect in effects:
             if isinstance(effect, UpdateApprovalCard | UpdateQuestionCard):
                 self._cards.mark_closed_by_callback(effect.card_key)
                 card = self._cards.closed_card(effect)
@@ -247,10 +241,8 @@ class Engine:
         match work:
             case React(message_id):
                 await self._feishu.add_reaction(message_id, self._config.ack_emoji)
-            case Reply(key, reply_to, idem, done):
+            case Reply(key, reply_to, idem):
                 await self._post_text(actor, reply_to, self._t(key), idem)
-                if done:
-                    await self._store.set_message_state(done, MessageState.DONE, now)
             case MarkDone(message_id):
                 await self._store.set_message_state(message_id, MessageState.DONE, now)
             case PostText(key, params, reply_to, idem, _):
