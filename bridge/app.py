@@ -78,7 +78,12 @@ def cmd_status(args: argparse.Namespace) -> int:
     except httpx.HTTPError as exc:
         print(f"cannot reach {args.url}: {exc}", file=sys.stderr)
         return 1
-    print(json.dumps(response.json(), ensure_ascii=False, indent=2))
+    try:
+        body = response.json()
+    except ValueError:
+        print(f"{args.url} answered HTTP {response.status_code} without JSON", file=sys.stderr)
+        return 1
+    print(json.dumps(body, ensure_ascii=False, indent=2))
     return 0 if response.status_code == 200 else 1
 
 

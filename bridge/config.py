@@ -7,7 +7,9 @@ The names are the public contract documented in docs/configuration.md.
 
 from __future__ import annotations
 
+import os
 import shlex
+import shutil
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -227,6 +229,12 @@ def problems_for_run(settings: Settings) -> list[ConfigProblem]:
         found.append(ConfigProblem("FEISHU_APP_SECRET", "missing"))
     if settings.feishu_event_mode == "webhook" and settings.feishu_verification_token is None:
         found.append(ConfigProblem("FEISHU_VERIFICATION_TOKEN", "missing for webhook mode"))
+    program = settings.agent_argv[0]
+    if shutil.which(program, path=os.environ.get("PATH")) is None:
+        # Found now, not at the first user's message.
+        found.append(ConfigProblem("BRIDGE_AGENT_COMMAND", f"program {program!r} not found"))
+    if not settings.bridge_workdir.is_dir():
+        found.append(ConfigProblem("BRIDGE_WORKDIR", "not an existing folder"))
     return found
 
 

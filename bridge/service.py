@@ -23,7 +23,7 @@ from bridge.core import Options, Timings
 from bridge.engine.engine import Engine, EngineConfig
 from bridge.feishu.api import FeishuApi
 from bridge.feishu.client import FeishuClient
-from bridge.feishu.longconn import LongConnection
+from bridge.feishu.longconn import ConnectionState, LongConnection
 from bridge.i18n import Translator
 from bridge.logs import configure_logging
 from bridge.ops.metrics import Metrics
@@ -82,7 +82,7 @@ class BridgeService:
         app.add_routes(
             ops_routes(
                 self.projection,
-                ready=lambda: self._ready,
+                ready=self.healthy,
                 status=self.status,
                 turn_view=self.engine.turn_view,
                 metrics=self.metrics,
@@ -98,7 +98,14 @@ class BridgeService:
             "bot_open_id": self.bot.open_id,
             "long_connection": self._longconn.state.name.lower() if self._longconn else None,
             "conversations": len(self.engine.conversations),
+            "runtime": _without_stderr(self.runtime.snapshot()),
         }
+
+    def healthy(self) -> bool:
+        """Ready, and (in websocket mode) a long connection that has not given up."""
+        if not self._ready:
+            return False
+        return self._longconn is None or self._longconn.state not in _DEAD_CONNECTION
 
     async def start(self) -> None:
         self._started_at = self.clock()
@@ -171,6 +178,18 @@ class BridgeService:
         await self.runtime.close()
         await self.feishu.aclose()
         await self.store.close()
+
+
+_DEAD_CONNECTION = frozenset({ConnectionState.FAILED, ConnectionState.STOPPED})
+
+
+def _without_stderr(snapshot: dict[str, Any]) -> dict[str, Any]:
+    # An agent may echo the prompt on stderr: the tail stays in the DEBUG log only.
+    agents = [
+        {k: v for k, v in agent.items() if k != "stderr_tail"}
+        for agent in snapshot.get("agents", [])
+    ]
+    return {**snapshot, "agents": agents}
 
 
 def _secret(settings: Settings) -> str:

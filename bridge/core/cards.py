@@ -21,7 +21,8 @@ from bridge.core.lifecycle import resume
 from bridge.core.state import Conversation
 
 
-def _may_answer(conv: Conversation, operator: str) -> bool:
+def may_answer(conv: Conversation, operator: str) -> bool:
+    """The round's requester, or a configured approver, may answer for it or stop it."""
     return conv.turn is not None and (
         operator == conv.turn.requester or operator in conv.options.approvers
     )
@@ -33,7 +34,7 @@ def on_approval_clicked(ctx: StepContext, event: ApprovalClicked) -> None:
     if approval is None:
         ctx.emit(RefuseClick(event.request_id, event.operator_open_id, "card.already_handled"))
         return
-    if not _may_answer(conv, event.operator_open_id):
+    if not may_answer(conv, event.operator_open_id):
         ctx.emit(RefuseClick(event.request_id, event.operator_open_id, "card.not_allowed"))
         return
     option = next((o for o in approval.options if o.option_id == event.option_id), None)
@@ -62,7 +63,7 @@ def on_question_answered(ctx: StepContext, event: QuestionAnswered) -> None:
     if question is None or question.request_id != event.request_id:
         ctx.emit(RefuseClick(event.request_id, event.operator_open_id, "card.already_handled"))
         return
-    if not _may_answer(ctx.conv, event.operator_open_id):
+    if not may_answer(ctx.conv, event.operator_open_id):
         ctx.emit(RefuseClick(event.request_id, event.operator_open_id, "card.not_allowed"))
         return
     answer_question(ctx, event.answers, by=event.operator_open_id)

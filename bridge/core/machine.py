@@ -9,7 +9,12 @@ The handlers live beside it: turn_events (runtime events), cards (clicks), clock
 
 from __future__ import annotations
 
-from bridge.core.cards import answer_question, on_approval_clicked, on_question_answered
+from bridge.core.cards import (
+    answer_question,
+    may_answer,
+    on_approval_clicked,
+    on_question_answered,
+)
 from bridge.core.clock import on_clock
 from bridge.core.context import StepContext
 from bridge.core.effects import (
@@ -142,6 +147,9 @@ def _on_command(ctx: StepContext, cmd: Command) -> None:
             ctx.emit(PostText("command.help", {}, mid, f"{mid}:help"))
         case CommandName.UNKNOWN:
             ctx.emit(PostText("command.unknown", {"command": cmd.raw or "/"}, mid, f"{mid}:help"))
+        case CommandName.STOP | CommandName.NEW if _someone_elses_round(ctx, cmd.sender):
+            # In a group, a bystander must not cut another person's round.
+            ctx.emit(PostText("command.not_yours", {}, mid, f"{mid}:{cmd.name.value}"))
         case CommandName.STOP:
             if not stop_running(ctx):
                 ctx.emit(PostText("command.stop_idle", {}, mid, f"{mid}:stop"))
@@ -149,6 +157,11 @@ def _on_command(ctx: StepContext, cmd: Command) -> None:
             stop_running(ctx)
             ctx.update(session_id=None)
             ctx.emit(NewSession(), PostText("command.new_session", {}, mid, f"{mid}:new"))
+
+
+def _someone_elses_round(ctx: StepContext, sender: str) -> bool:
+    turn = ctx.conv.turn
+    return turn is not None and not turn.terminal and not may_answer(ctx.conv, sender)
 
 
 def _on_runtime_restarted(ctx: StepContext, event: RuntimeRestarted) -> None:

@@ -90,6 +90,7 @@ class CardBook:
                 title=title,
                 detail=detail,
                 outcome_key=f"card.approval.{outcome}",
+                rejected=self.approval_status(work) is ApprovalStatus.REJECTED,
                 option=self._decided_label(work),
                 by=mention(work.by),
             )

@@ -137,8 +137,8 @@ class Engine:
 
     def accept(self, message: InboundMessage) -> None:
         actor = self.actor(message.conversation_key)
-        if message.thread_id or message.root_id:
-            actor.in_thread = True
+        if message.thread_id:
+            actor.in_thread = True  # answer inside the topic thread, not in the main chat
         actor.enqueue(React(message.message_id))
         text = message.text if message.message_type in TEXT_TYPES else ""
         self._feed_text(actor, message.message_id, message.sender_open_id, text)
@@ -360,6 +360,11 @@ class Engine:
         return handle.session_id
 
     async def _run_turn(self, actor: ConversationActor, work: StartTurn) -> None:
+        if self._turn_slots.locked():
+            # Every slot is busy: say so now rather than wait in silence behind other rounds.
+            busy = "too many rounds running at once"
+            actor.feed(RuntimeUnavailableAtStart(work.turn_id, busy, limit_reached=True))
+            return
         async with self._turn_slots:
             try:
                 session_id = work.session_id or await self._open_session(actor.key)

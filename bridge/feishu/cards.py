@@ -76,13 +76,20 @@ def approval_card(
 
 
 def approval_closed_card(
-    t: Translator, *, title: str, detail: str | None, outcome_key: str, **params: str
+    t: Translator,
+    *,
+    title: str,
+    detail: str | None,
+    outcome_key: str,
+    rejected: bool = False,
+    **params: str,
 ) -> dict[str, Any]:
-    """The same card without buttons, saying who decided (or that it expired)."""
+    """The same card without buttons, saying who decided (or that it expired). Green for an
+    allowed request, red for a rejected one, grey for one nobody decided."""
     elements = _asks(t, title, detail) if title else []
     elements.append(_text(t(outcome_key, **params)))
-    closed = outcome_key.endswith(("expired", "cancelled", "expired_restart"))
-    template = "grey" if closed else "green"
+    decided = outcome_key.endswith(("decided", "answered"))
+    template = ("red" if rejected else "green") if decided else "grey"
     return _card(template, t("card.approval.header"), elements)
 
 

@@ -38,9 +38,11 @@ class InboundMessage(_Frozen):
 
     @property
     def conversation_key(self) -> str:
-        """A p2p chat, or a group chat / thread inside it, is one conversation."""
-        if self.chat_type == "group" and (self.thread_id or self.root_id):
-            return f"{self.chat_id}:{self.thread_id or self.root_id}"
+        """A p2p chat, or a group chat, or a topic thread inside a group, is one conversation.
+        A quote-reply (root_id without thread_id) stays in its chat's conversation: it is
+        how people answer the bot's question in a group."""
+        if self.chat_type == "group" and self.thread_id:
+            return f"{self.chat_id}:{self.thread_id}"
         return self.chat_id
 
 

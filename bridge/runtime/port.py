@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from bridge.runtime.events import TurnEvent
 
@@ -55,3 +55,6 @@ class AgentRuntime(Protocol):
 
     async def close(self) -> None:
         """Stop every agent process."""
+
+    def snapshot(self) -> dict[str, Any]:
+        """Operator view of the agent processes (pids, liveness, load)."""

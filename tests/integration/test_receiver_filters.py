@@ -58,3 +58,39 @@ async def test_outside_the_allow_list_gets_one_polite_refusal(tmp_path: Path) ->
         assert stack.texts() == [t("access.refused")]
         assert stack.reactions(sent.message_id) == []  # no ack: nothing is being worked on
         assert await stack.demo.service.store.running_turns() == []
+
+
+async def test_quote_reply_in_a_group_answers_the_question(stack: Stack) -> None:
+    """A reply (root_id, no thread) stays in the chat's conversation: it is the answer."""
+    group = stack.emu.group_chat_id
+    asked = await stack.say(
+        "ask Which env? staging|production", chat_type="group", mention_bot=True
+    )
+    await stack.wait_text(lambda x: x == t("presence.waiting_reply"), chat_id=group)
+    await stack.say(
+        "staging",
+        chat_type="group",
+        mention_bot=True,
+        root_id=asked.message_id,
+        parent_id=asked.message_id,
+    )
+    await stack.wait_text(lambda x: x == "answer: staging", chat_id=group)
+    await stack.settled()
+    assert [x for x in stack.texts(group) if x.startswith("echo:")] == []
+
+
+async def test_past_the_concurrency_limit_the_user_is_told_at_once(tmp_path: Path) -> None:
+    async with running_stack(tmp_path, settings={"bridge_max_conversations": 1}) as stack:
+        await stack.say("tool Working\nhang")
+        # The progress line shows the first round holds the only slot.
+        await stack.wait_text(lambda x: x == t("progress.tool", title="Working"))
+        other = stack.emu.open_chat("p2p", user_open_id="ou_second_user")
+        await stack.say("hello", chat_id=other, sender_open_id="ou_second_user")
+        line = await stack.wait_text(lambda x: x == t("presence.runtime_busy"), chat_id=other)
+        assert line
+        assert HINT not in stack.texts(other)
+        await stack.say("/stop")
+        await stack.wait_text(lambda x: x == t("presence.stopped"))
+
+
+HINT = t("presence.running_hint")

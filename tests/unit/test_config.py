@@ -4,6 +4,8 @@ from pathlib import Path
 
 import pytest
 
+import sys
+
 from bridge.app import main
 from bridge.config import LARK_DOMAIN, load_settings, problems_for_run
 
@@ -55,6 +57,14 @@ def test_every_problem_is_reported_at_once(monkeypatch: pytest.MonkeyPatch) -> N
     settings, problems = load_settings()
     assert settings is None
     assert {p.variable for p in problems} == {"FEISHU_DOMAIN", "FEISHU_EVENT_MODE", "BRIDGE_PORT"}
+
+
+@pytest.fixture(autouse=True)
+def agent_on_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The default agent (claude-agent-acp) is not installed here; use one that is."""
+    monkeypatch.setenv(
+        "BRIDGE_AGENT_COMMAND", f"{sys.executable} -m bridge.devtools.scripted_agent"
+    )
 
 
 def test_run_needs_credentials_and_webhook_needs_a_token() -> None:
@@ -128,3 +138,16 @@ def test_empty_paths_fall_back_to_their_defaults(
     assert settings is not None
     assert settings.bridge_data_dir.name == "feishu-presence-bridge"
     assert settings.bridge_workdir == tmp_path  # the working directory, not "."
+
+
+def test_check_config_finds_a_missing_agent_program_before_any_user_does(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("FEISHU_APP_ID", "cli_x")
+    monkeypatch.setenv("FEISHU_APP_SECRET", "secret-x")
+    monkeypatch.setenv("BRIDGE_AGENT_COMMAND", "no-such-agent-acp --acp")
+    monkeypatch.setenv("BRIDGE_LOCALE", "en_US")
+    assert main(["check-config"]) == 2
+    err = capsys.readouterr().err
+    assert "BRIDGE_AGENT_COMMAND: program 'no-such-agent-acp' not found" in err
+    assert "example: BRIDGE_AGENT_COMMAND=claude-agent-acp" in err

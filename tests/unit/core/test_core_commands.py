@@ -7,7 +7,7 @@ import pytest
 from bridge.core.effects import PostText, StartTurn
 from bridge.core.inputs import Command, CommandName
 from bridge.core.snapshot import snapshot
-from bridge.core.state import ExecState
+from bridge.core.state import RUNNING_STATES, ExecState
 from bridge.core.text import Text, format_elapsed
 from bridge.runtime.events import (
     PermissionKind,
@@ -121,3 +121,21 @@ def test_snapshot_after_the_end_keeps_the_last_outcome() -> None:
 )
 def test_format_elapsed_floors_to_the_unit_a_person_says(seconds: float, expected: Text) -> None:
     assert format_elapsed(seconds) == expected
+
+
+@pytest.mark.parametrize("name", [CommandName.STOP, CommandName.NEW])
+def test_a_bystander_cannot_stop_or_reset_someone_elses_round(name: CommandName) -> None:
+    d = Driver()
+    d.start()  # Alice's round is running
+    out = d.feed(Command(name, "c9", "ou_bob", f"/{name.value}"), at=5.0)
+    assert [(p.key, p.reply_to) for p in of_type(out, PostText)] == [("command.not_yours", "c9")]
+    assert d.conv.state in RUNNING_STATES
+    assert d.conv.turn is not None
+    assert not d.conv.turn.terminal
+
+
+def test_the_requester_can_stop_their_own_round() -> None:
+    d = Driver()
+    d.start()
+    out = d.feed(command(CommandName.STOP), at=5.0)
+    assert "presence.stopped" in [p.key for p in of_type(out, PostText)]
