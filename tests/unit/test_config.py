@@ -1,10 +1,9 @@
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
-
-import sys
 
 from bridge.app import main
 from bridge.config import LARK_DOMAIN, load_settings, problems_for_run
