@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -81,7 +82,10 @@ class ConversationActor:
         self._clock = clock
         self._perform = perform
         self._publish = publish
-        self._queue: asyncio.Queue[Work] = asyncio.Queue()
+        # Acks jump the queue: a reaction only has to precede its own message's texts, which
+        # are always queued after it, so a busy chat's acks never wait behind older replies.
+        self._acks: deque[React] = deque()
+        self._queue: deque[Work] = deque()
         self._timers = Timers(clock, self._timer_fired)
         self._tasks = tasks
         self._performer: asyncio.Task[None] | None = None
@@ -118,7 +122,10 @@ class ConversationActor:
         self.feed(TimerFired(name))
 
     def enqueue(self, work: Work) -> None:
-        self._queue.put_nowait(work)
+        if isinstance(work, React):
+            self._acks.append(work)
+        else:
+            self._queue.append(work)
         self._idle.clear()
         if self._performer is None or self._performer.done():
             self._performer = self._tasks.spawn(self._run(), name=f"perform:{self.key}")
@@ -126,8 +133,8 @@ class ConversationActor:
     # -- performing --------------------------------------------------------------------------
 
     async def _run(self) -> None:
-        while not self._queue.empty():
-            work = self._queue.get_nowait()
+        while self._acks or self._queue:
+            work = self._acks.popleft() if self._acks else self._queue.popleft()
             try:
                 await self._perform(self, work)
             except asyncio.CancelledError:

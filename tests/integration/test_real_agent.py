@@ -17,19 +17,21 @@ Absent agents are skipped, unless `CI` is set and none is present at all: then i
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import shlex
 import shutil
 import subprocess
 import sys
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
 
 import pytest
 import pytest_asyncio
+from acp.schema import AgentCapabilities, Implementation
 from tenacity import wait_none
 
 from bridge.i18n import Translator
@@ -44,7 +46,6 @@ from bridge.runtime.events import (
     TurnEvent,
 )
 from bridge.runtime.port import RuntimeUnavailable, SessionHandle
-from bridge.runtime.process import AgentProcess
 from tests.integration.stack import running_stack
 
 pytestmark = pytest.mark.real_agent
@@ -72,10 +73,6 @@ class RealAgent:
     expect: Expect
     text: str = ""  # the reply, or a piece of the failure reason
     agent_name: str | None = None  # agentInfo.name from initialize (None: not sent)
-
-    @property
-    def command(self) -> str:
-        return shlex.join(self.argv)
 
 
 def _cached(relative: str) -> str | None:
@@ -139,8 +136,9 @@ def discover() -> tuple[list[RealAgent], list[str]]:
 
 AGENTS, MISSING = discover()
 BY_NAME = {agent.name: agent for agent in AGENTS}
-# One agent that answers, one that fails the prompt (gemini's refused session/new takes the
-# scripted agent's `presence.runtime_unavailable` path; 3 s more when added here).
+# End to end: one agent that answers, one whose prompt fails. (gemini's refused session/new
+# ends in `presence.runtime_unavailable`, as the scripted agent's start failures do in
+# test_faults_and_restart; it passes here too, for 3 s more.)
 E2E = [a for a in AGENTS if a.name in ("sdk-echo-agent", "claude-code-acp")]
 
 
@@ -183,11 +181,9 @@ CREDENTIALS = (
 )
 
 
-@pytest.fixture(autouse=True)
-def offline_agent_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def offline_environment(mp: pytest.MonkeyPatch, home: Path) -> None:
     """Agents inherit the environment: give them no credentials and no reason to go online."""
-    home = tmp_path / "agent-home"
-    (home / ".gemini").mkdir(parents=True)
+    (home / ".gemini").mkdir(parents=True, exist_ok=True)
     (home / ".gemini" / "settings.json").write_text(
         json.dumps(
             {
@@ -198,19 +194,19 @@ def offline_agent_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
         )
     )
     for name in CREDENTIALS:
-        monkeypatch.delenv(name, raising=False)
+        mp.delenv(name, raising=False)
     for name in ("XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_CACHE_HOME", "XDG_STATE_HOME"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("HOME", str(home))
-    monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(home / ".claude"))
-    monkeypatch.setenv("CODEX_HOME", str(home / ".codex"))
-    monkeypatch.setenv("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
-    monkeypatch.setenv("DISABLE_AUTOUPDATER", "1")
-    monkeypatch.setenv("DISABLE_TELEMETRY", "1")
-    monkeypatch.setenv("NO_UPDATE_NOTIFIER", "1")
+        mp.delenv(name, raising=False)
+    mp.setenv("HOME", str(home))
+    mp.setenv("CLAUDE_CONFIG_DIR", str(home / ".claude"))
+    mp.setenv("CODEX_HOME", str(home / ".codex"))
+    mp.setenv("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
+    mp.setenv("DISABLE_AUTOUPDATER", "1")
+    mp.setenv("DISABLE_TELEMETRY", "1")
+    mp.setenv("NO_UPDATE_NOTIFIER", "1")
     # Claude Code refuses to run as root (CI containers) unless told it is sandboxed; inside
     # `unshare -r` every user is root.
-    monkeypatch.setenv("IS_SANDBOX", "1")
+    mp.setenv("IS_SANDBOX", "1")
 
 
 def agent_params(agents: list[RealAgent]) -> list[object]:
@@ -227,14 +223,6 @@ def require(name: str | None) -> RealAgent:
     return BY_NAME[name]
 
 
-@pytest_asyncio.fixture
-async def runtime_for() -> AsyncIterator[list[AcpRuntime]]:
-    made: list[AcpRuntime] = []
-    yield made
-    for runtime in made:
-        await asyncio.wait_for(runtime.close(), 15)
-
-
 def test_the_missing_agents_are_named() -> None:
     """A summary line in `-ra` output: which agents ran here and which were absent."""
     if not AGENTS:
@@ -248,13 +236,31 @@ def test_the_missing_agents_are_named() -> None:
 # --- through AcpRuntime -----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", agent_params(AGENTS))
-async def test_real_agent_through_the_runtime(
-    name: str | None, tmp_path: Path, runtime_for: list[AcpRuntime]
-) -> None:
-    agent = require(name)
-    workdir = tmp_path / "work"
-    workdir.mkdir()
+@dataclass
+class Drive:
+    """What one agent did when driven through AcpRuntime: initialize, session/new, a prompt."""
+
+    step: str = "initialize"  # the step under way; "done" at the end
+    agent_info: Implementation | None = None
+    capabilities: AgentCapabilities | None = None
+    refusal: RuntimeUnavailable | None = None  # session/new refused
+    session: SessionHandle | None = None
+    events: list[TurnEvent] = field(default_factory=list)
+    alive_after_turn: bool = False
+    ended_on_close: bool = False
+    seconds: float = 0.0
+    error: BaseException | None = None  # anything unexpected; TimeoutError means a hang
+
+    def kinds(self) -> list[str]:
+        return [type(e).__name__ for e in self.events]
+
+    def text(self) -> str:
+        return "".join(e.text for e in self.events if isinstance(e, MessageChunk))
+
+
+async def drive(agent: RealAgent, workdir: Path) -> Drive:
+    done = Drive()
+    started = time.monotonic()
     rt = AcpRuntime(
         offline(agent),
         workdir,
@@ -263,84 +269,111 @@ async def test_real_agent_through_the_runtime(
         start_timeout=WITHIN,
         shutdown_timeout=0.5,  # the grace before SIGTERM when stdin EOF does not end the agent
     )
-    runtime_for.append(rt)
-
-    async with asyncio.timeout(WITHIN):
-        await rt.start()  # initialize: every agent here gets this far offline
-    (process,) = rt.running_processes()
-    if agent.agent_name is not None:
-        assert process.agent_info is not None
-        assert process.agent_info.name == agent.agent_name
-    assert process.capabilities is not None
-
-    opened = await open_or_refusal(rt)
-    if isinstance(opened, RuntimeUnavailable):
-        assert agent.expect in (Expect.SESSION_REFUSED, Expect.ANY_CLEAN_END), opened.reason
-        assert agent.text in opened.reason
-        assert "refused session/new" in opened.reason
-        assert not opened.limit_reached
-        assert rt.running_processes() == [process]  # a refusal does not kill the agent
-        await ends_on_close(rt, process)
-        return
-    handle = opened
-    assert agent.expect is not Expect.SESSION_REFUSED, "session/new worked; update the pin"
-    assert handle.session_id
-    assert handle.loaded is False
-
-    events: list[TurnEvent] = []
-    async with asyncio.timeout(WITHIN):  # never a hang: the prompt comes back, one way or other
-        await rt.prompt(handle.session_id, PROMPT, events.append)
-    kinds = [type(e).__name__ for e in events]
-    assert isinstance(events[0], PromptSent), kinds
-    assert all(e.session_id == handle.session_id for e in events), kinds
-    terminals = [e for e in events if isinstance(e, TERMINAL)]
-    assert terminals == [events[-1]], kinds  # exactly one terminal, and last
-    text = "".join(e.text for e in events if isinstance(e, MessageChunk))
-
-    if agent.expect is Expect.REPLY:
-        assert events[-1] == TurnEnded(handle.session_id, StopReason.END_TURN), kinds
-        assert text == agent.text
-        assert all(isinstance(e, PromptSent | MessageChunk | TurnEnded) for e in events), kinds
-    elif agent.expect is Expect.PROMPT_FAILS:
-        assert isinstance(events[-1], RuntimeFailed), kinds
-        assert agent.text in events[-1].reason
-        assert kinds == ["PromptSent", "RuntimeFailed"]
-    else:
-        assert isinstance(events[-1], TurnEnded | RuntimeFailed), kinds
-    # The agent lives on after the turn, whatever its outcome, and ends when we close.
-    assert rt.running_processes() == [process]
-    await ends_on_close(rt, process)
-
-
-async def open_or_refusal(rt: AcpRuntime) -> SessionHandle | RuntimeUnavailable:
     try:
         async with asyncio.timeout(WITHIN):
-            return await rt.open_session("real-agent-chat")
-    except RuntimeUnavailable as refused:
-        return refused
+            await rt.start()
+        (process,) = rt.running_processes()
+        done.agent_info, done.capabilities = process.agent_info, process.capabilities
+        done.step = "session/new"
+        try:
+            async with asyncio.timeout(WITHIN):
+                done.session = await rt.open_session("real-agent-chat")
+        except RuntimeUnavailable as refused:
+            done.refusal = refused
+        if done.session is not None:
+            done.step = "session/prompt"
+            async with asyncio.timeout(WITHIN):  # never a hang: it comes back, one way or other
+                await rt.prompt(done.session.session_id, PROMPT, done.events.append)
+        done.alive_after_turn = rt.running_processes() == [process]
+        # claude-code-acp ignores EOF on stdin once it has a session; close() must end it.
+        done.step = "close"
+        async with asyncio.timeout(5):
+            await rt.close()
+        done.ended_on_close = not process.alive and rt.running_processes() == []
+        done.step = "done"
+    except Exception as exc:
+        done.error = exc
+    finally:
+        done.seconds = time.monotonic() - started
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(rt.close(), 10)
+    return done
 
 
-async def ends_on_close(rt: AcpRuntime, process: AgentProcess) -> None:
-    """claude-code-acp ignores EOF on stdin once it has a session; close() must still end it."""
-    async with asyncio.timeout(5):
-        await rt.close()
-    assert not process.alive
-    assert rt.running_processes() == []
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def drives(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Drive]:
+    """Every agent driven at once (their start-ups are most of the time), each on its own."""
+    folder = tmp_path_factory.mktemp("real-agents")
+    with pytest.MonkeyPatch.context() as mp:
+        offline_environment(mp, folder / "agent-home")
+        workdirs = {agent.name: folder / agent.name for agent in AGENTS}
+        for workdir in workdirs.values():
+            workdir.mkdir()
+        results = await asyncio.gather(*(drive(a, workdirs[a.name]) for a in AGENTS))
+    return {agent.name: result for agent, result in zip(AGENTS, results, strict=True)}
+
+
+@pytest.mark.parametrize("name", agent_params(AGENTS))
+def test_real_agent_through_the_runtime(name: str | None, drives: dict[str, Drive]) -> None:
+    agent = require(name)
+    done = drives[agent.name]
+    stuck = "hung" if isinstance(done.error, TimeoutError) else "failed"
+    where = f"{agent.name} {stuck} at {done.step} after {done.seconds:.1f}s"
+    assert done.error is None, f"{where}: {done.error!r}"
+    assert done.step == "done"
+    assert done.capabilities is not None  # initialize worked: every agent here gets this far
+    if agent.agent_name is not None:
+        assert done.agent_info is not None
+        assert done.agent_info.name == agent.agent_name
+    assert done.ended_on_close, "the agent outlived AcpRuntime.close()"
+
+    if done.refusal is not None:
+        assert agent.expect in (Expect.SESSION_REFUSED, Expect.ANY_CLEAN_END), done.refusal
+        assert agent.text in done.refusal.reason
+        assert "refused session/new" in done.refusal.reason
+        assert not done.refusal.limit_reached
+        assert done.alive_after_turn  # a refusal does not kill the agent
+        return
+    assert agent.expect is not Expect.SESSION_REFUSED, "session/new worked; update the pin"
+    session = done.session
+    assert session is not None
+    assert session.session_id
+    assert session.loaded is False
+
+    events, kinds = done.events, done.kinds()
+    assert isinstance(events[0], PromptSent), kinds
+    assert all(e.session_id == session.session_id for e in events), kinds
+    terminals = [e for e in events if isinstance(e, TERMINAL)]
+    assert terminals == [events[-1]], kinds  # exactly one terminal, and last
+    if agent.expect is Expect.REPLY:
+        assert events[-1] == TurnEnded(session.session_id, StopReason.END_TURN), kinds
+        assert done.text() == agent.text
+        assert all(isinstance(e, PromptSent | MessageChunk | TurnEnded) for e in events), kinds
+    elif agent.expect is Expect.PROMPT_FAILS:
+        assert kinds == ["PromptSent", "RuntimeFailed"]
+        assert isinstance(events[-1], RuntimeFailed)
+        assert agent.text in events[-1].reason
+    else:
+        assert isinstance(events[-1], TurnEnded | RuntimeFailed), kinds
+    assert done.alive_after_turn  # the agent lives on after the turn, whatever its outcome
 
 
 # --- through the whole bridge -----------------------------------------------------------------
 
 
 @pytest.mark.parametrize("name", agent_params(E2E))
-async def test_real_agent_end_to_end(name: str | None, tmp_path: Path) -> None:
+async def test_real_agent_end_to_end(
+    name: str | None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """What a Feishu user sees: the agent's reply, or a fault line that ends the turn."""
     agent = require(name)
+    offline_environment(monkeypatch, tmp_path / "agent-home")
     fault = {
         Expect.PROMPT_FAILS: t("presence.unrecoverable"),
         Expect.SESSION_REFUSED: t("presence.runtime_unavailable"),
     }.get(agent.expect)
     hint = t("presence.running_hint")
-    # A short hint delay: a slow agent start shows the hint, which must still get its end.
+    # A short hint delay: should the agent be slow to answer, the hint shows and the end follows.
     settings = {"bridge_first_hint_seconds": 0.5}
     command = shlex.join(offline(agent))
     async with running_stack(tmp_path / "bridge", agent_command=command, settings=settings) as st:
