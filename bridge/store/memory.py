@@ -12,14 +12,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
-from types import TracebackType
-from typing import TYPE_CHECKING, Self
+from typing import TYPE_CHECKING
 
 from bridge.store.port import (
     DEFAULT_RETENTION_SECONDS,
     MESSAGE_TRANSITIONS,
     Approval,
     ApprovalStatus,
+    AsyncLifecycle,
     JournaledMessage,
     MessageState,
     Store,
@@ -31,7 +31,7 @@ from bridge.store.port import (
 )
 
 
-class MemoryStore:
+class MemoryStore(AsyncLifecycle):
     def __init__(self, *, retention_seconds: float = DEFAULT_RETENTION_SECONDS) -> None:
         self.retention_seconds = retention_seconds
         self._open = False
@@ -56,18 +56,6 @@ class MemoryStore:
 
     async def close(self) -> None:
         self._open = False
-
-    async def __aenter__(self) -> Self:
-        await self.open()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close()
 
     def _check(self) -> None:
         if not self._open:

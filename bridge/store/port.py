@@ -127,6 +127,28 @@ class Approval:
     title: str = ""  # what was asked, for the card shown after a restart
 
 
+class AsyncLifecycle:
+    """`async with store:` for any store: open on entry, close on exit."""
+
+    async def open(self) -> None:
+        raise NotImplementedError
+
+    async def close(self) -> None:
+        raise NotImplementedError
+
+    async def __aenter__(self) -> Self:
+        await self.open()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+
 class Store(Protocol):
     """Persistence port of the bridge. All methods need an open store (else `StoreClosed`)."""
 

@@ -24,8 +24,7 @@ import os
 import sqlite3
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from types import TracebackType
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any
 
 import aiosqlite
 
@@ -34,6 +33,7 @@ from bridge.store.port import (
     MESSAGE_TRANSITIONS,
     Approval,
     ApprovalStatus,
+    AsyncLifecycle,
     JournaledMessage,
     MessageState,
     SchemaTooNew,
@@ -197,7 +197,7 @@ def _is_foreign_key_error(exc: sqlite3.IntegrityError) -> bool:
     return "FOREIGN KEY" in str(exc).upper()
 
 
-class SqliteStore:
+class SqliteStore(AsyncLifecycle):
     """The `Store` over one SQLite file. Use as `async with SqliteStore(path) as store:`."""
 
     def __init__(
@@ -238,18 +238,6 @@ class SqliteStore:
             db, self._db = self._db, None
             if db is not None:
                 await db.close()
-
-    async def __aenter__(self) -> Self:
-        await self.open()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close()
 
     async def _configure(self, db: aiosqlite.Connection) -> None:
         await db.execute(f"PRAGMA busy_timeout = {self._busy_timeout_ms}")
