@@ -400,6 +400,9 @@ class Engine:
             if not terminal:
                 sink(RuntimeFailed(session_id, reason="prompt returned without an ending"))
             ended = terminal[0]
+            if isinstance(ended, RuntimeFailed):
+                # The JSON-RPC code and short message only (never the agent's details).
+                log.warning("turn %s failed in the agent: %s", work.turn_id, ended.reason)
             if isinstance(ended, RuntimeExited) and self._metrics:
                 self._metrics.runtime_exits.inc()
             if isinstance(ended, RuntimeExited) and ended.restarting:

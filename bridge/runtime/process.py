@@ -12,6 +12,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import signal
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
@@ -191,9 +193,14 @@ class AgentProcess:
         try:
             return await asyncio.wait_for(asyncio.shield(self.exited), grace)
         except TimeoutError:
-            with contextlib.suppress(ProcessLookupError):
-                self.process.kill()
+            self.signal_group(signal.SIGKILL)
             return await asyncio.shield(self.exited)
+
+    def signal_group(self, sig: signal.Signals) -> None:
+        """Signal the agent and everything it started (its own process group): an agent that
+        re-executes itself as a child must not outlive the bridge."""
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.process.pid, sig)
 
     async def shutdown(self, grace: float) -> None:
         """Close stdin (agents exit on EOF), then terminate, then kill."""
@@ -206,12 +213,36 @@ class AgentProcess:
             try:
                 await asyncio.wait_for(asyncio.shield(self.exited), grace)
             except TimeoutError:
-                with contextlib.suppress(ProcessLookupError):
-                    self.process.terminate()
+                self.signal_group(signal.SIGTERM)
                 await self.wait_exit(grace)
+        self.signal_group(signal.SIGKILL)  # whatever the agent left behind in its group
         for task in list(self.tasks):
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await asyncio.wait_for(task, grace)
+
+
+EXIT_POLL_SECONDS = 0.25
+
+
+async def _wait_exit(process: asyncio.subprocess.Process, agent: AgentProcess) -> int:
+    """The exit code, as soon as the agent itself has exited.
+
+    `Process.wait()` resolves only once every pipe is closed; a child the agent started
+    may still hold them, and the bridge would never notice the exit. So poll the return
+    code too, and end the rest of the agent's process group to release the pipes.
+    """
+    waiter = asyncio.ensure_future(process.wait())
+    try:
+        while True:
+            done, _ = await asyncio.wait({waiter}, timeout=EXIT_POLL_SECONDS)
+            if done:
+                return waiter.result()
+            if process.returncode is not None:
+                agent.signal_group(signal.SIGKILL)
+                if not agent.exited.done():
+                    agent.exited.set_result(process.returncode)
+    finally:
+        waiter.cancel()
 
 
 async def spawn_agent(
@@ -236,6 +267,7 @@ async def spawn_agent(
             cwd=str(cwd),
             env=dict(env) if env is not None else None,
             limit=STDOUT_LIMIT,
+            start_new_session=True,  # its own process group, killed as a whole
         )
     except OSError as exc:
         raise SpawnError(exc.strerror or str(exc)) from exc
@@ -258,7 +290,7 @@ async def spawn_agent(
     drain = asyncio.create_task(_drain(process.stderr, agent.stderr), name=f"{label} stderr")
 
     async def watch() -> None:
-        code = await process.wait()
+        code = await _wait_exit(process, agent)
         with contextlib.suppress(Exception):
             await asyncio.wait_for(asyncio.shield(drain), 0.5)
         if not agent.exited.done():

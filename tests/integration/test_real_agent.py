@@ -22,6 +22,7 @@ import json
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -153,10 +154,34 @@ def _netns_works() -> bool:
 
 
 OFFLINE_PREFIX: tuple[str, ...] = ("unshare", "-rn") if _netns_works() else ()
+# The runtime starts every agent in its own process group (pgid == pid), so what an agent
+# leaves running after close() can be seen here. gemini relaunches itself as a child.
+LINUX = sys.platform.startswith("linux")
 
 
 def offline(agent: RealAgent) -> tuple[str, ...]:
     return (*OFFLINE_PREFIX, *agent.argv)
+
+
+def group_members(pgid: int) -> list[int]:
+    """Live processes of a process group (zombies do not count: some containers' PID 1
+    never reaps the orphans it inherits)."""
+    members = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
+                members.append(int(stat.parent.name))
+    return members
+
+
+def end_leftovers(pid: int) -> bool:
+    """Kills what is left of the agent's process group; True when anything was left."""
+    if not LINUX or not group_members(pid):
+        return False
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, signal.SIGKILL)
+    return True
 
 
 def none_found_reason() -> str:
@@ -248,6 +273,7 @@ class Drive:
     events: list[TurnEvent] = field(default_factory=list)
     alive_after_turn: bool = False
     ended_on_close: bool = False
+    left_processes: bool = False  # something of the agent's process group outlived close()
     seconds: float = 0.0
     error: BaseException | None = None  # anything unexpected; TimeoutError means a hang
 
@@ -269,10 +295,12 @@ async def drive(agent: RealAgent, workdir: Path) -> Drive:
         start_timeout=WITHIN,
         shutdown_timeout=0.5,  # the grace before SIGTERM when stdin EOF does not end the agent
     )
+    pid: int | None = None
     try:
         async with asyncio.timeout(WITHIN):
             await rt.start()
         (process,) = rt.running_processes()
+        pid = process.pid
         done.agent_info, done.capabilities = process.agent_info, process.capabilities
         done.step = "session/new"
         try:
@@ -297,6 +325,9 @@ async def drive(agent: RealAgent, workdir: Path) -> Drive:
         done.seconds = time.monotonic() - started
         with contextlib.suppress(Exception):
             await asyncio.wait_for(rt.close(), 10)
+        if pid is not None:
+            await asyncio.sleep(0.2)  # a child may take a moment to follow its parent
+            done.left_processes = end_leftovers(pid)
     return done
 
 
@@ -326,6 +357,7 @@ def test_real_agent_through_the_runtime(name: str | None, drives: dict[str, Driv
         assert done.agent_info is not None
         assert done.agent_info.name == agent.agent_name
     assert done.ended_on_close, "the agent outlived AcpRuntime.close()"
+    assert not done.left_processes, "the agent left processes running after close()"
 
     if done.refusal is not None:
         assert agent.expect in (Expect.SESSION_REFUSED, Expect.ANY_CLEAN_END), done.refusal

@@ -267,7 +267,7 @@ async def test_requester_click_decides_updates_the_card_and_the_turn_continues(
         ASKS,
         T("card.approval.decided", option=label, by=mention(stack.emu.default_user_open_id)),
     ]
-    assert colour(decided) == "green"
+    assert colour(decided) == ("red" if label == REJECT else "green")  # rejected reads as such
     # The callback's answer already replaced the card: no second update of it.
     assert card_patches(stack, card.message_id) == 0
     assert stack.texts() == [APPROVAL_CARD, PAUSE_APPROVAL, reply]

@@ -1,15 +1,18 @@
-"""The agent process inherits the environment (it needs its own API keys) but never the
-bridge's Feishu secrets."""
+"""The agent process: what it inherits (its own API keys, never the bridge's Feishu
+secrets), and that its death is noticed whatever it left behind."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import shlex
 import sys
 from pathlib import Path
 
 import pytest
 
 from bridge.runtime.acp_runtime import AcpRuntime
+from bridge.runtime.events import RuntimeExited, TurnEvent
 from bridge.runtime.port import RuntimeUnavailable
 
 
@@ -31,3 +34,22 @@ async def test_agent_never_sees_feishu_secrets(
     seen = json.loads(dump.read_text())
     assert seen["ANTHROPIC_API_KEY"] == "agent-own-key"
     assert not [name for name in seen if name.startswith("FEISHU_")]
+
+
+async def test_exit_is_noticed_even_when_a_child_of_the_agent_holds_its_pipes(
+    tmp_path: Path,
+) -> None:
+    """An agent that started a helper process and then died: the helper inherits stdout and
+    stderr, so the pipes stay open. The turn must still end as "runtime exited"."""
+    agent = shlex.join([sys.executable, "-m", "bridge.devtools.scripted_agent"])
+    argv = ["sh", "-c", f"sleep 60 & exec {agent}"]
+    runtime = AcpRuntime(argv, tmp_path, restart_attempts=1)
+    events: list[TurnEvent] = []
+    try:
+        session = await runtime.open_session("chat-1")
+        async with asyncio.timeout(10):
+            await runtime.prompt(session.session_id, "crash", events.append)
+    finally:
+        await runtime.close()
+    assert isinstance(events[-1], RuntimeExited)
+    assert [type(e).__name__ for e in events] == ["PromptSent", "RuntimeExited"]
