@@ -83,6 +83,11 @@ class Settings(BaseSettings):
     bridge_max_agents: int = Field(
         default=2, ge=1, le=64, description="Most agent processes running at once."
     )
+    bridge_sessions_per_agent: int = Field(
+        default=0,
+        ge=0,
+        description="Most conversations one agent process serves (0: no limit).",
+    )
     bridge_elicitation: bool = Field(
         default=False, description="Declare ACP elicitation (unstable) to the agent."
     )

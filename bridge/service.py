@@ -214,13 +214,7 @@ def build_service(
             settings.feishu_app_id or "", _secret(settings), settings.feishu_domain
         )
     if runtime is None:
-        runtime = AcpRuntime(
-            settings.agent_argv,
-            settings.bridge_workdir,
-            max_agents=settings.bridge_max_agents,
-            elicitation=settings.bridge_elicitation,
-            env=runtime_env,
-        )
+        runtime = AcpRuntime.from_settings(settings, env=runtime_env)
     engine = Engine(
         feishu=feishu,
         runtime=runtime,

@@ -91,6 +91,7 @@ SECTIONS: list[tuple[str, list[str]]] = [
             "bridge_agent_command",
             "bridge_workdir",
             "bridge_max_agents",
+            "bridge_sessions_per_agent",
             "bridge_elicitation",
         ],
     ),
@@ -143,6 +144,10 @@ NOTES = {
     "bridge_ack_emoji": "An `emoji_type` name from Feishu's emoji list, e.g. `OnIt`, `THUMBSUP`.",
     "bridge_agent_command": "See [agents.md](agents.md) for each agent's command.",
     "bridge_max_agents": "Each process serves several conversations.",
+    "bridge_sessions_per_agent": (
+        "With `BRIDGE_MAX_AGENTS` processes all full, a new conversation gets "
+        "`当前同时进行的对话太多，请稍后重发上一条消息。` at once instead of waiting."
+    ),
     "bridge_elicitation": "Lets agents that support it ask questions as forms.",
     "bridge_first_hint_seconds": "Only once the agent has taken the message.",
     "bridge_heartbeat_seconds": "Never while waiting for the user, recovering, or after the end.",

@@ -245,6 +245,7 @@ class AcpRuntime:
     def from_settings(cls, settings: Settings, **overrides: Any) -> AcpRuntime:
         options: dict[str, Any] = {
             "max_agents": settings.bridge_max_agents,
+            "sessions_per_agent": settings.bridge_sessions_per_agent or None,
             "elicitation": settings.bridge_elicitation,
         }
         options.update(overrides)

@@ -94,3 +94,16 @@ async def test_past_the_concurrency_limit_the_user_is_told_at_once(tmp_path: Pat
 
 
 HINT = t("presence.running_hint")
+
+
+async def test_when_every_agent_process_is_full_the_user_is_told_at_once(tmp_path: Path) -> None:
+    settings = {"bridge_max_agents": 1, "bridge_sessions_per_agent": 1}
+    async with running_stack(tmp_path, settings=settings) as stack:
+        await stack.say("hello")
+        await stack.wait_text(lambda x: x == "echo: hello")
+        other = stack.emu.open_chat("p2p", user_open_id="ou_second_user")
+        await stack.say("hello", chat_id=other, sender_open_id="ou_second_user")
+        line = await stack.wait_text(lambda x: x == t("presence.runtime_busy"), chat_id=other)
+        assert line
+        await stack.settled()
+        assert stack.texts(other) == [t("presence.runtime_busy")]
