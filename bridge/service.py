@@ -206,7 +206,7 @@ def build_service(
     runtime_env: dict[str, str] | None = None,
 ) -> BridgeService:
     translator = Translator(settings.bridge_locale)
-    projection = Projection()
+    projection = Projection(clock=clock)
     metrics = Metrics(projection)
     store = SqliteStore(settings.db_path)
     if feishu is None:

@@ -10,8 +10,10 @@ from bridge.core.state import Conversation, ExecState
 from bridge.core.text import Params, format_elapsed
 
 
-def snapshot(conv: Conversation, now: float) -> dict[str, object]:
-    """A JSON-ready view of the execution state; holds no message text."""
+def snapshot(conv: Conversation) -> dict[str, object]:
+    """A JSON-ready view of the execution state; holds no message text. Ages (elapsed,
+    silent for) are not in it: they change every second, so readers derive them from the
+    timestamps at read time (`Projection.snapshot`)."""
     turn = conv.turn
     approval = conv.approvals[0] if conv.approvals else None
     last = conv.last_terminal
@@ -21,14 +23,12 @@ def snapshot(conv: Conversation, now: float) -> dict[str, object]:
         "turn_id": turn.turn_id if turn else None,
         "requester": turn.requester if turn else None,
         "started_at": turn.started_at if turn else None,
-        "elapsed": now - turn.started_at if turn else None,
         "last_activity": (
             {"kind": turn.activity.kind.value, "title": turn.activity.title}
             if turn and turn.activity
             else None
         ),
         "last_activity_at": turn.last_activity_at if turn else None,
-        "silent_for": now - turn.last_activity_at if turn else None,
         "outcome": turn.outcome.value if turn and turn.outcome else None,
         "queue_length": len(conv.queue),
         "pending_approval": (

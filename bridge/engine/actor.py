@@ -115,7 +115,7 @@ class ConversationActor:
                 pass  # answered in the callback itself
             else:
                 self.enqueue(effect)
-        self._publish(self.key, snapshot(self.conv, now))
+        self._publish(self.key, snapshot(self.conv))
         return effects
 
     def _timer_fired(self, name: str) -> None:

@@ -9,8 +9,9 @@ Subscribers get bounded queues: a slow reader loses old frames and is told so by
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,6 +28,7 @@ class Subscription:
 class Projection:
     epoch: str = field(default_factory=lambda: uuid.uuid4().hex)
     queue_size: int = 256
+    clock: Callable[[], float] = time.time
     revision: int = 0
     _states: dict[str, dict[str, Any]] = field(default_factory=dict)
     _subscribers: set[Subscription] = field(default_factory=set)
@@ -50,11 +52,12 @@ class Projection:
         return frame
 
     def snapshot(self) -> dict[str, Any]:
+        now = self.clock()
         return {
             "projection_epoch": self.epoch,
             "revision": self.revision,
             "conversations": {
-                key: {"revision": frame["revision"], **frame["snapshot"]}
+                key: {"revision": frame["revision"], **frame["snapshot"], **_ages(frame, now)}
                 for key, frame in sorted(self._states.items())
             },
         }
@@ -85,3 +88,15 @@ class Projection:
             sub.queue.get_nowait()  # drop the oldest; the reader is told it lagged
             sub.dropped += 1
             sub.queue.put_nowait(item)
+
+
+def _ages(frame: Mapping[str, Any], now: float) -> dict[str, float | None]:
+    """Ages derived when read, from the stored timestamps, so they never go stale."""
+    snap = frame["snapshot"]
+    if "started_at" not in snap:
+        return {}
+    started, last = snap.get("started_at"), snap.get("last_activity_at")
+    return {
+        "elapsed": None if started is None else now - started,
+        "silent_for": None if last is None else now - last,
+    }

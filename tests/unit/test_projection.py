@@ -36,3 +36,15 @@ async def test_close_sends_an_explicit_terminal_frame() -> None:
     p.close()
     assert sub.queue.get_nowait() is TERMINAL
     assert p.publish("chat", {"n": 2}) is not None  # publishing after close reaches nobody
+
+
+def test_ages_are_derived_when_read_and_quiet_republishing_is_deduplicated() -> None:
+    now = [1000.0]
+    p = Projection(clock=lambda: now[0])
+    snap = {"state": "streaming", "started_at": 900.0, "last_activity_at": 990.0}
+    assert p.publish("chat", snap) is not None
+    assert p.publish("chat", dict(snap)) is None  # nothing changed: no new revision
+    now[0] = 1060.0
+    conv = p.snapshot()["conversations"]["chat"]
+    assert (conv["elapsed"], conv["silent_for"]) == (160.0, 70.0)
+    assert p.revision == 1
