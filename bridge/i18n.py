@@ -50,6 +50,3 @@ class Translator:
         if template is None:
             raise KeyError(f"no text for key {key!r}")
         return template.format_map(params) if params else template
-
-    def has(self, key: str) -> bool:
-        return key in self._catalog

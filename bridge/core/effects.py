@@ -5,7 +5,7 @@ and the turn's post counter) for the Feishu `uuid` field, so a retry, a redelive
 replay after a restart never posts twice. The end signal of a turn always uses
 `"{turn_id}:end"`, whichever form it takes: after a crash the replacement end line collides
 with an end signal that already went out instead of adding a second one. Keys can exceed
-Feishu's 50-character `uuid` limit; the executor hashes them.
+Feishu's 50-character `uuid` limit; the Feishu client bounds them (`message_uuid`).
 """
 
 from __future__ import annotations

@@ -108,7 +108,6 @@ def on_turn_event(ctx: StepContext, event: TurnEvent) -> None:
         case TurnEnded():
             _on_turn_ended(ctx, event)
         case RuntimeFailed():
-            close_pending(ctx, CardStatus.CANCELLED, answer=False)
             ctx.update_turn(runtime_done=True)  # the prompt returned, with an error
             finish(ctx, Outcome.FAILED, "presence.unrecoverable", detail=event.reason)
         case RuntimeExited():

@@ -109,12 +109,16 @@ class CardBook:
         # Buttons in the user's language by what they do; the agent's own wording varies.
         return self._t(f"card.approval.option.{option.kind.value}")
 
-    def _decided_label(self, work: UpdateApprovalCard) -> str:
+    def _chosen(self, work: UpdateApprovalCard) -> PermissionOption | None:
         posted = self._cards.get(work.card_key)
-        if posted is not None and isinstance(posted.request, PostApprovalCard):
-            for option in posted.request.options:
-                if option.option_id == work.option_id:
-                    return self._option_label(option)
+        if posted is None or not isinstance(posted.request, PostApprovalCard):
+            return None
+        return next((o for o in posted.request.options if o.option_id == work.option_id), None)
+
+    def _decided_label(self, work: UpdateApprovalCard) -> str:
+        option = self._chosen(work)
+        if option is not None:
+            return self._option_label(option)
         return work.option_name or work.option_id or ""
 
     def expired_after_restart(self, title: str = "") -> dict[str, Any]:
@@ -127,12 +131,8 @@ class CardBook:
             return ApprovalStatus.EXPIRED
         if work.status is CardStatus.CANCELLED:
             return ApprovalStatus.CANCELLED
-        posted = self._cards.get(work.card_key)
-        kind = None
-        if posted is not None and isinstance(posted.request, PostApprovalCard):
-            kind = next(
-                (o.kind for o in posted.request.options if o.option_id == work.option_id), None
-            )
+        option = self._chosen(work)
+        kind = option.kind if option is not None else None
         if kind is PermissionKind.ALLOW_ALWAYS:
             return ApprovalStatus.ALLOWED_ALWAYS
         if kind is PermissionKind.ALLOW_ONCE:

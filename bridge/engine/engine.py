@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -67,11 +66,6 @@ from bridge.store.port import ApprovalStatus, MessageState, Store, TurnOutcome, 
 log = logging.getLogger(__name__)
 
 TEXT_TYPES = frozenset({"text", "post"})
-
-
-def feishu_uuid(idempotency_key: str) -> str:
-    """Feishu's `uuid` is at most 50 characters; a digest keeps any key inside it."""
-    return hashlib.sha256(idempotency_key.encode()).hexdigest()[:40]
 
 
 @dataclass(frozen=True)
@@ -271,7 +265,7 @@ class Engine:
             case NewSession():
                 await self._store.unbind(actor.key)
             case RecordTerminal(turn_id, outcome, detail):
-                await self._record_terminal(actor, turn_id, outcome.value, detail)
+                await self._record_terminal(turn_id, outcome.value, detail)
             case Trace(turn_id, kind, detail):
                 await self._trace(turn_id, kind, detail)
             case _:
@@ -291,9 +285,7 @@ class Engine:
         if await self._store.sent(idem) is not None:
             log.info("skipped a post already sent before a restart (%s)", idem)
             return
-        ids = await self._feishu.reply_text(
-            reply_to, text, uuid=feishu_uuid(idem), in_thread=actor.in_thread
-        )
+        ids = await self._feishu.reply_text(reply_to, text, uuid=idem, in_thread=actor.in_thread)
         await self._store.mark_sent(idem, ids, self._clock())
 
     async def _post_card(
@@ -302,7 +294,7 @@ class Engine:
         self._requests[work.request_id] = actor.key
         card = self._cards.open_card(work)
         message_id = await self._feishu.reply_card(
-            work.reply_to, card, uuid=feishu_uuid(work.idempotency_key), in_thread=actor.in_thread
+            work.reply_to, card, uuid=work.idempotency_key, in_thread=actor.in_thread
         )
         self._cards.remember(work, message_id)
         await self._store.mark_sent(work.idempotency_key, [message_id], self._clock())
@@ -331,16 +323,15 @@ class Engine:
             return  # the click's callback answer already replaced the card
         await self._feishu.update_card(message_id, self._cards.closed_card(work))
 
-    async def _record_terminal(
-        self, actor: ConversationActor, turn_id: str, outcome: str, detail: str
-    ) -> None:
+    async def _record_terminal(self, turn_id: str, outcome: str, detail: str) -> None:
         now = self._clock()
         if await self._store.finish_turn(turn_id, TurnOutcome(outcome), now):
             await self._store.trace(turn_id, "terminal", f"{outcome} {detail}".strip(), now)
-            turn = await self._store.turn(turn_id)
-            if self._metrics and turn is not None:
+            if self._metrics:
                 self._metrics.turns.labels(outcome).inc()
-                self._metrics.turn_seconds.observe(max(0.0, now - turn.started_at))
+                turn = await self._store.turn(turn_id)
+                if turn is not None:
+                    self._metrics.turn_seconds.observe(max(0.0, now - turn.started_at))
         await self._store.set_message_state(turn_id, MessageState.DONE, now)
 
     # -- turns -------------------------------------------------------------------------------
@@ -371,6 +362,11 @@ class Engine:
             except RuntimeUnavailable as exc:
                 self._cancel_early.discard(work.turn_id)
                 actor.feed(RuntimeUnavailableAtStart(work.turn_id, exc.reason, exc.limit_reached))
+                return
+            except Exception as exc:  # a bug or a malformed answer must not strand the turn
+                log.exception("opening a session for turn %s failed", work.turn_id)
+                self._cancel_early.discard(work.turn_id)
+                actor.feed(RuntimeUnavailableAtStart(work.turn_id, type(exc).__name__))
                 return
             if work.turn_id in self._cancel_early:
                 # /stop (or /new) came while the agent was still starting: never prompt.
@@ -454,7 +450,7 @@ class Engine:
         await asyncio.gather(*(actor.wait_idle() for actor in self._actors.values()))
 
 
-__all__ = ["Engine", "EngineConfig", "feishu_uuid"]
+__all__ = ["Engine", "EngineConfig"]
 
 
 def _turn_of(idempotency_key: str) -> str:

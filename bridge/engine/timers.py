@@ -32,9 +32,6 @@ class Timers:
             handle.cancel()
         self._handles.clear()
 
-    def pending(self) -> list[str]:
-        return sorted(self._handles)
-
     def _expire(self, name: str) -> None:
         self._handles.pop(name, None)
         self._fire(name)

@@ -99,18 +99,23 @@ def _redact(message: str) -> str:
     return _PAYLOAD.sub(", payload: <redacted>", message)
 
 
+def _redact_record(record: logging.LogRecord) -> str | None:
+    """Redact `record` in place; its message, or None when it cannot be formatted."""
+    try:
+        message = record.getMessage()
+    except Exception:  # a malformed record must not break logging
+        return None
+    redacted = _redact(message)
+    if redacted != message:
+        record.msg, record.args = redacted, None
+    return redacted
+
+
 class _RedactFilter(logging.Filter):
     """For the `websockets.client` logger, whose DEBUG lines show the handshake request."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        try:
-            message = record.getMessage()
-        except Exception:
-            return False
-        redacted = _redact(message)
-        if redacted != message:
-            record.msg, record.args = redacted, None
-        return True
+        return _redact_record(record) is not None
 
 
 class _LarkLogFilter(logging.Filter):
@@ -122,14 +127,10 @@ class _LarkLogFilter(logging.Filter):
         self._level = level
 
     def filter(self, record: logging.LogRecord) -> bool:
-        try:
-            message = record.getMessage()
-        except Exception:  # a malformed SDK record must not break logging
+        message = _redact_record(record)
+        if message is None:
             return False
-        redacted = _redact(message)
-        if redacted != message:
-            record.msg, record.args = redacted, None
-        self._owner._observe_sdk_log(redacted)
+        self._owner._observe_sdk_log(message)
         return record.levelno >= self._level
 
 

@@ -366,7 +366,8 @@ class AcpRuntime:
         return [s.process for s in self._slots if s.process is not None and s.process.alive]
 
     def snapshot(self) -> dict[str, Any]:
-        """Operator view: processes, their sessions and the tail of their stderr."""
+        """Operator view: processes and their sessions. Never the stderr tail: an agent may
+        echo the prompt there (it is in the DEBUG log only)."""
         return {
             "command": Path(self._argv[0]).name,
             "unknown_updates": self.unknown_updates,
@@ -381,7 +382,6 @@ class AcpRuntime:
                     "running_turns": sum(
                         1 for s in self._sessions.values() if s.slot == slot.index and s.turn
                     ),
-                    "stderr_tail": slot.process.stderr.tail() if slot.process else [],
                 }
                 for slot in self._slots
             ],
@@ -603,7 +603,8 @@ class AcpRuntime:
             try:
                 await process.load_session(str(self._workdir), session.session_id)
             except RequestError as exc:
-                raise SessionLost(f"the agent could not reload the session: {exc}") from exc
+                reason = _describe_error(exc)
+                raise SessionLost(f"the agent could not reload the session: {reason}") from exc
             except ConnectionError as exc:
                 raise RuntimeUnavailable("the agent exited while reloading a session") from exc
             session.process = process

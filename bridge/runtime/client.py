@@ -99,10 +99,8 @@ def build_handler(client: BridgeClient) -> MethodHandler:
     router = build_client_router(client, use_unstable_protocol=True)  # type: ignore[arg-type]
 
     async def handle(method: str, params: Any | None, is_notification: bool) -> Any:
-        if is_notification and method == CLIENT_METHODS["session_update"]:
-            update = params.get("update") if isinstance(params, dict) else None
-            if update_kind(update or {}) not in KNOWN_UPDATE_KINDS:
-                return None
+        if is_notification and _unknown_kind(method, params) is not None:
+            return None
         return await router(method, params, is_notification)
 
     return handle
@@ -110,9 +108,12 @@ def build_handler(client: BridgeClient) -> MethodHandler:
 
 def unknown_update_kind(message: dict[str, Any]) -> str | None:
     """The `sessionUpdate` kind of a raw incoming message, when the SDK schema lacks it."""
-    if message.get("method") != CLIENT_METHODS["session_update"]:
+    return _unknown_kind(message.get("method"), message.get("params"))
+
+
+def _unknown_kind(method: Any, params: Any) -> str | None:
+    if method != CLIENT_METHODS["session_update"]:
         return None
-    params = message.get("params")
     update = params.get("update") if isinstance(params, dict) else None
     kind = update_kind(update or {})
     return None if kind in KNOWN_UPDATE_KINDS else kind

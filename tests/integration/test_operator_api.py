@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import httpx
 
-from tests.integration.stack import Stack
+from bridge.store.port import MessageState
+from tests.integration.stack import Stack, running_stack
 
 
 def base(stack: Stack) -> str:
@@ -74,3 +76,19 @@ async def test_metrics_count_turns_lines_and_duplicates(stack: Stack) -> None:
     assert 'bridge_status_lines_total{key="presence.ended_empty"} 1.0' in body
     assert "bridge_turn_duration_seconds_count 1.0" in body
     assert 'bridge_conversations{state="idle"} 1.0' in body
+
+
+async def test_old_records_are_pruned_at_start(tmp_path: Path) -> None:
+    """Retention: a journaled prompt older than the retention is gone after a (re)start."""
+    from bridge.store.sqlite import SqliteStore
+
+    data = tmp_path / "bridge"
+    data.mkdir()
+    async with SqliteStore(data / "bridge.sqlite3") as store:
+        await store.claim_event("ev-old", "om_old", now=1000.0)
+        await store.journal_message("oc_x", "om_old", "ou_x", "oc_x", "old prompt", now=1000.0)
+        await store.set_message_state("om_old", MessageState.DONE, now=1000.0)
+    async with running_stack(data) as stack:
+        await stack.settled()
+        assert await stack.demo.service.store.message("om_old") is None
+        assert await stack.demo.service.store.claim_event("ev-old", "om_old", now=2000.0)
