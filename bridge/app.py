@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 from typing import TextIO
 
-from bridge.config import ConfigProblem, Settings, load_settings, problems_for_run
+from bridge.config import ConfigProblem, Settings, check_for_run
 from bridge.i18n import DEFAULT_LOCALE, LOCALES, Translator
 
 EXIT_CONFIG = 2
@@ -23,7 +23,7 @@ def report_problems(problems: Sequence[ConfigProblem], t: Translator, out: TextI
     """Every problem at once, in plain words, with an example; never the value itself."""
     print(t("cli.config_problems", count=len(problems)), file=out)
     for problem in problems:
-        text = t("cli.config_missing") if problem.problem == "missing" else problem.problem
+        text = t(f"cli.problem.{problem.code}", **problem.params)
         print(t("cli.config_problem", variable=problem.variable, problem=text), file=out)
         if problem.example:
             example = problem.example
@@ -37,12 +37,9 @@ def _translator_for_env() -> Translator:
 
 
 def settings_for_run(out: TextIO) -> Settings | None:
-    settings, problems = load_settings()
-    if settings is not None:
-        problems = problems_for_run(settings)
-    if problems or settings is None:
+    settings, problems = check_for_run()
+    if settings is None:
         report_problems(problems, _translator_for_env(), out)
-        return None
     return settings
 
 
@@ -73,15 +70,16 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def cmd_status(args: argparse.Namespace) -> int:
     import httpx
 
+    t = _translator_for_env()
     try:
         response = httpx.get(f"{args.url.rstrip('/')}/status", timeout=5.0)
     except httpx.HTTPError as exc:
-        print(f"cannot reach {args.url}: {exc}", file=sys.stderr)
+        print(t("cli.status_unreachable", url=args.url, error=str(exc)), file=sys.stderr)
         return 1
     try:
         body = response.json()
     except ValueError:
-        print(f"{args.url} answered HTTP {response.status_code} without JSON", file=sys.stderr)
+        print(t("cli.status_not_json", url=args.url, status=response.status_code), file=sys.stderr)
         return 1
     print(json.dumps(body, ensure_ascii=False, indent=2))
     return 0 if response.status_code == 200 else 1

@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 import shlex
 import shutil
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -201,27 +203,28 @@ EXAMPLES: dict[str, str] = {
 }
 
 
+@dataclass(frozen=True)
 class ConfigProblem:
-    """One problem with the configuration, phrased for an operator (never the value itself)."""
+    """One problem with the configuration (never the value itself). `code` names its text,
+    `cli.problem.<code>` in translations/; `params` fill it."""
 
-    def __init__(self, variable: str, problem: str) -> None:
-        self.variable = variable
-        self.problem = problem
+    variable: str
+    code: str
+    params: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def example(self) -> str:
         return EXAMPLES.get(self.variable, "")
-
-    def __repr__(self) -> str:
-        return f"ConfigProblem({self.variable!r}, {self.problem!r})"
 
 
 def problems_from_validation(error: ValidationError) -> list[ConfigProblem]:
     found: list[ConfigProblem] = []
     for item in error.errors(include_input=False, include_url=False):
         field = str(item["loc"][0]) if item["loc"] else "?"
-        message = "missing" if item["type"] == "missing" else str(item["msg"])
-        found.append(ConfigProblem(field.upper(), message))
+        if item["type"] == "missing":
+            found.append(ConfigProblem(field.upper(), "missing"))
+        else:  # pydantic's own words for what is wrong with the value (never the value)
+            found.append(ConfigProblem(field.upper(), "invalid", {"detail": str(item["msg"])}))
     return found
 
 
@@ -233,13 +236,15 @@ def problems_for_run(settings: Settings) -> list[ConfigProblem]:
     if settings.feishu_app_secret is None:
         found.append(ConfigProblem("FEISHU_APP_SECRET", "missing"))
     if settings.feishu_event_mode == "webhook" and settings.feishu_verification_token is None:
-        found.append(ConfigProblem("FEISHU_VERIFICATION_TOKEN", "missing for webhook mode"))
+        found.append(ConfigProblem("FEISHU_VERIFICATION_TOKEN", "missing_for_webhook"))
     program = settings.agent_argv[0]
     if shutil.which(program, path=os.environ.get("PATH")) is None:
         # Found now, not at the first user's message.
-        found.append(ConfigProblem("BRIDGE_AGENT_COMMAND", f"program {program!r} not found"))
+        found.append(
+            ConfigProblem("BRIDGE_AGENT_COMMAND", "program_not_found", {"program": program})
+        )
     if not settings.bridge_workdir.is_dir():
-        found.append(ConfigProblem("BRIDGE_WORKDIR", "not an existing folder"))
+        found.append(ConfigProblem("BRIDGE_WORKDIR", "not_a_folder"))
     return found
 
 
@@ -249,3 +254,19 @@ def load_settings(**overrides: Any) -> tuple[Settings | None, list[ConfigProblem
         return Settings(**overrides), []
     except ValidationError as exc:
         return None, problems_from_validation(exc)
+
+
+def check_for_run(**overrides: Any) -> tuple[Settings | None, list[ConfigProblem]]:
+    """Settings for `run`, or every problem at once: the malformed values, and what `run`
+    needs beyond them (checked with the malformed ones at their defaults)."""
+    settings, problems = load_settings(**overrides)
+    if settings is not None:
+        problems = problems_for_run(settings)
+        return (None if problems else settings), problems
+    bad = {p.variable.lower() for p in problems}
+    fields = Settings.model_fields
+    defaults = {n: fields[n].get_default(call_default_factory=True) for n in bad if n in fields}
+    fallback, _ = load_settings(**{**overrides, **defaults})
+    if fallback is not None:
+        problems += [p for p in problems_for_run(fallback) if p.variable.lower() not in bad]
+    return None, problems

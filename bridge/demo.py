@@ -21,6 +21,7 @@ from typing import Any
 from bridge.config import Settings
 from bridge.devtools.emulator import FeishuEmulator
 from bridge.feishu.api import FeishuApi
+from bridge.i18n import Translator
 from bridge.logs import configure_logging
 from bridge.service import BridgeService, build_service
 
@@ -122,9 +123,9 @@ async def run_demo(*, port: int, locale: str | None, agent: str | None = None) -
     with tempfile.TemporaryDirectory(prefix="feishu-bridge-demo-") as tmp:
         extra = {"bridge_locale": locale} if locale else {}
         demo = await start_demo(port=port, data_dir=Path(tmp), agent_command=agent, settings=extra)
-        print(f"\n  Chat page:   {demo.chat_url}", flush=True)
-        print(f"  Bridge API:  http://127.0.0.1:{demo.service.port}/runtime-states", flush=True)
-        print("  Stop with Ctrl-C.\n", flush=True)
+        t = Translator(demo.service.settings.bridge_locale)
+        api = f"http://127.0.0.1:{demo.service.port}/runtime-states"
+        print("\n" + t("cli.demo_ready", chat=demo.chat_url, api=api) + "\n", flush=True)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):

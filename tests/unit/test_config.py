@@ -148,5 +148,18 @@ def test_check_config_finds_a_missing_agent_program_before_any_user_does(
     monkeypatch.setenv("BRIDGE_LOCALE", "en_US")
     assert main(["check-config"]) == 2
     err = capsys.readouterr().err
-    assert "BRIDGE_AGENT_COMMAND: program 'no-such-agent-acp' not found" in err
+    assert "BRIDGE_AGENT_COMMAND: program no-such-agent-acp not found (not on PATH)" in err
     assert "example: BRIDGE_AGENT_COMMAND=claude-agent-acp" in err
+
+
+def test_a_malformed_value_does_not_hide_the_missing_credentials(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("FEISHU_EVENT_MODE", "carrier-pigeon")
+    monkeypatch.setenv("BRIDGE_LOCALE", "en_US")
+    assert main(["check-config"]) == 2
+    err = capsys.readouterr().err
+    assert "The configuration has 3 problem(s):" in err
+    assert "FEISHU_EVENT_MODE: invalid value" in err
+    assert "FEISHU_APP_ID: not set" in err
+    assert "FEISHU_APP_SECRET: not set" in err
