@@ -231,3 +231,19 @@ async def test_status_during_a_turn_shows_state_elapsed_and_queue(stack: Stack) 
     assert second["projection_epoch"] == first["projection_epoch"]
     assert second["revision"] > first["revision"]
     assert second["conversations"][stack.chat]["state"] == "idle"
+
+
+async def test_an_oversize_reply_is_split_in_order_and_nothing_is_lost(stack: Stack) -> None:
+    text = " ".join(f"Sentence number {i} is here." for i in range(700))  # about 20,000 chars
+    sent = await stack.say(f"say {text}")
+    await stack.wait_text(lambda x: x.endswith("Sentence number 699 is here."))
+    await stack.settled()
+    parts = stack.texts()
+    assert len(parts) == 3
+    assert all(len(p) <= 8000 for p in parts)
+    assert "".join(parts) == text  # split at sentence ends, never truncated
+    uuids = [
+        c.body["uuid"]
+        for c in stack.emu.calls(path_prefix=f"/open-apis/im/v1/messages/{sent.message_id}/reply")
+    ]
+    assert uuids[1:] == [f"{uuids[0]}-2", f"{uuids[0]}-3"]
