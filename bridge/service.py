@@ -122,7 +122,7 @@ class BridgeService:
         sockets = getattr(server, "sockets", None) or []
         self.port = sockets[0].getsockname()[1] if sockets else self.settings.bridge_port
         await self._identify()
-        await self.engine.recover()
+        await self.engine.recover(before=self._started_at)
         # Retention: journaled prompts, seen events and finished turns older than 7 days go.
         await self._prune()
         self._pruner = asyncio.create_task(self._prune_forever())

@@ -193,11 +193,14 @@ class Engine:
 
     # -- restart recovery --------------------------------------------------------------------
 
-    async def recover(self) -> None:
+    async def recover(self, before: float) -> None:
         """After a restart: tell interrupted turns' users, expire open approval cards, and run
-        what was queued behind them (with a notice)."""
+        what was queued behind them (with a notice). Only what predates `before` (this
+        process's start): a message the new process already took is not recovered twice."""
         now = self._clock()
         for approval in await self._store.open_approvals():
+            if approval.created_at >= before:
+                continue
             await self._store.resolve_approval(
                 approval.request_id, ApprovalStatus.EXPIRED, None, now
             )
@@ -207,7 +210,7 @@ class Engine:
                 )
             except Exception:
                 log.warning("could not expire approval card %s", approval.card_message_id)
-        interrupted = await self._store.running_turns()
+        interrupted = [t for t in await self._store.running_turns() if t.started_at < before]
         await self._store.interrupt_running_messages(now)
         for turn in interrupted:
             message = await self._store.message(turn.message_id)
@@ -216,6 +219,8 @@ class Engine:
                 TurnInterruptedByRestart(turn.turn_id, turn.message_id, requester)
             )
         for message in await self._store.unfinished_messages():
+            if message.received_at >= before:
+                continue
             if message.state is MessageState.INTERRUPTED and any(
                 t.message_id == message.message_id for t in interrupted
             ):
