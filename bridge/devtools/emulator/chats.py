@@ -101,23 +101,17 @@ class ChatWorld:
         parent_id: str | None,
         thread_id: str | None,
     ) -> ChatMessage:
-        stamp = now_ms()
-        message = ChatMessage(
-            message_id=new_id("om_"),
-            chat_id=chat.chat_id,
-            chat_type=chat.chat_type,
+        message = self._store(
+            chat,
             sender_type="user",
             sender_id=sender_open_id,
             msg_type=msg_type,
             content=content,
-            create_time_ms=stamp,
-            update_time_ms=stamp,
             root_id=root_id,
             parent_id=parent_id,
             thread_id=thread_id,
             mentions=tuple(mentions),
         )
-        self.messages[message.message_id] = message
         self._on_change()
         return message
 
@@ -239,26 +233,34 @@ class ChatWorld:
         parent_id: str | None,
         thread_id: str | None,
     ) -> ChatMessage:
-        stamp = now_ms()
-        message = ChatMessage(
-            message_id=new_id("om_"),
-            chat_id=chat.chat_id,
-            chat_type=chat.chat_type,
+        message = self._store(
+            chat,
             sender_type="app",
             sender_id=self.app_id,
             msg_type=msg_type,
             content=content,
-            create_time_ms=stamp,
-            update_time_ms=stamp,
             root_id=root_id,
             parent_id=parent_id,
             thread_id=thread_id,
             uuid=uuid,
         )
-        self.messages[message.message_id] = message
         if uuid is not None:
             self._uuids[uuid] = (message.message_id, self._clock())
         self._on_change()
+        return message
+
+    def _store(self, chat: Chat, **fields: Any) -> ChatMessage:
+        """A new message in `chat`, stamped now, from a user or the bot."""
+        stamp = now_ms()
+        message = ChatMessage(
+            message_id=new_id("om_"),
+            chat_id=chat.chat_id,
+            chat_type=chat.chat_type,
+            create_time_ms=stamp,
+            update_time_ms=stamp,
+            **fields,
+        )
+        self.messages[message.message_id] = message
         return message
 
     # --- reactions -----------------------------------------------------------------------
