@@ -303,11 +303,12 @@ class Engine:
         )
         self._cards.remember(work, message_id)
         await self._store.mark_sent(work.idempotency_key, [message_id], self._clock())
-        turn = actor.conv.turn
-        if isinstance(work, PostApprovalCard) and turn is not None:
+        if isinstance(work, PostApprovalCard):
+            # The turn that asked, from the card's own key: by the time this is performed
+            # the conversation may already be on another turn.
             await self._store.save_approval(
                 work.request_id,
-                turn.turn_id,
+                _turn_of(work.idempotency_key),
                 actor.key,
                 message_id,
                 work.requester,
