@@ -43,7 +43,7 @@ from bridge.config import Settings  # noqa: E402
 from bridge.demo import DEMO_TIMINGS, Demo, start_demo  # noqa: E402
 from bridge.devtools.emulator import FeishuEmulator  # noqa: E402
 from bridge.logs import configure_logging  # noqa: E402
-from bridge.runtime.acp_runtime import AcpRuntime  # noqa: E402
+from bridge.runtime.acp.runtime import AcpRuntime  # noqa: E402
 
 # The demo shortens the presence timings; a benchmark of the product runs with its defaults.
 PRODUCT_TIMINGS = {key: Settings.model_fields[key].default for key in DEMO_TIMINGS}

@@ -30,7 +30,7 @@ from bridge.ops.metrics import Metrics
 from bridge.ops.projection import Projection
 from bridge.ops.routes import ops_routes
 from bridge.receiver import AccessPolicy, Receiver
-from bridge.runtime.acp_runtime import AcpRuntime
+from bridge.runtime.acp.runtime import AcpRuntime
 from bridge.runtime.port import AgentRuntime
 from bridge.store.sqlite import SqliteStore
 

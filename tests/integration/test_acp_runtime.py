@@ -16,7 +16,7 @@ from tenacity import RetryCallState, wait_none
 from tenacity.wait import wait_base
 
 from bridge.config import Settings
-from bridge.runtime.acp_runtime import AcpRuntime, SessionLost
+from bridge.runtime.acp.runtime import AcpRuntime, SessionLost
 from bridge.runtime.events import (
     MessageChunk,
     PermissionKind,

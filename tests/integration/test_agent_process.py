@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from bridge.runtime.acp_runtime import AcpRuntime
+from bridge.runtime.acp.runtime import AcpRuntime
 from bridge.runtime.events import RuntimeExited, TurnEvent
 from bridge.runtime.port import RuntimeUnavailable
 

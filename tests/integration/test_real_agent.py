@@ -36,7 +36,7 @@ from acp.schema import AgentCapabilities, Implementation
 from tenacity import wait_none
 
 from bridge.i18n import Translator
-from bridge.runtime.acp_runtime import AcpRuntime
+from bridge.runtime.acp.runtime import AcpRuntime
 from bridge.runtime.events import (
     MessageChunk,
     PromptSent,

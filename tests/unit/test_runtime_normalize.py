@@ -22,19 +22,8 @@ from acp.schema import (
     UserMessageChunk,
 )
 
-from bridge.runtime.client import unknown_update_kind
-from bridge.runtime.events import (
-    MessageChunk,
-    PermissionKind,
-    PlanEntry,
-    PlanUpdated,
-    QuestionKind,
-    QuestionOption,
-    ThoughtChunk,
-    ToolCallStarted,
-    ToolCallUpdated,
-)
-from bridge.runtime.normalize import (
+from bridge.runtime.acp.client import unknown_update_kind
+from bridge.runtime.acp.normalize import (
     KNOWN_UPDATE_KINDS,
     SESSION_STATE_KINDS,
     elicitation_content,
@@ -47,7 +36,18 @@ from bridge.runtime.normalize import (
     turn_event,
     update_kind,
 )
-from bridge.runtime.process import StderrTail
+from bridge.runtime.acp.process import StderrTail
+from bridge.runtime.events import (
+    MessageChunk,
+    PermissionKind,
+    PlanEntry,
+    PlanUpdated,
+    QuestionKind,
+    QuestionOption,
+    ThoughtChunk,
+    ToolCallStarted,
+    ToolCallUpdated,
+)
 
 SID = "sess-1"
 

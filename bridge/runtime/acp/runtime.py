@@ -66,16 +66,8 @@ from pydantic import ValidationError
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 from tenacity.wait import wait_base
 
-from bridge.runtime.client import BridgeClient, build_handler, unknown_update_kind
-from bridge.runtime.events import (
-    PromptSent,
-    RuntimeExited,
-    RuntimeFailed,
-    StopReason,
-    TurnEnded,
-    TurnEvent,
-)
-from bridge.runtime.normalize import (
+from bridge.runtime.acp.client import BridgeClient, build_handler, unknown_update_kind
+from bridge.runtime.acp.normalize import (
     SESSION_STATE_KINDS,
     elicitation_content,
     elicitation_question,
@@ -86,8 +78,16 @@ from bridge.runtime.normalize import (
     turn_event,
     update_kind,
 )
+from bridge.runtime.acp.process import AgentProcess, SpawnError, spawn_agent
+from bridge.runtime.events import (
+    PromptSent,
+    RuntimeExited,
+    RuntimeFailed,
+    StopReason,
+    TurnEnded,
+    TurnEvent,
+)
 from bridge.runtime.port import EventSink, RuntimeUnavailable, SessionHandle
-from bridge.runtime.process import AgentProcess, SpawnError, spawn_agent
 
 if TYPE_CHECKING:
     from bridge.config import Settings

@@ -17,7 +17,7 @@ from acp.exceptions import RequestError
 from acp.meta import CLIENT_METHODS
 from acp.schema import ElicitationMode, PermissionOption, ToolCallUpdate
 
-from bridge.runtime.normalize import KNOWN_UPDATE_KINDS, update_kind
+from bridge.runtime.acp.normalize import KNOWN_UPDATE_KINDS, update_kind
 
 logger = logging.getLogger(__name__)
 
