@@ -46,8 +46,11 @@ class StepContext:
         self.out.extend(effects)
 
     def drop(self, event: object, reason: str) -> None:
+        self.drop_input(type(event).__name__, reason)
+
+    def drop_input(self, name: str, reason: str) -> None:
         turn_id = self.conv.turn.turn_id if self.conv.turn else None
-        self.out.append(Dropped(reason, type(event).__name__, turn_id))
+        self.out.append(Dropped(reason, name, turn_id))
 
     def post_key(self, kind: str) -> str:
         seq = self.turn.seq + 1
@@ -57,7 +60,8 @@ class StepContext:
     def say(self, key: str, params: Params | None = None, *, kind: str) -> None:
         """A status line for the current turn, in reply to the message it answers."""
         idem = self.post_key(kind)
-        self.emit(PostText(key, dict(params or {}), self.turn.message_id, idem))
+        turn = self.turn
+        self.emit(PostText(key, dict(params or {}), turn.message_id, idem, turn_id=turn.turn_id))
         self.update_turn(last_posted_at=self.now)
 
     def sync_timers(self) -> None:

@@ -21,11 +21,21 @@ from bridge.runtime.events import PermissionOption, QuestionOption
 
 @dataclass(frozen=True)
 class StartTurn:
-    """Prompt the runtime; `session_id` None means open (or resume) the conversation's session."""
+    """Take a turn slot and a session for the turn (`session_id` None: open or resume the
+    conversation's session), then report `SessionOpened`; the core answers `SendPrompt`."""
 
     turn_id: str
     text: str
     session_id: str | None
+
+
+@dataclass(frozen=True)
+class SendPrompt:
+    """Addressed to the turn runner that fed `SessionOpened`: prompt the agent with the
+    turn's text now. Absent from the answer when the turn ended while its session opened."""
+
+    turn_id: str
+    session_id: str
 
 
 @dataclass(frozen=True)
@@ -55,20 +65,38 @@ class PostText:
     reply_to: str
     idempotency_key: str
     final: bool = False  # this is the turn's end signal
+    turn_id: str | None = None  # None: a line outside any turn (refusal, command answer)
 
 
 @dataclass(frozen=True)
-class RelayReply:
+class RelayAgentText:
     """The agent's own text (commentary between tool calls, or the final reply)."""
 
     text: str
     reply_to: str
     idempotency_key: str
     final: bool = False
+    turn_id: str | None = None
+
+
+@dataclass(frozen=True)
+class React:
+    """The one ack reaction on a user's message; performed ahead of queued posts."""
+
+    message_id: str
+
+
+@dataclass(frozen=True)
+class MarkMessageDone:
+    """The journaled message needs nothing more (answered a question, was a command, or was
+    not something a turn takes): a restart does not run it again."""
+
+    message_id: str
 
 
 @dataclass(frozen=True)
 class PostApprovalCard:
+    turn_id: str
     card_key: str  # names the card for a later UpdateApprovalCard
     request_id: str
     title: str
@@ -88,16 +116,23 @@ class CardStatus(StrEnum):
 
 @dataclass(frozen=True)
 class UpdateApprovalCard:
+    """Close an approval card: everything needed to draw it closed is carried here. `patch`
+    False: the click's callback answer already replaced the card, only record the decision."""
+
+    turn_id: str
     card_key: str
     request_id: str
     status: CardStatus
+    title: str
+    detail: str | None
     by: str | None = None  # open id of who decided
-    option_id: str | None = None
-    option_name: str | None = None
+    option: PermissionOption | None = None  # the chosen option
+    patch: bool = True
 
 
 @dataclass(frozen=True)
 class PostQuestion:
+    turn_id: str
     card_key: str
     request_id: str
     text: str
@@ -109,20 +144,32 @@ class PostQuestion:
 
 @dataclass(frozen=True)
 class UpdateQuestionCard:
+    turn_id: str
     card_key: str
     request_id: str
     status: CardStatus
+    text: str
     by: str | None = None
     answers: Mapping[str, str] = field(default_factory=dict)
+    patch: bool = True  # False: the callback answer already replaced the card
+
+
+class Toast(StrEnum):
+    INFO = "info"
+    SUCCESS = "success"
+    WARNING = "warning"
 
 
 @dataclass(frozen=True)
-class RefuseClick:
-    """Answer a card click with a toast (`key` is a translation key); nothing else changes."""
+class AnswerCallback:
+    """Addressed to the card callback being answered: a toast (`key` is a translation key)
+    and, when the click closed the card, the closed card to show in its place."""
 
     request_id: str
     operator_open_id: str
+    toast: Toast
     key: str
+    card: UpdateApprovalCard | UpdateQuestionCard | None = None
 
 
 @dataclass(frozen=True)
@@ -162,16 +209,19 @@ class Dropped:
 
 Effect = (
     StartTurn
+    | SendPrompt
+    | React
+    | MarkMessageDone
     | CancelTurn
     | AnswerPermission
     | AnswerQuestion
     | PostText
-    | RelayReply
+    | RelayAgentText
     | PostApprovalCard
     | UpdateApprovalCard
     | PostQuestion
     | UpdateQuestionCard
-    | RefuseClick
+    | AnswerCallback
     | SetTimer
     | ClearTimer
     | NewSession

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -11,11 +10,27 @@ from bridge.runtime.events import TurnEvent
 
 @dataclass(frozen=True)
 class UserMessage:
-    """A user's text message (already deduplicated, filtered and acked by the receiver)."""
+    """A user's text message (already journaled, deduplicated and filtered by the receiver)."""
 
     message_id: str
     sender: str
     text: str
+
+
+@dataclass(frozen=True)
+class UnsupportedMessage:
+    """A message no turn takes: an image, a file, a sticker, or a text that was only an
+    @-mention."""
+
+    message_id: str
+    sender: str
+
+
+@dataclass(frozen=True)
+class AccessRefused:
+    """A message from a sender or chat outside the allow-lists (one refusal per message)."""
+
+    message_id: str
 
 
 class CommandName(StrEnum):
@@ -46,11 +61,21 @@ class ApprovalClicked:
 
 @dataclass(frozen=True)
 class QuestionAnswered:
-    """A button on a question card (a typed reply arrives as a `UserMessage`)."""
+    """A button on a question card (a typed reply arrives as a `UserMessage`); the core files
+    the choice under the question's answer key."""
 
     request_id: str
-    answers: Mapping[str, str]
+    choice: str
     operator_open_id: str
+
+
+@dataclass(frozen=True)
+class SessionOpened:
+    """The turn runner holds a session for the turn; the core answers `SendPrompt`, or
+    nothing when the turn ended meanwhile (e.g. /stop while the agent was starting)."""
+
+    turn_id: str
+    session_id: str
 
 
 @dataclass(frozen=True)
@@ -103,6 +128,14 @@ class TurnInterruptedByRestart:
 
 
 @dataclass(frozen=True)
+class MessageRecovered:
+    """At start-up, a journaled message the last process took but never finished: it runs
+    now (or queues), and its user is told it was picked up again. No second ack."""
+
+    message: UserMessage | Command | UnsupportedMessage
+
+
+@dataclass(frozen=True)
 class ConversationClosed:
     """The chat is gone (bot removed, chat disbanded): nobody is left to tell."""
 
@@ -112,7 +145,11 @@ class ConversationClosed:
 CoreEvent = (
     TurnEvent
     | UserMessage
+    | UnsupportedMessage
+    | AccessRefused
+    | MessageRecovered
     | Command
+    | SessionOpened
     | ApprovalClicked
     | QuestionAnswered
     | TimerFired

@@ -15,7 +15,8 @@ from bridge.core.effects import (
     CardStatus,
     PostText,
     RecordTerminal,
-    RelayReply,
+    RelayAgentText,
+    SendPrompt,
     StartTurn,
     UpdateApprovalCard,
     UpdateQuestionCard,
@@ -37,7 +38,8 @@ def start_turn(
     turn = Turn(message_id, message_id, sender, now, last_activity_at=now, last_posted_at=now)
     ctx.update(turn=turn, state=ExecState.WAITING_RESPONSE)
     if announce and ctx.conv.options.received_text:
-        ctx.emit(PostText("presence.received", {}, message_id, f"{message_id}:received"))
+        key = f"{message_id}:received"
+        ctx.emit(PostText("presence.received", {}, message_id, key, turn_id=turn.turn_id))
     ctx.emit(StartTurn(turn.turn_id, text, ctx.conv.session_id))
 
 
@@ -69,13 +71,27 @@ def resume(ctx: StepContext) -> None:
 
 def close_pending(ctx: StepContext, status: CardStatus, *, answer: bool) -> None:
     """Flip every open card to `status`; `answer` cancels the requests on a live runtime."""
+    turn_id = ctx.turn.turn_id
     for approval in ctx.conv.approvals:
-        ctx.emit(UpdateApprovalCard(approval.card_key, approval.request_id, status))
+        ctx.emit(
+            UpdateApprovalCard(
+                turn_id,
+                approval.card_key,
+                approval.request_id,
+                status,
+                approval.title,
+                approval.detail,
+            )
+        )
         if answer:
             ctx.emit(AnswerPermission(approval.request_id, None))
     question = ctx.conv.question
     if question is not None:
-        ctx.emit(UpdateQuestionCard(question.card_key, question.request_id, status))
+        ctx.emit(
+            UpdateQuestionCard(
+                turn_id, question.card_key, question.request_id, status, question.text
+            )
+        )
         if answer:
             ctx.emit(AnswerQuestion(question.request_id, None))
     ctx.update(approvals=(), question=None)
@@ -114,18 +130,19 @@ def finish(
     """
     close_pending(ctx, CardStatus.CANCELLED, answer=not ctx.turn.runtime_done)
     turn = ctx.turn
-    reply_to, end_id = turn.message_id, f"{turn.turn_id}:end"
+    tid, reply_to, end_id = turn.turn_id, turn.message_id, f"{turn.turn_id}:end"
     tail = turn.text.strip()
     ctx.update_turn(text="", pending_progress=None)
     if key is None:
         if tail:
-            ctx.emit(RelayReply(tail, reply_to, end_id, final=True))
+            ctx.emit(RelayAgentText(tail, reply_to, end_id, final=True, turn_id=tid))
         else:
-            ctx.emit(PostText("presence.ended_empty", {}, reply_to, end_id, final=True))
+            ended = PostText("presence.ended_empty", {}, reply_to, end_id, True, tid)
+            ctx.emit(ended)
     else:
         if tail:
-            ctx.emit(RelayReply(tail, reply_to, ctx.post_key("reply")))
-        ctx.emit(PostText(key, dict(params or {}), reply_to, end_id, final=True))
+            ctx.emit(RelayAgentText(tail, reply_to, ctx.post_key("reply"), turn_id=tid))
+        ctx.emit(PostText(key, dict(params or {}), reply_to, end_id, final=True, turn_id=tid))
     final_outcome = ctx.turn.outcome or outcome
     ctx.emit(RecordTerminal(turn.turn_id, final_outcome, detail))
     ctx.update_turn(
@@ -163,3 +180,17 @@ def settle(ctx: StepContext) -> None:
         head, *rest = ctx.conv.queue
         ctx.update(queue=tuple(rest))
         start_turn(ctx, head.message_id, head.sender, head.text, announce=False)
+
+
+def on_session_opened(ctx: StepContext, turn_id: str, session_id: str) -> None:
+    """The runner holds a session: prompt now, unless the turn ended meanwhile (then the
+    runtime is done with it, and the next queued message may start)."""
+    turn = ctx.conv.turn
+    if turn is None or turn.turn_id != turn_id:
+        ctx.drop_input("SessionOpened", "not the current turn")
+        return
+    if turn.terminal:
+        ctx.update_turn(runtime_done=True)  # /stop (or /new) while the agent was starting
+        settle(ctx)
+        return
+    ctx.emit(SendPrompt(turn_id, session_id))

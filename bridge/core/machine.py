@@ -3,47 +3,55 @@
 Pure: no I/O, no clock of its own. The diagram beside it (state_machine.mmd) draws every
 transition made here; tests/unit/core/test_core_diagram.py keeps the two in step.
 
-The handlers live beside it: turn_events (runtime events), cards (clicks), clock
-(deadlines), lifecycle (start, end, next); context holds the step under construction.
+The handlers live beside it: turn_events (runtime events), clicks (card buttons),
+deadlines (the clock), lifecycle (start, end, next); context holds the step under
+construction.
 """
 
 from __future__ import annotations
 
-from bridge.core.cards import (
+from bridge.core.clicks import (
     answer_question,
     may_answer,
     on_approval_clicked,
     on_question_answered,
 )
-from bridge.core.clock import on_clock
 from bridge.core.context import StepContext
+from bridge.core.deadlines import on_clock
 from bridge.core.effects import (
     CancelTurn,
     CardStatus,
     Effect,
+    MarkMessageDone,
     NewSession,
     PostText,
+    React,
     RecordTerminal,
 )
 from bridge.core.inputs import (
+    AccessRefused,
     ApprovalClicked,
     Command,
     CommandName,
     ConversationClosed,
     CoreEvent,
+    MessageRecovered,
     QuestionAnswered,
     RuntimeRestarted,
     RuntimeRestartFailed,
     RuntimeUnavailableAtStart,
+    SessionOpened,
     Tick,
     TimerFired,
     TurnInterruptedByRestart,
+    UnsupportedMessage,
     UserMessage,
 )
 from bridge.core.lifecycle import (
     close_pending,
     conclude_grace,
     finish,
+    on_session_opened,
     settle,
     start_turn,
     stop_running,
@@ -66,8 +74,12 @@ def step(
 ) -> tuple[Conversation, list[Effect]]:
     """Apply one input. Returns the new state and the effects to perform, in order."""
     ctx = StepContext(conv, now, timings)
+    if isinstance(event, UserMessage | Command | UnsupportedMessage) and _acked(conv, event):
+        ctx.emit(React(event.message_id))  # every message gets its one ack, whatever follows
     if conv.state is ExecState.CLOSED:
         refuse_request(ctx, event)
+        if isinstance(event, UserMessage | Command | UnsupportedMessage):
+            ctx.emit(MarkMessageDone(event.message_id))  # nothing will ever run it
         ctx.drop(event, "conversation closed")
     else:
         _dispatch(ctx, event)
@@ -75,12 +87,22 @@ def step(
     return ctx.conv, ctx.out
 
 
+def _acked(conv: Conversation, event: UserMessage | Command | UnsupportedMessage) -> bool:
+    # A redelivered text that slipped past the receiver's dedup already has its ack.
+    return not isinstance(event, UserMessage) or event.message_id not in conv.recent_message_ids
+
+
 def _dispatch(ctx: StepContext, event: CoreEvent) -> None:
     match event:
-        case UserMessage():
-            _on_user_message(ctx, event)
-        case Command():
-            _on_command(ctx, event)
+        case UserMessage() | Command() | UnsupportedMessage():
+            _on_message(ctx, event)
+        case MessageRecovered():
+            _on_recovered(ctx, event)
+        case AccessRefused():
+            mid = event.message_id
+            ctx.emit(PostText("access.refused", {}, mid, f"{mid}:refused"))
+        case SessionOpened():
+            on_session_opened(ctx, event.turn_id, event.session_id)
         case ApprovalClicked():
             on_approval_clicked(ctx, event)
         case QuestionAnswered():
@@ -101,6 +123,30 @@ def _dispatch(ctx: StepContext, event: CoreEvent) -> None:
             on_turn_event(ctx, event)
 
 
+def _on_message(ctx: StepContext, msg: UserMessage | Command | UnsupportedMessage) -> None:
+    match msg:
+        case UserMessage():
+            _on_user_message(ctx, msg)
+        case Command():
+            _on_command(ctx, msg)
+            ctx.emit(MarkMessageDone(msg.message_id))
+        case UnsupportedMessage():
+            mid = msg.message_id
+            ctx.emit(
+                PostText("message.unsupported", {}, mid, f"{mid}:unsupported"),
+                MarkMessageDone(mid),
+            )
+
+
+def _on_recovered(ctx: StepContext, event: MessageRecovered) -> None:
+    """A message the last process took and never finished: said to be picked up again (and
+    whether it waits behind another), then handled as if it had just arrived."""
+    mid = event.message.message_id
+    key = "recovery.resumed" if ctx.conv.turn is None else "recovery.resumed_queued"
+    ctx.emit(PostText(key, {}, mid, f"{mid}:resumed"))
+    _on_message(ctx, event.message)
+
+
 def _remember(ctx: StepContext, message_id: str) -> None:
     recent = (*ctx.conv.recent_message_ids, message_id)[-RECENT_IDS:]
     ctx.update(recent_message_ids=recent)
@@ -119,6 +165,7 @@ def _on_user_message(ctx: StepContext, msg: UserMessage) -> None:
     ):
         # While waiting for a reply, the requester's next message *is* the reply.
         answer_question(ctx, {conv.question.answer_key: msg.text}, by=msg.sender)
+        ctx.emit(MarkMessageDone(msg.message_id))
         return
     if conv.state is ExecState.FINISHING and not ctx.turn.end_posted:
         # A follow-up during the grace window closes the round at once instead of waiting.

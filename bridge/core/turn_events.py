@@ -7,11 +7,12 @@ from bridge.core.context import StepContext
 from bridge.core.effects import (
     AnswerPermission,
     AnswerQuestion,
+    CancelTurn,
     CardStatus,
     PostApprovalCard,
     PostQuestion,
     PostText,
-    RelayReply,
+    RelayAgentText,
 )
 from bridge.core.lifecycle import close_pending, finish, settle
 from bridge.core.state import (
@@ -67,6 +68,9 @@ def on_turn_event(ctx: StepContext, event: TurnEvent) -> None:
             ctx.update_turn(session_id=event.session_id, prompt_sent_at=ctx.now)
             if not turn.terminal:  # after /new the binding stays cleared
                 ctx.update(session_id=event.session_id)
+            elif not turn.runtime_done:
+                # The stop raced the prompt onto the wire: cancel it now that it is there.
+                ctx.emit(CancelTurn(turn.turn_id, event.session_id))
         else:
             ctx.drop(event, "prompt already sent")
         return
@@ -148,7 +152,7 @@ def _flush_commentary(ctx: StepContext) -> None:
     ctx.update_turn(text="")
     if text:
         idem = ctx.post_key("reply")
-        ctx.emit(RelayReply(text, ctx.turn.message_id, idem))
+        ctx.emit(RelayAgentText(text, ctx.turn.message_id, idem, turn_id=ctx.turn.turn_id))
         now = ctx.now
         ctx.update_turn(visible=True, last_posted_at=now, last_progress_at=now)
 
@@ -166,7 +170,8 @@ def _progress(ctx: StepContext, line: ProgressLine) -> None:
 
 def show_progress(ctx: StepContext, line: ProgressLine) -> None:
     idem = ctx.post_key("progress")
-    ctx.emit(PostText(line.key, dict(line.params), ctx.turn.message_id, idem))
+    turn = ctx.turn
+    ctx.emit(PostText(line.key, dict(line.params), turn.message_id, idem, turn_id=turn.turn_id))
     now = ctx.now
     ctx.update_turn(
         visible=True,
@@ -193,6 +198,7 @@ def _on_permission(ctx: StepContext, event: PermissionRequested) -> None:
     )
     ctx.emit(
         PostApprovalCard(
+            turn.turn_id,
             card_key,
             event.request_id,
             event.title,
@@ -238,6 +244,7 @@ def _on_question(ctx: StepContext, event: QuestionAsked) -> None:
     )
     ctx.emit(
         PostQuestion(
+            turn.turn_id,
             card_key,
             event.request_id,
             event.text,

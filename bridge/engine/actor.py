@@ -17,10 +17,12 @@ from typing import Any
 
 from bridge.core import Conversation, Timings, snapshot, step
 from bridge.core.effects import (
+    AnswerCallback,
     ClearTimer,
     Dropped,
     Effect,
-    RefuseClick,
+    React,
+    SendPrompt,
     SetTimer,
 )
 from bridge.core.inputs import CoreEvent, TimerFired
@@ -28,27 +30,6 @@ from bridge.engine.tasks import TaskTracker
 from bridge.engine.timers import Timers
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class React:
-    """The ack reaction on a user's message (the receiver's, not the core's)."""
-
-    message_id: str
-
-
-@dataclass(frozen=True)
-class Reply:
-    """A fixed line outside any turn (unsupported type, refusal); `key` is a translation key."""
-
-    key: str
-    reply_to: str
-    idempotency_key: str
-
-
-@dataclass(frozen=True)
-class MarkDone:
-    message_id: str
 
 
 @dataclass(frozen=True)
@@ -60,7 +41,11 @@ class Trace:
     detail: str = ""
 
 
-Work = Effect | React | Reply | MarkDone | Trace
+Work = Effect | Trace
+
+# Effects answered by whoever fed the input (the card callback, the turn runner), never
+# queued for the performer.
+_TO_CALLER = (AnswerCallback, SendPrompt)
 
 
 class ConversationActor:
@@ -111,9 +96,7 @@ class ConversationActor:
                     effect.reason,
                     effect.turn_id,
                 )
-            elif isinstance(effect, RefuseClick):
-                pass  # answered in the callback itself
-            else:
+            elif not isinstance(effect, _TO_CALLER):
                 self.enqueue(effect)
         self._publish(self.key, snapshot(self.conv))
         return effects

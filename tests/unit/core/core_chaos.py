@@ -123,7 +123,7 @@ class ChaosRun:
             ),
             RuntimeRestartFailed("no"),
             ApprovalClicked(request, rng.choice(["allow", "reject", "bogus"]), rng.choice(PEOPLE)),
-            QuestionAnswered(question, {"answer": "x"}, rng.choice(PEOPLE)),
+            QuestionAnswered(question, "x", rng.choice(PEOPLE)),
             Command(rng.choice(list(CommandName)), f"c{self.n}", rng.choice(PEOPLE), "/x"),
             Tick(),
         ]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TypeVar
 
-from bridge.core.effects import Effect, PostText, RelayReply
+from bridge.core.effects import Effect, PostText, RelayAgentText
 from bridge.core.inputs import CoreEvent, TimerFired, UserMessage
 from bridge.core.machine import step
 from bridge.core.presence import Timings
@@ -64,8 +64,8 @@ class Driver:
         return out
 
 
-def posts(effects: Iterable[Effect]) -> list[PostText | RelayReply]:
-    return [e for e in effects if isinstance(e, PostText | RelayReply)]
+def posts(effects: Iterable[Effect]) -> list[PostText | RelayAgentText]:
+    return [e for e in effects if isinstance(e, PostText | RelayAgentText)]
 
 
 def keys(effects: Iterable[Effect]) -> list[str]:
@@ -73,7 +73,7 @@ def keys(effects: Iterable[Effect]) -> list[str]:
     return [e.key if isinstance(e, PostText) else "<reply>" for e in posts(effects)]
 
 
-def finals(effects: Iterable[Effect]) -> list[PostText | RelayReply]:
+def finals(effects: Iterable[Effect]) -> list[PostText | RelayAgentText]:
     return [e for e in posts(effects) if e.final]
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bridge.core.effects import PostText, StartTurn
+from bridge.core.effects import MarkMessageDone, PostText, React, StartTurn
 from bridge.core.inputs import Command, CommandName
 from bridge.core.snapshot import snapshot
 from bridge.core.state import RUNNING_STATES, ExecState
@@ -26,7 +26,11 @@ def command(name: CommandName, mid: str = "c1", raw: str = "") -> Command:
 
 def test_status_when_idle() -> None:
     out = Driver().feed(command(CommandName.STATUS))
-    assert out == [PostText("status.idle", {}, "c1", "c1:status")]
+    assert out == [
+        React("c1"),
+        PostText("status.idle", {}, "c1", "c1:status"),
+        MarkMessageDone("c1"),
+    ]
 
 
 def test_status_while_running_says_elapsed_activity_and_queue() -> None:
@@ -75,7 +79,11 @@ def test_help_lists_the_commands() -> None:
 def test_an_unknown_command_gets_help_not_a_turn() -> None:
     d = Driver()
     out = d.feed(command(CommandName.UNKNOWN, raw="/deploy"))
-    assert out == [PostText("command.unknown", {"command": "/deploy"}, "c1", "c1:help")]
+    assert out == [
+        React("c1"),
+        PostText("command.unknown", {"command": "/deploy"}, "c1", "c1:help"),
+        MarkMessageDone("c1"),
+    ]
     assert d.conv.state is ExecState.IDLE
 
 

@@ -8,10 +8,12 @@ from bridge.core.effects import (
     AnswerPermission,
     CancelTurn,
     Dropped,
+    MarkMessageDone,
     NewSession,
     PostText,
+    React,
     RecordTerminal,
-    RelayReply,
+    RelayAgentText,
     StartTurn,
 )
 from bridge.core.inputs import Command, CommandName
@@ -64,7 +66,7 @@ def test_the_grace_window_absorbs_text_that_raced_the_response() -> None:
     d.feed(TurnEnded(SID, StopReason.MAX_TOKENS), at=2.0)
     d.feed(MessageChunk(SID, "part two."), at=2.5)
     out = d.advance(5.0)
-    assert [r.text for r in of_type(out, RelayReply)] == ["Part one, part two."]
+    assert [r.text for r in of_type(out, RelayAgentText)] == ["Part one, part two."]
 
 
 def test_a_follow_up_during_the_grace_window_closes_the_round_and_runs_at_once() -> None:
@@ -118,10 +120,12 @@ def test_stop_cancels_the_running_turn_and_says_so() -> None:
     out = d.feed(STOP, at=3.0)
     body = [e for e in out if type(e).__name__ not in {"SetTimer", "ClearTimer"}]
     assert body == [
+        React("c1"),
         CancelTurn("m1", SID),
-        RelayReply("half a thought", "m1", "m1:reply:1"),
-        PostText("presence.stopped", {}, "m1", "m1:end", final=True),
+        RelayAgentText("half a thought", "m1", "m1:reply:1", turn_id="m1"),
+        PostText("presence.stopped", {}, "m1", "m1:end", final=True, turn_id="m1"),
         RecordTerminal("m1", Outcome.CANCELLED, "stopped by user"),
+        MarkMessageDone("c1"),
     ]
     assert d.conv.state is ExecState.FINISHING  # until the runtime confirms the cancel
     late = d.feed(TurnEnded(SID, StopReason.CANCELLED), at=4.0)
@@ -186,7 +190,15 @@ def test_new_cancels_the_running_turn_first_then_starts_a_fresh_session() -> Non
     d.start()
     out = d.feed(NEW, at=2.0)
     names = [type(e).__name__ for e in out if type(e).__name__ not in {"SetTimer", "ClearTimer"}]
-    assert names == ["CancelTurn", "PostText", "RecordTerminal", "NewSession", "PostText"]
+    assert names == [
+        "React",
+        "CancelTurn",
+        "PostText",
+        "RecordTerminal",
+        "NewSession",
+        "PostText",
+        "MarkMessageDone",
+    ]
     assert [p.key for p in of_type(out, PostText)] == ["presence.stopped", "command.new_session"]
     assert d.conv.session_id is None
     d.feed(TurnEnded(SID, StopReason.CANCELLED), at=3.0)

@@ -74,7 +74,7 @@ def test_a_crash_mid_turn_says_recovering_and_closes_the_open_card() -> None:
     d.feed(PermissionRequested(SID, "r1", "Deploy", opts), at=2.0)
     out = d.feed(RuntimeExited(SID, returncode=-9), at=3.0)
     assert of_type(out, UpdateApprovalCard) == [
-        UpdateApprovalCard("m1:card:r1", "r1", CardStatus.CANCELLED)
+        UpdateApprovalCard("m1", "m1:card:r1", "r1", CardStatus.CANCELLED, "Deploy", None)
     ]
     assert keys(out) == ["presence.recovering"]
     assert d.conv.state is ExecState.RECOVERING

@@ -14,7 +14,7 @@ from bridge.core.effects import (
     PostQuestion,
     PostText,
     RecordTerminal,
-    RelayReply,
+    RelayAgentText,
 )
 from bridge.core.inputs import UserMessage
 from bridge.core.state import RUNNING_STATES
@@ -52,7 +52,7 @@ def test_every_user_message_gets_exactly_one_end_signal(runs: list[ChaosRun]) ->
                 if not answered and not dropped:
                     owed.add(s.event.message_id)
             for e in s.effects:
-                if isinstance(e, PostText | RelayReply) and e.final:
+                if isinstance(e, PostText | RelayAgentText) and e.final:
                     ends[e.reply_to] += 1
         assert set(ends) == owed
         assert all(count == 1 for count in ends.values()), ends
@@ -63,9 +63,9 @@ def test_nothing_is_posted_for_a_turn_after_its_end_signal(runs: list[ChaosRun])
         ended: set[str] = set()
         for s in run.steps:
             for e in s.effects:
-                if isinstance(e, PostText | RelayReply | PostApprovalCard | PostQuestion):
+                if isinstance(e, PostText | RelayAgentText | PostApprovalCard | PostQuestion):
                     assert e.reply_to not in ended, (e, s.event)
-                    if isinstance(e, PostText | RelayReply) and e.final:
+                    if isinstance(e, PostText | RelayAgentText) and e.final:
                         ended.add(e.reply_to)
 
 
@@ -77,7 +77,7 @@ def test_one_terminal_per_turn_recorded_right_after_its_end_signal(runs: list[Ch
                 if isinstance(e, RecordTerminal):
                     recorded[e.turn_id] += 1
                     before = s.effects[i - 1]
-                    assert isinstance(before, PostText | RelayReply)
+                    assert isinstance(before, PostText | RelayAgentText)
                     assert before.final
                     assert before.idempotency_key == f"{e.turn_id}:end"
         assert all(count == 1 for count in recorded.values()), recorded
@@ -89,7 +89,7 @@ def test_idempotency_keys_are_never_reused(runs: list[ChaosRun]) -> None:
         seen: list[str] = []
         for s in run.steps:
             for e in s.effects:
-                if isinstance(e, PostText | RelayReply | PostApprovalCard | PostQuestion):
+                if isinstance(e, PostText | RelayAgentText | PostApprovalCard | PostQuestion):
                     seen.append(e.idempotency_key)
         assert len(seen) == len(set(seen))
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bridge.core.effects import PostText, RecordTerminal, RelayReply, StartTurn
+from bridge.core.effects import PostText, RecordTerminal, RelayAgentText, StartTurn
 from bridge.core.state import Conversation, ExecState, Options, Outcome
 from bridge.core.text import Text
 from bridge.runtime.events import (
@@ -136,7 +136,7 @@ def test_commentary_between_tool_calls_is_relayed_at_the_boundary() -> None:
     d.feed(MessageChunk(SID, "Let me look "), at=1.0)
     assert keys(d.feed(MessageChunk(SID, "at the tests."), at=1.5)) == []
     out = d.feed(ToolCallStarted(SID, "t1", "Read tests"), at=2.0)
-    relays = of_type(out, RelayReply)
+    relays = of_type(out, RelayAgentText)
     assert [(r.text, r.final, r.reply_to) for r in relays] == [
         ("Let me look at the tests.", False, "m1")
     ]
@@ -154,10 +154,10 @@ def test_the_final_reply_is_the_text_after_the_last_tool_and_ends_the_round() ->
     d.feed(MessageChunk(SID, "line 42."), at=3.5)
     out = d.feed(TurnEnded(SID, StopReason.END_TURN), at=4.0)
     assert [(type(e).__name__, getattr(e, "final", None)) for e in out if not _timer(e)] == [
-        ("RelayReply", True),
+        ("RelayAgentText", True),
         ("RecordTerminal", None),
     ]
-    reply = of_type(out, RelayReply)[0]
+    reply = of_type(out, RelayAgentText)[0]
     assert (reply.text, reply.idempotency_key) == ("Found it: line 42.", "m1:end")
     assert of_type(out, RecordTerminal) == [RecordTerminal("m1", Outcome.COMPLETED, "end_turn")]
     assert d.conv.state is ExecState.IDLE

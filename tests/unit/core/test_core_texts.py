@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from bridge.core.effects import PostText, RefuseClick
+from bridge.core.effects import AnswerCallback, PostText
 from bridge.core.presence import STATUS_KEYS, STOP_REASON_KEYS
 from bridge.core.state import ActivityKind
 from bridge.core.text import Text
@@ -30,7 +30,7 @@ def texts_used(runs: list[ChaosRun]) -> list[Text]:
             for e in s.effects:
                 if isinstance(e, PostText):
                     found.append(Text(e.key, e.params))
-                elif isinstance(e, RefuseClick):
+                elif isinstance(e, AnswerCallback):
                     found.append(Text(e.key))
     return found
 

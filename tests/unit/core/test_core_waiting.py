@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from bridge.core.effects import (
+    AnswerCallback,
     AnswerPermission,
     AnswerQuestion,
     CancelTurn,
@@ -11,9 +12,9 @@ from bridge.core.effects import (
     PostQuestion,
     PostText,
     RecordTerminal,
-    RefuseClick,
-    RelayReply,
+    RelayAgentText,
     StartTurn,
+    Toast,
     UpdateApprovalCard,
     UpdateQuestionCard,
 )
@@ -58,7 +59,7 @@ def test_approval_shows_the_card_and_the_pause_line() -> None:
     d.feed(MessageChunk(SID, "I need to clean the build."), at=8.0)
     out = d.feed(ASK, at=10.0)
     kinds = [type(e).__name__ for e in out if type(e).__name__ not in {"SetTimer", "ClearTimer"}]
-    assert kinds == ["RelayReply", "PostApprovalCard", "PostText"]
+    assert kinds == ["RelayAgentText", "PostApprovalCard", "PostText"]
     card = of_type(out, PostApprovalCard)[0]
     assert (card.request_id, card.requester, card.reply_to, card.options) == (
         "r1",
@@ -67,7 +68,7 @@ def test_approval_shows_the_card_and_the_pause_line() -> None:
         OPTIONS,
     )
     assert of_type(out, PostText)[0].key == "presence.waiting_approval"
-    assert of_type(out, RelayReply)[0].final is False
+    assert of_type(out, RelayAgentText)[0].final is False
     assert d.conv.state is ExecState.WAITING_APPROVAL
 
 
@@ -83,8 +84,20 @@ def test_the_requester_decides_the_card_updates_and_the_turn_moves_on() -> None:
     d = approval_pending()
     out = d.feed(ApprovalClicked("r1", "allow", ALICE), at=20.0)
     assert of_type(out, AnswerPermission) == [AnswerPermission("r1", "allow")]
-    assert of_type(out, UpdateApprovalCard) == [
-        UpdateApprovalCard("m1:card:r1", "r1", CardStatus.DECIDED, ALICE, "allow", "Allow once")
+    decided = UpdateApprovalCard(
+        "m1",
+        "m1:card:r1",
+        "r1",
+        CardStatus.DECIDED,
+        ASK.title,
+        ASK.detail,
+        by=ALICE,
+        option=OPTIONS[0],
+        patch=False,  # the callback answer shows the closed card
+    )
+    assert of_type(out, UpdateApprovalCard) == [decided]
+    assert of_type(out, AnswerCallback) == [
+        AnswerCallback("r1", ALICE, Toast.SUCCESS, "card.click.recorded", decided)
     ]
     assert d.conv.state is ExecState.STREAMING
     assert d.conv.approvals == ()
@@ -103,7 +116,7 @@ def test_anyone_else_is_refused_and_nothing_changes() -> None:
     d = approval_pending()
     before = d.conv
     out = d.feed(ApprovalClicked("r1", "allow", "ou_mallory"), at=20.0)
-    assert out == [RefuseClick("r1", "ou_mallory", "card.not_allowed")]
+    assert out == [AnswerCallback("r1", "ou_mallory", Toast.WARNING, "card.not_allowed")]
     assert d.conv == before
 
 
@@ -111,7 +124,7 @@ def test_a_click_on_a_handled_card_is_refused() -> None:
     d = approval_pending()
     d.feed(ApprovalClicked("r1", "allow", ALICE), at=20.0)
     out = d.feed(ApprovalClicked("r1", "reject", ALICE), at=21.0)
-    assert out == [RefuseClick("r1", ALICE, "card.already_handled")]
+    assert out == [AnswerCallback("r1", ALICE, Toast.WARNING, "card.already_handled")]
 
 
 def test_one_reminder_at_half_the_approval_timeout() -> None:
@@ -130,7 +143,7 @@ def test_approval_timeout_expires_the_card_cancels_the_turn_and_tells_the_user()
     out = d.advance(1810.0)
     body = [e for e in out if type(e).__name__ not in {"SetTimer", "ClearTimer"}]
     assert body == [
-        UpdateApprovalCard("m1:card:r1", "r1", CardStatus.EXPIRED),
+        UpdateApprovalCard("m1", "m1:card:r1", "r1", CardStatus.EXPIRED, ASK.title, ASK.detail),
         AnswerPermission("r1", None),
         CancelTurn("m1", SID),
         PostText(
@@ -139,6 +152,7 @@ def test_approval_timeout_expires_the_card_cancels_the_turn_and_tells_the_user()
             "m1",
             "m1:end",
             final=True,
+            turn_id="m1",
         ),
         RecordTerminal("m1", Outcome.TIMED_OUT, "approval timed out"),
     ]
@@ -182,6 +196,7 @@ def test_a_question_shows_the_text_with_buttons_and_the_pause_line() -> None:
     out = d.feed(QUESTION, at=10.0)
     assert of_type(out, PostQuestion) == [
         PostQuestion(
+            "m1",
             "m1:question:q1",
             "q1",
             "Which branch?",
@@ -216,7 +231,7 @@ def test_someone_elses_message_while_waiting_for_a_reply_is_queued() -> None:
 
 def test_a_button_answers_the_question() -> None:
     d = question_pending()
-    out = d.feed(QuestionAnswered("q1", {"answer": "main"}, ALICE), at=20.0)
+    out = d.feed(QuestionAnswered("q1", "main", ALICE), at=20.0)
     assert of_type(out, AnswerQuestion) == [AnswerQuestion("q1", {"answer": "main"})]
     assert d.conv.state is ExecState.STREAMING
     d.feed(ToolCallStarted(SID, "t1", "checkout"), at=21.0)

@@ -1,4 +1,6 @@
-"""Deadlines coming due: stall, reminders, timeouts, grace window, hint and heartbeat."""
+"""Deadlines coming due: stall, reminders, timeouts, grace window, hint and heartbeat.
+
+The clock is an input like any other: each handler here runs when its deadline passed."""
 
 from __future__ import annotations
 

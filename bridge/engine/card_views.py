@@ -1,0 +1,123 @@
+"""How the core's card effects look as Feishu cards, and which Feishu message each card is.
+
+Everything needed to draw a card, open or closed, travels in the effect itself; the only
+thing remembered is the Feishu message id of each posted card, kept until its turn ends.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from bridge.core.effects import (
+    CardStatus,
+    PostApprovalCard,
+    PostQuestion,
+    UpdateApprovalCard,
+    UpdateQuestionCard,
+)
+from bridge.feishu.cards import (
+    Choice,
+    approval_card,
+    approval_closed_card,
+    question_card,
+    question_closed_card,
+)
+from bridge.i18n import Translator
+from bridge.runtime.events import PermissionKind, PermissionOption
+from bridge.store.port import ApprovalStatus
+
+_CLOSED_KEYS = {
+    CardStatus.EXPIRED: "expired",
+    CardStatus.CANCELLED: "cancelled",
+    CardStatus.DECIDED: "decided",
+    CardStatus.ANSWERED: "answered",
+}
+
+
+def mention(open_id: str | None) -> str:
+    return f"<at id={open_id}></at>" if open_id else ""
+
+
+class CardViews:
+    """Renders cards in the deployment's language."""
+
+    def __init__(self, translator: Translator) -> None:
+        self._t = translator
+
+    def open_card(self, work: PostApprovalCard | PostQuestion) -> dict[str, Any]:
+        if isinstance(work, PostApprovalCard):
+            choices = [
+                Choice(o.option_id, self._option_label(o), o.kind.value) for o in work.options
+            ]
+            return approval_card(
+                self._t,
+                request_id=work.request_id,
+                title=work.title,
+                detail=work.detail,
+                choices=choices,
+            )
+        choices = [Choice(o.value, o.label) for o in work.options]
+        return question_card(self._t, request_id=work.request_id, text=work.text, choices=choices)
+
+    def closed_card(self, work: UpdateApprovalCard | UpdateQuestionCard) -> dict[str, Any]:
+        outcome = _CLOSED_KEYS[work.status]
+        if isinstance(work, UpdateApprovalCard):
+            option = work.option
+            return approval_closed_card(
+                self._t,
+                title=work.title,
+                detail=work.detail,
+                outcome_key=f"card.approval.{outcome}",
+                rejected=approval_status(work) is ApprovalStatus.REJECTED,
+                option=self._option_label(option) if option else "",
+                by=mention(work.by),
+            )
+        return question_closed_card(
+            self._t,
+            text=work.text,
+            outcome_key=f"card.question.{outcome}",
+            answer=", ".join(work.answers.values()),
+            by=mention(work.by),
+        )
+
+    def expired_after_restart(self, title: str = "") -> dict[str, Any]:
+        return approval_closed_card(
+            self._t, title=title, detail=None, outcome_key="card.approval.expired_restart"
+        )
+
+    def _option_label(self, option: PermissionOption) -> str:
+        # Buttons in the user's language by what they do; the agent's own wording varies.
+        return self._t(f"card.approval.option.{option.kind.value}")
+
+
+def approval_status(work: UpdateApprovalCard) -> ApprovalStatus:
+    if work.status is CardStatus.EXPIRED:
+        return ApprovalStatus.EXPIRED
+    if work.status is CardStatus.CANCELLED:
+        return ApprovalStatus.CANCELLED
+    kind = work.option.kind if work.option is not None else None
+    if kind is PermissionKind.ALLOW_ALWAYS:
+        return ApprovalStatus.ALLOWED_ALWAYS
+    if kind is PermissionKind.ALLOW_ONCE:
+        return ApprovalStatus.ALLOWED_ONCE
+    return ApprovalStatus.REJECTED
+
+
+class PostedCards:
+    """card key → Feishu message id, per turn; a turn's entries go when the turn ends."""
+
+    def __init__(self) -> None:
+        self._by_turn: defaultdict[str, dict[str, str]] = defaultdict(dict)
+
+    def remember(self, turn_id: str, card_key: str, message_id: str) -> None:
+        self._by_turn[turn_id][card_key] = message_id
+
+    def message_id(self, turn_id: str, card_key: str) -> str | None:
+        return self._by_turn.get(turn_id, {}).get(card_key)
+
+    def forget_turn(self, turn_id: str) -> None:
+        self._by_turn.pop(turn_id, None)
+
+    def __len__(self) -> int:
+        return sum(len(cards) for cards in self._by_turn.values())

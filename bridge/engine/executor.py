@@ -1,0 +1,187 @@
+"""Carries out the core's effects, one conversation's in order: Feishu calls, store writes,
+answers to the agent. It decides nothing a user sees; texts are rendered from the keys the
+core chose.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Callable
+
+from bridge.core.effects import (
+    AnswerPermission,
+    AnswerQuestion,
+    CancelTurn,
+    MarkMessageDone,
+    NewSession,
+    PostApprovalCard,
+    PostQuestion,
+    PostText,
+    React,
+    RecordTerminal,
+    RelayAgentText,
+    StartTurn,
+    UpdateApprovalCard,
+    UpdateQuestionCard,
+)
+from bridge.engine.actor import ConversationActor, Trace, Work
+from bridge.engine.card_views import CardViews, PostedCards, approval_status
+from bridge.engine.render import render
+from bridge.engine.turn_runner import TurnRunner
+from bridge.feishu.api import FeishuApi
+from bridge.i18n import Translator
+from bridge.ops.metrics import Metrics
+from bridge.runtime.port import AgentRuntime
+from bridge.store.port import MessageState, Store, TurnOutcome, UnknownTurn
+
+log = logging.getLogger(__name__)
+
+
+class EffectExecutor:
+    def __init__(
+        self,
+        *,
+        feishu: FeishuApi,
+        runtime: AgentRuntime,
+        store: Store,
+        translator: Translator,
+        cards: CardViews,
+        runner: TurnRunner,
+        clock: Callable[[], float],
+        ack_emoji: str,
+        metrics: Metrics | None = None,
+    ) -> None:
+        self._feishu = feishu
+        self._runtime = runtime
+        self._store = store
+        self._t = translator
+        self._cards = cards
+        self._posted = PostedCards()
+        self._runner = runner
+        self._clock = clock
+        self._ack_emoji = ack_emoji
+        self._metrics = metrics
+
+    @property
+    def cards_held(self) -> int:
+        """Posted cards whose turn has not ended (pruned at each turn's end)."""
+        return len(self._posted)
+
+    async def perform(self, actor: ConversationActor, work: Work) -> None:
+        match work:
+            case React(message_id):
+                await self._feishu.add_reaction(message_id, self._ack_emoji)
+            case MarkMessageDone(message_id):
+                await self._store.set_message_state(message_id, MessageState.DONE, self._clock())
+            case PostText(key, params, reply_to, idem):
+                await self._post_text(actor, reply_to, render(self._t, key, params), idem)
+                if self._metrics:
+                    self._metrics.lines.labels(key).inc()
+            case RelayAgentText(text, reply_to, idem):
+                await self._post_text(actor, reply_to, text, idem)
+            case StartTurn():
+                await self._start_turn(actor, work)
+            case CancelTurn(_, session_id):
+                # No session yet: the core holds the cancel and never lets the prompt go out.
+                if session_id is not None:
+                    await self._runtime.cancel(session_id)
+            case AnswerPermission(request_id, option_id):
+                await self._runtime.answer_permission(request_id, option_id)
+            case AnswerQuestion(request_id, answers):
+                await self._runtime.answer_question(request_id, answers)
+            case PostApprovalCard() | PostQuestion():
+                await self._post_card(actor, work)
+            case UpdateApprovalCard() | UpdateQuestionCard():
+                await self._update_card(work)
+            case NewSession():
+                await self._store.unbind(actor.key)
+            case RecordTerminal(turn_id, outcome, detail):
+                self._posted.forget_turn(turn_id)
+                await self._record_terminal(turn_id, outcome.value, detail)
+            case Trace(turn_id, kind, detail):
+                await self._trace(turn_id, kind, detail)
+            case _:
+                log.warning("no executor for %s", type(work).__name__)
+        traced = _trace_of(work)
+        if traced is not None:
+            await self._trace(*traced)
+
+    async def _trace(self, turn_id: str, kind: str, detail: str) -> None:
+        # A line outside any turn (refusal, unsupported type, command) has no timeline.
+        with contextlib.suppress(UnknownTurn):
+            await self._store.trace(turn_id, kind, detail, self._clock())
+
+    async def _post_text(
+        self, actor: ConversationActor, reply_to: str, text: str, idem: str
+    ) -> None:
+        if await self._store.sent(idem) is not None:
+            log.info("skipped a post already sent before a restart (%s)", idem)
+            return
+        ids = await self._feishu.reply_text(reply_to, text, uuid=idem, in_thread=actor.in_thread)
+        await self._store.mark_sent(idem, ids, self._clock())
+
+    async def _post_card(
+        self, actor: ConversationActor, work: PostApprovalCard | PostQuestion
+    ) -> None:
+        card = self._cards.open_card(work)
+        message_id = await self._feishu.reply_card(
+            work.reply_to, card, uuid=work.idempotency_key, in_thread=actor.in_thread
+        )
+        self._posted.remember(work.turn_id, work.card_key, message_id)
+        await self._store.mark_sent(work.idempotency_key, [message_id], self._clock())
+        if isinstance(work, PostApprovalCard):
+            await self._store.save_approval(
+                work.request_id,
+                work.turn_id,
+                actor.key,
+                message_id,
+                work.requester,
+                self._clock(),
+                title=work.title,
+            )
+
+    async def _update_card(self, work: UpdateApprovalCard | UpdateQuestionCard) -> None:
+        if isinstance(work, UpdateApprovalCard):
+            await self._store.resolve_approval(
+                work.request_id, approval_status(work), work.by, self._clock()
+            )
+        if not work.patch:
+            return  # the click's callback answer already replaced the card
+        message_id = self._posted.message_id(work.turn_id, work.card_key)
+        if message_id is not None:
+            await self._feishu.update_card(message_id, self._cards.closed_card(work))
+
+    async def _record_terminal(self, turn_id: str, outcome: str, detail: str) -> None:
+        now = self._clock()
+        if await self._store.finish_turn(turn_id, TurnOutcome(outcome), now):
+            await self._store.trace(turn_id, "terminal", f"{outcome} {detail}".strip(), now)
+            if self._metrics:
+                self._metrics.turns.labels(outcome).inc()
+                turn = await self._store.turn(turn_id)
+                if turn is not None:
+                    self._metrics.turn_seconds.observe(max(0.0, now - turn.started_at))
+        await self._store.set_message_state(turn_id, MessageState.DONE, now)
+
+    async def _start_turn(self, actor: ConversationActor, work: StartTurn) -> None:
+        now = self._clock()
+        if await self._store.start_turn(work.turn_id, actor.key, work.turn_id, now):
+            await self._store.trace(work.turn_id, "start", "", now)
+        await self._store.set_message_state(work.turn_id, MessageState.RUNNING, now)
+        self._runner.start(actor, work)
+
+
+def _trace_of(work: Work) -> tuple[str, str, str] | None:
+    """The timeline entry for an effect just performed: what was shown, never its text."""
+    match work:
+        case PostText(key=key, final=final, turn_id=str(turn_id)):
+            return turn_id, "end" if final else "line", key
+        case RelayAgentText(text=text, final=final, turn_id=str(turn_id)):
+            return turn_id, "end" if final else "reply", f"{len(text)} chars"
+        case PostApprovalCard(turn_id=turn_id, request_id=request_id):
+            return turn_id, "approval_card", request_id
+        case PostQuestion(turn_id=turn_id, request_id=request_id):
+            return turn_id, "question_card", request_id
+        case CancelTurn(turn_id):
+            return turn_id, "cancel", ""
+    return None

@@ -1,0 +1,129 @@
+"""Where inputs from Feishu enter the engine: accepted messages, refusals, card clicks, and
+the messages a restart finds unfinished. Each becomes one core input for its conversation.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from bridge.core.effects import AnswerCallback
+from bridge.core.inputs import (
+    AccessRefused,
+    ApprovalClicked,
+    Command,
+    MessageRecovered,
+    QuestionAnswered,
+    TurnInterruptedByRestart,
+    UnsupportedMessage,
+    UserMessage,
+)
+from bridge.engine.card_views import CardViews
+from bridge.engine.commands import parse_command
+from bridge.engine.conversations import Conversations
+from bridge.feishu.api import FeishuApi
+from bridge.feishu.cards import APPROVAL, decode_action
+from bridge.feishu.models import CardAction, CardActionReply, InboundMessage
+from bridge.i18n import Translator
+from bridge.store.port import ApprovalStatus, MessageState, Store
+
+log = logging.getLogger(__name__)
+
+TEXT_TYPES = frozenset({"text", "post"})
+
+
+def classify(message_id: str, sender: str, text: str) -> UserMessage | Command | UnsupportedMessage:
+    """What a message is to the core: a text for the agent, a command, or neither."""
+    if not text.strip():  # image, file, sticker… (or a text that was only an @-mention)
+        return UnsupportedMessage(message_id, sender)
+    command = parse_command(text, message_id=message_id, sender=sender)
+    return command or UserMessage(message_id=message_id, sender=sender, text=text)
+
+
+class Intake:
+    """Implements the receiver's `MessageSink`."""
+
+    def __init__(
+        self,
+        *,
+        conversations: Conversations,
+        store: Store,
+        feishu: FeishuApi,
+        translator: Translator,
+        cards: CardViews,
+        clock: Callable[[], float],
+    ) -> None:
+        self._conversations = conversations
+        self._store = store
+        self._feishu = feishu
+        self._t = translator
+        self._cards = cards
+        self._clock = clock
+
+    def accept(self, message: InboundMessage) -> None:
+        actor = self._conversations.get(message.conversation_key)
+        if message.thread_id:
+            actor.in_thread = True  # answer inside the topic thread, not in the main chat
+        text = message.text if message.message_type in TEXT_TYPES else ""
+        actor.feed(classify(message.message_id, message.sender_open_id, text))
+
+    def refuse(self, message: InboundMessage) -> None:
+        self._conversations.get(message.conversation_key).feed(AccessRefused(message.message_id))
+
+    async def card_action(self, action: CardAction) -> CardActionReply:
+        decoded = decode_action(action.value)
+        if decoded is None:
+            return CardActionReply(toast_type="info", toast_text=self._t("card.click.unknown"))
+        kind, request_id, choice = decoded
+        actor = self._conversations.asking(request_id)
+        if actor is None:
+            # Not a live request of this process: answered before, or cut by a restart.
+            return CardActionReply(toast_type="info", toast_text=self._t("card.already_handled"))
+        operator = action.operator_open_id
+        event: ApprovalClicked | QuestionAnswered
+        if kind == APPROVAL:
+            event = ApprovalClicked(request_id, choice, operator)
+        else:
+            event = QuestionAnswered(request_id, choice, operator)
+        answer = next((e for e in actor.feed(event) if isinstance(e, AnswerCallback)), None)
+        if answer is None:
+            return CardActionReply(toast_type="info", toast_text=self._t("card.already_handled"))
+        card = self._cards.closed_card(answer.card) if answer.card is not None else None
+        return CardActionReply(
+            toast_type=answer.toast.value, toast_text=self._t(answer.key), card=card
+        )
+
+    async def recover(self, before: float) -> None:
+        """After a restart: expire open approval cards, tell interrupted turns' users, and run
+        what was queued behind them. Only what predates `before` (this process's start): a
+        message the new process already took is not recovered twice."""
+        now = self._clock()
+        for approval in await self._store.open_approvals():
+            if approval.created_at >= before:
+                continue
+            await self._store.resolve_approval(
+                approval.request_id, ApprovalStatus.EXPIRED, None, now
+            )
+            try:
+                await self._feishu.update_card(
+                    approval.card_message_id, self._cards.expired_after_restart(approval.title)
+                )
+            except Exception:
+                log.warning("could not expire approval card %s", approval.card_message_id)
+        interrupted = [t for t in await self._store.running_turns() if t.started_at < before]
+        interrupted_ids = {t.message_id for t in interrupted}
+        await self._store.interrupt_running_messages(now)
+        for turn in interrupted:
+            message = await self._store.message(turn.message_id)
+            requester = message.sender_open_id if message else ""
+            self._conversations.get(turn.conversation_key).feed(
+                TurnInterruptedByRestart(turn.turn_id, turn.message_id, requester)
+            )
+        for message in await self._store.unfinished_messages():
+            if message.received_at >= before:
+                continue
+            if message.state is MessageState.INTERRUPTED and message.message_id in interrupted_ids:
+                await self._store.set_message_state(message.message_id, MessageState.DONE, now)
+                continue
+            inner = classify(message.message_id, message.sender_open_id, message.text)
+            self._conversations.get(message.conversation_key).feed(MessageRecovered(inner))

@@ -1,0 +1,146 @@
+"""Runs one agent turn: a slot, a session, the prompt, and the runtime's events fed back.
+
+What the turn means to the user is decided in the core; this module only moves inputs in
+(`SessionOpened`, runtime events, `RuntimeUnavailableAtStart`) and carries out the one
+effect addressed to it, `SendPrompt`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+from bridge.core.effects import SendPrompt, StartTurn
+from bridge.core.inputs import (
+    RuntimeRestarted,
+    RuntimeRestartFailed,
+    RuntimeUnavailableAtStart,
+    SessionOpened,
+)
+from bridge.engine.actor import ConversationActor, Trace
+from bridge.engine.tasks import TaskTracker
+from bridge.ops.metrics import Metrics
+from bridge.runtime.events import (
+    PermissionRequested,
+    PromptSent,
+    QuestionAsked,
+    RuntimeExited,
+    RuntimeFailed,
+    ToolCallStarted,
+    TurnEnded,
+    TurnEvent,
+)
+from bridge.runtime.port import AgentRuntime, RuntimeUnavailable
+from bridge.store.port import Store
+
+log = logging.getLogger(__name__)
+
+_ENDINGS = (TurnEnded, RuntimeFailed, RuntimeExited)
+
+
+class TurnRunner:
+    def __init__(
+        self,
+        *,
+        runtime: AgentRuntime,
+        store: Store,
+        clock: Callable[[], float],
+        tasks: TaskTracker,
+        max_running_turns: int,
+        metrics: Metrics | None = None,
+    ) -> None:
+        self._runtime = runtime
+        self._store = store
+        self._clock = clock
+        self._tasks = tasks
+        self._slots = asyncio.Semaphore(max_running_turns)
+        self._metrics = metrics
+
+    def start(self, actor: ConversationActor, work: StartTurn) -> None:
+        self._tasks.spawn(self._run(actor, work), name=f"turn:{work.turn_id}")
+
+    async def _run(self, actor: ConversationActor, work: StartTurn) -> None:
+        if self._slots.locked():
+            # Every slot is busy: say so now rather than wait in silence behind other rounds.
+            busy = "too many rounds running at once"
+            actor.feed(RuntimeUnavailableAtStart(work.turn_id, busy, limit_reached=True))
+            return
+        async with self._slots:
+            try:
+                session_id = work.session_id or await self._open_session(actor.key)
+            except RuntimeUnavailable as exc:
+                actor.feed(RuntimeUnavailableAtStart(work.turn_id, exc.reason, exc.limit_reached))
+                return
+            except Exception as exc:  # a bug or a malformed answer must not strand the turn
+                log.exception("opening a session for turn %s failed", work.turn_id)
+                actor.feed(RuntimeUnavailableAtStart(work.turn_id, type(exc).__name__))
+                return
+            answer = actor.feed(SessionOpened(work.turn_id, session_id))
+            if any(isinstance(e, SendPrompt) and e.turn_id == work.turn_id for e in answer):
+                await self._prompt(actor, work, session_id)
+
+    async def _open_session(self, key: str) -> str:
+        resume = await self._store.session_for(key)
+        handle = await self._runtime.open_session(key, resume_session_id=resume)
+        if handle.session_id != resume:
+            await self._store.bind_session(key, handle.session_id, self._clock())
+        return handle.session_id
+
+    async def _prompt(self, actor: ConversationActor, work: StartTurn, session_id: str) -> None:
+        ended: list[TurnEvent] = []
+
+        def sink(event: TurnEvent) -> None:
+            if isinstance(event, _ENDINGS):
+                ended.append(event)
+            traced = trace_of_event(event)
+            if traced is not None:
+                actor.enqueue(Trace(work.turn_id, *traced))
+            actor.feed(event)
+
+        try:
+            await self._runtime.prompt(session_id, work.text, sink)
+        except Exception as exc:
+            log.exception("prompt of turn %s raised", work.turn_id)
+            if not ended:
+                sink(RuntimeFailed(session_id, reason=type(exc).__name__))
+        if not ended:
+            sink(RuntimeFailed(session_id, reason="prompt returned without an ending"))
+        first = ended[0]
+        if isinstance(first, RuntimeFailed):
+            # The JSON-RPC code and short message only (never the agent's details).
+            log.warning("turn %s failed in the agent: %s", work.turn_id, first.reason)
+        if isinstance(first, RuntimeExited):
+            if self._metrics:
+                self._metrics.runtime_exits.inc()
+            if first.restarting:
+                await self._reopen(actor, session_id)
+
+    async def _reopen(self, actor: ConversationActor, session_id: str) -> None:
+        try:
+            handle = await self._runtime.open_session(actor.key, resume_session_id=session_id)
+        except RuntimeUnavailable as exc:
+            actor.feed(RuntimeRestartFailed(exc.reason))
+            return
+        await self._store.bind_session(actor.key, handle.session_id, self._clock())
+        actor.feed(RuntimeRestarted(handle.session_id, reloaded=handle.loaded))
+
+
+def trace_of_event(event: TurnEvent) -> tuple[str, str] | None:
+    """Runtime events worth a timeline entry (titles and reasons, never message text)."""
+    match event:
+        case PromptSent():
+            return "prompt_sent", ""
+        case ToolCallStarted(title=title):
+            return "tool", title[:120]
+        case PermissionRequested(title=title):
+            return "permission", title[:120]
+        case QuestionAsked(kind=kind):
+            return "question", kind.value
+        case TurnEnded(stop_reason=reason):
+            return "turn_ended", reason.value
+        case RuntimeFailed(reason=reason):
+            return "runtime_failed", reason
+        case RuntimeExited(returncode=code, signal=sig):
+            return "runtime_exited", f"code={code} signal={sig}"
+    return None
