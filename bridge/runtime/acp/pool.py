@@ -1,0 +1,210 @@
+"""The agent process pool: up to `max_agents` processes ("slots"), each serving many
+sessions; starting, restarting and stopping them.
+
+Placement: a new session goes to a running process that serves no session yet, else to a
+slot never started (a new process), else to the least-loaded slot. With
+`sessions_per_agent` set, a slot serving that many is full; when every slot is full,
+`choose` raises `RuntimeUnavailable(limit_reached=True)` at once — never a wait.
+
+Start: a process that cannot be executed (missing program, bad workdir) fails at once; one
+that exits or errors during `initialize` is retried with tenacity (`restart_attempts`,
+`restart_wait` — tests inject `wait_none()`). Either way the caller gets
+`RuntimeUnavailable` saying why; nothing looks "running" meanwhile. A dead process is
+restarted lazily, by the next caller that needs its slot.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from acp.connection import MethodHandler, StreamObserver
+from acp.exceptions import RequestError
+from acp.schema import ClientCapabilities, Implementation
+from pydantic import ValidationError
+from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt
+from tenacity.wait import wait_base
+
+from bridge.runtime.acp.process import AgentProcess, SpawnError, spawn_agent
+from bridge.runtime.port import RuntimeUnavailable
+
+logger = logging.getLogger(__name__)
+
+CLIENT_NAME = "feishu-presence-bridge"
+
+
+class _StartFailed(Exception):
+    """The process ran but did not complete `initialize`; worth a retry."""
+
+
+def describe_error(exc: RequestError) -> str:
+    # The JSON-RPC code and its short message only: `data.details` may quote the prompt or
+    # the agent's output, and this reason ends up in the turn's trace for operators.
+    message = (str(exc) or "agent error")[:80]
+    return f"agent error {exc.code}: {message}"
+
+
+@dataclass
+class Slot:
+    index: int
+    process: AgentProcess | None = None
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    @property
+    def alive(self) -> bool:
+        return self.process is not None and self.process.alive
+
+
+@dataclass(frozen=True)
+class PoolLimits:
+    max_agents: int = 2
+    sessions_per_agent: int | None = None
+    restart_attempts: int = 3
+    start_timeout: float = 60.0
+    shutdown_timeout: float = 2.0
+    stderr_lines: int = 200
+
+
+# Sessions a slot serves (by slot index), not counting the one a conversation replaces.
+LoadOf = Callable[[int, str | None], int]
+
+
+class AgentPool:
+    def __init__(
+        self,
+        argv: Sequence[str],
+        workdir: Path,
+        env: Mapping[str, str],
+        limits: PoolLimits,
+        restart_wait: wait_base,
+        *,
+        capabilities: ClientCapabilities,
+        handler_for: Callable[[int], MethodHandler],
+        observer: StreamObserver,
+        on_exit: Callable[[AgentProcess], None],
+    ) -> None:
+        self.argv = list(argv)
+        self.workdir = workdir
+        self._env = env
+        self._limits = limits
+        self._restart_wait = restart_wait
+        self._capabilities = capabilities
+        self._handler_for = handler_for
+        self._observer = observer
+        self._on_exit = on_exit
+        self.slots = [Slot(i) for i in range(limits.max_agents)]
+        self._generations = itertools.count(1)
+        self.closing = False
+
+    @property
+    def program(self) -> str:
+        return Path(self.argv[0]).name
+
+    def choose(self, load: LoadOf, replacing: str | None = None) -> Slot:
+        cap = self._limits.sessions_per_agent
+        open_slots = [s for s in self.slots if cap is None or load(s.index, replacing) < cap]
+        if not open_slots:
+            raise RuntimeUnavailable(
+                f"all {len(self.slots)} agent processes already serve {cap} sessions each",
+                limit_reached=True,
+            )
+        for slot in open_slots:
+            if slot.alive and not load(slot.index, replacing):
+                return slot
+        for slot in open_slots:
+            if slot.process is None:
+                return slot
+        return min(open_slots, key=lambda s: (load(s.index, replacing), not s.alive))
+
+    async def live(self, slot: Slot) -> AgentProcess:
+        """The slot's running process, started (with retries) when it has none."""
+        async with slot.lock:
+            if slot.process is not None and slot.process.alive:
+                return slot.process
+            if self.closing:
+                raise RuntimeUnavailable("the agent runtime is shut down")
+            slot.process = await self._start_with_retry(slot.index)
+            return slot.process
+
+    def running(self) -> list[AgentProcess]:
+        return [s.process for s in self.slots if s.process is not None and s.process.alive]
+
+    async def close(self) -> None:
+        self.closing = True
+        for slot in self.slots:
+            if slot.process is not None:
+                await slot.process.shutdown(self._limits.shutdown_timeout)
+
+    async def _start_with_retry(self, index: int) -> AgentProcess:
+        attempts = max(1, self._limits.restart_attempts)
+        try:
+            async for attempt in AsyncRetrying(
+                stop=stop_after_attempt(attempts),
+                wait=self._restart_wait,
+                retry=retry_if_exception_type(_StartFailed),
+                reraise=True,
+            ):
+                with attempt:
+                    return await self._start_once(index)
+        except SpawnError as exc:
+            raise RuntimeUnavailable(
+                f"cannot run the agent command `{self.program}`: {exc}"
+            ) from exc
+        except _StartFailed as exc:
+            raise RuntimeUnavailable(
+                f"the agent `{self.program}` did not start after {attempts} attempts: {exc}"
+            ) from exc
+        raise AssertionError("unreachable")  # pragma: no cover - tenacity reraises
+
+    async def _start_once(self, index: int) -> AgentProcess:
+        generation = next(self._generations)
+        process = await spawn_agent(
+            self.argv,
+            slot=index,
+            generation=generation,
+            cwd=self.workdir,
+            env=self._env,
+            handler=self._handler_for(generation),
+            observer=self._observer,
+            on_exit=self._on_exit,
+            stderr_lines=self._limits.stderr_lines,
+        )
+        try:
+            await asyncio.wait_for(
+                process.initialize(
+                    self._capabilities, Implementation(name=CLIENT_NAME, version="0.1.0")
+                ),
+                self._limits.start_timeout,
+            )
+        except (ConnectionError, RequestError, ValidationError, TimeoutError) as exc:
+            await process.shutdown(self._limits.shutdown_timeout)
+            reason = self._start_failure(process, exc)
+            logger.warning(
+                "agent[%d] failed to start: %s; last stderr lines: %s",
+                index,
+                reason,
+                process.stderr.tail(5),
+            )
+            raise _StartFailed(reason) from exc
+        process.ready = True
+        info = process.agent_info
+        logger.info(
+            "agent[%d] ready: %s, loadSession=%s",
+            index,
+            f"{info.name} {info.version}" if info else "unnamed agent",
+            process.can_load,
+        )
+        return process
+
+    def _start_failure(self, process: AgentProcess, exc: BaseException) -> str:
+        if isinstance(exc, TimeoutError):
+            return f"no answer to initialize within {self._limits.start_timeout:g}s"
+        if isinstance(exc, RequestError):
+            return f"initialize failed: {describe_error(exc)}"
+        if isinstance(exc, ValidationError):
+            return "initialize answer is not valid ACP"
+        return f"it exited during initialize (code {process.returncode})"

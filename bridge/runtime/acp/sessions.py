@@ -1,0 +1,161 @@
+"""Sessions: which agent process serves which conversation's session; binding, resuming
+after a bridge restart (`session/load`), and reloading after an agent restart.
+
+Without `loadSession` a session lost with its process stays lost: `ensure_bound` raises
+`SessionLost`, `resume` returns None and the caller opens a new session. History replayed
+during a load is never emitted (no turn is running on the session then).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from acp.exceptions import RequestError
+from acp.schema import AvailableCommandsUpdate, CurrentModeUpdate, SessionInfoUpdate
+
+from bridge.runtime.acp.pool import AgentPool, describe_error
+from bridge.runtime.acp.process import AgentProcess
+from bridge.runtime.port import RuntimeUnavailable, SessionHandle
+
+if TYPE_CHECKING:
+    from bridge.runtime.acp.turns import AcpTurn
+
+logger = logging.getLogger(__name__)
+
+
+class SessionLost(RuntimeUnavailable):
+    """The session is unknown here, or its agent restarted without being able to reload it."""
+
+
+@dataclass
+class SessionInfo:
+    """Session state the agent reports outside turns (kept, never emitted as turn events)."""
+
+    available_commands: tuple[str, ...] = ()
+    mode_id: str | None = None
+    title: str | None = None
+    idle_updates: int = 0  # updates that arrived while no turn ran (incl. load replay)
+
+    def absorb(self, update: Any) -> None:
+        if isinstance(update, AvailableCommandsUpdate):
+            self.available_commands = tuple(c.name for c in update.available_commands)
+        elif isinstance(update, CurrentModeUpdate):
+            self.mode_id = update.current_mode_id
+        elif isinstance(update, SessionInfoUpdate) and update.title is not None:
+            self.title = update.title
+
+
+@dataclass
+class AcpSession:
+    session_id: str
+    conversation_key: str
+    slot: int
+    process: AgentProcess
+    turn: AcpTurn | None = None
+    info: SessionInfo = field(default_factory=SessionInfo)
+    reload_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+
+class Sessions:
+    def __init__(self, pool: AgentPool) -> None:
+        self._pool = pool
+        self._sessions: dict[str, AcpSession] = {}
+        self._by_conversation: dict[str, str] = {}
+
+    def get(self, session_id: str) -> AcpSession | None:
+        return self._sessions.get(session_id)
+
+    def all(self) -> list[AcpSession]:
+        return list(self._sessions.values())
+
+    def on_process(self, process: AgentProcess) -> list[AcpSession]:
+        return [s for s in self._sessions.values() if s.process is process]
+
+    def load(self, slot: int, replacing: str | None = None) -> int:
+        """Sessions a slot serves; the one a conversation is about to replace does not count."""
+        return sum(
+            1
+            for s in self._sessions.values()
+            if s.slot == slot and (s.session_id != replacing or s.turn is not None)
+        )
+
+    def running_turns(self, slot: int) -> int:
+        return sum(1 for s in self._sessions.values() if s.slot == slot and s.turn)
+
+    async def open_new(self, conversation_key: str) -> SessionHandle:
+        slot = self._pool.choose(self.load, replacing=self._by_conversation.get(conversation_key))
+        process = await self._pool.live(slot)
+        try:
+            session_id = await process.new_session(str(self._pool.workdir))
+        except RequestError as exc:
+            reason = describe_error(exc)
+            raise RuntimeUnavailable(f"the agent refused session/new: {reason}") from exc
+        except ConnectionError as exc:
+            raise RuntimeUnavailable("the agent exited while opening a session") from exc
+        self._bind(conversation_key, AcpSession(session_id, conversation_key, slot.index, process))
+        logger.info("opened session %s on agent[%d]", session_id, slot.index)
+        return SessionHandle(session_id=session_id, loaded=False)
+
+    async def resume(self, conversation_key: str, session_id: str) -> SessionHandle | None:
+        known = self._sessions.get(session_id)
+        if known is not None:
+            try:
+                await self.ensure_bound(known)
+            except SessionLost as exc:
+                logger.info("session %s not resumed (%s); opening a new one", session_id, exc)
+                self._sessions.pop(session_id, None)
+                return None
+            self._bind(conversation_key, known)
+            return SessionHandle(session_id=session_id, loaded=True)
+        # Unknown here (e.g. the bridge restarted): ask an agent that can load sessions.
+        slot = self._pool.choose(self.load, replacing=self._by_conversation.get(conversation_key))
+        process = await self._pool.live(slot)
+        if not process.can_load:
+            return None
+        try:
+            await process.load_session(str(self._pool.workdir), session_id)
+        except (RequestError, ConnectionError) as exc:
+            logger.info("agent could not load session %s (%s)", session_id, type(exc).__name__)
+            return None
+        self._bind(conversation_key, AcpSession(session_id, conversation_key, slot.index, process))
+        logger.info("loaded session %s on agent[%d]", session_id, slot.index)
+        return SessionHandle(session_id=session_id, loaded=True)
+
+    async def ensure_bound(self, session: AcpSession) -> AgentProcess:
+        """The live process serving this session, restarting and reloading as needed."""
+        if session.process.alive:
+            return session.process
+        process = await self._pool.live(self._pool.slots[session.slot])
+        async with session.reload_lock:
+            if session.process is process:
+                return process
+            if not process.can_load:
+                raise SessionLost(
+                    f"the agent restarted and cannot reload session {session.session_id}"
+                )
+            try:
+                await process.load_session(str(self._pool.workdir), session.session_id)
+            except RequestError as exc:
+                reason = describe_error(exc)
+                raise SessionLost(f"the agent could not reload the session: {reason}") from exc
+            except ConnectionError as exc:
+                raise RuntimeUnavailable("the agent exited while reloading a session") from exc
+            session.process = process
+            process.sessions.add(session.session_id)
+            logger.info("reloaded session %s on agent[%d]", session.session_id, process.slot)
+            return process
+
+    def _bind(self, conversation_key: str, session: AcpSession) -> None:
+        """The conversation's session is now `session`; its previous idle one is released."""
+        previous = self._by_conversation.get(conversation_key)
+        if previous and previous != session.session_id:
+            old = self._sessions.get(previous)
+            if old is not None and old.turn is None:
+                self._sessions.pop(previous, None)
+                old.process.sessions.discard(previous)
+        self._by_conversation[conversation_key] = session.session_id
+        self._sessions[session.session_id] = session
+        session.process.sessions.add(session.session_id)

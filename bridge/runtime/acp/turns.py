@@ -1,0 +1,86 @@
+"""One prompt on one session: its events go to the engine's sink, and exactly one terminal
+event ends it (the first wins; later ones are dropped)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from acp.exceptions import RequestError
+from pydantic import ValidationError
+
+from bridge.runtime.acp.pool import describe_error
+from bridge.runtime.acp.process import AgentProcess
+from bridge.runtime.events import RuntimeExited, RuntimeFailed, StopReason, TurnEnded, TurnEvent
+from bridge.runtime.port import EventSink
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class AcpTurn:
+    session_id: str
+    sink: EventSink
+    done: bool = False
+    cancel_requested: bool = False
+
+    def emit(self, event: TurnEvent) -> None:
+        if self.done:
+            return
+        try:
+            self.sink(event)
+        except Exception:
+            logger.exception("turn event sink failed (session %s)", self.session_id)
+
+    def finish(self, event: TurnEvent) -> None:
+        """Emit the terminal event; the first one wins, later ones are dropped."""
+        if not self.done:
+            self.emit(event)
+            self.done = True
+
+
+async def run_prompt(
+    process: AgentProcess,
+    turn: AcpTurn,
+    text: str,
+    *,
+    exited: Callable[[AgentProcess, str], RuntimeExited],
+    shutdown_timeout: float,
+) -> None:
+    """Send `session/prompt` and end the turn by its answer, or by the process's death.
+
+    An error answer to a cancelled prompt counts as the `cancelled` stop reason (the spec
+    asks agents not to do that, but some do)."""
+    request = asyncio.ensure_future(process.prompt(turn.session_id, text))
+    try:
+        watched: list[asyncio.Future[Any]] = [request, process.exited]
+        await asyncio.wait(watched, return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.CancelledError:
+        request.cancel()
+        raise
+    if not request.done():
+        # The process died first; the exit callback already ended the turn.
+        request.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await request
+        turn.finish(exited(process, turn.session_id))
+        return
+    try:
+        response = request.result()
+    except RequestError as exc:
+        if turn.cancel_requested:
+            turn.finish(TurnEnded(turn.session_id, StopReason.CANCELLED))
+        else:
+            turn.finish(RuntimeFailed(turn.session_id, reason=describe_error(exc)))
+    except ConnectionError:
+        # stdout closed: the exit code follows shortly (or we kill a lingering process).
+        await process.wait_exit(shutdown_timeout)
+        turn.finish(exited(process, turn.session_id))
+    except ValidationError:
+        turn.finish(RuntimeFailed(turn.session_id, reason="invalid session/prompt answer"))
+    else:
+        turn.finish(TurnEnded(turn.session_id, StopReason(response.stop_reason)))
