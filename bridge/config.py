@@ -113,6 +113,14 @@ class Settings(BaseSettings):
     bridge_progress_interval_seconds: float = Field(
         default=3.0, ge=0, description="Least time between two relayed progress lines."
     )
+    bridge_cancel_notice_seconds: float = Field(
+        default=5.0, gt=0, description="A stop the agent has not confirmed by then: say so."
+    )
+    bridge_cancel_limit_seconds: float = Field(
+        default=30.0,
+        gt=0,
+        description="A stop not confirmed by then: end the round and restart the agent.",
+    )
     bridge_received_text: bool = Field(
         default=False, description="Also post a 'received' line after the ack reaction."
     )

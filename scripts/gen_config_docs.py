@@ -104,6 +104,8 @@ SECTIONS: list[tuple[str, list[str]]] = [
             "bridge_approval_timeout_seconds",
             "bridge_finish_grace_seconds",
             "bridge_progress_interval_seconds",
+            "bridge_cancel_notice_seconds",
+            "bridge_cancel_limit_seconds",
             "bridge_received_text",
             "bridge_allowed_users",
             "bridge_allowed_chats",
@@ -152,8 +154,14 @@ NOTES = {
     "bridge_first_hint_seconds": "Only once the agent has taken the message.",
     "bridge_heartbeat_seconds": "Never while waiting for the user, recovering, or after the end.",
     "bridge_stale_seconds": (
-        "The round is not cancelled; the user may send `/stop`. Also bounds recovery "
+        "The round is not cancelled; the user may send `/stop`. After twice this long "
+        "without a sign of life the bridge ends the round itself. Also bounds recovery "
         "after an agent crash."
+    ),
+    "bridge_cancel_notice_seconds": "After `/stop` the round ends once the agent confirms.",
+    "bridge_cancel_limit_seconds": (
+        "Applies to every cancel (`/stop`, `/new`, timeouts). The agent process is killed and "
+        "restarted, so it cannot keep working on a round nobody waits for."
     ),
     "bridge_approval_timeout_seconds": (
         "One reminder at half the time; at the timeout the round is cancelled and the card "
@@ -182,6 +190,8 @@ MORE_EXAMPLES = {
     "BRIDGE_APPROVAL_TIMEOUT_SECONDS": "3600",
     "BRIDGE_FINISH_GRACE_SECONDS": "5",
     "BRIDGE_PROGRESS_INTERVAL_SECONDS": "10",
+    "BRIDGE_CANCEL_NOTICE_SECONDS": "5",
+    "BRIDGE_CANCEL_LIMIT_SECONDS": "60",
     "BRIDGE_RECEIVED_TEXT": "true",
     "BRIDGE_ALLOWED_USERS": "ou_1a2b3c,ou_4d5e6f",
     "BRIDGE_ALLOWED_CHATS": "oc_7a8b9c",

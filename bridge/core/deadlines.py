@@ -13,13 +13,13 @@ from bridge.core.effects import (
     CardStatus,
     Dropped,
 )
-from bridge.core.lifecycle import cancel, conclude_grace, finish, settle
+from bridge.core.lifecycle import abandon, cancel, conclude_grace, finish
 from bridge.core.state import (
     ExecState,
     Outcome,
 )
 from bridge.core.text import format_elapsed
-from bridge.core.turn_events import show_progress
+from bridge.core.turn_events import flush_commentary, show_progress
 
 
 def on_clock(ctx: StepContext) -> None:
@@ -33,6 +33,8 @@ def on_clock(ctx: StepContext) -> None:
 
 def _stale(ctx: StepContext) -> None:
     # Graded, never a silent kill: say how long it has been quiet; /stop is the user's call.
+    # Text already written is shown now: a silent agent may have finished its answer.
+    flush_commentary(ctx)
     turn = ctx.turn
     ctx.update(state=ExecState.STALE)
     silent = format_elapsed(ctx.now - turn.last_activity_at)
@@ -41,6 +43,20 @@ def _stale(ctx: StepContext) -> None:
     else:
         activity = presence.activity_text(turn.activity)
         ctx.say("presence.stale", {"silent": silent, "activity": activity}, kind="stale")
+
+
+def _stale_limit(ctx: StepContext) -> None:
+    # Silent for a second window: end the round ourselves (the cancel is bounded too).
+    cancel(ctx, Outcome.TIMED_OUT, "presence.stalled_ended", detail="no sign of life")
+
+
+def _cancel_notice(ctx: StepContext) -> None:
+    ctx.update_turn(stopping_said=True)
+    ctx.say("presence.stopping", kind="stopping")
+
+
+def _cancel_limit(ctx: StepContext) -> None:
+    abandon(ctx, "presence.stop_forced", detail="the agent never confirmed the stop")
 
 
 def _recovery_timeout(ctx: StepContext) -> None:
@@ -95,9 +111,8 @@ def _reply_reminder(ctx: StepContext) -> None:
 
 
 def _drain_timeout(ctx: StepContext) -> None:
-    ctx.update_turn(runtime_done=True)
     ctx.out.append(Dropped("runtime never confirmed the cancel", "TimerFired", ctx.turn.turn_id))
-    settle(ctx)
+    abandon(ctx, "presence.stop_forced", detail="the agent never confirmed the cancel")
 
 
 def _flush_progress(ctx: StepContext) -> None:
@@ -119,6 +134,9 @@ def _heartbeat(ctx: StepContext) -> None:
 
 _CLOCK_HANDLERS: dict[str, Callable[[StepContext], None]] = {
     presence.STALE: _stale,
+    presence.STALE_LIMIT: _stale_limit,
+    presence.CANCEL_LIMIT: _cancel_limit,
+    presence.CANCEL_NOTICE: _cancel_notice,
     presence.RECOVERY: _recovery_timeout,
     presence.APPROVAL_TIMEOUT: _approval_timeout,
     presence.REPLY_TIMEOUT: _reply_timeout,

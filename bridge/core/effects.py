@@ -45,6 +45,15 @@ class CancelTurn:
 
 
 @dataclass(frozen=True)
+class AbandonTurn:
+    """The agent never confirmed a cancel: stop waiting for it, and restart its process if
+    it is still running the prompt (the turn is already ended on our side)."""
+
+    turn_id: str
+    session_id: str
+
+
+@dataclass(frozen=True)
 class AnswerPermission:
     request_id: str
     option_id: str | None  # None answers `cancelled`
@@ -213,6 +222,7 @@ Effect = (
     | React
     | MarkMessageDone
     | CancelTurn
+    | AbandonTurn
     | AnswerPermission
     | AnswerQuestion
     | PostText

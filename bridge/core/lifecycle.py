@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from bridge.core.context import StepContext
 from bridge.core.effects import (
+    AbandonTurn,
     AnswerPermission,
     AnswerQuestion,
     CancelTurn,
@@ -43,18 +44,54 @@ def start_turn(
     ctx.emit(StartTurn(turn.turn_id, text, ctx.conv.session_id))
 
 
-def stop_running(ctx: StepContext) -> bool:
-    """Stop the running round; False when there is nothing left to stop."""
+def stop_running(ctx: StepContext, *, confirm: bool = False) -> bool:
+    """Stop the running round; False when there is nothing left to stop.
+
+    With `confirm`, a prompt already on the wire is stopped the truthful way: the agent is
+    asked to cancel and the round ends when it confirms (whatever stop reason it gives), or
+    when the bridge gives up waiting (`CANCEL_LIMIT`)."""
     turn = ctx.conv.turn
     if turn is None:
         return False
     if not turn.terminal:
-        cancel(ctx, Outcome.CANCELLED, "presence.stopped", detail="stopped by user")
+        on_the_wire = turn.session_id is not None and not turn.runtime_done
+        if confirm and on_the_wire and ctx.conv.state is not ExecState.RECOVERING:
+            request_stop(ctx)
+        else:
+            cancel(ctx, Outcome.CANCELLED, "presence.stopped", detail="stopped by user")
         return True
     if not turn.end_posted:
         conclude_grace(ctx)  # the runtime already returned; just close the round now
         return True
     return False
+
+
+def request_stop(ctx: StepContext) -> None:
+    """Ask the agent to cancel and wait for it in CANCELLING (no end signal yet)."""
+    turn = ctx.turn
+    close_pending(ctx, CardStatus.CANCELLED, answer=True)
+    ctx.emit(CancelTurn(turn.turn_id, turn.session_id))
+    ctx.update_turn(stop_requested_at=ctx.now, pending_progress=None)
+    ctx.update(state=ExecState.CANCELLING)
+
+
+def confirm_stop(ctx: StepContext, detail: str) -> None:
+    """The agent answered the cancelled prompt: the round is stopped, whatever it said."""
+    ctx.update_turn(runtime_done=True)
+    finish(ctx, Outcome.CANCELLED, "presence.stopped", detail=detail)
+
+
+def abandon(ctx: StepContext, key: str, *, detail: str) -> None:
+    """The agent never confirmed a cancel: end the round on our side and have its process
+    restarted if it is still running the prompt, so nothing waits on it any longer."""
+    turn = ctx.turn
+    if turn.session_id is not None:
+        ctx.emit(AbandonTurn(turn.turn_id, turn.session_id))
+    ctx.update_turn(runtime_done=True)
+    if turn.end_posted:
+        settle(ctx)
+    else:
+        finish(ctx, Outcome.CANCELLED, key, detail=detail)
 
 
 def resume(ctx: StepContext) -> None:

@@ -197,8 +197,10 @@ def _on_command(ctx: StepContext, cmd: Command) -> None:
         case CommandName.STOP | CommandName.NEW if _someone_elses_round(ctx, cmd.sender):
             # In a group, a bystander must not cut another person's round.
             ctx.emit(PostText("command.not_yours", {}, mid, f"{mid}:{cmd.name.value}"))
+        case CommandName.STOP if ctx.conv.state is ExecState.CANCELLING:
+            ctx.emit(PostText("presence.stopping", {}, mid, f"{mid}:stop"))
         case CommandName.STOP:
-            if not stop_running(ctx):
+            if not stop_running(ctx, confirm=True):
                 ctx.emit(PostText("command.stop_idle", {}, mid, f"{mid}:stop"))
         case CommandName.NEW:
             stop_running(ctx)

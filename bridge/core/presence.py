@@ -28,6 +28,8 @@ class _TimingSettings(Protocol):
     bridge_approval_timeout_seconds: float
     bridge_finish_grace_seconds: float
     bridge_progress_interval_seconds: float
+    bridge_cancel_notice_seconds: float
+    bridge_cancel_limit_seconds: float
 
 
 @dataclass(frozen=True)
@@ -38,6 +40,8 @@ class Timings:
     approval_timeout: float = 1800.0  # also bounds waiting for a reply to a question
     finish_grace: float = 3.0  # absorbs a follow-up after a non-final stop reason
     progress_interval: float = 3.0  # least time between two relayed progress lines
+    cancel_notice: float = 5.0  # a cancel not confirmed by then: "still stopping"
+    cancel_limit: float = 30.0  # a cancel not confirmed by then: end it ourselves, restart
 
     @classmethod
     def from_settings(cls, settings: _TimingSettings) -> Timings:
@@ -48,17 +52,22 @@ class Timings:
             approval_timeout=settings.bridge_approval_timeout_seconds,
             finish_grace=settings.bridge_finish_grace_seconds,
             progress_interval=settings.bridge_progress_interval_seconds,
+            cancel_notice=settings.bridge_cancel_notice_seconds,
+            cancel_limit=settings.bridge_cancel_limit_seconds,
         )
 
 
 # Timer names, in the order the machine handles them when several are due at once:
 # endings before reminders, and a stale verdict before any "still working" line.
 STALE = "stale"
+STALE_LIMIT = "stale_limit"
+CANCEL_LIMIT = "cancel_limit"
 RECOVERY = "recovery"
 APPROVAL_TIMEOUT = "approval_timeout"
 REPLY_TIMEOUT = "reply_timeout"
 FINISH_GRACE = "finish_grace"
 DRAIN = "drain"
+CANCEL_NOTICE = "cancel_notice"
 APPROVAL_REMINDER = "approval_reminder"
 REPLY_REMINDER = "reply_reminder"
 PROGRESS = "progress"
@@ -66,11 +75,14 @@ FIRST_HINT = "first_hint"
 HEARTBEAT = "heartbeat"
 TIMER_ORDER = (
     STALE,
+    STALE_LIMIT,
+    CANCEL_LIMIT,
     RECOVERY,
     APPROVAL_TIMEOUT,
     REPLY_TIMEOUT,
     FINISH_GRACE,
     DRAIN,
+    CANCEL_NOTICE,
     APPROVAL_REMINDER,
     REPLY_REMINDER,
     PROGRESS,
@@ -112,12 +124,20 @@ def deadlines(conv: Conversation, timings: Timings) -> dict[str, float]:
         found[REPLY_TIMEOUT] = conv.question.asked_at + timings.approval_timeout
         if not conv.question.reminder_sent:
             found[REPLY_REMINDER] = conv.question.asked_at + timings.approval_timeout / 2
+    elif state is ExecState.STALE:
+        # Silent for a second window: the bridge ends the round itself (never "running"
+        # forever, e.g. a prompt whose result never comes after a complete answer).
+        found[STALE_LIMIT] = turn.last_activity_at + 2 * timings.stale
+    elif state is ExecState.CANCELLING and turn.stop_requested_at is not None:
+        if not turn.stopping_said:
+            found[CANCEL_NOTICE] = turn.stop_requested_at + timings.cancel_notice
+        found[CANCEL_LIMIT] = turn.stop_requested_at + timings.cancel_limit
     elif state is ExecState.FINISHING and turn.ended_at is not None:
         if not turn.end_posted:
             found[FINISH_GRACE] = turn.ended_at + timings.finish_grace
         elif not turn.runtime_done:
             # A cancel that never lands must not hold the queue forever.
-            found[DRAIN] = turn.ended_at + timings.stale
+            found[DRAIN] = turn.ended_at + timings.cancel_limit
     elif state is ExecState.RECOVERING and turn.recovering_since is not None:
         found[RECOVERY] = turn.recovering_since + timings.stale
     return found

@@ -19,6 +19,7 @@ class ExecState(StrEnum):
     WAITING_APPROVAL = "waiting_approval"
     WAITING_REPLY = "waiting_reply"
     FINISHING = "finishing"  # turn returned: grace window, or waiting for a cancel to land
+    CANCELLING = "cancelling"  # the user stopped the turn; waiting for the agent to confirm
     RECOVERING = "recovering"  # runtime died mid-turn; restarting / reloading
     STALE = "stale"  # no sign of life past the stale window (not killed)
     CLOSED = "closed"
@@ -118,6 +119,8 @@ class Turn:
     text: str = ""  # agent message text not yet relayed
     seq: int = 0  # numbers the turn's posts for idempotency keys
     recovering_since: float | None = None
+    stop_requested_at: float | None = None  # /stop sent to the agent, not yet confirmed
+    stopping_said: bool = False  # the "still stopping" line went out
     # Terminal part: set once (first terminal wins).
     outcome: Outcome | None = None
     stop_reason: StopReason | None = None

@@ -14,7 +14,7 @@ from bridge.core.effects import (
     PostText,
     RelayAgentText,
 )
-from bridge.core.lifecycle import close_pending, finish, settle
+from bridge.core.lifecycle import close_pending, confirm_stop, finish, settle
 from bridge.core.state import (
     RUNNING_STATES,
     Activity,
@@ -85,6 +85,9 @@ def on_turn_event(ctx: StepContext, event: TurnEvent) -> None:
         refuse_request(ctx, event)
         ctx.drop(event, "runtime recovering")
         return
+    if ctx.conv.state is ExecState.CANCELLING:
+        _while_cancelling(ctx, event)
+        return
     match event:
         case MessageChunk():
             _alive(ctx, Activity(ActivityKind.WRITING))
@@ -94,7 +97,7 @@ def on_turn_event(ctx: StepContext, event: TurnEvent) -> None:
         case ToolCallStarted():
             _alive(ctx, Activity(ActivityKind.TOOL, event.title or None))
             if ctx.conv.state in RUNNING_STATES:
-                _flush_commentary(ctx)
+                flush_commentary(ctx)
                 if event.title:
                     _progress(ctx, presence.tool_progress(event.title))
         case ToolCallUpdated():
@@ -139,6 +142,22 @@ def _after_terminal(ctx: StepContext, event: TurnEvent) -> None:
     ctx.drop(event, "after the terminal")
 
 
+def _while_cancelling(ctx: StepContext, event: TurnEvent) -> None:
+    """Between /stop and the agent's answer to the cancelled prompt: what the agent writes
+    now is not shown (text written before the stop is, at the end), requests are refused,
+    and any ending confirms the stop."""
+    match event:
+        case TurnEnded():
+            # Some agents answer a cancelled prompt `end_turn`: it was still stopped.
+            confirm_stop(ctx, f"stopped by user (agent said {event.stop_reason.value})")
+        case RuntimeFailed() | RuntimeExited():
+            confirm_stop(ctx, "stopped by user (the agent failed or exited)")
+        case _:
+            refuse_request(ctx, event)
+            ctx.update_turn(last_activity_at=ctx.now)
+            ctx.drop(event, "turn is being cancelled")
+
+
 def _alive(ctx: StepContext, activity: Activity | None) -> None:
     """A sign of life: an open stream is the strongest busy signal."""
     ctx.update_turn(last_activity_at=ctx.now, activity=activity)
@@ -146,7 +165,7 @@ def _alive(ctx: StepContext, activity: Activity | None) -> None:
         ctx.update(state=ExecState.STREAMING)
 
 
-def _flush_commentary(ctx: StepContext) -> None:
+def flush_commentary(ctx: StepContext) -> None:
     """Agent text before a tool call / request is commentary: relay it as it stands."""
     text = ctx.turn.text.strip()
     ctx.update_turn(text="")
@@ -189,7 +208,7 @@ def _on_permission(ctx: StepContext, event: PermissionRequested) -> None:
         return
     _alive(ctx, Activity(ActivityKind.TOOL, event.title))
     if ctx.conv.state in RUNNING_STATES:
-        _flush_commentary(ctx)
+        flush_commentary(ctx)
     conv = ctx.conv
     turn = ctx.turn
     card_key = f"{turn.turn_id}:card:{event.request_id}"
@@ -229,7 +248,7 @@ def _on_question(ctx: StepContext, event: QuestionAsked) -> None:
         return
     _alive(ctx, ctx.turn.activity)
     if ctx.conv.state in RUNNING_STATES:
-        _flush_commentary(ctx)
+        flush_commentary(ctx)
     conv = ctx.conv
     turn = ctx.turn
     card_key = f"{turn.turn_id}:question:{event.request_id}"
@@ -286,7 +305,7 @@ def _on_runtime_exited(ctx: StepContext, event: RuntimeExited) -> None:
     if not event.restarting:
         finish(ctx, Outcome.FAILED, "presence.unrecoverable", detail=detail)
         return
-    _flush_commentary(ctx)
+    flush_commentary(ctx)
     ctx.update_turn(runtime_done=True, recovering_since=ctx.now, pending_progress=None)
     ctx.update(state=ExecState.RECOVERING)
     ctx.say("presence.recovering", kind="recovering")

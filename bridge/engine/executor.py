@@ -10,6 +10,7 @@ import logging
 from collections.abc import Callable
 
 from bridge.core.effects import (
+    AbandonTurn,
     AnswerPermission,
     AnswerQuestion,
     CancelTurn,
@@ -86,6 +87,8 @@ class EffectExecutor:
                 # No session yet: the core holds the cancel and never lets the prompt go out.
                 if session_id is not None:
                     await self._runtime.cancel(session_id)
+            case AbandonTurn(_, session_id):
+                await self._runtime.abandon(session_id)
             case AnswerPermission(request_id, option_id):
                 await self._runtime.answer_permission(request_id, option_id)
             case AnswerQuestion(request_id, answers):

@@ -47,6 +47,10 @@ class AgentRuntime(Protocol):
     async def cancel(self, session_id: str) -> None:
         """Cancel the running turn (session/cancel); pending requests resolve as cancelled."""
 
+    async def abandon(self, session_id: str) -> None:
+        """Give up on a turn whose cancel was never confirmed: end it here and restart the
+        agent process if it still runs the prompt (other sessions on it are reloaded)."""
+
     async def answer_permission(self, request_id: str, option_id: str | None) -> None:
         """Answer a PermissionRequested; None answers `cancelled`."""
 

@@ -16,6 +16,7 @@ from tenacity import RetryCallState, wait_none
 from tenacity.wait import wait_base
 
 from bridge.config import Settings
+from bridge.runtime.acp.client import client_capabilities
 from bridge.runtime.acp.runtime import AcpRuntime, SessionLost
 from bridge.runtime.events import (
     MessageChunk,
@@ -644,8 +645,8 @@ async def test_close_ends_running_turns(make_runtime: Callable[..., AcpRuntime])
         await rt.open_session("chat-2")
 
 
-async def test_declared_capabilities_are_honest(tmp_path: Path) -> None:
-    plain = AcpRuntime(AGENT, tmp_path)._capabilities()
+async def test_declared_capabilities_are_honest() -> None:
+    plain = client_capabilities(elicitation=False)
     assert plain.fs is not None
     assert (plain.fs.read_text_file, plain.fs.write_text_file, plain.terminal) == (
         False,
@@ -653,7 +654,7 @@ async def test_declared_capabilities_are_honest(tmp_path: Path) -> None:
         False,
     )
     assert plain.elicitation is None
-    asking = AcpRuntime(AGENT, tmp_path, elicitation=True)._capabilities()
+    asking = client_capabilities(elicitation=True)
     assert asking.elicitation is not None
     assert asking.elicitation.form is not None
 

@@ -15,11 +15,29 @@ from acp.client.router import build_client_router
 from acp.connection import MethodHandler
 from acp.exceptions import RequestError
 from acp.meta import CLIENT_METHODS
-from acp.schema import ElicitationMode, PermissionOption, ToolCallUpdate
+from acp.schema import (
+    ClientCapabilities,
+    ElicitationCapabilities,
+    ElicitationFormCapabilities,
+    ElicitationMode,
+    FileSystemCapabilities,
+    PermissionOption,
+    ToolCallUpdate,
+)
 
 from bridge.runtime.acp.normalize import KNOWN_UPDATE_KINDS, update_kind
 
 logger = logging.getLogger(__name__)
+
+
+def client_capabilities(elicitation: bool) -> ClientCapabilities:
+    """What the bridge declares: no file system, no terminal, elicitation forms on request."""
+    forms = ElicitationCapabilities(form=ElicitationFormCapabilities()) if elicitation else None
+    return ClientCapabilities(
+        fs=FileSystemCapabilities(read_text_file=False, write_text_file=False),
+        terminal=False,
+        elicitation=forms,
+    )
 
 
 class ClientHost(Protocol):

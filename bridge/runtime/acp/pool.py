@@ -30,6 +30,7 @@ from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt
 from tenacity.wait import wait_base
 
 from bridge.runtime.acp.process import AgentProcess, SpawnError, spawn_agent
+from bridge.runtime.events import RuntimeExited
 from bridge.runtime.port import RuntimeUnavailable
 
 logger = logging.getLogger(__name__)
@@ -129,6 +130,17 @@ class AgentPool:
                 raise RuntimeUnavailable("the agent runtime is shut down")
             slot.process = await self._start_with_retry(slot.index)
             return slot.process
+
+    def exited(self, process: AgentProcess, session_id: str) -> RuntimeExited:
+        """The event that ends a turn whose process died (restarting unless shutting down)."""
+        code = process.returncode
+        return RuntimeExited(
+            session_id,
+            returncode=code if code is None or code >= 0 else None,
+            signal=-code if code is not None and code < 0 else None,
+            restarting=not self.closing,
+            extra={"slot": str(process.slot), "pid": str(process.pid)},
+        )
 
     def running(self) -> list[AgentProcess]:
         return [s.process for s in self.slots if s.process is not None and s.process.alive]

@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import signal
 import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -29,19 +30,20 @@ from acp.connection import StreamDirection, StreamEvent
 from acp.exceptions import RequestError
 from acp.schema import (
     CancelElicitationResponse,
-    ClientCapabilities,
-    ElicitationCapabilities,
-    ElicitationFormCapabilities,
     ElicitationFormSessionMode,
     ElicitationMode,
-    FileSystemCapabilities,
     PermissionOption,
     ToolCallUpdate,
 )
 from tenacity import wait_exponential
 from tenacity.wait import wait_base
 
-from bridge.runtime.acp.client import BridgeClient, build_handler, unknown_update_kind
+from bridge.runtime.acp.client import (
+    BridgeClient,
+    build_handler,
+    client_capabilities,
+    unknown_update_kind,
+)
 from bridge.runtime.acp.normalize import (
     SESSION_STATE_KINDS,
     elicitation_question,
@@ -118,7 +120,7 @@ class AcpRuntime:
             {**inherited, **(env or {})},
             limits,
             restart_wait or wait_exponential(multiplier=0.5, max=10),
-            capabilities=self._capabilities(),
+            capabilities=client_capabilities(elicitation),
             handler_for=lambda generation: build_handler(BridgeClient(self, generation)),
             observer=self._observe,
             on_exit=self._on_process_exit,
@@ -159,7 +161,10 @@ class AcpRuntime:
         if session.turn is not None:
             raise RuntimeError(f"a turn is already running on session {session_id}")
         process = await self._sessions.ensure_bound(session)
-        turn = AcpTurn(session_id, sink)
+        suspect_tail = False
+        if session.after_cancel:
+            suspect_tail = not await self._sessions.settle_after_cancel(session, process)
+        turn = AcpTurn(session_id, sink, suspect_tail=suspect_tail)
         session.turn = turn
         turn.emit(PromptSent(session_id))
         try:
@@ -167,12 +172,13 @@ class AcpRuntime:
                 process,
                 turn,
                 text,
-                exited=self._exited,
+                exited=self._pool.exited,
                 shutdown_timeout=self._shutdown_timeout,
             )
         finally:
             if session.turn is turn:
                 session.turn = None
+            session.after_cancel = turn.cancel_requested
             self._requests.cancel_session(session_id)
 
     async def cancel(self, session_id: str) -> None:
@@ -182,9 +188,24 @@ class AcpRuntime:
             return
         turn.cancel_requested = True
         self._requests.cancel_session(session_id)
+        if turn.released is not None and not turn.released.done():
+            turn.released.set_result(None)  # an absorbed tail: nothing more will come
         if session.process.alive:
             with contextlib.suppress(ConnectionError):
                 await session.process.cancel(session_id)
+
+    async def abandon(self, session_id: str) -> None:
+        session = self._sessions.get(session_id)
+        turn = session.turn if session else None
+        if session is None or turn is None or turn.done:
+            return  # the agent did answer the cancel after all
+        process = session.process
+        logger.warning(
+            "agent[%d] pid %d never confirmed a cancel; killing it (it restarts on demand)",
+            process.slot,
+            process.pid,
+        )
+        process.signal_group(signal.SIGKILL)
 
     async def answer_permission(self, request_id: str, option_id: str | None) -> None:
         pending = self._pending(request_id)
@@ -245,17 +266,6 @@ class AcpRuntime:
 
     # --- processes ----------------------------------------------------------------------------
 
-    def _capabilities(self) -> ClientCapabilities:
-        return ClientCapabilities(
-            fs=FileSystemCapabilities(read_text_file=False, write_text_file=False),
-            terminal=False,
-            elicitation=(
-                ElicitationCapabilities(form=ElicitationFormCapabilities())
-                if self._elicitation
-                else None
-            ),
-        )
-
     def _on_process_exit(self, process: AgentProcess) -> None:
         sessions = self._sessions.on_process(process)
         turns = [s.turn for s in sessions if s.turn is not None and not s.turn.done]
@@ -270,7 +280,7 @@ class AcpRuntime:
                 len(turns),
             )
         for turn in turns:
-            turn.finish(self._exited(process, turn.session_id))
+            turn.finish(self._pool.exited(process, turn.session_id))
         # Its pending requests are over for us; no answer can reach a dead process, so the
         # handler tasks are cancelled rather than made to write to a closed pipe.
         for pending in self._requests.of_sessions({s.session_id for s in sessions}):
@@ -284,16 +294,6 @@ class AcpRuntime:
         """Stop the SDK's tasks (receive loop, request handlers) of a dead connection."""
         with contextlib.suppress(Exception):
             await process.conn.close()
-
-    def _exited(self, process: AgentProcess, session_id: str) -> RuntimeExited:
-        code = process.returncode
-        return RuntimeExited(
-            session_id,
-            returncode=code if code is None or code >= 0 else None,
-            signal=-code if code is not None and code < 0 else None,
-            restarting=not self._pool.closing,
-            extra={"slot": str(process.slot), "pid": str(process.pid)},
-        )
 
     def _pending(self, request_id: str) -> PendingRequest | None:
         pending = self._requests.get(request_id)
@@ -324,6 +324,7 @@ class AcpRuntime:
             return
         event = turn_event(session_id, update)
         if event is not None:
+            turn.updates += 1
             turn.emit(event)
 
     async def on_permission(

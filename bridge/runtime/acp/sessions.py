@@ -55,6 +55,9 @@ class AcpSession:
     slot: int
     process: AgentProcess
     turn: AcpTurn | None = None
+    # The last turn was cancelled: some agents answer the next prompt with that turn's
+    # leftover result, so the session is settled before the next prompt goes out.
+    after_cancel: bool = False
     info: SessionInfo = field(default_factory=SessionInfo)
     reload_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
@@ -147,6 +150,23 @@ class Sessions:
             process.sessions.add(session.session_id)
             logger.info("reloaded session %s on agent[%d]", session.session_id, process.slot)
             return process
+
+    async def settle_after_cancel(self, session: AcpSession, process: AgentProcess) -> bool:
+        """Reload a session whose last turn was cancelled, so the agent drops whatever that
+        turn left behind (claude-agent-acp answers the next prompt with the cancelled turn's
+        second result otherwise). False when the agent cannot reload sessions."""
+        session.after_cancel = False
+        if not process.can_load:
+            return False
+        try:
+            await process.load_session(str(self._pool.workdir), session.session_id)
+        except RequestError as exc:
+            logger.warning("reload after a cancel failed: %s", describe_error(exc))
+            return False
+        except ConnectionError as exc:
+            raise RuntimeUnavailable("the agent exited while reloading a session") from exc
+        logger.info("reloaded session %s after a cancelled turn", session.session_id)
+        return True
 
     def _bind(self, conversation_key: str, session: AcpSession) -> None:
         """The conversation's session is now `session`; its previous idle one is released."""

@@ -27,6 +27,11 @@ class AcpTurn:
     sink: EventSink
     done: bool = False
     cancel_requested: bool = False
+    updates: int = 0  # session updates relayed for this prompt
+    # The first prompt after a cancel on an agent that cannot reload: an immediate empty
+    # `end_turn` is the cancelled turn's leftover, not this prompt's answer.
+    suspect_tail: bool = False
+    released: asyncio.Future[None] | None = None  # set by cancel(): stop waiting
 
     def emit(self, event: TurnEvent) -> None:
         if self.done:
@@ -62,6 +67,20 @@ async def run_prompt(
     except asyncio.CancelledError:
         request.cancel()
         raise
+    if request.done() and _is_stale_tail(turn, request):
+        # Not this prompt's answer: keep the turn open (its updates still count) until the
+        # user or the bridge cancels it, or the process dies; the core's stall rules apply.
+        logger.warning(
+            "absorbed an empty end_turn right after a cancel (session %s)", turn.session_id
+        )
+        released = asyncio.get_running_loop().create_future()
+        turn.released = released
+        await asyncio.wait([released, process.exited], return_when=asyncio.FIRST_COMPLETED)
+        if released.done():
+            turn.finish(TurnEnded(turn.session_id, StopReason.CANCELLED))
+        else:
+            turn.finish(exited(process, turn.session_id))
+        return
     if not request.done():
         # The process died first; the exit callback already ended the turn.
         request.cancel()
@@ -84,3 +103,11 @@ async def run_prompt(
         turn.finish(RuntimeFailed(turn.session_id, reason="invalid session/prompt answer"))
     else:
         turn.finish(TurnEnded(turn.session_id, StopReason(response.stop_reason)))
+
+
+def _is_stale_tail(turn: AcpTurn, request: asyncio.Future[Any]) -> bool:
+    if not turn.suspect_tail or turn.updates or turn.cancel_requested:
+        return False
+    if request.cancelled() or request.exception() is not None:
+        return False
+    return bool(request.result().stop_reason == StopReason.END_TURN.value)

@@ -146,5 +146,6 @@ def test_a_bystander_cannot_stop_or_reset_someone_elses_round(name: CommandName)
 def test_the_requester_can_stop_their_own_round() -> None:
     d = Driver()
     d.start()
-    out = d.feed(command(CommandName.STOP), at=5.0)
+    d.feed(command(CommandName.STOP), at=5.0)
+    out = d.feed(TurnEnded(SID, StopReason.CANCELLED), at=5.1)
     assert "presence.stopped" in [p.key for p in of_type(out, PostText)]

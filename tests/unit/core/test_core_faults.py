@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from bridge.core.effects import CancelTurn, CardStatus, PostText, RecordTerminal, UpdateApprovalCard
+from bridge.core.effects import (
+    CancelTurn,
+    CardStatus,
+    PostText,
+    RecordTerminal,
+    RelayAgentText,
+    UpdateApprovalCard,
+)
 from bridge.core.inputs import (
     ConversationClosed,
     RuntimeRestarted,
@@ -165,7 +172,19 @@ def test_stall_is_told_once_with_silence_and_last_activity_and_the_turn_is_not_k
     ]
     assert of_type(out, CancelTurn) == []
     assert d.conv.state is ExecState.STALE
-    assert keys(d.advance(5000.0)) == []  # one line; no heartbeat pretending it still works
+    assert keys(d.advance(1209.9)) == []  # one line; no heartbeat pretending it still works
+
+
+def test_a_turn_silent_for_two_stale_windows_is_ended_by_the_bridge() -> None:
+    d = Driver()
+    d.start()
+    d.feed(MessageChunk(SID, "The whole answer."), at=10.0)  # ...and then no result, ever
+    out = d.advance(610.0)
+    assert [p.text for p in of_type(out, RelayAgentText)] == ["The whole answer."]
+    out = d.advance(1210.0)
+    assert of_type(out, CancelTurn) == [CancelTurn("m1", SID)]
+    assert [(p.key, p.final) for p in of_type(out, PostText)] == [("presence.stalled_ended", True)]
+    assert of_type(out, RecordTerminal)[0].outcome is Outcome.TIMED_OUT
 
 
 def test_stall_without_any_sign_of_life_says_no_response() -> None:
