@@ -88,6 +88,7 @@ from bridge.runtime.events import (
     TurnEvent,
 )
 from bridge.runtime.port import EventSink, RuntimeUnavailable, SessionHandle
+from bridge.runtime.sandbox import SandboxPolicy
 
 if TYPE_CHECKING:
     from bridge.config import Settings
@@ -187,8 +188,9 @@ def _selected(option_id: str) -> RequestPermissionResponse:
     )
 
 
-# Environment variables an agent process never sees (the Feishu app secret, keys, tokens).
-SCRUBBED_PREFIXES = ("FEISHU_",)
+# Environment variables an agent process never sees: the Feishu app secret, the operator
+# token, and every other setting of the bridge (a future secret among them).
+SCRUBBED_PREFIXES = ("FEISHU_", "BRIDGE_")
 
 
 def _describe_error(exc: RequestError) -> str:
@@ -215,6 +217,7 @@ class AcpRuntime:
         start_timeout: float = 60.0,
         shutdown_timeout: float = 2.0,
         stderr_lines: int = 200,
+        sandbox: SandboxPolicy | None = None,
     ) -> None:
         if not argv:
             raise ValueError("argv must name a program")
@@ -233,6 +236,7 @@ class AcpRuntime:
         self._start_timeout = start_timeout
         self._shutdown_timeout = shutdown_timeout
         self._stderr_lines = stderr_lines
+        self._sandbox = sandbox
         self._slots = [_Slot(i) for i in range(max_agents)]
         self._sessions: dict[str, _Session] = {}
         self._by_conversation: dict[str, str] = {}
@@ -247,6 +251,7 @@ class AcpRuntime:
             "max_agents": settings.bridge_max_agents,
             "sessions_per_agent": settings.bridge_sessions_per_agent or None,
             "elicitation": settings.bridge_elicitation,
+            "sandbox": SandboxPolicy.from_settings(settings),
         }
         options.update(overrides)
         return cls(settings.agent_argv, settings.bridge_workdir, **options)
@@ -457,6 +462,7 @@ class AcpRuntime:
             observer=self._observe,
             on_exit=self._on_process_exit,
             stderr_lines=self._stderr_lines,
+            sandbox=self._sandbox,
         )
         try:
             await asyncio.wait_for(
