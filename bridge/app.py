@@ -15,6 +15,7 @@ from typing import TextIO
 
 from bridge.config import ConfigProblem, Settings, check_for_run
 from bridge.i18n import DEFAULT_LOCALE, LOCALES, Translator
+from bridge.runtime.sandbox import forbid_environ_reading
 
 EXIT_CONFIG = 2
 
@@ -53,6 +54,8 @@ def cmd_check_config(_: argparse.Namespace) -> int:
 
 
 def cmd_run(_: argparse.Namespace) -> int:
+    # First: from here on an agent of the same user cannot read our /proc/<pid>/environ.
+    forbid_environ_reading()
     settings = settings_for_run(sys.stderr)
     if settings is None:
         return EXIT_CONFIG

@@ -7,6 +7,7 @@ The names are the public contract documented in docs/configuration.md.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import shlex
 import shutil
@@ -14,10 +15,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 import platformdirs
 from pydantic import Field, SecretStr, ValidationError, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from bridge.runtime.sandbox import SandboxPolicy, probe
 
 FEISHU_DOMAIN = "https://open.feishu.cn"
 LARK_DOMAIN = "https://open.larksuite.com"
@@ -92,6 +96,21 @@ class Settings(BaseSettings):
     )
     bridge_elicitation: bool = Field(
         default=False, description="Declare ACP elicitation (unstable) to the agent."
+    )
+    bridge_agent_sandbox: Literal["none", "bwrap"] = Field(
+        default="none",
+        description=(
+            "Run every agent under bubblewrap (`bwrap`): its own pid namespace, the workdir and"
+            " HOME writable, the system read-only, the bridge's data and working folders"
+            " hidden. Default `none`; the deploy files set `bwrap`."
+        ),
+    )
+    bridge_agent_sandbox_hidden: CommaList = Field(
+        default=(),
+        description=(
+            "Comma-separated further paths a sandboxed agent never sees (a secrets file or its"
+            " folder), besides the data folder and the bridge's working folder."
+        ),
     )
 
     # --- Conversation behaviour -------------------------------------------------------------
@@ -168,7 +187,11 @@ class Settings(BaseSettings):
         return value.rstrip("/")
 
     @field_validator(
-        "bridge_allowed_users", "bridge_allowed_chats", "bridge_approvers", mode="before"
+        "bridge_allowed_users",
+        "bridge_allowed_chats",
+        "bridge_approvers",
+        "bridge_agent_sandbox_hidden",
+        mode="before",
     )
     @classmethod
     def _comma_list(cls, value: Any) -> Any:
@@ -208,6 +231,8 @@ EXAMPLES: dict[str, str] = {
     "BRIDGE_PORT": "8080",
     "BRIDGE_LOCALE": "zh_CN",
     "BRIDGE_AGENT_COMMAND": "claude-agent-acp",
+    "BRIDGE_WORKDIR": "/srv/feishu-bridge/workspace",
+    "BRIDGE_AGENT_SANDBOX": "bwrap",
 }
 
 
@@ -251,8 +276,73 @@ def problems_for_run(settings: Settings) -> list[ConfigProblem]:
         found.append(
             ConfigProblem("BRIDGE_AGENT_COMMAND", "program_not_found", {"program": program})
         )
+    if not _secure_domain(settings.feishu_domain):
+        found.append(ConfigProblem("FEISHU_DOMAIN", "domain_not_https"))
     if not settings.bridge_workdir.is_dir():
         found.append(ConfigProblem("BRIDGE_WORKDIR", "not_a_folder"))
+        return found
+    workdir_problems = _workdir_problems(settings)
+    found += workdir_problems
+    if not workdir_problems:
+        found += _sandbox_problems(settings)
+    return found
+
+
+_LOOPBACK_NAMES = {"localhost"}
+
+
+def _secure_domain(domain: str) -> bool:
+    """https, or http to this machine only (the emulator): the app secret travels on it."""
+    url = urlsplit(domain)
+    if url.scheme == "https":
+        return True
+    host = (url.hostname or "").lower()
+    if host in _LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _workdir_problems(settings: Settings) -> list[ConfigProblem]:
+    """The agent writes in its workdir: it must not hold the bridge's store or the folder
+    the bridge reads `.env` from, or the agent could rewrite the bridge's settings."""
+    workdir = settings.bridge_workdir.resolve()
+    found: list[ConfigProblem] = []
+    held = [
+        ("workdir_holds_data", settings.bridge_data_dir),
+        ("workdir_holds_env", Path.cwd()),
+        *(("workdir_holds_hidden", Path(p)) for p in settings.bridge_agent_sandbox_hidden),
+    ]
+    for code, path in held:
+        folder = path.resolve()
+        if folder == workdir or workdir in folder.parents:
+            found.append(ConfigProblem("BRIDGE_WORKDIR", code, {"folder": str(folder)}))
+    return found
+
+
+def _sandbox_problems(settings: Settings) -> list[ConfigProblem]:
+    """Found now, not at the first user's message: a sandbox that cannot start, or one that
+    would hide the agent's own program."""
+    policy = SandboxPolicy.from_settings(settings)
+    if policy is None:
+        return []
+    found: list[ConfigProblem] = []
+    program = shutil.which(settings.agent_argv[0], path=os.environ.get("PATH"))
+    if program is not None and any(
+        policy.hides(path) for path in (Path(program).absolute(), Path(program).resolve())
+    ):
+        found.append(
+            ConfigProblem("BRIDGE_AGENT_COMMAND", "sandbox_hides_agent", {"program": program})
+        )
+    failure = probe(policy)
+    if failure is not None and failure.reason == "missing":
+        found.append(ConfigProblem("BRIDGE_AGENT_SANDBOX", "sandbox_missing"))
+    elif failure is not None:
+        found.append(
+            ConfigProblem("BRIDGE_AGENT_SANDBOX", "sandbox_refused", {"detail": failure.detail})
+        )
     return found
 
 

@@ -45,9 +45,10 @@ start-up (`feishu-bridge run`); change one and restart.
   its default, ready to copy.
 - **Checking.** `feishu-bridge check-config` validates everything and names every problem
   at once, with an example value (never the value you set); it exits with code 2 on a
-  problem. `run` refuses to start on the same problems. It does not start the agent: a
-  wrong `BRIDGE_AGENT_COMMAND` shows only at the first message (see
-  [troubleshooting](troubleshooting.md)).
+  problem. `run` refuses to start on the same problems. It does not start the agent (a
+  program that fails once started shows only at the first message, see
+  [troubleshooting](troubleshooting.md)); with `BRIDGE_AGENT_SANDBOX=bwrap` it starts
+  `true` in the sandbox once, so a sandbox that cannot start is named here.
 - **Required.** `FEISHU_APP_ID` and `FEISHU_APP_SECRET` always; `FEISHU_VERIFICATION_TOKEN`
   as well in webhook mode. Everything else has a working default.
 - **Times** are in seconds and may have fractions (`0.5`).
@@ -93,6 +94,8 @@ SECTIONS: list[tuple[str, list[str]]] = [
             "bridge_max_agents",
             "bridge_sessions_per_agent",
             "bridge_elicitation",
+            "bridge_agent_sandbox",
+            "bridge_agent_sandbox_hidden",
         ],
     ),
     (
@@ -151,6 +154,8 @@ NOTES = {
         "`当前同时进行的对话太多，请稍后重发上一条消息。` at once instead of waiting."
     ),
     "bridge_elicitation": "Lets agents that support it ask questions as forms.",
+    "bridge_agent_sandbox": "What it hides and what it needs: [sandbox.md](sandbox.md).",
+    "bridge_agent_sandbox_hidden": "Paths that do not exist when an agent starts are skipped.",
     "bridge_first_hint_seconds": "Only once the agent has taken the message.",
     "bridge_heartbeat_seconds": "Never while waiting for the user, recovering, or after the end.",
     "bridge_stale_seconds": (
@@ -184,6 +189,7 @@ MORE_EXAMPLES = {
     "BRIDGE_WORKDIR": "/srv/feishu-bridge/workspace",
     "BRIDGE_MAX_AGENTS": "4",
     "BRIDGE_ELICITATION": "true",
+    "BRIDGE_AGENT_SANDBOX_HIDDEN": "/etc/feishu-bridge",
     "BRIDGE_FIRST_HINT_SECONDS": "8",
     "BRIDGE_HEARTBEAT_SECONDS": "120",
     "BRIDGE_STALE_SECONDS": "900",

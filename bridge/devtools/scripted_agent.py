@@ -81,6 +81,8 @@ SCENARIOS: dict[str, str] = {
     "idle": "idle [MS] — MS after the turn: mode, commands, title and a stray chunk",
     "history": "history — reply with how many prompts this session has seen",
     "echo": "echo TEXT — reply 'echo: TEXT'",
+    "probe": 'probe {"read": [P], "write": [P], "run": [[ARGV]], "env": [PREFIX]} — reply'
+    " `probe: JSON`, what each route gave (sandbox tests)",
 }
 
 STOP_REASONS = ("end_turn", "max_tokens", "max_turn_requests", "refusal", "cancelled")
@@ -269,6 +271,8 @@ class ScriptedAgent:
             await self._update(sid, {"sessionUpdate": kind, "payload": {"x": 1}})
         elif word == "idle":
             self._later((int(args[0]) if args else 20) / 1000, self._idle_burst(sid))
+        elif word == "probe":
+            await self._say(session, f"probe: {json.dumps(_probe(json.loads(rest)))}")
         elif word == "history":
             prompts = sum(1 for entry in session.history if entry["role"] == "user")
             await self._say(session, f"history: {prompts} prompts")
@@ -445,6 +449,38 @@ def _plan(entries: list[str]) -> list[dict[str, str]]:
         {"content": entry, "priority": "medium", "status": "in_progress" if i == 0 else "pending"}
         for i, entry in enumerate(entries)
     ]
+
+
+def _probe(routes: dict[str, list[Any]]) -> dict[str, Any]:
+    """Try each route the way an agent's shell would; report `ok` (a read also gives the
+    sha256 of what it read) or the error's name."""
+    import hashlib
+    import subprocess
+
+    def attempt(action: Any) -> str:
+        try:
+            return str(action())
+        except (OSError, subprocess.SubprocessError) as exc:
+            return type(exc).__name__
+
+    def read(path: str) -> str:
+        return "ok:" + hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+    def write(path: str) -> str:
+        Path(path).write_text("written by the scripted agent\n")
+        return "ok"
+
+    def run(argv: list[str]) -> str:
+        done = subprocess.run(argv, capture_output=True, timeout=10, check=False)
+        return "ok" if done.returncode == 0 else f"exit {done.returncode}"
+
+    prefixes = tuple(routes.get("env", []))
+    return {
+        "read": {p: attempt(lambda p=p: read(p)) for p in routes.get("read", [])},
+        "write": {p: attempt(lambda p=p: write(p)) for p in routes.get("write", [])},
+        "run": {" ".join(a): attempt(lambda a=a: run(a)) for a in routes.get("run", [])},
+        "env": sorted(name for name in os.environ if prefixes and name.startswith(prefixes)),
+    }
 
 
 async def _exit_soon(code: int) -> None:

@@ -59,11 +59,15 @@ def test_every_problem_is_reported_at_once(monkeypatch: pytest.MonkeyPatch) -> N
 
 
 @pytest.fixture(autouse=True)
-def agent_on_path(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The default agent (claude-agent-acp) is not installed here; use one that is."""
+def agent_on_path(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The default agent (claude-agent-acp) is not installed here; use one that is. The
+    default workdir (the folder the bridge runs in, where it reads `.env`) is refused, so
+    the agent gets a folder of its own."""
     monkeypatch.setenv(
         "BRIDGE_AGENT_COMMAND", f"{sys.executable} -m bridge.devtools.scripted_agent"
     )
+    (tmp_path / "workspace").mkdir()
+    monkeypatch.setenv("BRIDGE_WORKDIR", str(tmp_path / "workspace"))
 
 
 def test_run_needs_credentials_and_webhook_needs_a_token() -> None:
@@ -163,3 +167,142 @@ def test_a_malformed_value_does_not_hide_the_missing_credentials(
     assert "FEISHU_EVENT_MODE: invalid value" in err
     assert "FEISHU_APP_ID: not set" in err
     assert "FEISHU_APP_SECRET: not set" in err
+
+
+# --- what the agent can reach ------------------------------------------------------------------
+
+
+def _credentials(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FEISHU_APP_ID", "cli_x")
+    monkeypatch.setenv("FEISHU_APP_SECRET", "secret-x")
+    monkeypatch.setenv("BRIDGE_LOCALE", "en_US")
+
+
+def test_a_workdir_that_holds_the_folder_of_env_is_refused(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The agent writes in its workdir; a `.env` there would be the bridge's settings next
+    start (the working folder is tmp_path here: tests/conftest.py changes into it)."""
+    _credentials(monkeypatch)
+    monkeypatch.setenv("BRIDGE_DATA_DIR", str(tmp_path / "elsewhere" / "data"))
+    for workdir in (tmp_path, tmp_path.parent):
+        monkeypatch.setenv("BRIDGE_WORKDIR", str(workdir))
+        assert main(["check-config"]) == 2
+        err = capsys.readouterr().err
+        assert f"BRIDGE_WORKDIR: is or contains {tmp_path.resolve()}, where the bridge reads" in err
+        assert "example: BRIDGE_WORKDIR=/srv/feishu-bridge/workspace" in err
+        assert main(["run"]) == 2
+
+
+def test_a_workdir_that_holds_the_data_folder_is_refused(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _credentials(monkeypatch)
+    monkeypatch.setenv("BRIDGE_DATA_DIR", str(tmp_path / "workspace" / "state"))
+    assert main(["check-config"]) == 2
+    err = capsys.readouterr().err
+    assert "The configuration has 1 problem(s):" in err
+    expected = f"is or contains the data folder {(tmp_path / 'workspace' / 'state').resolve()}"
+    assert f"BRIDGE_WORKDIR: {expected}" in err
+
+
+def test_a_workdir_inside_the_data_folder_is_allowed(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    _credentials(monkeypatch)
+    monkeypatch.setenv("BRIDGE_DATA_DIR", str(tmp_path))
+    (tmp_path / "run").mkdir()
+    monkeypatch.chdir(tmp_path / "run")
+    assert main(["check-config"]) == 0
+
+
+@pytest.mark.parametrize(
+    ("domain", "ok"),
+    [
+        ("https://open.feishu.cn", True),
+        ("lark", True),
+        ("http://127.0.0.1:9999", True),
+        ("http://127.8.0.1", True),
+        ("http://[::1]:8080", True),
+        ("http://localhost:8080", True),
+        ("http://open.feishu.cn", False),
+        ("http://10.0.0.5:8080", False),
+        ("http://localhost.evil.example", False),
+        ("http://[::2]", False),
+    ],
+)
+def test_feishu_domain_must_be_https_except_on_loopback(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], domain: str, ok: bool
+) -> None:
+    _credentials(monkeypatch)
+    monkeypatch.setenv("FEISHU_DOMAIN", domain)
+    assert main(["check-config"]) == (0 if ok else 2)
+    err = capsys.readouterr().err
+    assert ("FEISHU_DOMAIN: must be an https URL" in err) is not ok
+
+
+def _sandboxed(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, bwrap_script: str | None) -> None:
+    """BRIDGE_AGENT_SANDBOX=bwrap with PATH holding only a stand-in bwrap (or none) and the
+    agent's own folder."""
+    _credentials(monkeypatch)
+    monkeypatch.setenv("BRIDGE_AGENT_SANDBOX", "bwrap")
+    monkeypatch.setenv("BRIDGE_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    tools = tmp_path / "tools"
+    tools.mkdir()
+    if bwrap_script is not None:
+        bwrap = tools / "bwrap"
+        bwrap.write_text(f"#!/bin/sh\n{bwrap_script}\n")
+        bwrap.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tools}:{Path(sys.executable).parent}")
+    monkeypatch.setenv(
+        "BRIDGE_AGENT_COMMAND", f"{sys.executable} -m bridge.devtools.scripted_agent"
+    )
+
+
+def test_check_config_names_a_missing_bubblewrap(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _sandboxed(monkeypatch, tmp_path, None)
+    assert main(["check-config"]) == 2
+    err = capsys.readouterr().err
+    assert "BRIDGE_AGENT_SANDBOX: bubblewrap (bwrap) is not installed: install it" in err
+    assert "apt-get install bubblewrap" in err
+    assert main(["run"]) == 2
+
+
+def test_check_config_names_a_sandbox_the_kernel_refuses(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    refusal = "bwrap: No permissions to create new namespace"
+    _sandboxed(monkeypatch, tmp_path, f"echo '{refusal}' >&2; exit 1")
+    assert main(["check-config"]) == 2
+    err = capsys.readouterr().err
+    assert f"BRIDGE_AGENT_SANDBOX: bubblewrap cannot start a sandbox here ({refusal})" in err
+    assert "Enable unprivileged user namespaces" in err
+
+
+def test_check_config_accepts_a_sandbox_that_starts(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    calls = tmp_path / "calls"
+    _sandboxed(monkeypatch, tmp_path, f'echo "$@" >> {calls}; exit 0')
+    assert main(["check-config"]) == 0
+    (probe,) = calls.read_text().splitlines()  # probed once
+    assert probe.startswith("--unshare-all --share-net --die-with-parent")
+    assert probe.endswith("-- true")
+
+
+def test_check_config_refuses_a_sandbox_that_would_hide_the_agent_program(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The bridge started from the folder its agent is installed in: the sandbox hides the
+    working folder (its `.env`), and with it the agent."""
+    _sandboxed(monkeypatch, tmp_path, "exit 0")
+    agent = tmp_path / "my-agent"
+    agent.write_text("#!/bin/sh\n")
+    agent.chmod(0o755)
+    monkeypatch.setenv("BRIDGE_AGENT_COMMAND", f"{agent} --acp")
+    assert main(["check-config"]) == 2
+    err = capsys.readouterr().err
+    assert f"BRIDGE_AGENT_COMMAND: the agent program {agent} lies in a folder the sandbox" in err

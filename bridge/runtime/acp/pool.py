@@ -32,6 +32,7 @@ from tenacity.wait import wait_base
 from bridge.runtime.acp.process import AgentProcess, SpawnError, spawn_agent
 from bridge.runtime.events import RuntimeExited
 from bridge.runtime.port import RuntimeUnavailable
+from bridge.runtime.sandbox import SandboxPolicy
 
 logger = logging.getLogger(__name__)
 
@@ -68,6 +69,7 @@ class PoolLimits:
     start_timeout: float = 60.0
     shutdown_timeout: float = 2.0
     stderr_lines: int = 200
+    sandbox: SandboxPolicy | None = None  # bubblewrap around every agent process
 
 
 # Sessions a slot serves (by slot index), not counting the one a conversation replaces.
@@ -184,6 +186,7 @@ class AgentPool:
             observer=self._observer,
             on_exit=self._on_exit,
             stderr_lines=self._limits.stderr_lines,
+            sandbox=self._limits.sandbox,
         )
         try:
             await asyncio.wait_for(

@@ -39,6 +39,8 @@ from acp.schema import (
 )
 from acp.utils import notify_model, request_model, serialize_params
 
+from bridge.runtime.sandbox import SandboxPolicy
+
 logger = logging.getLogger(__name__)
 stderr_logger = logging.getLogger("bridge.runtime.agent_stderr")
 
@@ -256,11 +258,14 @@ async def spawn_agent(
     observer: StreamObserver,
     on_exit: Callable[[AgentProcess], None],
     stderr_lines: int = 200,
+    sandbox: SandboxPolicy | None = None,
 ) -> AgentProcess:
-    """Start the agent command and wire its stdio; raises SpawnError when it cannot run."""
+    """Start the agent command (inside `sandbox` when given) and wire its stdio; raises
+    SpawnError when it cannot run."""
+    command = sandbox.wrap(argv) if sandbox is not None else list(argv)
     try:
         process = await asyncio.create_subprocess_exec(
-            *argv,
+            *command,
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,

@@ -67,14 +67,16 @@ from bridge.runtime.acp.sessions import AcpSession, SessionInfo, SessionLost, Se
 from bridge.runtime.acp.turns import AcpTurn, run_prompt
 from bridge.runtime.events import PromptSent, RuntimeExited, TurnEvent
 from bridge.runtime.port import EventSink, SessionHandle
+from bridge.runtime.sandbox import SandboxPolicy
 
 if TYPE_CHECKING:
     from bridge.config import Settings
 
 logger = logging.getLogger(__name__)
 
-# Environment variables an agent process never sees (the Feishu app secret, keys, tokens).
-SCRUBBED_PREFIXES = ("FEISHU_",)
+# Environment variables an agent process never sees: the Feishu app secret, the operator
+# token, and every other setting of the bridge (a future secret among them).
+SCRUBBED_PREFIXES = ("FEISHU_", "BRIDGE_")
 
 __all__ = ["AcpRuntime", "SessionInfo", "SessionLost"]
 
@@ -96,6 +98,7 @@ class AcpRuntime:
         start_timeout: float = 60.0,
         shutdown_timeout: float = 2.0,
         stderr_lines: int = 200,
+        sandbox: SandboxPolicy | None = None,
     ) -> None:
         if not argv:
             raise ValueError("argv must name a program")
@@ -113,6 +116,7 @@ class AcpRuntime:
             start_timeout=start_timeout,
             shutdown_timeout=shutdown_timeout,
             stderr_lines=stderr_lines,
+            sandbox=sandbox,
         )
         self._pool = AgentPool(
             argv,
@@ -135,6 +139,7 @@ class AcpRuntime:
             "max_agents": settings.bridge_max_agents,
             "sessions_per_agent": settings.bridge_sessions_per_agent or None,
             "elicitation": settings.bridge_elicitation,
+            "sandbox": SandboxPolicy.from_settings(settings),
         }
         options.update(overrides)
         return cls(settings.agent_argv, settings.bridge_workdir, **options)
