@@ -101,6 +101,15 @@ class RuntimeUnavailableAtStart:
 
 
 @dataclass(frozen=True)
+class CardNotShown:
+    """Feishu refused an approval or question card (and its plain fallback): nobody can
+    answer it, so the request must not wait on it."""
+
+    turn_id: str
+    request_id: str
+
+
+@dataclass(frozen=True)
 class RuntimeRestarted:
     """The runtime is back after a `RuntimeExited(restarting=True)`.
 
@@ -155,6 +164,7 @@ CoreEvent = (
     | TimerFired
     | Tick
     | RuntimeUnavailableAtStart
+    | CardNotShown
     | RuntimeRestarted
     | RuntimeRestartFailed
     | TurnInterruptedByRestart

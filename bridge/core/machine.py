@@ -31,6 +31,7 @@ from bridge.core.effects import (
 from bridge.core.inputs import (
     AccessRefused,
     ApprovalClicked,
+    CardNotShown,
     Command,
     CommandName,
     ConversationClosed,
@@ -48,6 +49,7 @@ from bridge.core.inputs import (
     UserMessage,
 )
 from bridge.core.lifecycle import (
+    cancel,
     close_pending,
     conclude_grace,
     finish,
@@ -111,6 +113,8 @@ def _dispatch(ctx: StepContext, event: CoreEvent) -> None:
             on_clock(ctx)
         case RuntimeUnavailableAtStart():
             _on_unavailable_at_start(ctx, event)
+        case CardNotShown():
+            _on_card_not_shown(ctx, event)
         case RuntimeRestarted():
             _on_runtime_restarted(ctx, event)
         case RuntimeRestartFailed():
@@ -257,6 +261,19 @@ def _on_unavailable_at_start(ctx: StepContext, event: RuntimeUnavailableAtStart)
     key = "presence.runtime_busy" if event.limit_reached else "presence.runtime_unavailable"
     ctx.update_turn(runtime_done=True)
     finish(ctx, Outcome.FAILED, key, detail=event.reason)
+
+
+def _on_card_not_shown(ctx: StepContext, event: CardNotShown) -> None:
+    turn = ctx.conv.turn
+    asking = ctx.conv.approvals + ((ctx.conv.question,) if ctx.conv.question else ())
+    if turn is None or turn.turn_id != event.turn_id or turn.terminal:
+        ctx.drop(event, "not the current turn")
+        return
+    if not any(r.request_id == event.request_id for r in asking):
+        ctx.drop(event, "request no longer pending")
+        return
+    # Nobody can answer a card nobody sees: the request is refused and the round ends.
+    cancel(ctx, Outcome.FAILED, "presence.card_failed", detail="Feishu refused the card")
 
 
 def _on_interrupted_by_restart(ctx: StepContext, event: TurnInterruptedByRestart) -> None:

@@ -57,6 +57,9 @@ class Timings:
         )
 
 
+# What an approval card shows of a command (the Feishu card view cuts there too).
+CARD_DETAIL_LIMIT = 1500
+
 # Timer names, in the order the machine handles them when several are due at once:
 # endings before reminders, and a stale verdict before any "still working" line.
 STALE = "stale"

@@ -26,6 +26,7 @@ from bridge.core.state import (
     ProgressLine,
     Turn,
 )
+from bridge.core.text import Params
 from bridge.runtime.events import (
     MessageChunk,
     PermissionRequested,
@@ -236,6 +237,11 @@ def _on_permission(ctx: StepContext, event: PermissionRequested) -> None:
         pending_progress=None,
         visible=True,
     )
+    command = event.detail or event.title
+    if len(command) > presence.CARD_DETAIL_LIMIT:
+        # The card shows the head; the whole command follows, never a hidden tail.
+        full: Params = {"length": len(command), "command": command}
+        ctx.say("card.approval.full_command", full, kind="command")
     if entering:
         ctx.say("presence.waiting_approval", kind="wait")
 

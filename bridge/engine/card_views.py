@@ -17,9 +17,12 @@ from bridge.core.effects import (
     UpdateQuestionCard,
 )
 from bridge.feishu.cards import (
+    APPROVAL,
+    QUESTION,
     Choice,
     approval_card,
     approval_closed_card,
+    plain_card,
     question_card,
     question_closed_card,
 )
@@ -59,6 +62,20 @@ class CardViews:
             )
         choices = [Choice(o.value, o.label) for o in work.options]
         return question_card(self._t, request_id=work.request_id, text=work.text, choices=choices)
+
+    def fallback_card(self, work: PostApprovalCard | PostQuestion) -> dict[str, Any]:
+        """What is left when Feishu refuses the full card (too large, too many elements)."""
+        if isinstance(work, PostApprovalCard):
+            kind, header = APPROVAL, "card.approval.header"
+            choices = [
+                Choice(o.option_id, self._option_label(o), o.kind.value) for o in work.options
+            ]
+        else:
+            kind, header = QUESTION, "card.question.header"
+            choices = [Choice(o.value, o.label) for o in work.options]
+        return plain_card(
+            self._t, kind=kind, request_id=work.request_id, header_key=header, choices=choices
+        )
 
     def closed_card(self, work: UpdateApprovalCard | UpdateQuestionCard) -> dict[str, Any]:
         outcome = _CLOSED_KEYS[work.status]

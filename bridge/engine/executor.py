@@ -26,11 +26,14 @@ from bridge.core.effects import (
     UpdateApprovalCard,
     UpdateQuestionCard,
 )
+from bridge.core.inputs import CardNotShown
 from bridge.engine.actor import ConversationActor, Trace, Work
 from bridge.engine.card_views import CardViews, PostedCards, approval_status
 from bridge.engine.render import render
 from bridge.engine.turn_runner import TurnRunner
 from bridge.feishu.api import FeishuApi
+from bridge.feishu.errors import BusinessError, FeishuError
+from bridge.feishu.markup import neutralize_mentions
 from bridge.i18n import Translator
 from bridge.ops.metrics import Metrics
 from bridge.runtime.port import AgentRuntime
@@ -121,16 +124,18 @@ class EffectExecutor:
         if await self._store.sent(idem) is not None:
             log.info("skipped a post already sent before a restart (%s)", idem)
             return
-        ids = await self._feishu.reply_text(reply_to, text, uuid=idem, in_thread=actor.in_thread)
+        # Agent words and tool titles are data: they never mention anyone.
+        safe = neutralize_mentions(text)
+        ids = await self._feishu.reply_text(reply_to, safe, uuid=idem, in_thread=actor.in_thread)
         await self._store.mark_sent(idem, ids, self._clock())
 
     async def _post_card(
         self, actor: ConversationActor, work: PostApprovalCard | PostQuestion
     ) -> None:
-        card = self._cards.open_card(work)
-        message_id = await self._feishu.reply_card(
-            work.reply_to, card, uuid=work.idempotency_key, in_thread=actor.in_thread
-        )
+        message_id = await self._show_card(actor, work)
+        if message_id is None:
+            actor.feed(CardNotShown(work.turn_id, work.request_id))
+            return
         self._posted.remember(work.turn_id, work.card_key, message_id)
         await self._store.mark_sent(work.idempotency_key, [message_id], self._clock())
         if isinstance(work, PostApprovalCard):
@@ -143,6 +148,30 @@ class EffectExecutor:
                 self._clock(),
                 title=work.title,
             )
+
+    async def _show_card(
+        self, actor: ConversationActor, work: PostApprovalCard | PostQuestion
+    ) -> str | None:
+        """The card, or the plain fallback when Feishu refuses it; None when both fail."""
+        reply_to, uuid, in_thread = work.reply_to, work.idempotency_key, actor.in_thread
+        try:
+            card = self._cards.open_card(work)
+            return await self._feishu.reply_card(reply_to, card, uuid=uuid, in_thread=in_thread)
+        except BusinessError as exc:
+            log.warning("Feishu refused a card (%s); sending the plain fallback", exc.code)
+            self._count("fallback")
+        try:
+            card = self._cards.fallback_card(work)
+            fallback = f"{uuid}:plain"
+            return await self._feishu.reply_card(reply_to, card, uuid=fallback, in_thread=in_thread)
+        except FeishuError as exc:
+            log.error("Feishu refused the plain card too (%s); the request is cancelled", exc)
+            self._count("not_shown")
+            return None
+
+    def _count(self, fate: str) -> None:
+        if self._metrics:
+            self._metrics.cards_refused.labels(fate).inc()
 
     async def _update_card(self, work: UpdateApprovalCard | UpdateQuestionCard) -> None:
         if isinstance(work, UpdateApprovalCard):

@@ -11,6 +11,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from bridge.core.presence import CARD_DETAIL_LIMIT
+from bridge.feishu.markup import clip, code_block, markdown_literal, neutralize_mentions
 from bridge.i18n import Translator
 
 APPROVAL = "approval"
@@ -32,14 +34,34 @@ class Choice:
     kind: str = ""  # permission kind, for the button style
 
 
+# What one card shows of an agent's command; a longer one is cut here, says so, and follows
+# in full as a message (the core posts it), so nobody approves a tail they cannot see.
+DETAIL_LIMIT = CARD_DETAIL_LIMIT
+TITLE_LIMIT = 300
+
+
 def _text(content: str) -> dict[str, Any]:
+    """Card markdown: only for the bridge's own texts (and mentions it makes itself)."""
     return {"tag": "div", "text": {"tag": "lark_md", "content": content}}
 
 
+def _words(content: str) -> dict[str, Any]:
+    """Plain text: no markdown, link or mention is interpreted (the agent's words)."""
+    return {"tag": "div", "text": {"tag": "plain_text", "content": neutralize_mentions(content)}}
+
+
 def _asks(t: Translator, title: str, detail: str | None) -> list[dict[str, Any]]:
-    elements = [_text(t("card.approval.asks", title=title))]
-    if detail and detail.strip() != title.strip():  # the title often is the command itself
-        elements.append(_text(f"```\n{detail}\n```"))
+    shown_title, title_cut = clip(title, TITLE_LIMIT)
+    elements = [_words(t("card.approval.asks", title=shown_title))]
+    if title_cut and not detail:
+        detail = title  # a long title is the command: shown whole below, never hidden
+    # The title often is the command itself: shown once when it fits.
+    if detail and (title_cut or detail.strip() != title.strip()):
+        head, cut = clip(detail, DETAIL_LIMIT)
+        elements.append(_text(code_block(head)))
+        if cut:
+            note = t("card.approval.truncated", shown=len(head), length=len(detail))
+            elements.append({"tag": "note", "elements": [_plain(note)]})
     return elements
 
 
@@ -57,7 +79,7 @@ def _buttons(kind: str, request_id: str, choices: Sequence[Choice]) -> dict[str,
         "actions": [
             {
                 "tag": "button",
-                "text": {"tag": "plain_text", "content": choice.label},
+                "text": {"tag": "plain_text", "content": neutralize_mentions(choice.label)},
                 "type": _BUTTON_STYLE.get(choice.kind, "default"),
                 "value": {"kind": kind, "request_id": request_id, "choice": choice.value},
             }
@@ -73,6 +95,14 @@ def approval_card(
     elements.append(_buttons(APPROVAL, request_id, choices))
     elements.append({"tag": "note", "elements": [_plain(t("card.approval.who_may"))]})
     return _card("orange", t("card.approval.header"), elements)
+
+
+def plain_card(
+    t: Translator, *, kind: str, request_id: str, header_key: str, choices: Sequence[Choice]
+) -> dict[str, Any]:
+    """The fallback when Feishu refused the full card: the header and the buttons only."""
+    elements = [_buttons(kind, request_id, choices)] if choices else []
+    return _card("orange", t(header_key), elements)
 
 
 def approval_closed_card(
@@ -96,7 +126,7 @@ def approval_closed_card(
 def question_card(
     t: Translator, *, request_id: str, text: str, choices: Sequence[Choice]
 ) -> dict[str, Any]:
-    elements = [_text(text)]
+    elements = [_words(text)]
     if choices:
         elements.append(_buttons(QUESTION, request_id, choices))
     elements.append({"tag": "note", "elements": [_plain(t("card.question.how_to_answer"))]})
@@ -106,7 +136,11 @@ def question_card(
 def question_closed_card(
     t: Translator, *, text: str, outcome_key: str, **params: str
 ) -> dict[str, Any]:
-    return _card("grey", t("card.question.header"), [_text(text), _text(t(outcome_key, **params))])
+    safe = {
+        name: value if name == "by" else markdown_literal(value) for name, value in params.items()
+    }
+    outcome = _text(t(outcome_key, **safe))
+    return _card("grey", t("card.question.header"), [_words(text), outcome])
 
 
 def _plain(content: str) -> dict[str, Any]:

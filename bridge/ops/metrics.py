@@ -60,6 +60,12 @@ class Metrics:
             ["key"],
             registry=self.registry,
         )
+        self.cards_refused = Counter(
+            "bridge_cards_refused_total",
+            "Cards Feishu refused: shown as the plain fallback, or not shown at all.",
+            ["fate"],
+            registry=self.registry,
+        )
         self.runtime_exits = Counter(
             "bridge_runtime_exits_total",
             "Agent processes that died under a running turn.",

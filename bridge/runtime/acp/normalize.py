@@ -75,7 +75,9 @@ SESSION_STATE_KINDS = frozenset(
 
 QWEN_QUESTION_KIND = "user_question"
 _DETAIL_KEYS = ("command", "cmd", "file_path", "filePath", "path", "url", "pattern", "query")
-_DETAIL_MAX = 500
+# Only a bound against absurd sizes: the approver must see the whole command (the card shows
+# its head and says how long it is; the core posts the rest), never a silently cut one.
+_DETAIL_MAX = 100_000
 
 
 def update_kind(update: Any) -> str:

@@ -249,3 +249,28 @@ def test_an_unanswered_question_is_reminded_once_then_times_out() -> None:
     assert [(p.key, p.final) for p in of_type(out, PostText)] == [
         ("presence.reply_timed_out", True)
     ]
+
+
+def test_a_command_too_long_for_the_card_follows_in_full_as_a_message() -> None:
+    from bridge.core.presence import CARD_DETAIL_LIMIT
+
+    command = "python - <<EOF\n" + "print(1)\n" * CARD_DETAIL_LIMIT
+    d = Driver()
+    d.start()
+    out = d.feed(PermissionRequested(SID, "r1", "Run a script", OPTIONS, detail=command), at=1.0)
+    assert len(of_type(out, PostApprovalCard)) == 1
+    full = [p for p in of_type(out, PostText) if p.key == "card.approval.full_command"]
+    assert [p.params for p in full] == [{"length": len(command), "command": command}]
+    assert keys(out) == ["card.approval.full_command", "presence.waiting_approval"]
+
+
+def test_a_card_feishu_refused_cancels_the_request_and_ends_the_round() -> None:
+    from bridge.core.inputs import CardNotShown
+
+    d = approval_pending()
+    out = d.feed(CardNotShown("m1", "r1"), at=20.0)
+    assert of_type(out, AnswerPermission) == [AnswerPermission("r1", None)]
+    assert of_type(out, CancelTurn) == [CancelTurn("m1", SID)]
+    assert [(p.key, p.final) for p in of_type(out, PostText)] == [("presence.card_failed", True)]
+    assert of_type(out, RecordTerminal)[0].outcome is Outcome.FAILED
+    assert d.conv.approvals == ()
