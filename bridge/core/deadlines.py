@@ -116,6 +116,8 @@ def _drain_timeout(ctx: StepContext) -> None:
 
 
 def _flush_progress(ctx: StepContext) -> None:
+    if ctx.turn.commentary_held:
+        flush_commentary(ctx)
     line = ctx.turn.pending_progress
     if line is not None:
         show_progress(ctx, line)

@@ -29,7 +29,7 @@ from bridge.core.state import (
     Outcome,
     Turn,
 )
-from bridge.core.text import Params
+from bridge.core.text import NOTHING_WRITTEN, Params
 
 
 def start_turn(
@@ -168,8 +168,8 @@ def finish(
     close_pending(ctx, CardStatus.CANCELLED, answer=not ctx.turn.runtime_done)
     turn = ctx.turn
     tid, reply_to, end_id = turn.turn_id, turn.message_id, f"{turn.turn_id}:end"
-    tail = turn.text.strip()
-    ctx.update_turn(text="", pending_progress=None)
+    tail = str(turn.text).strip()
+    ctx.update_turn(text=NOTHING_WRITTEN, pending_progress=None)
     if key is None:
         if tail:
             ctx.emit(RelayAgentText(tail, reply_to, end_id, final=True, turn_id=tid))

@@ -115,7 +115,8 @@ def deadlines(conv: Conversation, timings: Timings) -> dict[str, float]:
                 )
             else:  # a heartbeat follows the hint or real progress, never comes first
                 found[HEARTBEAT] = turn.last_posted_at + timings.heartbeat
-        if turn.pending_progress is not None and turn.last_progress_at is not None:
+        waiting = turn.pending_progress is not None or turn.commentary_held
+        if waiting and turn.last_progress_at is not None:
             found[PROGRESS] = turn.last_progress_at + timings.progress_interval
     elif state is ExecState.WAITING_APPROVAL and conv.approvals:
         first = min(a.asked_at for a in conv.approvals)

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from bridge.core.text import Params
+from bridge.core.text import NOTHING_WRITTEN, Params, Written
 from bridge.runtime.events import PermissionOption, QuestionKind, QuestionOption, StopReason
 
 
@@ -116,7 +116,8 @@ class Turn:
     last_progress_at: float | None = None
     last_progress: ProgressLine | None = None  # dedupes a repeated tool title / plan line
     pending_progress: ProgressLine | None = None
-    text: str = ""  # agent message text not yet relayed
+    text: Written = NOTHING_WRITTEN  # agent message text not yet relayed
+    commentary_held: bool = False  # `text` holds commentary waiting for a progress slot
     seq: int = 0  # numbers the turn's posts for idempotency keys
     recovering_since: float | None = None
     stop_requested_at: float | None = None  # /stop sent to the agent, not yet confirmed

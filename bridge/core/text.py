@@ -38,3 +38,39 @@ def format_elapsed(seconds: float, prefix: str = "time", *, round_up: bool = Fal
     if minutes == 0:
         return Text(f"{prefix}.hours", {"n": hours})
     return Text(f"{prefix}.hours_minutes", {"h": hours, "m": minutes})
+
+
+@dataclass(frozen=True)
+class Written:
+    """Agent text held for a turn, as an immutable chain of chunks: appending is O(1), so a
+    long answer streamed in tiny chunks costs linear time, not a copy per chunk."""
+
+    prev: Written | None = None
+    chunk: str = ""
+    size: int = 0  # characters held, this chunk included
+
+    def add(self, chunk: str) -> Written:
+        if not chunk:
+            return self
+        return Written(self, chunk, self.size + len(chunk))
+
+    def __str__(self) -> str:
+        parts: list[str] = []
+        node: Written | None = self
+        while node is not None:
+            parts.append(node.chunk)
+            node = node.prev
+        return "".join(reversed(parts))
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, str):
+            return str(self) == other  # a chain compares equal to the text it holds
+        if isinstance(other, Written):
+            return self.size == other.size and str(self) == str(other)
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(str(self))
+
+
+NOTHING_WRITTEN = Written()

@@ -26,7 +26,7 @@ from bridge.core.state import (
     ProgressLine,
     Turn,
 )
-from bridge.core.text import Params
+from bridge.core.text import NOTHING_WRITTEN, Params
 from bridge.runtime.events import (
     MessageChunk,
     PermissionRequested,
@@ -92,13 +92,13 @@ def on_turn_event(ctx: StepContext, event: TurnEvent) -> None:
     match event:
         case MessageChunk():
             _alive(ctx, Activity(ActivityKind.WRITING))
-            ctx.update_turn(text=ctx.turn.text + event.text)
+            ctx.update_turn(text=ctx.turn.text.add(event.text))
         case ThoughtChunk():
             _alive(ctx, Activity(ActivityKind.THINKING))
         case ToolCallStarted():
             _alive(ctx, Activity(ActivityKind.TOOL, event.title or None))
             if ctx.conv.state in RUNNING_STATES:
-                flush_commentary(ctx)
+                flush_commentary(ctx, throttled=True)
                 if event.title:
                     _progress(ctx, presence.tool_progress(event.title))
         case ToolCallUpdated():
@@ -137,7 +137,7 @@ def _after_terminal(ctx: StepContext, event: TurnEvent) -> None:
         return
     if isinstance(event, MessageChunk) and not turn.end_posted:
         # The grace window absorbs text that raced the prompt's response.
-        ctx.update_turn(text=turn.text + event.text, last_activity_at=ctx.now)
+        ctx.update_turn(text=turn.text.add(event.text), last_activity_at=ctx.now)
         return
     refuse_request(ctx, event)
     ctx.drop(event, "after the terminal")
@@ -166,10 +166,19 @@ def _alive(ctx: StepContext, activity: Activity | None) -> None:
         ctx.update(state=ExecState.STREAMING)
 
 
-def flush_commentary(ctx: StepContext) -> None:
-    """Agent text before a tool call / request is commentary: relay it as it stands."""
-    text = ctx.turn.text.strip()
-    ctx.update_turn(text="")
+def flush_commentary(ctx: StepContext, *, throttled: bool = False) -> None:
+    """Agent text before a tool call / request is commentary: relay it as it stands.
+
+    `throttled`: within the progress interval the text is held for the next slot (with the
+    progress lines), so an agent alternating words and tool calls cannot flood the chat."""
+    turn = ctx.turn
+    last = turn.last_progress_at
+    if throttled and last is not None and ctx.now - last < ctx.timings.progress_interval:
+        if str(turn.text).strip():
+            ctx.update_turn(text=turn.text.add("\n\n"), commentary_held=True)
+        return
+    text = str(turn.text).strip()
+    ctx.update_turn(text=NOTHING_WRITTEN, commentary_held=False)
     if text:
         idem = ctx.post_key("reply")
         ctx.emit(RelayAgentText(text, ctx.turn.message_id, idem, turn_id=ctx.turn.turn_id))

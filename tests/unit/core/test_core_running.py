@@ -220,3 +220,35 @@ def test_timers_follow_the_state() -> None:
     d.feed(TurnEnded(SID, StopReason.END_TURN), at=6.0)
     assert d.conv.timers == ()
     assert T.first_hint == 5.0
+
+
+def test_commentary_between_rapid_tool_calls_is_held_for_the_next_progress_slot() -> None:
+    from bridge.core.effects import RelayAgentText as Relay
+    from bridge.runtime.events import MessageChunk as Chunk
+
+    d = Driver()
+    d.start()
+    out = []
+    for i in range(20):  # words, a tool, words, a tool… all within one progress interval
+        out += d.feed(Chunk(SID, f"step {i}"), at=1.0 + i * 0.01)
+        out += d.feed(ToolCallStarted(SID, f"t{i}", f"tool {i}"), at=1.0 + i * 0.01)
+    relays = [e for e in out if isinstance(e, Relay)]
+    assert [r.text for r in relays] == ["step 0"]  # the first slot; the rest waits
+    later = d.advance(4.0)  # the next progress slot (interval 3 s)
+    held = [e.text for e in later if isinstance(e, Relay)]
+    assert held == ["\n\n".join(f"step {i}" for i in range(1, 20))]
+
+
+def test_a_long_answer_in_tiny_chunks_arrives_whole_as_one_reply() -> None:
+    from bridge.core.effects import RelayAgentText as Relay
+    from bridge.runtime.events import MessageChunk as Chunk
+    from bridge.runtime.events import StopReason, TurnEnded
+
+    d = Driver()
+    d.start()
+    for _ in range(5_000):
+        d.feed(Chunk(SID, "ab"), at=1.0)
+    out = d.feed(TurnEnded(SID, StopReason.END_TURN), at=2.0)
+    (reply,) = [e for e in out if isinstance(e, Relay)]
+    assert reply.text == "ab" * 5_000
+    assert reply.final
