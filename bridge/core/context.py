@@ -19,7 +19,6 @@ from bridge.core.state import (
 )
 from bridge.core.text import Params
 
-
 _V = TypeVar("_V", Conversation, Turn)
 
 
