@@ -1,7 +1,6 @@
-"""Composition root and command line: `feishu-bridge run | demo | check-config | status`.
-
-Settings are read here, once; everything below receives explicit arguments.
-"""
+"""Command line: `feishu-bridge run | demo | check-config | status`. Settings are read here,
+once (bridge/service.py builds everything from them). `--help` describes the product in
+the language of BRIDGE_LOCALE (`cli.description`), not this module."""
 
 from __future__ import annotations
 
@@ -18,6 +17,8 @@ from bridge.i18n import DEFAULT_LOCALE, LOCALES, Translator
 from bridge.runtime.sandbox import forbid_environ_reading
 
 EXIT_CONFIG = 2
+
+STATUS_CLIENT_ID = "feishu-bridge-status"  # names this command in the operator access log
 
 
 def report_problems(problems: Sequence[ConfigProblem], t: Translator, out: TextIO) -> None:
@@ -70,26 +71,41 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return asyncio.run(run_demo(port=args.port, locale=args.locale, agent=args.agent))
 
 
+def default_status_url() -> str:
+    """The operator listener this machine runs, from BRIDGE_OPS_HOST/PORT (defaults)."""
+    host = os.environ.get("BRIDGE_OPS_HOST", "127.0.0.1").strip() or "127.0.0.1"
+    if host in ("0.0.0.0", "::"):  # bound everywhere: reach it on loopback
+        host = "127.0.0.1"
+    port = os.environ.get("BRIDGE_OPS_PORT", "").strip() or "8081"
+    return f"http://{f'[{host}]' if ':' in host else host}:{port}"
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     import httpx
 
     t = _translator_for_env()
+    url = args.url or default_status_url()
+    headers = {"X-Bridge-Client-Id": STATUS_CLIENT_ID}
+    token = os.environ.get("BRIDGE_OPS_TOKEN", "").strip()
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
     try:
-        response = httpx.get(f"{args.url.rstrip('/')}/status", timeout=5.0)
+        response = httpx.get(f"{url.rstrip('/')}/status", headers=headers, timeout=5.0)
     except httpx.HTTPError as exc:
-        print(t("cli.status_unreachable", url=args.url, error=str(exc)), file=sys.stderr)
+        print(t("cli.status_unreachable", url=url, error=str(exc)), file=sys.stderr)
         return 1
     try:
         body = response.json()
     except ValueError:
-        print(t("cli.status_not_json", url=args.url, status=response.status_code), file=sys.stderr)
+        print(t("cli.status_not_json", url=url, status=response.status_code), file=sys.stderr)
         return 1
     print(json.dumps(body, ensure_ascii=False, indent=2))
     return 0 if response.status_code == 200 else 1
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="feishu-bridge", description=__doc__)
+    description = _translator_for_env()("cli.description")
+    parser = argparse.ArgumentParser(prog="feishu-bridge", description=description)
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("run", help="run the bridge against Feishu (reads FEISHU_* / BRIDGE_*)")
     demo = sub.add_parser("demo", help="local demo: emulator + scripted agent, no account needed")
@@ -99,8 +115,15 @@ def build_parser() -> argparse.ArgumentParser:
         "--agent", default=None, help="an ACP agent command instead of the scripted agent"
     )
     sub.add_parser("check-config", help="validate the configuration and exit")
-    status = sub.add_parser("status", help="print the status of a running bridge")
-    status.add_argument("--url", default="http://127.0.0.1:8080")
+    status = sub.add_parser(
+        "status",
+        help="print the status of a running bridge (its operator API; sends BRIDGE_OPS_TOKEN)",
+    )
+    status.add_argument(
+        "--url",
+        default=None,
+        help="the operator API (default: http://BRIDGE_OPS_HOST:BRIDGE_OPS_PORT, 127.0.0.1:8081)",
+    )
     return parser
 
 

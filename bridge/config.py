@@ -63,8 +63,12 @@ class Settings(BaseSettings):
     )
 
     # --- HTTP server and storage ------------------------------------------------------------
-    bridge_host: str = Field(default="127.0.0.1", description="Address the HTTP server binds.")
-    bridge_port: int = Field(default=8080, ge=0, le=65535, description="Port of the HTTP server.")
+    bridge_host: str = Field(
+        default="127.0.0.1", description="Address the Feishu listener (webhook, /healthz) binds."
+    )
+    bridge_port: int = Field(
+        default=8080, ge=0, le=65535, description="Port of the Feishu listener."
+    )
     bridge_data_dir: Path = Field(
         default_factory=_default_data_dir, description="Folder holding the SQLite store."
     )
@@ -156,11 +160,32 @@ class Settings(BaseSettings):
         default=64, ge=1, description="Conversations whose turns may run at once."
     )
 
+    # --- Who can reach the agent, who can approve -------------------------------------------
+    bridge_allow_all: bool = Field(
+        default=False,
+        description="Allow everyone who can message the bot (both allow-lists empty).",
+    )
+    bridge_requester_may_approve: bool = Field(
+        default=True, description="The requester may answer their own approval cards."
+    )
+
+    # --- Operator API -----------------------------------------------------------------------
+    bridge_ops_host: str = Field(
+        default="127.0.0.1", description="Address the operator API listener binds."
+    )
+    bridge_ops_port: int = Field(
+        default=8081, ge=0, le=65535, description="Port of the operator API listener (0: any)."
+    )
+    bridge_ops_token: SecretStr | None = Field(
+        default=None, description="Bearer token every operator route but /healthz requires."
+    )
+
     @field_validator(
         "feishu_app_id",
         "feishu_app_secret",
         "feishu_encrypt_key",
         "feishu_verification_token",
+        "bridge_ops_token",
         mode="before",
     )
     @classmethod
@@ -233,6 +258,9 @@ EXAMPLES: dict[str, str] = {
     "BRIDGE_AGENT_COMMAND": "claude-agent-acp",
     "BRIDGE_WORKDIR": "/srv/feishu-bridge/workspace",
     "BRIDGE_AGENT_SANDBOX": "bwrap",
+    "BRIDGE_ALLOWED_USERS": "ou_1a2b3c,ou_4d5e6f",
+    "BRIDGE_APPROVERS": "ou_9f8e7d",
+    "BRIDGE_OPS_TOKEN": "<a long random string, e.g. from `openssl rand -hex 32`>",
 }
 
 
@@ -280,29 +308,18 @@ def problems_for_run(settings: Settings) -> list[ConfigProblem]:
         found.append(ConfigProblem("FEISHU_DOMAIN", "domain_not_https"))
     if not settings.bridge_workdir.is_dir():
         found.append(ConfigProblem("BRIDGE_WORKDIR", "not_a_folder"))
-        return found
-    workdir_problems = _workdir_problems(settings)
-    found += workdir_problems
-    if not workdir_problems:
-        found += _sandbox_problems(settings)
-    return found
-
-
-_LOOPBACK_NAMES = {"localhost"}
+    else:
+        workdir_problems = _workdir_problems(settings)
+        found += workdir_problems
+        if not workdir_problems:
+            found += _sandbox_problems(settings)
+    return found + exposure_problems(settings)
 
 
 def _secure_domain(domain: str) -> bool:
     """https, or http to this machine only (the emulator): the app secret travels on it."""
     url = urlsplit(domain)
-    if url.scheme == "https":
-        return True
-    host = (url.hostname or "").lower()
-    if host in _LOOPBACK_NAMES:
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
+    return url.scheme == "https" or is_loopback(url.hostname or "")
 
 
 def _workdir_problems(settings: Settings) -> list[ConfigProblem]:
@@ -344,6 +361,52 @@ def _sandbox_problems(settings: Settings) -> list[ConfigProblem]:
             ConfigProblem("BRIDGE_AGENT_SANDBOX", "sandbox_refused", {"detail": failure.detail})
         )
     return found
+
+
+def exposure_problems(settings: Settings) -> list[ConfigProblem]:
+    """Settings that would expose the agent or the operator API by omission. The service
+    refuses them too (not only `run`), so no entry point starts them by accident."""
+    found: list[ConfigProblem] = []
+    everyone = not settings.bridge_allowed_users and not settings.bridge_allowed_chats
+    if everyone and not settings.bridge_allow_all:
+        found.append(ConfigProblem("BRIDGE_ALLOWED_USERS", "nobody_allowed"))
+    if not settings.bridge_requester_may_approve and not settings.bridge_approvers:
+        found.append(ConfigProblem("BRIDGE_APPROVERS", "no_approvers"))
+    if settings.bridge_ops_token is None and not is_loopback(settings.bridge_ops_host):
+        found.append(
+            ConfigProblem(
+                "BRIDGE_OPS_TOKEN", "ops_token_for_public_host", {"host": settings.bridge_ops_host}
+            )
+        )
+    return found
+
+
+def is_loopback(host: str) -> bool:
+    """Only this machine can connect: `localhost` or a loopback address (names that resolve
+    elsewhere, and the wildcard 0.0.0.0 / ::, are not)."""
+    if host.strip().lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip().strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def describe_access(settings: Settings) -> str:
+    """One log line: who can reach the agent and who can approve (ids, never secrets)."""
+    users, chats = settings.bridge_allowed_users, settings.bridge_allowed_chats
+    if users or chats:
+        reach = f"users={_ids(users, 'any')} chats={_ids(chats, 'any')}"
+    else:
+        reach = "everyone who can message the bot (BRIDGE_ALLOW_ALL=true)"
+    deciders = "requester" if settings.bridge_requester_may_approve else "not the requester"
+    return f"access: who can reach the agent: {reach}; who can approve: {deciders}, " + (
+        f"approvers={_ids(settings.bridge_approvers, 'none')}"
+    )
+
+
+def _ids(ids: tuple[str, ...], empty: str) -> str:
+    return f"{len(ids)} [{', '.join(ids)}]" if ids else empty
 
 
 def load_settings(**overrides: Any) -> tuple[Settings | None, list[ConfigProblem]]:

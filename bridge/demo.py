@@ -99,6 +99,10 @@ async def start_demo(
         "feishu_verification_token": "demo-verification-token",
         "bridge_host": "127.0.0.1",
         "bridge_port": 0,
+        "bridge_ops_host": "127.0.0.1",
+        "bridge_ops_port": 0,
+        # The chat page's users are the emulator's own; anyone on it may drive the agent.
+        "bridge_allow_all": True,
         "bridge_data_dir": data_dir,
         "bridge_workdir": data_dir,
         "bridge_agent_command": agent_command or scripted_agent_command(),
@@ -108,8 +112,8 @@ async def start_demo(
     config = Settings(**values)  # type: ignore[arg-type]
     env = {"SCRIPTED_AGENT_STATE_DIR": str(data_dir / "agent-state")}
     client = feishu(emulator) if feishu is not None else None
-    service = build_service(config, feishu=client, runtime_env=env)
     try:
+        service = build_service(config, feishu=client, runtime_env=env)
         await service.start()
     except BaseException:
         await emulator.close()
@@ -124,7 +128,7 @@ async def run_demo(*, port: int, locale: str | None, agent: str | None = None) -
         extra = {"bridge_locale": locale} if locale else {}
         demo = await start_demo(port=port, data_dir=Path(tmp), agent_command=agent, settings=extra)
         t = Translator(demo.service.settings.bridge_locale)
-        api = f"http://127.0.0.1:{demo.service.port}/runtime-states"
+        api = f"http://127.0.0.1:{demo.service.ops_port}/runtime-states"
         print("\n" + t("cli.demo_ready", chat=demo.chat_url, api=api) + "\n", flush=True)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()

@@ -35,10 +35,16 @@ class MessageSink(Protocol):
 
 @dataclass(frozen=True)
 class AccessPolicy:
+    """Who may reach the agent. Both lists empty admits nobody unless `allow_all` says
+    everyone on purpose (BRIDGE_ALLOW_ALL): an unset list is never a silent "anyone"."""
+
     allowed_users: frozenset[str] = frozenset()
     allowed_chats: frozenset[str] = frozenset()
+    allow_all: bool = False
 
     def admits(self, message: InboundMessage) -> bool:
+        if not self.allowed_users and not self.allowed_chats:
+            return self.allow_all
         if self.allowed_users and message.sender_open_id not in self.allowed_users:
             return False
         return not (self.allowed_chats and message.chat_id not in self.allowed_chats)

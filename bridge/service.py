@@ -1,8 +1,8 @@
-"""The bridge as one long-lived service: wires the store, the Feishu client, the agent
-runtime, the engine, the receiver and the HTTP server, then starts and stops them in order.
+"""The composition root: `build_service` turns Settings into objects (the store, the Feishu
+client, the agent runtime, the engine, the receiver, the Feishu listener or long connection,
+and the operator listener); `BridgeService` only starts and stops them, in order.
 
-`build_service` is the only place that turns Settings into objects; tests and the demo pass
-their own Feishu client or runtime where they need to.
+Tests and the demo pass their own Feishu client or runtime where they need to.
 """
 
 from __future__ import annotations
@@ -13,28 +13,43 @@ import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from aiohttp import web
+from pydantic import SecretStr
 
 import bridge.feishu.webhook as webhook  # imports lark-oapi's crypto once, at start-up
-from bridge.config import Settings
+from bridge.config import ConfigProblem, Settings, describe_access, exposure_problems
 from bridge.core import Options, Timings
 from bridge.engine.engine import Engine, EngineConfig
 from bridge.feishu.api import FeishuApi
 from bridge.feishu.client import FeishuClient
 from bridge.feishu.longconn import ConnectionState, LongConnection
 from bridge.i18n import Translator
+from bridge.listener import Listener
 from bridge.logs import configure_logging
+from bridge.ops.access import ops_middlewares
 from bridge.ops.metrics import Metrics
 from bridge.ops.projection import Projection
-from bridge.ops.routes import ops_routes
+from bridge.ops.routes import health_routes, ops_routes
+from bridge.ops.turns import turn_view
 from bridge.receiver import AccessPolicy, Receiver
 from bridge.runtime.acp.runtime import AcpRuntime
 from bridge.runtime.port import AgentRuntime
+from bridge.store.port import Store
 from bridge.store.sqlite import SqliteStore
 
 log = logging.getLogger(__name__)
+
+
+class UnsafeConfiguration(Exception):
+    """Settings that would expose the agent or the operator API (see `exposure_problems`);
+    `run` reports the same problems before it gets here."""
+
+    def __init__(self, problems: list[ConfigProblem]) -> None:
+        super().__init__(", ".join(f"{p.variable}: {p.code}" for p in problems))
+        self.problems = problems
 
 
 @dataclass
@@ -44,105 +59,74 @@ class BotIdentity:
 
 
 @dataclass
+class Readiness:
+    """What `/healthz` and `/status` read; the service sets it as it starts and stops."""
+
+    clock: Callable[[], float]
+    longconn: LongConnection | None = None
+    ready: bool = False
+    started_at: float = 0.0
+
+    def healthy(self) -> bool:
+        """Ready, and (in websocket mode) a long connection that has not given up."""
+        if not self.ready:
+            return False
+        return self.longconn is None or self.longconn.state not in _DEAD_CONNECTION
+
+
+@dataclass
 class BridgeService:
     settings: Settings
     feishu: FeishuApi
     runtime: AgentRuntime
-    store: SqliteStore
+    store: Store
     engine: Engine
     receiver: Receiver
     projection: Projection
     metrics: Metrics
     clock: Callable[[], float]
+    readiness: Readiness
+    feishu_listener: Listener
+    ops_listener: Listener
+    longconn: LongConnection | None = None
     bot: BotIdentity = field(default_factory=BotIdentity)
     drain_seconds: float = 10.0
     identity_retry_seconds: float = 30.0
     prune_every_seconds: float = 3600.0
     _identity_retry: asyncio.Task[None] | None = None
     _pruner: asyncio.Task[None] | None = None
-    _runner: web.AppRunner | None = None
-    _site: web.TCPSite | None = None
-    _longconn: LongConnection | None = None
-    _ready: bool = False
-    _started_at: float = 0.0
-    port: int = 0
 
-    def app(self) -> web.Application:
-        app = web.Application()
-        if self.settings.feishu_event_mode == "webhook":
-            key = self.settings.feishu_encrypt_key
-            token = self.settings.feishu_verification_token
-            app.add_routes(
-                webhook.webhook_routes(
-                    self.receiver,
-                    encrypt_key=key.get_secret_value() if key else None,
-                    verification_token=token.get_secret_value() if token else None,
-                    bot_open_id_provider=lambda: self.bot.open_id,
-                    bot_name_provider=lambda: self.bot.name,
-                )
-            )
-        app.add_routes(
-            ops_routes(
-                self.projection,
-                ready=self.healthy,
-                status=self.status,
-                turn_view=self.engine.turn_view,
-                metrics=self.metrics,
-            )
-        )
-        return app
+    @property
+    def port(self) -> int:
+        """The Feishu listener's bound port (the webhook URL's)."""
+        return self.feishu_listener.port
 
-    def status(self) -> dict[str, Any]:
-        return {
-            "mode": self.settings.feishu_event_mode,
-            "ready": self._ready,
-            "uptime_seconds": round(self.clock() - self._started_at, 3),
-            "bot_open_id": self.bot.open_id,
-            "long_connection": self._longconn.state.name.lower() if self._longconn else None,
-            "conversations": len(self.engine.conversations),
-            "runtime": self.runtime.snapshot(),
-        }
-
-    def healthy(self) -> bool:
-        """Ready, and (in websocket mode) a long connection that has not given up."""
-        if not self._ready:
-            return False
-        return self._longconn is None or self._longconn.state not in _DEAD_CONNECTION
+    @property
+    def ops_port(self) -> int:
+        """The operator listener's bound port."""
+        return self.ops_listener.port
 
     async def start(self) -> None:
-        self._started_at = self.clock()
+        self.readiness.started_at = self.clock()
+        log.info("%s", describe_access(self.settings))
         await self.store.open()
-        # The server first (healthz says "starting" meanwhile), so a slow Feishu at start-up
-        # does not look like a dead process to the orchestrator.
-        self._runner = web.AppRunner(self.app(), access_log=None)
-        await self._runner.setup()
-        self._site = web.TCPSite(self._runner, self.settings.bridge_host, self.settings.bridge_port)
-        await self._site.start()
-        server = self._site._server
-        sockets = getattr(server, "sockets", None) or []
-        self.port = sockets[0].getsockname()[1] if sockets else self.settings.bridge_port
+        # The listeners first (healthz says "starting" meanwhile), so a slow Feishu at
+        # start-up does not look like a dead process to the orchestrator.
+        await self.feishu_listener.start()
+        await self.ops_listener.start()
         await self._identify()
-        await self.engine.recover(before=self._started_at)
+        await self.engine.recover(before=self.readiness.started_at)
         # Retention: journaled prompts, seen events and finished turns older than 7 days go.
         await self._prune()
         self._pruner = asyncio.create_task(self._prune_forever())
-        if self.settings.feishu_event_mode == "websocket":
-            self._longconn = LongConnection(
-                self.settings.feishu_app_id or "",
-                _secret(self.settings),
-                self.settings.feishu_domain,
-                self.receiver,
-                asyncio.get_running_loop(),
-                bot_open_id_provider=lambda: self.bot.open_id,
-                bot_name_provider=lambda: self.bot.name,
-            )
-            self._longconn.start()
-        self._ready = True
+        if self.longconn is not None:
+            self.longconn.start()
+        self.readiness.ready = True
         log.info(
-            "bridge ready: mode=%s http=%s:%s",
+            "bridge ready: mode=%s %s %s",
             self.settings.feishu_event_mode,
-            self.settings.bridge_host,
-            self.port,
+            self.feishu_listener,
+            self.ops_listener,
         )
 
     async def _identify(self) -> None:
@@ -184,17 +168,17 @@ class BridgeService:
             await self._prune()
 
     async def stop(self) -> None:
-        self._ready = False
+        self.readiness.ready = False
         for task in (self._identity_retry, self._pruner):
             if task is not None:
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)
-        if self._longconn is not None:
-            await self._longconn.stop()
+        if self.longconn is not None:
+            await self.longconn.stop()
         await self.engine.drain(self.drain_seconds)
         self.projection.close()
-        if self._runner is not None:
-            await self._runner.cleanup()
+        await self.feishu_listener.stop()
+        await self.ops_listener.stop()
         await self.runtime.close()
         await self.feishu.aclose()
         await self.store.close()
@@ -203,9 +187,8 @@ class BridgeService:
 _DEAD_CONNECTION = frozenset({ConnectionState.FAILED, ConnectionState.STOPPED})
 
 
-def _secret(settings: Settings) -> str:
-    secret = settings.feishu_app_secret
-    return secret.get_secret_value() if secret else ""
+def _secret(value: SecretStr | None) -> str | None:
+    return value.get_secret_value() if value is not None else None
 
 
 def build_service(
@@ -216,13 +199,20 @@ def build_service(
     clock: Callable[[], float] = time.time,
     runtime_env: dict[str, str] | None = None,
 ) -> BridgeService:
+    """Everything the service runs, built from `settings` (in websocket mode, on the running
+    event loop, which the long connection hands its events to)."""
+    problems = exposure_problems(settings)
+    if problems:
+        raise UnsafeConfiguration(problems)
     translator = Translator(settings.bridge_locale)
     projection = Projection(clock=clock)
     metrics = Metrics(projection)
-    store = SqliteStore(settings.db_path)
+    store: Store = SqliteStore(settings.db_path)
     if feishu is None:
         feishu = FeishuClient(
-            settings.feishu_app_id or "", _secret(settings), settings.feishu_domain
+            settings.feishu_app_id or "",
+            _secret(settings.feishu_app_secret) or "",
+            settings.feishu_domain,
         )
     if runtime is None:
         runtime = AcpRuntime.from_settings(settings, env=runtime_env)
@@ -236,6 +226,7 @@ def build_service(
             options=Options(
                 received_text=settings.bridge_received_text,
                 approvers=frozenset(settings.bridge_approvers),
+                requester_may_approve=settings.bridge_requester_may_approve,
             ),
             ack_emoji=settings.bridge_ack_emoji,
             max_running_turns=settings.bridge_max_conversations,
@@ -249,11 +240,26 @@ def build_service(
         store=store,
         sink=engine,
         policy=AccessPolicy(
-            frozenset(settings.bridge_allowed_users), frozenset(settings.bridge_allowed_chats)
+            frozenset(settings.bridge_allowed_users),
+            frozenset(settings.bridge_allowed_chats),
+            allow_all=settings.bridge_allow_all,
         ),
         bot_open_id=lambda: bot.open_id,
         clock=clock,
         count=lambda fate: metrics.inbound.labels(fate).inc(),
+    )
+    readiness = Readiness(clock)
+    feishu_app = _feishu_app(settings, receiver, bot, readiness)
+    status = partial(_status, settings, readiness, bot, engine, runtime, projection, clock)
+    ops_app = web.Application(middlewares=ops_middlewares(_secret(settings.bridge_ops_token)))
+    ops_app.add_routes(
+        ops_routes(
+            projection,
+            ready=readiness.healthy,
+            status=status,
+            turn_view=partial(turn_view, store),
+            metrics=metrics,
+        )
     )
     return BridgeService(
         settings=settings,
@@ -265,8 +271,65 @@ def build_service(
         projection=projection,
         metrics=metrics,
         clock=clock,
+        readiness=readiness,
+        feishu_listener=Listener("feishu", feishu_app, settings.bridge_host, settings.bridge_port),
+        ops_listener=Listener("ops", ops_app, settings.bridge_ops_host, settings.bridge_ops_port),
+        longconn=readiness.longconn,
         bot=bot,
     )
+
+
+def _feishu_app(
+    settings: Settings, receiver: Receiver, bot: BotIdentity, readiness: Readiness
+) -> web.Application:
+    """The Feishu listener: the event request URL (webhook mode) and `/healthz`. In websocket
+    mode events come over the long connection instead, built here too."""
+    app = web.Application()
+    if settings.feishu_event_mode == "webhook":
+        app.add_routes(
+            webhook.webhook_routes(
+                receiver,
+                encrypt_key=_secret(settings.feishu_encrypt_key),
+                verification_token=_secret(settings.feishu_verification_token),
+                bot_open_id_provider=lambda: bot.open_id,
+                bot_name_provider=lambda: bot.name,
+            )
+        )
+    else:
+        readiness.longconn = LongConnection(
+            settings.feishu_app_id or "",
+            _secret(settings.feishu_app_secret) or "",
+            settings.feishu_domain,
+            receiver,
+            asyncio.get_running_loop(),
+            bot_open_id_provider=lambda: bot.open_id,
+            bot_name_provider=lambda: bot.name,
+        )
+    app.add_routes(health_routes(readiness.healthy))
+    return app
+
+
+def _status(
+    settings: Settings,
+    readiness: Readiness,
+    bot: BotIdentity,
+    engine: Engine,
+    runtime: AgentRuntime,
+    projection: Projection,
+    clock: Callable[[], float],
+) -> dict[str, Any]:
+    """`GET /status`: the process (the conversations' snapshots are added by the route)."""
+    longconn = readiness.longconn
+    return {
+        "mode": settings.feishu_event_mode,
+        "ready": readiness.ready,
+        "uptime_seconds": round(clock() - readiness.started_at, 3),
+        "bot_open_id": bot.open_id,
+        "long_connection": longconn.state.name.lower() if longconn else None,
+        "conversations": len(engine.conversations),
+        "event_subscribers": projection.subscribers(),
+        "runtime": runtime.snapshot(),
+    }
 
 
 async def run_service(settings: Settings) -> int:
@@ -276,6 +339,7 @@ async def run_service(settings: Settings) -> int:
             settings.feishu_app_secret,
             settings.feishu_encrypt_key,
             settings.feishu_verification_token,
+            settings.bridge_ops_token,
         )
         if s is not None
     ]

@@ -116,6 +116,8 @@ SECTIONS: list[tuple[str, list[str]]] = [
             "bridge_max_conversations",
         ],
     ),
+    ("Who can reach the agent", ["bridge_allow_all", "bridge_requester_may_approve"]),
+    ("Operator API", ["bridge_ops_host", "bridge_ops_port", "bridge_ops_token"]),
 ]
 
 # Defaults that depend on the machine, in words (the computed value would differ per host).
@@ -141,7 +143,10 @@ NOTES = {
     ),
     "feishu_verification_token": "Required in webhook mode; a wrong or missing token is 403.",
     "bridge_host": "Use `0.0.0.0` in a container or behind a reverse proxy.",
-    "bridge_port": "Serves the operator API (`/healthz`, `/status`, …) and the webhook.",
+    "bridge_port": (
+        "Serves `POST /feishu/events` (webhook mode) and `/healthz` only; the operator API "
+        "has its own listener (`BRIDGE_OPS_PORT`)."
+    ),
     "bridge_locale": (
         "Also the language of `check-config`'s problem report, which reads it from the "
         "environment only (not from `.env`)."
@@ -173,9 +178,33 @@ NOTES = {
         "shows it expired. Also applies to questions."
     ),
     "bridge_finish_grace_seconds": "Stop reasons `max_tokens`, `max_turn_requests`, `refusal`.",
-    "bridge_allowed_users": "Empty: everyone who can reach the bot. Others get one refusal.",
-    "bridge_allowed_chats": "Empty: every chat the bot is in.",
-    "bridge_approvers": "The requester may always answer their own cards.",
+    "bridge_allowed_users": (
+        "Others get one refusal. With this and `BRIDGE_ALLOWED_CHATS` both empty the bridge "
+        "refuses to start unless `BRIDGE_ALLOW_ALL=true`."
+    ),
+    "bridge_allowed_chats": "Empty: every chat the bot is in (see `BRIDGE_ALLOWED_USERS`).",
+    "bridge_approvers": (
+        "The requester may also answer their own cards unless `BRIDGE_REQUESTER_MAY_APPROVE=false`."
+    ),
+    "bridge_allow_all": (
+        "Only read when both allow-lists are empty: `true` says on purpose that anyone who "
+        "can message the bot may drive the agent. See [security.md](security.md)."
+    ),
+    "bridge_requester_may_approve": (
+        "`false`: only `BRIDGE_APPROVERS` may answer approval cards (four eyes); the "
+        "requester is told who can. Needs at least one approver. Questions and `/stop` stay "
+        "the requester's."
+    ),
+    "bridge_ops_host": (
+        "Serves `/status`, `/runtime-states`, `/events`, `/turns/{id}`, `/metrics` and "
+        "`/healthz`. A non-loopback address needs `BRIDGE_OPS_TOKEN` (else the bridge "
+        "refuses to start)."
+    ),
+    "bridge_ops_port": "`feishu-bridge status` reads it from here by default.",
+    "bridge_ops_token": (
+        "Sent as `Authorization: Bearer <token>`; a missing or wrong token is 401. "
+        "`/healthz` stays open for probes."
+    ),
     "bridge_max_conversations": (
         "A message beyond the limit waits for a free place, showing only the reaction."
     ),
@@ -203,6 +232,10 @@ MORE_EXAMPLES = {
     "BRIDGE_ALLOWED_CHATS": "oc_7a8b9c",
     "BRIDGE_APPROVERS": "ou_9f8e7d",
     "BRIDGE_MAX_CONVERSATIONS": "32",
+    "BRIDGE_ALLOW_ALL": "true",
+    "BRIDGE_REQUESTER_MAY_APPROVE": "false",
+    "BRIDGE_OPS_HOST": "127.0.0.1",
+    "BRIDGE_OPS_PORT": "8081",
 }
 
 

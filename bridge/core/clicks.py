@@ -26,11 +26,15 @@ from bridge.core.lifecycle import resume
 from bridge.core.state import Conversation
 
 
-def may_answer(conv: Conversation, operator: str) -> bool:
-    """The round's requester, or a configured approver, may answer for it or stop it."""
-    return conv.turn is not None and (
-        operator == conv.turn.requester or operator in conv.options.approvers
-    )
+def may_answer(conv: Conversation, operator: str, *, approval: bool = False) -> bool:
+    """The round's requester, or a configured approver, may answer for it or stop it; an
+    approval card only an approver when the requester may not approve their own requests."""
+    if conv.turn is None:
+        return False
+    if operator in conv.options.approvers:
+        return True
+    own = operator == conv.turn.requester
+    return own and (conv.options.requester_may_approve or not approval)
 
 
 def _refuse(ctx: StepContext, request_id: str, operator: str, key: str) -> None:
@@ -43,8 +47,20 @@ def on_approval_clicked(ctx: StepContext, event: ApprovalClicked) -> None:
     if approval is None:
         _refuse(ctx, event.request_id, event.operator_open_id, "card.already_handled")
         return
-    if not may_answer(conv, event.operator_open_id):
-        _refuse(ctx, event.request_id, event.operator_open_id, "card.not_allowed")
+    if not may_answer(conv, event.operator_open_id, approval=True):
+        if event.operator_open_id == ctx.turn.requester:  # four eyes: name who can
+            approvers = ", ".join(sorted(conv.options.approvers))
+            ctx.emit(
+                AnswerCallback(
+                    event.request_id,
+                    event.operator_open_id,
+                    Toast.WARNING,
+                    "card.approvers_only",
+                    params={"approvers": approvers},
+                )
+            )
+        else:
+            _refuse(ctx, event.request_id, event.operator_open_id, "card.not_allowed")
         return
     option = next((o for o in approval.options if o.option_id == event.option_id), None)
     if option is None:

@@ -179,6 +179,7 @@ class AnswerCallback:
     toast: Toast
     key: str
     card: UpdateApprovalCard | UpdateQuestionCard | None = None
+    params: Params = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -148,6 +148,9 @@ class Options:
 
     received_text: bool = False
     approvers: frozenset[str] = frozenset()  # may answer any approval / question card
+    # False: a requester may not approve their own agent's request (four eyes); only
+    # `approvers` may. Questions and /stop stay the requester's.
+    requester_may_approve: bool = True
 
 
 @dataclass(frozen=True)

@@ -122,23 +122,6 @@ class Engine:
             actor.close()
         await self._tasks.drain(grace)
 
-    async def turn_view(self, turn_id: str) -> dict[str, object] | None:
-        """A turn and its timeline, for operators (`GET /turns/{id}`)."""
-        turn = await self._store.turn(turn_id)
-        if turn is None:
-            return None
-        return {
-            "turn_id": turn.turn_id,
-            "conversation": turn.conversation_key,
-            "started_at": turn.started_at,
-            "outcome": turn.outcome.value if turn.outcome else None,
-            "finished_at": turn.finished_at,
-            "trace": [
-                {"at": e.at, "kind": e.kind, "detail": e.detail}
-                for e in await self._store.trace_for(turn_id)
-            ],
-        }
-
     async def wait_idle(self) -> None:
         """Until every actor has performed what it was given (tests and shutdown)."""
         await self._conversations.wait_idle()

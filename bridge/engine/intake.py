@@ -21,6 +21,7 @@ from bridge.core.inputs import (
 from bridge.engine.card_views import CardViews
 from bridge.engine.commands import parse_command
 from bridge.engine.conversations import Conversations
+from bridge.engine.render import render
 from bridge.feishu.api import FeishuApi
 from bridge.feishu.cards import APPROVAL, decode_action
 from bridge.feishu.models import CardAction, CardActionReply, InboundMessage
@@ -90,7 +91,9 @@ class Intake:
             return CardActionReply(toast_type="info", toast_text=self._t("card.already_handled"))
         card = self._cards.closed_card(answer.card) if answer.card is not None else None
         return CardActionReply(
-            toast_type=answer.toast.value, toast_text=self._t(answer.key), card=card
+            toast_type=answer.toast.value,
+            toast_text=render(self._t, answer.key, answer.params),
+            card=card,
         )
 
     async def recover(self, before: float) -> None:

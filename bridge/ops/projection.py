@@ -22,6 +22,7 @@ TERMINAL = object()  # sentinel closing a subscription
 class Subscription:
     queue: asyncio.Queue[dict[str, Any] | object]
     dropped: int = 0
+    client_id: str | None = None  # the observer's X-Bridge-Client-Id, when it sent one
 
 
 @dataclass
@@ -66,10 +67,14 @@ class Projection:
         frame = self._states.get(conversation_key)
         return None if frame is None else dict(frame["snapshot"])
 
-    def subscribe(self) -> Subscription:
-        sub = Subscription(asyncio.Queue(maxsize=self.queue_size))
+    def subscribe(self, client_id: str | None = None) -> Subscription:
+        sub = Subscription(asyncio.Queue(maxsize=self.queue_size), client_id=client_id)
         self._subscribers.add(sub)
         return sub
+
+    def subscribers(self) -> list[str | None]:
+        """Who is watching (their client ids, None for anonymous), for `/status`."""
+        return sorted((s.client_id for s in self._subscribers), key=lambda c: c or "")
 
     def unsubscribe(self, sub: Subscription) -> None:
         self._subscribers.discard(sub)

@@ -1,4 +1,5 @@
-"""Operator HTTP API on the bridge's aiohttp server.
+"""Operator HTTP API, on its own listener (`BRIDGE_OPS_HOST`:`BRIDGE_OPS_PORT`); who may read
+it is decided in access.py. The Feishu listener serves `/healthz` only (`health_routes`).
 
 GET /healthz         200 once ready, 503 before (and while shutting down)
 GET /status          process-level summary plus every conversation's snapshot
@@ -17,6 +18,7 @@ from typing import Any
 
 from aiohttp import web
 
+from bridge.ops.access import client_id
 from bridge.ops.metrics import CONTENT_TYPE, Metrics
 from bridge.ops.projection import TERMINAL, Projection
 
@@ -28,6 +30,15 @@ def _sse(event: str, data: dict[str, Any]) -> bytes:
     return f"event: {event}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n".encode()
 
 
+def health_routes(ready: Callable[[], bool]) -> list[web.RouteDef]:
+    async def healthz(_: web.Request) -> web.Response:
+        if ready():
+            return web.json_response({"status": "ok"})
+        return web.json_response({"status": "starting"}, status=503)
+
+    return [web.get("/healthz", healthz)]
+
+
 def ops_routes(
     projection: Projection,
     *,
@@ -36,11 +47,6 @@ def ops_routes(
     turn_view: TurnView,
     metrics: Metrics,
 ) -> list[web.RouteDef]:
-    async def healthz(_: web.Request) -> web.Response:
-        if ready():
-            return web.json_response({"status": "ok"})
-        return web.json_response({"status": "starting"}, status=503)
-
     async def status_view(_: web.Request) -> web.Response:
         return web.json_response({**status(), "runtime_states": projection.snapshot()})
 
@@ -52,7 +58,7 @@ def ops_routes(
             headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
         )
         await response.prepare(request)
-        sub = projection.subscribe()
+        sub = projection.subscribe(client_id(request))
         try:
             # The current picture first, so a new observer needs no separate GET.
             await response.write(_sse("snapshot", projection.snapshot()))
@@ -82,7 +88,7 @@ def ops_routes(
         return web.Response(body=metrics.render(), headers={"Content-Type": CONTENT_TYPE})
 
     return [
-        web.get("/healthz", healthz),
+        *health_routes(ready),
         web.get("/metrics", metrics_view),
         web.get("/turns/{turn_id}", turn),
         web.get("/status", status_view),

@@ -40,6 +40,16 @@ class Stack:
         return self.demo.emulator
 
     @property
+    def ops_url(self) -> str:
+        """The operator API (its own listener, not the Feishu port)."""
+        return f"http://127.0.0.1:{self.demo.service.ops_port}"
+
+    @property
+    def feishu_url(self) -> str:
+        """The Feishu listener (webhook and /healthz only)."""
+        return f"http://127.0.0.1:{self.demo.service.port}"
+
+    @property
     def chat(self) -> str:
         return self.emu.p2p_chat_id
 

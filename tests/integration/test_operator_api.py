@@ -1,18 +1,24 @@
-"""Operator surfaces over real HTTP: the per-turn timeline and the SSE stream of snapshots."""
+"""Operator surfaces over real HTTP, on the operator listener: the per-turn timeline, the SSE
+stream of snapshots, metrics, and who may read them (token, client id, access log)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 from pathlib import Path
 
 import httpx
+import pytest
 
+from bridge.app import main
+from bridge.service import UnsafeConfiguration
 from bridge.store.port import MessageState
 from tests.integration.stack import Stack, running_stack
 
 
 def base(stack: Stack) -> str:
-    return f"http://127.0.0.1:{stack.demo.service.port}"
+    return stack.ops_url
 
 
 async def test_turn_timeline_records_what_happened_without_any_text(stack: Stack) -> None:
@@ -92,3 +98,110 @@ async def test_old_records_are_pruned_at_start(tmp_path: Path) -> None:
         await stack.settled()
         assert await stack.demo.service.store.message("om_old") is None
         assert await stack.demo.service.store.claim_event("ev-old", "om_old", now=2000.0)
+
+
+# -- the operator listener: its own port, a bearer token, client identity, an access log ----
+
+TOKEN = "ops-t0ken-4f9c2e-never-logged"
+OPERATOR_ROUTES = ["/status", "/runtime-states", "/events", "/turns/om_x", "/metrics"]
+
+
+async def test_the_feishu_port_serves_no_operator_route(stack: Stack) -> None:
+    async with httpx.AsyncClient(trust_env=False) as http:
+        for path in OPERATOR_ROUTES:
+            response = await http.get(f"{stack.feishu_url}{path}")
+            assert response.status_code == 404, path
+        assert (await http.get(f"{stack.feishu_url}/healthz")).status_code == 200
+        assert (await http.get(f"{stack.ops_url}/healthz")).status_code == 200
+        assert (await http.get(f"{stack.ops_url}/status")).status_code == 200  # no token set
+    assert stack.demo.service.ops_port != stack.demo.service.port
+
+
+async def test_a_token_guards_every_operator_route_but_healthz(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="bridge.ops.access")
+    async with (
+        running_stack(tmp_path / "bridge", settings={"bridge_ops_token": TOKEN}) as stack,
+        httpx.AsyncClient(trust_env=False, timeout=5.0) as http,
+    ):
+        for path in OPERATOR_ROUTES:
+            missing = await http.get(f"{stack.ops_url}{path}")
+            wrong = await http.get(
+                f"{stack.ops_url}{path}", headers={"Authorization": f"Bearer {TOKEN}x"}
+            )
+            assert (missing.status_code, wrong.status_code) == (401, 401), path
+            assert missing.headers["WWW-Authenticate"].startswith("Bearer")
+        assert (await http.get(f"{stack.ops_url}/healthz")).status_code == 200
+        good = {"Authorization": f"Bearer {TOKEN}", "X-Bridge-Client-Id": "dash-1"}
+        status = await http.get(f"{stack.ops_url}/status", headers=good)
+        assert status.status_code == 200
+        assert status.json()["ready"] is True
+        metrics = await http.get(f"{stack.ops_url}/metrics", headers=good)
+        assert metrics.status_code == 200
+    lines = [r.getMessage() for r in caplog.records if r.name == "bridge.ops.access"]
+    assert "GET /status 401 client=-" in lines
+    assert "GET /status 200 client=dash-1" in lines
+    assert "GET /healthz 200 client=-" in lines
+    assert TOKEN not in caplog.text
+
+
+@pytest.mark.parametrize("client_id", ["two words", "x" * 129, "", "ünïcode".encode(), "a/b"])
+async def test_a_malformed_client_id_is_a_400_that_says_why(
+    stack: Stack, client_id: str | bytes
+) -> None:
+    async with httpx.AsyncClient(trust_env=False) as http:
+        response = await http.get(
+            f"{stack.ops_url}/status", headers={"X-Bridge-Client-Id": client_id}
+        )
+    assert response.status_code == 400
+    assert response.json() == {
+        "error": "invalid X-Bridge-Client-Id: use 1 to 128 characters from A-Z a-z 0-9 . _ : -"
+    }
+
+
+async def test_an_events_subscriber_is_known_by_its_client_id(stack: Stack) -> None:
+    async with (
+        httpx.AsyncClient(trust_env=False, timeout=10.0) as http,
+        http.stream(
+            "GET", f"{stack.ops_url}/events", headers={"X-Bridge-Client-Id": "wall.display:7"}
+        ) as response,
+    ):
+        async for line in response.aiter_lines():
+            if line.startswith("data: "):  # the first snapshot: subscribed
+                break
+        status = await http.get(
+            f"{stack.ops_url}/status", headers={"X-Bridge-Client-Id": "x" * 128}
+        )
+    assert status.status_code == 200
+    assert status.json()["event_subscribers"] == ["wall.display:7"]
+
+
+async def test_status_command_reaches_the_ops_listener_with_the_token_and_its_id(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    caplog.set_level(logging.INFO, logger="bridge.ops.access")
+    async with running_stack(tmp_path / "bridge", settings={"bridge_ops_token": TOKEN}) as stack:
+        monkeypatch.setenv("BRIDGE_OPS_PORT", str(stack.demo.service.ops_port))
+        assert await asyncio.to_thread(main, ["status"]) == 1  # no token in the environment
+        assert json.loads(capsys.readouterr().out) == {"error": "missing or wrong bearer token"}
+        monkeypatch.setenv("BRIDGE_OPS_TOKEN", TOKEN)
+        assert await asyncio.to_thread(main, ["status"]) == 0  # default URL: the ops listener
+        assert json.loads(capsys.readouterr().out)["ready"] is True
+    lines = [r.getMessage() for r in caplog.records if r.name == "bridge.ops.access"]
+    assert lines[-2:] == [
+        "GET /status 401 client=feishu-bridge-status",
+        "GET /status 200 client=feishu-bridge-status",
+    ]
+
+
+async def test_the_bridge_refuses_an_operator_api_off_loopback_without_a_token(
+    tmp_path: Path,
+) -> None:
+    with pytest.raises(UnsafeConfiguration) as refused:
+        async with running_stack(tmp_path / "bridge", settings={"bridge_ops_host": "0.0.0.0"}):
+            pass
+    assert [p.variable for p in refused.value.problems] == ["BRIDGE_OPS_TOKEN"]

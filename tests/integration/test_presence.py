@@ -216,7 +216,7 @@ async def test_status_during_a_turn_shows_state_elapsed_and_queue(stack: Stack) 
     assert "排队 1 条" in status
 
     async with httpx.AsyncClient(trust_env=False) as http:
-        url = f"http://127.0.0.1:{stack.demo.service.port}/runtime-states"
+        url = f"{stack.ops_url}/runtime-states"
         first = (await http.get(url)).json()
         conv = first["conversations"][stack.chat]
         assert conv["state"] == "streaming"

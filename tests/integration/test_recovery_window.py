@@ -11,7 +11,7 @@ t = Translator("zh_CN")
 
 async def test_recovery_skips_what_this_process_already_took(stack: Stack) -> None:
     service = stack.demo.service
-    started = service._started_at
+    started = service.readiness.started_at
     chat = stack.emu.open_chat("p2p")
     # Two messages that exist in the chat but were never delivered to this process.
     webhook, stack.emu.webhook_url = stack.emu.webhook_url, None

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from bridge.app import main
-from bridge.config import LARK_DOMAIN, load_settings, problems_for_run
+from bridge.config import LARK_DOMAIN, describe_access, is_loopback, load_settings, problems_for_run
 
 
 def test_defaults_are_the_documented_ones() -> None:
@@ -68,6 +68,13 @@ def agent_on_path(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     )
     (tmp_path / "workspace").mkdir()
     monkeypatch.setenv("BRIDGE_WORKDIR", str(tmp_path / "workspace"))
+
+
+@pytest.fixture(autouse=True)
+def someone_allowed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An allow-list, so the tests of other variables see only their own problems; the
+    access checks below clear it."""
+    monkeypatch.setenv("BRIDGE_ALLOWED_USERS", "ou_alice")
 
 
 def test_run_needs_credentials_and_webhook_needs_a_token() -> None:
@@ -306,3 +313,106 @@ def test_check_config_refuses_a_sandbox_that_would_hide_the_agent_program(
     assert main(["check-config"]) == 2
     err = capsys.readouterr().err
     assert f"BRIDGE_AGENT_COMMAND: the agent program {agent} lies in a folder the sandbox" in err
+
+
+# -- who can reach the agent, who can approve, who can read the operator API ---------------
+
+
+def test_run_refuses_an_agent_open_to_everyone_and_says_how_to_fix_it(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _credentials(monkeypatch)
+    monkeypatch.delenv("BRIDGE_ALLOWED_USERS")
+    assert main(["check-config"]) == 2
+    assert main(["run"]) == 2  # refused before anything starts
+    err = capsys.readouterr().err
+    assert "BRIDGE_ALLOWED_USERS: with BRIDGE_ALLOWED_USERS and BRIDGE_ALLOWED_CHATS both" in err
+    assert "set BRIDGE_ALLOW_ALL=true to allow everyone on purpose" in err
+    assert "example: BRIDGE_ALLOWED_USERS=ou_1a2b3c,ou_4d5e6f" in err
+
+
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [
+        ("BRIDGE_ALLOW_ALL", "true"),
+        ("BRIDGE_ALLOWED_CHATS", "oc_team"),
+        ("BRIDGE_ALLOWED_USERS", "ou_a"),
+    ],
+)
+def test_an_allow_list_or_an_explicit_allow_all_is_accepted(
+    monkeypatch: pytest.MonkeyPatch, variable: str, value: str
+) -> None:
+    _credentials(monkeypatch)
+    monkeypatch.delenv("BRIDGE_ALLOWED_USERS")
+    monkeypatch.setenv(variable, value)
+    assert main(["check-config"]) == 0
+
+
+def test_four_eyes_without_approvers_is_refused(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _credentials(monkeypatch)
+    monkeypatch.setenv("BRIDGE_REQUESTER_MAY_APPROVE", "false")
+    assert main(["check-config"]) == 2
+    err = capsys.readouterr().err
+    assert "BRIDGE_APPROVERS: required when BRIDGE_REQUESTER_MAY_APPROVE=false" in err
+    monkeypatch.setenv("BRIDGE_APPROVERS", "ou_boss")
+    assert main(["check-config"]) == 0
+
+
+def test_an_operator_api_off_loopback_needs_a_token(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _credentials(monkeypatch)
+    monkeypatch.setenv("BRIDGE_OPS_HOST", "0.0.0.0")
+    assert main(["check-config"]) == 2
+    assert main(["run"]) == 2  # refused before anything starts
+    err = capsys.readouterr().err
+    assert "BRIDGE_OPS_TOKEN: required when BRIDGE_OPS_HOST (0.0.0.0) is not a loopback" in err
+    monkeypatch.setenv("BRIDGE_OPS_TOKEN", "t0ken-never-shown")
+    assert main(["check-config"]) == 0
+    assert "t0ken-never-shown" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("host", "loopback"),
+    [
+        ("127.0.0.1", True),
+        ("127.0.0.53", True),
+        ("::1", True),
+        ("[::1]", True),
+        ("localhost", True),
+        ("0.0.0.0", False),
+        ("::", False),
+        ("10.0.0.5", False),
+        ("ops.internal", False),
+    ],
+)
+def test_loopback_means_only_this_machine(host: str, loopback: bool) -> None:
+    assert is_loopback(host) is loopback
+
+
+def test_the_access_line_names_who_can_reach_and_who_can_approve() -> None:
+    settings, _ = load_settings(
+        bridge_allowed_users="ou_a,ou_b",
+        bridge_approvers="ou_boss",
+        bridge_requester_may_approve=False,
+        bridge_ops_token="t0ken-never-shown",
+    )
+    assert settings is not None
+    assert describe_access(settings) == (
+        "access: who can reach the agent: users=2 [ou_a, ou_b] chats=any; "
+        "who can approve: not the requester, approvers=1 [ou_boss]"
+    )
+
+
+def test_help_describes_the_product_not_the_module(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("BRIDGE_LOCALE", "en_US")
+    with pytest.raises(SystemExit) as done:
+        main(["--help"])
+    assert done.value.code == 0
+    out = " ".join(capsys.readouterr().out.split())  # argparse wraps lines
+    assert "Connects Feishu/Lark chats to an AI coding agent" in out
+    assert "Settings are read here" not in out

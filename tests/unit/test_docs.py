@@ -308,3 +308,17 @@ def test_is_catalog_text() -> None:
     assert is_catalog_text("已排队（第 2 位），当前这一轮结束后处理。", texts)
     assert is_catalog_text("正在处理…", texts)
     assert not is_catalog_text("正在处理中…", texts)
+
+
+def test_every_security_claim_points_at_a_real_test() -> None:
+    """docs/security.md: `tests/…py::name` (or `::name`, the file before) names a test."""
+    text = read(DOCS / "security.md")
+    pointers = re.findall(r"`(tests/[\w/]+\.py)?::(test_\w+)`", text)
+    assert len(pointers) >= 20
+    missing, current = [], ""
+    for path, name in pointers:
+        current = path or current
+        source = (ROOT / current).read_text(encoding="utf-8")
+        if not re.search(rf"^(async )?def {name}\(", source, flags=re.M):
+            missing.append(f"{current}::{name}")
+    assert missing == []

@@ -1,0 +1,22 @@
+"""`GET /turns/{id}`: one turn's outcome and timeline, read from the store (never any text a
+user wrote: the store keeps prompts out of traces)."""
+
+from __future__ import annotations
+
+from bridge.store.port import Store
+
+
+async def turn_view(store: Store, turn_id: str) -> dict[str, object] | None:
+    turn = await store.turn(turn_id)
+    if turn is None:
+        return None
+    return {
+        "turn_id": turn.turn_id,
+        "conversation": turn.conversation_key,
+        "started_at": turn.started_at,
+        "outcome": turn.outcome.value if turn.outcome else None,
+        "finished_at": turn.finished_at,
+        "trace": [
+            {"at": e.at, "kind": e.kind, "detail": e.detail} for e in await store.trace_for(turn_id)
+        ],
+    }
