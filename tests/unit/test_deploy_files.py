@@ -127,3 +127,21 @@ def test_every_command_line_written_exists(path: Path) -> None:
             if option not in options:
                 problems.append(f"`feishu-bridge {sub} {option}`: no such option")
     assert problems == []
+
+
+def test_a_configuration_error_is_not_restarted_forever() -> None:
+    """Exit code 2 (bad settings) cannot be fixed by a restart: systemd stops, compose bounds it."""
+    unit = (DEPLOY / "feishu-bridge.service").read_text(encoding="utf-8")
+    assert re.search(r"^RestartPreventExitStatus=.*\b2\b", unit, re.M)
+    compose = (DEPLOY / "compose.yaml").read_text(encoding="utf-8")
+    policies = re.findall(r"^\s*restart:\s*(\S+)", compose, re.M)
+    assert policies, "compose sets no restart policy"
+    for policy in policies:
+        # `always`/`unless-stopped` restart a bad configuration forever; on-failure needs a bound.
+        assert re.fullmatch(r"on-failure:[1-9][0-9]?", policy), policy
+
+
+def test_the_deploy_files_run_every_agent_in_the_sandbox() -> None:
+    for path in (DEPLOY / "Dockerfile", DEPLOY / "feishu-bridge.service"):
+        text = path.read_text(encoding="utf-8")
+        assert re.search(r"BRIDGE_AGENT_SANDBOX=bwrap", text), path.name
