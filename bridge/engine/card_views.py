@@ -45,8 +45,12 @@ def mention(open_id: str | None) -> str:
 class CardViews:
     """Renders cards in the deployment's language."""
 
-    def __init__(self, translator: Translator) -> None:
+    def __init__(self, translator: Translator, *, requester_may_approve: bool = True) -> None:
         self._t = translator
+        # Four eyes: the card's note must not tell the requester they may choose.
+        self._who_may = (
+            "card.approval.who_may" if requester_may_approve else "card.approval.who_may_approvers"
+        )
 
     def open_card(self, work: PostApprovalCard | PostQuestion) -> dict[str, Any]:
         if isinstance(work, PostApprovalCard):
@@ -59,6 +63,7 @@ class CardViews:
                 title=work.title,
                 detail=work.detail,
                 choices=choices,
+                who_may_key=self._who_may,
             )
         choices = [Choice(o.value, o.label) for o in work.options]
         return question_card(self._t, request_id=work.request_id, text=work.text, choices=choices)

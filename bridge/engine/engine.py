@@ -54,7 +54,7 @@ class Engine:
         metrics: Metrics | None = None,
     ) -> None:
         self._tasks = TaskTracker("engine")
-        cards = CardViews(translator)
+        cards = CardViews(translator, requester_may_approve=config.options.requester_may_approve)
         runner = TurnRunner(
             runtime=runtime,
             store=store,

@@ -89,11 +89,17 @@ def _buttons(kind: str, request_id: str, choices: Sequence[Choice]) -> dict[str,
 
 
 def approval_card(
-    t: Translator, *, request_id: str, title: str, detail: str | None, choices: Sequence[Choice]
+    t: Translator,
+    *,
+    request_id: str,
+    title: str,
+    detail: str | None,
+    choices: Sequence[Choice],
+    who_may_key: str = "card.approval.who_may",
 ) -> dict[str, Any]:
     elements = _asks(t, title, detail)
     elements.append(_buttons(APPROVAL, request_id, choices))
-    elements.append({"tag": "note", "elements": [_plain(t("card.approval.who_may"))]})
+    elements.append({"tag": "note", "elements": [_plain(t(who_may_key))]})
     return _card("orange", t("card.approval.header"), elements)
 
 

@@ -4,6 +4,7 @@ everyone only when said so, the one start-up line saying who can do what, and fo
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 
@@ -62,6 +63,9 @@ async def test_start_up_says_in_one_line_who_can_reach_the_agent_and_who_can_app
 async def test_the_requester_cannot_approve_and_is_told_who_can(tmp_path: Path) -> None:
     async with running_stack(tmp_path / "bridge", settings=FOUR_EYES) as stack:
         _, card = await ask_approval(stack)
+        # The card's own note does not tell the requester they may choose.
+        assert T("card.approval.who_may_approvers") in json.dumps(card.card, ensure_ascii=False)
+        assert T("card.approval.who_may") not in json.dumps(card.card, ensure_ascii=False)
 
         own = await stack.emu.click_card(card.message_id, button(card, ALLOW_ONCE))
 
