@@ -206,7 +206,6 @@ def build_service(
         raise UnsafeConfiguration(problems)
     translator = Translator(settings.bridge_locale)
     projection = Projection(clock=clock)
-    metrics = Metrics(projection)
     store: Store = SqliteStore(settings.db_path)
     if feishu is None:
         feishu = FeishuClient(
@@ -216,6 +215,7 @@ def build_service(
         )
     if runtime is None:
         runtime = AcpRuntime.from_settings(settings, env=runtime_env)
+    metrics = Metrics(projection, runtime_snapshot=runtime.snapshot)
     engine = Engine(
         feishu=feishu,
         runtime=runtime,

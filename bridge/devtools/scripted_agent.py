@@ -31,10 +31,16 @@ Environment
 ``SCRIPTED_AGENT_LOAD_SESSION`` ``0`` turns the ``loadSession`` capability off (on by default).
 ``SCRIPTED_AGENT_SCENARIO``    path of a script file run for every prompt that is not a script.
 ``SCRIPTED_AGENT_EXIT_ON_START`` exit with this code at once (a broken agent install).
+
+Quirks
+------
+``--quirk NAME`` (repeatable) plays a misbehaviour seen in real agents (docs/agents.md,
+"Known agent quirks"); ``--no-load`` turns ``loadSession`` off. See `QUIRKS`.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import json
@@ -83,6 +89,16 @@ SCENARIOS: dict[str, str] = {
     "echo": "echo TEXT — reply 'echo: TEXT'",
     "probe": 'probe {"read": [P], "write": [P], "run": [[ARGV]], "env": [PREFIX]} — reply'
     " `probe: JSON`, what each route gave (sandbox tests)",
+}
+
+QUIRKS: dict[str, str] = {
+    "cancel-tail": "after a cancelled prompt, every later prompt is answered by the result of"
+    " the one before it (the first by an immediate empty end_turn); survives session/load on"
+    " this process, not a new process (claude-agent-acp 0.23.1)",
+    "cancel-end-turn": "a cancelled prompt is answered end_turn, not cancelled",
+    "ignore-cancel": "session/cancel is ignored; the prompt runs on",
+    "no-result": "the answer streams whole, then session/prompt is never answered",
+    "late-updates": "20 ms after each result, one more message chunk",
 }
 
 STOP_REASONS = ("end_turn", "max_tokens", "max_turn_requests", "refusal", "cancelled")
@@ -141,8 +157,19 @@ class _Store:
 class ScriptedAgent:
     """The agent side; the router calls these methods with the request fields as kwargs."""
 
-    def __init__(self, store: _Store, *, load_session: bool, scenario: str | None) -> None:
+    def __init__(
+        self,
+        store: _Store,
+        *,
+        load_session: bool,
+        scenario: str | None,
+        quirks: frozenset[str] = frozenset(),
+    ) -> None:
         self.store = store
+        self.quirks = quirks
+        # cancel-tail: per session, the run whose result answers the next prompt (None: an
+        # empty end_turn). Process memory, so a session/load here does not clear it.
+        self.behind: dict[str, asyncio.Future[str] | None] = {}
         self.load_enabled = load_session
         self.scenario = scenario
         self.elicitation = False
@@ -186,6 +213,23 @@ class ScriptedAgent:
         if session is None:
             raise RequestError.invalid_params({"details": f"unknown session {session_id}"})
         text = "".join(b.text for b in prompt if isinstance(b, TextContentBlock)).strip()
+        run = asyncio.ensure_future(self._answer(session, text))
+        if session_id in self.behind:  # cancel-tail: answer with the previous run's result
+            previous = self.behind[session_id]
+            self.behind[session_id] = run
+            reason = "end_turn" if previous is None else await previous
+        else:
+            reason = await run
+            if reason == "cancelled" and "cancel-tail" in self.quirks:
+                self.behind[session_id] = None
+        if "no-result" in self.quirks and reason != "cancelled":
+            await session.cancelled.wait()  # the answer streamed; its result never comes
+            reason = "cancelled"
+        if "late-updates" in self.quirks:
+            self._later(0.02, self._update(session_id, _chunk(f"late update after {reason}")))
+        return PromptResponse(stop_reason=reason)  # type: ignore[arg-type]
+
+    async def _answer(self, session: _Session, text: str) -> str:
         session.cancelled = asyncio.Event()
         session.replies = []
         session.history.append({"role": "user", "text": text})
@@ -197,11 +241,13 @@ class ScriptedAgent:
         if session.replies:
             session.history.append({"role": "agent", "text": "".join(session.replies)})
             self.store.save(session)
-        return PromptResponse(stop_reason=reason)  # type: ignore[arg-type]
+        if reason == "cancelled" and "cancel-end-turn" in self.quirks:
+            return "end_turn"
+        return reason
 
     async def cancel(self, session_id: str, **_: Any) -> None:
         session = self.store.load(session_id)
-        if session is not None:
+        if session is not None and "ignore-cancel" not in self.quirks:
             session.cancelled.set()
 
     # --- the script ---------------------------------------------------------------------------
@@ -444,6 +490,10 @@ def _text(text: str) -> dict[str, str]:
     return {"type": "text", "text": text}
 
 
+def _chunk(text: str) -> dict[str, Any]:
+    return {"sessionUpdate": "agent_message_chunk", "content": _text(text)}
+
+
 def _plan(entries: list[str]) -> list[dict[str, str]]:
     return [
         {"content": entry, "priority": "medium", "status": "in_progress" if i == 0 else "pending"}
@@ -506,7 +556,25 @@ async def serve(agent: ScriptedAgent) -> None:
         await conn.close()
 
 
-def main() -> None:
+def _arguments(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m bridge.devtools.scripted_agent",
+        description="A scripted ACP agent on stdio (demo and tests).",
+    )
+    parser.add_argument(
+        "--quirk",
+        action="append",
+        default=[],
+        choices=sorted(QUIRKS),
+        help="play a misbehaviour of a real agent (repeatable): "
+        + "; ".join(f"{name}: {what}" for name, what in QUIRKS.items()),
+    )
+    parser.add_argument("--no-load", action="store_true", help="do not offer session/load")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    arguments = _arguments(argv)
     exit_code = os.environ.get("SCRIPTED_AGENT_EXIT_ON_START")
     if exit_code:
         sys.stderr.write("scripted-agent: configured to fail at start\n")
@@ -515,9 +583,11 @@ def main() -> None:
     scenario_path = os.environ.get("SCRIPTED_AGENT_SCENARIO")
     agent = ScriptedAgent(
         _Store(os.environ.get("SCRIPTED_AGENT_STATE_DIR")),
-        load_session=os.environ.get("SCRIPTED_AGENT_LOAD_SESSION", "1").lower()
+        load_session=not arguments.no_load
+        and os.environ.get("SCRIPTED_AGENT_LOAD_SESSION", "1").lower()
         not in {"0", "false", "no", "off"},
         scenario=Path(scenario_path).read_text() if scenario_path else None,
+        quirks=frozenset(arguments.quirk),
     )
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(serve(agent))

@@ -93,6 +93,11 @@ class TurnRunner:
         def sink(event: TurnEvent) -> None:
             if isinstance(event, _ENDINGS):
                 ended.append(event)
+            if not _is_current(actor, work.turn_id):
+                # The engine already ended this turn (a forced stop): what its prompt still
+                # reports, such as the killed agent's exit, must not reach the next turn.
+                log.info("dropped %s of ended turn %s", type(event).__name__, work.turn_id)
+                return
             traced = trace_of_event(event)
             if traced is not None:
                 actor.enqueue(Trace(work.turn_id, *traced))
@@ -113,7 +118,7 @@ class TurnRunner:
         if isinstance(first, RuntimeExited):
             if self._metrics:
                 self._metrics.runtime_exits.inc()
-            if first.restarting:
+            if first.restarting and _is_current(actor, work.turn_id):
                 await self._reopen(actor, session_id)
 
     async def _reopen(self, actor: ConversationActor, session_id: str) -> None:
@@ -124,6 +129,10 @@ class TurnRunner:
             return
         await self._store.bind_session(actor.key, handle.session_id, self._clock())
         actor.feed(RuntimeRestarted(handle.session_id, reloaded=handle.loaded))
+
+
+def _is_current(actor: ConversationActor, turn_id: str) -> bool:
+    return actor.conv.turn is not None and actor.conv.turn.turn_id == turn_id
 
 
 def trace_of_event(event: TurnEvent) -> tuple[str, str] | None:

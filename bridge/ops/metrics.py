@@ -8,10 +8,11 @@ scrape time, so they can never drift from `/runtime-states`.
 from __future__ import annotations
 
 from collections import Counter as Tally
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from bridge.ops.projection import Projection
@@ -36,8 +37,32 @@ class _ConversationStates(Collector):
         yield family
 
 
+class _AgentUpdatesDropped(Collector):
+    """Agent updates never shown: after their prompt's result (late), or of an unknown kind.
+    Read from the runtime's own counters at scrape time."""
+
+    def __init__(self, snapshot: Callable[[], Mapping[str, Any]]) -> None:
+        self._snapshot = snapshot
+
+    def collect(self) -> Iterator[Metric]:
+        family = CounterMetricFamily(
+            "bridge_agent_updates_dropped",
+            "Agent updates not shown: late (after the prompt's result) or of an unknown kind.",
+            labels=["reason"],
+        )
+        snapshot = self._snapshot()
+        for reason in ("late", "unknown"):
+            family.add_metric([reason], float(snapshot.get(f"{reason}_updates", 0)))
+        yield family
+
+
 class Metrics:
-    def __init__(self, projection: Projection) -> None:
+    def __init__(
+        self,
+        projection: Projection,
+        *,
+        runtime_snapshot: Callable[[], Mapping[str, Any]] | None = None,
+    ) -> None:
         self.registry = CollectorRegistry()
         self.inbound = Counter(
             "bridge_inbound_events_total",
@@ -72,6 +97,8 @@ class Metrics:
             registry=self.registry,
         )
         self.registry.register(_ConversationStates(projection))
+        if runtime_snapshot is not None:
+            self.registry.register(_AgentUpdatesDropped(runtime_snapshot))
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

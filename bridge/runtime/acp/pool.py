@@ -104,6 +104,10 @@ class AgentPool:
         self.closing = False
 
     @property
+    def shutdown_timeout(self) -> float:
+        return self._limits.shutdown_timeout
+
+    @property
     def program(self) -> str:
         return Path(self.argv[0]).name
 

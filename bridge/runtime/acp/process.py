@@ -133,6 +133,7 @@ class AgentProcess:
     agent_info: Implementation | None = None
     sessions: set[str] = field(default_factory=set)
     ready: bool = False  # initialize completed
+    retiring: bool = False  # stopped on purpose (a restart after a cancel), not a crash
     tasks: set[asyncio.Task[Any]] = field(default_factory=set)
 
     @property

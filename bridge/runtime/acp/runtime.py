@@ -132,6 +132,7 @@ class AcpRuntime:
         self._sessions = Sessions(self._pool)
         self._requests = PendingRequests()
         self.unknown_updates = 0
+        self.late_updates = 0  # turn updates after their prompt's result: dropped
 
     @classmethod
     def from_settings(cls, settings: Settings, **overrides: Any) -> AcpRuntime:
@@ -168,9 +169,11 @@ class AcpRuntime:
         process = await self._sessions.ensure_bound(session)
         suspect_tail = False
         if session.after_cancel:
-            suspect_tail = not await self._sessions.settle_after_cancel(session, process)
+            process, settled = await self._sessions.settle_after_cancel(session, process)
+            suspect_tail = not settled
         turn = AcpTurn(session_id, sink, suspect_tail=suspect_tail)
         session.turn = turn
+        session.prompts += 1
         turn.emit(PromptSent(session_id))
         try:
             await run_prompt(
@@ -255,6 +258,7 @@ class AcpRuntime:
         return {
             "command": self._pool.program,
             "unknown_updates": self.unknown_updates,
+            "late_updates": self.late_updates,
             "pending_requests": len(self._requests),
             "agents": [
                 {
@@ -276,6 +280,8 @@ class AcpRuntime:
         turns = [s.turn for s in sessions if s.turn is not None and not s.turn.done]
         if not process.ready:
             logger.debug("agent[%d] pid %d exited during start", process.slot, process.pid)
+        elif process.retiring:
+            logger.info("agent[%d] pid %d stopped for a restart", process.slot, process.pid)
         elif not self._pool.closing:
             logger.warning(
                 "agent[%d] pid %d exited with code %s; %d running turn(s) ended",
@@ -326,6 +332,10 @@ class AcpRuntime:
             return
         if turn is None:
             session.info.idle_updates += 1
+            if session.prompts and not session.reload_lock.locked():
+                # Not a load's replay: the agent wrote after its prompt's result.
+                self.late_updates += 1
+                logger.info("dropped a late %s (session %s)", update_kind(update), session_id)
             return
         event = turn_event(session_id, update)
         if event is not None:

@@ -55,6 +55,7 @@ class AcpSession:
     slot: int
     process: AgentProcess
     turn: AcpTurn | None = None
+    prompts: int = 0  # prompts sent on this session by this bridge
     # The last turn was cancelled: some agents answer the next prompt with that turn's
     # leftover result, so the session is settled before the next prompt goes out.
     after_cancel: bool = False
@@ -147,26 +148,50 @@ class Sessions:
             except ConnectionError as exc:
                 raise RuntimeUnavailable("the agent exited while reloading a session") from exc
             session.process = process
+            session.after_cancel = False  # a fresh process holds no cancelled turn's leftover
             process.sessions.add(session.session_id)
             logger.info("reloaded session %s on agent[%d]", session.session_id, process.slot)
             return process
 
-    async def settle_after_cancel(self, session: AcpSession, process: AgentProcess) -> bool:
-        """Reload a session whose last turn was cancelled, so the agent drops whatever that
-        turn left behind (claude-agent-acp answers the next prompt with the cancelled turn's
-        second result otherwise). False when the agent cannot reload sessions."""
+    async def settle_after_cancel(
+        self, session: AcpSession, process: AgentProcess
+    ) -> tuple[AgentProcess, bool]:
+        """Settle a session whose last turn was cancelled, before its next prompt.
+
+        claude-agent-acp 0.23.1 answers the prompt after a cancelled one with the cancelled
+        turn's leftover result, and a `session/load` on the same process does not clear it;
+        a new process that loads the session does. So: restart the process and reload, when
+        no other conversation's turn runs on it; else reload in place. Returns the process
+        to prompt and whether the leftover is surely gone (False: the caller absorbs an
+        immediate empty `end_turn`)."""
         session.after_cancel = False
         if not process.can_load:
-            return False
-        try:
-            await process.load_session(str(self._pool.workdir), session.session_id)
-        except RequestError as exc:
-            logger.warning("reload after a cancel failed: %s", describe_error(exc))
-            return False
-        except ConnectionError as exc:
-            raise RuntimeUnavailable("the agent exited while reloading a session") from exc
-        logger.info("reloaded session %s after a cancelled turn", session.session_id)
-        return True
+            return process, False
+        others = [
+            s for s in self.on_process(process) if s is not session and s.turn and not s.turn.done
+        ]
+        if not others:
+            logger.info(
+                "restarting agent[%d] after a cancelled turn (session %s)",
+                process.slot,
+                session.session_id,
+            )
+            process.retiring = True
+            await process.shutdown(self._pool.shutdown_timeout)
+            try:
+                return await self.ensure_bound(session), True
+            except SessionLost as exc:
+                raise RuntimeUnavailable(str(exc)) from exc
+        async with session.reload_lock:
+            try:
+                await process.load_session(str(self._pool.workdir), session.session_id)
+            except RequestError as exc:
+                logger.warning("reload after a cancel failed: %s", describe_error(exc))
+                return process, False
+            except ConnectionError as exc:
+                raise RuntimeUnavailable("the agent exited while reloading a session") from exc
+        logger.info("reloaded session %s in place after a cancelled turn", session.session_id)
+        return process, False
 
     def _bind(self, conversation_key: str, session: AcpSession) -> None:
         """The conversation's session is now `session`; its previous idle one is released."""

@@ -1,0 +1,181 @@
+"""Turn integrity against agents that misbehave: each answer belongs to its own message.
+
+Each test runs the scripted agent (a real subprocess, real ACP over stdio) with one quirk of a
+real agent switched on (`--quirk`, docs/agents.md "Known agent quirks"), behind the real
+bridge and the Feishu emulator, and asserts what the user sees: which lines, in what order,
+how many. Agent pids and counters come from the operator listener.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import shlex
+import sys
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from bridge.i18n import Translator
+from tests.integration.stack import Stack, running_stack
+
+T = Translator("zh_CN")
+STOPPED = T("presence.stopped")
+WORKING = T("progress.tool", title="Working")
+
+
+def agent(*quirks: str, no_load: bool = False) -> str:
+    argv = [sys.executable, "-m", "bridge.devtools.scripted_agent"]
+    for quirk in quirks:
+        argv += ["--quirk", quirk]
+    if no_load:
+        argv.append("--no-load")
+    return shlex.join(argv)
+
+
+async def ops(stack: Stack, path: str) -> Any:
+    async with httpx.AsyncClient(base_url=stack.ops_url) as client:
+        response = await client.get(path)
+        response.raise_for_status()
+        return response.json() if path != "/metrics" else response.text
+
+
+async def agent_pids(stack: Stack) -> list[int]:
+    status = await ops(stack, "/status")
+    return [a["pid"] for a in status["runtime"]["agents"] if a["alive"]]
+
+
+async def answered(stack: Stack, text: str, line: str) -> None:
+    await stack.say(text)
+    await stack.wait_text(lambda shown: shown == line)
+
+
+async def stop_a_running_turn(stack: Stack) -> None:
+    """A turn that shows it works, then hangs; /stop; the stopped line."""
+    await stack.say("tool Working\nhang")
+    await stack.wait_text(lambda shown: shown == WORKING)
+    await stack.say("/stop")
+    await stack.wait_text(lambda shown: shown == STOPPED)
+
+
+async def test_after_stop_each_next_message_gets_its_own_answer(tmp_path: Path) -> None:
+    """cancel-tail (claude-agent-acp 0.23.1): the agent owes the cancelled prompt a second
+    result and hands it to the next prompt. The bridge restarts the agent and reloads the
+    session, so hello is answered by hello, and the next by the next."""
+    async with running_stack(tmp_path, agent_command=agent("cancel-tail")) as stack:
+        await stop_a_running_turn(stack)
+        before = await agent_pids(stack)
+
+        # Each answer takes a moment, as a model's does: a result handed to the wrong prompt
+        # would end that round before its text came.
+        await answered(stack, "sleep 200\nsay hello", "hello")
+        await answered(stack, "sleep 200\nsay and again", "and again")
+        await stack.settled()
+
+        assert stack.texts() == [WORKING, STOPPED, "hello", "and again"]
+        assert T("presence.ended_empty") not in stack.texts()
+        assert set(await agent_pids(stack)).isdisjoint(before)  # a new process after the stop
+
+
+async def test_a_history_survives_the_restart_after_a_stop(tmp_path: Path) -> None:
+    """The restart after a cancel reloads the session: the agent still knows the chat."""
+    async with running_stack(tmp_path, agent_command=agent("cancel-tail")) as stack:
+        await answered(stack, "first", "echo: first")
+        await stop_a_running_turn(stack)
+        await stack.say("history")
+        # first, tool+hang, history: the cancelled prompt is in the history too.
+        line = await stack.wait_text(lambda shown: shown.startswith("history:"))
+        assert line == "history: 3 prompts"
+
+
+async def test_without_session_load_an_immediate_empty_end_turn_is_not_the_answer(
+    tmp_path: Path,
+) -> None:
+    """cancel-tail on an agent that cannot load sessions: the leftover `end_turn` that comes
+    before any update is absorbed instead of ending hello's round with an 'ended' line."""
+    command = agent("cancel-tail", no_load=True)
+    settings = {"bridge_stale_seconds": 2.0}  # the absorbed round ends by the stall rule
+    async with running_stack(tmp_path, agent_command=command, settings=settings) as stack:
+        await answered(stack, "warm up", "echo: warm up")  # the agent's start is not a stall
+        await stop_a_running_turn(stack)
+        await stack.say("sleep 200\nsay hello")
+        await stack.wait_text(lambda shown: shown == "hello", within=5)
+        # The agent owes this round a result it will never send: /stop still ends it.
+        await stack.say("/stop")
+        await stack.emu.wait_for(lambda: stack.texts().count(STOPPED) == 2)
+        assert T("presence.ended_empty") not in stack.texts()
+
+
+async def test_a_stop_answered_end_turn_is_still_a_stop(tmp_path: Path) -> None:
+    """cancel-end-turn (copilot-cli, opencode): the stopped round says stopped, and the next
+    message is answered as usual."""
+    async with running_stack(tmp_path, agent_command=agent("cancel-end-turn")) as stack:
+        await stop_a_running_turn(stack)
+        await answered(stack, "hello", "echo: hello")
+        await stack.settled()
+        assert stack.texts() == [WORKING, STOPPED, "echo: hello"]
+
+
+async def test_an_agent_that_ignores_the_stop_is_told_then_ended_and_restarted(
+    tmp_path: Path,
+) -> None:
+    """ignore-cancel: 'still stopping' after the notice interval; past the limit the bridge
+    ends the round itself, kills and restarts the agent, says so; the next message works."""
+    settings = {"bridge_cancel_notice_seconds": 0.1, "bridge_cancel_limit_seconds": 0.4}
+    async with running_stack(
+        tmp_path, agent_command=agent("ignore-cancel"), settings=settings
+    ) as stack:
+        await stack.say("tool Working\nhang")
+        await stack.wait_text(lambda shown: shown == WORKING)
+        before = await agent_pids(stack)
+        await stack.say("/stop")
+        await stack.wait_text(lambda shown: shown == T("presence.stop_forced"))
+
+        await answered(stack, "hello", "echo: hello")
+        await stack.settled()
+        assert stack.texts() == [
+            WORKING,
+            T("presence.stopping"),
+            T("presence.stop_forced"),
+            "echo: hello",
+        ]
+        assert set(await agent_pids(stack)).isdisjoint(before)
+
+
+async def test_an_answer_whose_result_never_comes_is_shown_and_the_round_ended(
+    tmp_path: Path,
+) -> None:
+    """no-result: the answer streamed whole, the prompt's result never came. The stall rules
+    end the round (the text shown, then the line saying the system ended it), never a round
+    left running."""
+    # The agent's cold start may draw the stall hint first; the answer's chunk then restarts
+    # the clock, and 2 x stale of silence after it ends the round.
+    settings = {"bridge_stale_seconds": 1.0, "bridge_cancel_limit_seconds": 5.0}
+    async with running_stack(tmp_path, agent_command=agent("no-result"), settings=settings) as s:
+        await s.say("say the whole answer")
+        await s.wait_text(lambda shown: shown == T("presence.stalled_ended"))
+        texts = s.texts()
+        assert texts.index("the whole answer") < texts.index(T("presence.stalled_ended"))
+        assert texts[-1] == T("presence.stalled_ended")
+        assert texts.count(T("presence.stalled_ended")) == 1
+
+
+async def test_updates_after_the_result_are_dropped_and_counted(tmp_path: Path) -> None:
+    """late-updates: a chunk 20 ms after each result is never shown as a new answer; the
+    operator sees it counted."""
+    async with running_stack(tmp_path, agent_command=agent("late-updates")) as stack:
+        await answered(stack, "hello", "echo: hello")
+
+        async with asyncio.timeout(10):
+            while late_updates(await ops(stack, "/metrics")) < 1:  # noqa: ASYNC110
+                await asyncio.sleep(0.01)  # a counter has nothing to await; re-read it
+
+        await answered(stack, "again", "echo: again")
+        await stack.settled()
+        assert stack.texts() == ["echo: hello", "echo: again"]
+
+
+def late_updates(metrics: str) -> float:
+    match = re.search(r'^bridge_agent_updates_dropped_total\{reason="late"\} (\S+)$', metrics, re.M)
+    return float(match[1]) if match else 0.0
