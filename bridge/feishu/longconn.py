@@ -34,7 +34,6 @@ import asyncio
 import concurrent.futures
 import contextlib
 import enum
-import json
 import logging
 import re
 import threading
@@ -43,7 +42,7 @@ from typing import Any, Final, TypeVar
 
 from bridge.feishu.inbound import InboundHandler
 from bridge.feishu.models import CardAction, CardActionReply, InboundMessage
-from bridge.feishu.parse import EventParseError, IgnoredEvent, parse_event
+from bridge.feishu.parse import EventParseError, IgnoredEvent, decode_json, parse_event
 
 log = logging.getLogger(__name__)
 
@@ -71,10 +70,7 @@ def sdk_to_payload(obj: Any) -> dict[str, Any]:
     import lark_oapi
 
     raw = lark_oapi.JSON.marshal(obj)
-    value = json.loads(raw) if raw else {}
-    if not isinstance(value, dict):
-        raise EventParseError("SDK event did not serialize to an object")
-    return value
+    return decode_json(raw) if raw else {}  # the webhook's checks: depth, valid Unicode
 
 
 def reply_to_sdk(reply: CardActionReply) -> Any:

@@ -153,15 +153,40 @@ class _CardEvent(_Wire):
 # --- public API ----------------------------------------------------------------------------
 
 
+MAX_DEPTH = 64  # Feishu's events nest about 6 deep; far deeper is an attack, not an event
+
+
 def decode_json(raw: bytes | str) -> dict[str, Any]:
-    """Parse a JSON object; anything else is an `EventParseError`."""
+    """Parse a JSON object; anything else is an `EventParseError`: invalid JSON, nesting past
+    `MAX_DEPTH`, and strings that are not Unicode (lone surrogate escapes such as `"\\ud800"`,
+    which `json` accepts but no store or Feishu call can encode). Such input fails the same
+    way on every delivery, so it must be refused, never answered 5xx."""
     try:
         value = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
         raise EventParseError("body is not valid JSON") from exc
     if not isinstance(value, dict):
         raise EventParseError("body is not a JSON object")
+    _check_tree(value)
     return value
+
+
+def _check_tree(value: Any) -> None:
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, str):
+            try:
+                node.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                raise EventParseError("a string is not valid Unicode") from exc
+            continue
+        if not isinstance(node, dict | list):
+            continue
+        if depth > MAX_DEPTH:
+            raise EventParseError(f"nested deeper than {MAX_DEPTH}")
+        children = [*node.keys(), *node.values()] if isinstance(node, dict) else node
+        stack.extend((child, depth + 1) for child in children)
 
 
 def event_token(payload: Mapping[str, Any]) -> str | None:

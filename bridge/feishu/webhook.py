@@ -132,6 +132,12 @@ class FeishuEventEndpoint:
         except EventParseError as exc:
             log.warning("feishu webhook: rejected %s, %s", event_type, exc.reason)
             return _error(400, "malformed")
+        except Exception as exc:
+            # Parsing is pure: what fails once fails on every redelivery, so it is a 400 (a
+            # 5xx would have Feishu redeliver it for hours). The type only, never the body.
+            reason = type(exc).__name__
+            log.warning("feishu webhook: rejected %s, unparseable (%s)", event_type, reason)
+            return _error(400, "malformed")
 
         if isinstance(event, UrlVerification):
             log.info("feishu webhook: url_verification answered")
