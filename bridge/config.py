@@ -139,6 +139,11 @@ class Settings(BaseSettings):
     bridge_cancel_notice_seconds: float = Field(
         default=5.0, gt=0, description="A stop the agent has not confirmed by then: say so."
     )
+    bridge_max_event_age_seconds: float = Field(
+        default=43200.0,
+        ge=0,
+        description="Drop a message event older than this (a replay); 0 turns the check off.",
+    )
     bridge_cancel_limit_seconds: float = Field(
         default=30.0,
         gt=0,

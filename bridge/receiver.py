@@ -76,15 +76,25 @@ class Receiver:
         bot_open_id: Callable[[], str | None],
         clock: Callable[[], float],
         count: Callable[[str], None] = lambda fate: None,
+        app_id: str | None = None,
+        max_event_age: float = 0.0,
     ) -> None:
         self._count = count
+        self._app_id = app_id
+        self._max_event_age = max_event_age
         self._store = store
         self._sink = sink
         self._policy = policy
         self._bot_open_id = bot_open_id
         self._clock = clock
         self._handle = chain(
-            [self.ignore_own, self.require_mention_in_groups, self.allow_lists, self.dedup],
+            [
+                self.ours_and_recent,
+                self.ignore_own,
+                self.require_mention_in_groups,
+                self.allow_lists,
+                self.dedup,
+            ],
             self.dispatch,
         )
 
@@ -96,6 +106,20 @@ class Receiver:
         return await self._sink.card_action(action)
 
     # -- middlewares -------------------------------------------------------------------------
+
+    async def ours_and_recent(self, message: InboundMessage, nxt: Next) -> None:
+        # A captured event replayed after the dedup journal forgot it, or one for another app,
+        # is dropped (answered 200: it would fail the same on every delivery).
+        if self._app_id and message.app_id and message.app_id != self._app_id:
+            log.warning("dropped message %s: for another app", message.message_id)
+            self._count("foreign")
+            return
+        age = self._clock() - message.create_time_ms / 1000
+        if self._max_event_age > 0 and message.create_time_ms > 0 and age > self._max_event_age:
+            log.warning("dropped message %s: %.0f s old (a replay?)", message.message_id, age)
+            self._count("too_old")
+            return
+        await nxt(message)
 
     async def ignore_own(self, message: InboundMessage, nxt: Next) -> None:
         bot = self._bot_open_id()

@@ -247,6 +247,8 @@ def build_service(
         bot_open_id=lambda: bot.open_id,
         clock=clock,
         count=lambda fate: metrics.inbound.labels(fate).inc(),
+        app_id=settings.feishu_app_id,
+        max_event_age=settings.bridge_max_event_age_seconds,
     )
     readiness = Readiness(clock)
     feishu_app = _feishu_app(settings, receiver, bot, readiness)

@@ -116,7 +116,10 @@ SECTIONS: list[tuple[str, list[str]]] = [
             "bridge_max_conversations",
         ],
     ),
-    ("Who can reach the agent", ["bridge_allow_all", "bridge_requester_may_approve"]),
+    (
+        "Who can reach the agent",
+        ["bridge_allow_all", "bridge_requester_may_approve", "bridge_max_event_age_seconds"],
+    ),
     ("Operator API", ["bridge_ops_host", "bridge_ops_port", "bridge_ops_token"]),
 ]
 
@@ -227,6 +230,7 @@ MORE_EXAMPLES = {
     "BRIDGE_PROGRESS_INTERVAL_SECONDS": "10",
     "BRIDGE_CANCEL_NOTICE_SECONDS": "5",
     "BRIDGE_CANCEL_LIMIT_SECONDS": "60",
+    "BRIDGE_MAX_EVENT_AGE_SECONDS": "86400",
     "BRIDGE_RECEIVED_TEXT": "true",
     "BRIDGE_ALLOWED_USERS": "ou_1a2b3c,ou_4d5e6f",
     "BRIDGE_ALLOWED_CHATS": "oc_7a8b9c",

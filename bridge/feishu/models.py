@@ -35,6 +35,7 @@ class InboundMessage(_Frozen):
     mentions: tuple[Mention, ...] = ()
     mentions_bot: bool = False
     create_time_ms: int = 0
+    app_id: str | None = None  # the event header's: the app Feishu delivered it for
 
     @property
     def conversation_key(self) -> str:

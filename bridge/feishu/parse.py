@@ -302,6 +302,7 @@ def _message(
         mentions=mentions,
         mentions_bot=bool(bot_keys),
         create_time_ms=_int_or_zero(msg.create_time),
+        app_id=header.app_id or None,
     )
 
 
