@@ -67,7 +67,7 @@ class Metrics:
         self.inbound = Counter(
             "bridge_inbound_events_total",
             "Inbound Feishu events by what became of them.",
-            ["fate"],  # accepted, duplicate, ignored, refused, card_action
+            ["fate"],  # accepted, duplicate, ignored, refused, card_action, too_old, foreign
             registry=self.registry,
         )
         self.turns = Counter(
