@@ -1,39 +1,53 @@
 """Logging set-up: one line per record, key=value friendly, secrets scrubbed as a last guard.
 
-Call sites never log message text, prompts or secrets; the filter below is a second line
-of defence that masks any configured secret value that slips into a record anyway.
+Call sites never log message text, prompts or secrets; the formatter below is a second line
+of defence that masks any secret value that slips into a line anyway, tracebacks included:
+the bridge's configured secrets and the agents' credentials from the environment (every
+variable named `*_API_KEY`, `*_TOKEN` or `*_SECRET`).
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 _FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+_CREDENTIAL_SUFFIXES = ("_API_KEY", "_TOKEN", "_SECRET")
 
 
-class SecretMask(logging.Filter):
-    def __init__(self, secrets: Iterable[str]) -> None:
-        super().__init__()
-        self._secrets = [s for s in secrets if s and len(s) >= 4]
+def credentials_in(environ: Mapping[str, str]) -> list[str]:
+    """The values of the environment's credential-looking variables (agents' API keys); short
+    values (a flag such as `true`) are not secrets and would only blank out words."""
+    return [
+        value
+        for name, value in environ.items()
+        if name.upper().endswith(_CREDENTIAL_SUFFIXES) and len(value) >= 8
+    ]
 
-    def filter(self, record: logging.LogRecord) -> bool:
-        if not self._secrets:
-            return True
-        message = record.getMessage()
-        masked = message
+
+class SecretMask(logging.Formatter):
+    """Formats a record (message and traceback), then masks every known secret in it."""
+
+    def __init__(self, secrets: Iterable[str], fmt: str = _FORMAT) -> None:
+        super().__init__(fmt)
+        # Longest first, so a secret that contains another is masked whole.
+        self._secrets = sorted({s for s in secrets if s and len(s) >= 4}, key=len, reverse=True)
+
+    def format(self, record: logging.LogRecord) -> str:
+        line = super().format(record)
         for secret in self._secrets:
-            masked = masked.replace(secret, "***")
-        if masked != message:
-            record.msg, record.args = masked, None
-        return True
+            line = line.replace(secret, "***")
+        return line
 
 
-def configure_logging(level: str = "INFO", secrets: Iterable[str] = ()) -> None:
+def configure_logging(
+    level: str = "INFO", secrets: Iterable[str] = (), environ: Mapping[str, str] | None = None
+) -> None:
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter(_FORMAT))
-    handler.addFilter(SecretMask(secrets))
+    known = [*secrets, *credentials_in(os.environ if environ is None else environ)]
+    handler.setFormatter(SecretMask(known))
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
