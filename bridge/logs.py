@@ -42,12 +42,9 @@ class SecretMask(logging.Formatter):
         return line
 
 
-def configure_logging(
-    level: str = "INFO", secrets: Iterable[str] = (), environ: Mapping[str, str] | None = None
-) -> None:
+def configure_logging(level: str = "INFO", secrets: Iterable[str] = ()) -> None:
     handler = logging.StreamHandler(sys.stderr)
-    known = [*secrets, *credentials_in(os.environ if environ is None else environ)]
-    handler.setFormatter(SecretMask(known))
+    handler.setFormatter(SecretMask([*secrets, *credentials_in(os.environ)]))
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)

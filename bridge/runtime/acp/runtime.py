@@ -277,7 +277,7 @@ class AcpRuntime:
 
     def _on_process_exit(self, process: AgentProcess) -> None:
         sessions = self._sessions.on_process(process)
-        turns = [s.turn for s in sessions if s.turn is not None and not s.turn.done]
+        turns = self._sessions.turns_on(process)
         if not process.ready:
             logger.debug("agent[%d] pid %d exited during start", process.slot, process.pid)
         elif process.retiring:

@@ -78,6 +78,10 @@ class Sessions:
     def on_process(self, process: AgentProcess) -> list[AcpSession]:
         return [s for s in self._sessions.values() if s.process is process]
 
+    def turns_on(self, process: AgentProcess) -> list[AcpTurn]:
+        """The turns still running on `process`."""
+        return [s.turn for s in self.on_process(process) if s.turn is not None and not s.turn.done]
+
     def load(self, slot: int, replacing: str | None = None) -> int:
         """Sessions a slot serves; the one a conversation is about to replace does not count."""
         return sum(
@@ -167,10 +171,7 @@ class Sessions:
         session.after_cancel = False
         if not process.can_load:
             return process, False
-        others = [
-            s for s in self.on_process(process) if s is not session and s.turn and not s.turn.done
-        ]
-        if not others:
+        if not self.turns_on(process):  # this session's own turn has not started yet
             logger.info(
                 "restarting agent[%d] after a cancelled turn (session %s)",
                 process.slot,
