@@ -12,6 +12,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from bridge.feishu.inbound import RetryLater
 from bridge.feishu.models import CardAction, CardActionReply, InboundMessage
 from bridge.store.port import Store
 
@@ -130,6 +131,10 @@ class Receiver:
         await nxt(message)
 
     async def require_mention_in_groups(self, message: InboundMessage, nxt: Next) -> None:
+        if message.chat_type != "p2p" and message.mentions and self._bot_open_id() is None:
+            # Any of these mentions may be the bot; answering 200 would drop it for good.
+            self._count("retry_later")
+            raise RetryLater("the bot's identity is not known yet")
         if message.chat_type != "p2p" and not message.mentions_bot:
             log.debug("ignored group message %s without @bot", message.message_id)
             self._count("ignored")

@@ -212,6 +212,7 @@ def build_service(
             settings.feishu_app_id or "",
             _secret(settings.feishu_app_secret) or "",
             settings.feishu_domain,
+            cut_notice=lambda kept, total: translator("reply.cut", kept=kept, total=total),
         )
     if runtime is None:
         runtime = AcpRuntime.from_settings(settings, env=runtime_env)

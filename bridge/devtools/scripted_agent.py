@@ -83,6 +83,7 @@ SCENARIOS: dict[str, str] = {
     "stop": "stop REASON — end now with end_turn|max_tokens|max_turn_requests|refusal|cancelled",
     "silent": "silent — do nothing (a turn with no visible text)",
     "stderr": "stderr KB — write KB kilobytes to stderr",
+    "huge": "huge KB — one message chunk of KB kilobytes (a single stdout line that size)",
     "unknown": "unknown [KIND] — send a session/update of an unknown kind",
     "idle": "idle [MS] — MS after the turn: mode, commands, title and a stray chunk",
     "history": "history — reply with how many prompts this session has seen",
@@ -312,6 +313,8 @@ class ScriptedAgent:
             pass
         elif word == "stderr":
             _flood_stderr(int(args[0]) if args else 100)
+        elif word == "huge":
+            await self._say(session, "x" * (1024 * (int(args[0]) if args else 1024)))
         elif word == "unknown":
             kind = rest or "scripted_mystery"
             await self._update(sid, {"sessionUpdate": kind, "payload": {"x": 1}})

@@ -32,8 +32,16 @@ from bridge.feishu.errors import (
     TransportError,
     check_response,
 )
-from bridge.feishu.split import DEFAULT_MAX_BYTES, DEFAULT_MAX_CHARS, split_text, utf8_safe
+from bridge.feishu.split import (
+    DEFAULT_MAX_BYTES,
+    DEFAULT_MAX_CHARS,
+    DEFAULT_MAX_PARTS,
+    cap_parts,
+    split_text,
+    utf8_safe,
+)
 from bridge.feishu.token import DEFAULT_REFRESH_MARGIN, TenantTokenManager
+from bridge.i18n import Translator
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +70,10 @@ class RetryPolicy:
         """Delay before retry `retry_number` (1-based): half fixed, half random."""
         ceiling = min(self.max_delay, self.base_delay * 2.0 ** (retry_number - 1))
         return ceiling / 2 + random.uniform(0, ceiling / 2)
+
+
+def _default_cut_notice(kept: int, total: int) -> str:
+    return Translator()("reply.cut", kept=kept, total=total)
 
 
 def message_uuid(base: str, part: int = 1) -> str:
@@ -106,6 +118,8 @@ class FeishuClient:
         token_refresh_margin: float = DEFAULT_REFRESH_MARGIN,
         max_chars: int = DEFAULT_MAX_CHARS,
         max_bytes: int = DEFAULT_MAX_BYTES,
+        max_parts: int = DEFAULT_MAX_PARTS,
+        cut_notice: Callable[[int, int], str] | None = None,
     ) -> None:
         self._domain = domain.rstrip("/")
         self._owns_http = http is None
@@ -115,6 +129,8 @@ class FeishuClient:
         self._breaker = breaker or CircuitBreaker(now=clock)
         self._max_chars = max_chars
         self._max_bytes = max_bytes
+        self._max_parts = max_parts
+        self._cut_notice = cut_notice or _default_cut_notice
         self.tokens = TenantTokenManager(
             self._http,
             self._domain,
@@ -226,6 +242,16 @@ class FeishuClient:
         numbered = [(i, p) for i, p in enumerate(parts, start=1) if p.strip()]
         if not numbered:
             raise ValueError("cannot send an empty text message")
+        if len(numbered) > self._max_parts:
+            log.warning(
+                "text of %d characters needs %d parts; only %d sent, the rest cut",
+                len(text),
+                len(numbered),
+                self._max_parts,
+            )
+            numbers = [n for n, _ in numbered]
+            capped = cap_parts([p for _, p in numbered], self._max_parts, self._cut_notice)
+            return list(zip(numbers, capped, strict=False))
         if len(numbered) > 1:
             log.info("text of %d characters sent in %d parts", len(text), len(numbered))
         return numbered

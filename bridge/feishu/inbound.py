@@ -7,10 +7,16 @@ from typing import Protocol
 from bridge.feishu.models import CardAction, CardActionReply, InboundMessage
 
 
+class RetryLater(Exception):
+    """A transient reason to have Feishu deliver this event again later (the intake answers
+    503, or an error to the long connection), e.g. the bot's identity is not known yet."""
+
+
 class InboundHandler(Protocol):
     async def on_message(self, message: InboundMessage) -> None:
         """Journal the message and schedule its handling; returns in milliseconds, so the
-        intake can answer Feishu well inside its 3-second limit. Never raises for bad input."""
+        intake can answer Feishu well inside its 3-second limit. Never raises for bad input;
+        raises `RetryLater` for a message it cannot judge yet."""
 
     async def on_card_action(self, action: CardAction) -> CardActionReply:
         """Decide a button click; must return within Feishu's 3-second callback limit."""

@@ -40,7 +40,7 @@ import threading
 from collections.abc import Callable, Coroutine
 from typing import Any, Final, TypeVar
 
-from bridge.feishu.inbound import InboundHandler
+from bridge.feishu.inbound import InboundHandler, RetryLater
 from bridge.feishu.models import CardAction, CardActionReply, InboundMessage
 from bridge.feishu.parse import EventParseError, IgnoredEvent, decode_json, parse_event
 
@@ -368,8 +368,9 @@ class LongConnection:
             return
         ids = f"event_id={event.event_id} message_id={event.message_id}"
         try:
-            self._call_main(self._handler.on_message(event))
-        except HandoffError as exc:
+            # Not cancelled when late: see webhook.py, a cut hand-over can strand a message.
+            self._call_main(self._handler.on_message(event), cancel_late=False)
+        except (HandoffError, RetryLater) as exc:
             log.error("feishu long connection: on_message %s, %s; asking for redelivery", exc, ids)
             raise
         except Exception:
@@ -410,8 +411,10 @@ class LongConnection:
         log.info("feishu long connection: ignored url_verification")
         return None
 
-    def _call_main(self, coro: Coroutine[Any, Any, _T]) -> _T:
-        """Run `coro` on the main loop; wait for it on this (SDK) thread within the deadline."""
+    def _call_main(self, coro: Coroutine[Any, Any, _T], *, cancel_late: bool = True) -> _T:
+        """Run `coro` on the main loop; wait for it on this (SDK) thread within the deadline.
+        Past it, the caller gets `HandoffError`; `coro` is cancelled unless `cancel_late` is
+        false, when it finishes on the main loop."""
         try:
             future = asyncio.run_coroutine_threadsafe(coro, self._main_loop)
         except RuntimeError:  # main loop closed
@@ -420,7 +423,8 @@ class LongConnection:
         try:
             return future.result(timeout=self._deadline)
         except concurrent.futures.TimeoutError:
-            future.cancel()
+            if cancel_late:
+                future.cancel()
             raise HandoffError(f"exceeded {self._deadline:.1f}s") from None
         except concurrent.futures.CancelledError:
             raise HandoffError("was cancelled") from None

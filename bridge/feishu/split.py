@@ -12,6 +12,7 @@ import json
 import re
 import unicodedata
 from bisect import bisect_right
+from collections.abc import Callable
 from itertools import accumulate
 
 # Feishu: a text message's request body may be at most 150 KB.
@@ -21,6 +22,9 @@ DEFAULT_MAX_BYTES = FEISHU_TEXT_BODY_LIMIT - 4 * 1024
 # Readability: about two desktop screens. 8000 CJK characters are 24 KB, so a part also
 # fits a card or post (30 KB) should a caller move it there.
 DEFAULT_MAX_CHARS = 8000
+# A reply of more messages than this floods the chat (and the rate limit); the rest is cut
+# and the last message says so. 10 parts are up to 80,000 characters.
+DEFAULT_MAX_PARTS = 10
 
 _FENCE = "```"
 _CLOSER = "\n" + _FENCE
@@ -169,3 +173,18 @@ def split_text(
         parts.append(head + piece + tail)
         start = cut
     return parts
+
+
+def cap_parts(parts: list[str], max_parts: int, cut_notice: Callable[[int, int], str]) -> list[str]:
+    """At most `max_parts` of `parts`; when some are dropped, the last one kept ends with
+    `cut_notice(kept, total)` on a line of its own, so the reader knows there was more.
+    The notice may take that part a few dozen characters over the split's limits, which
+    leave room for it (DEFAULT_MAX_BYTES keeps 4 KB spare)."""
+    if max_parts < 1:
+        raise ValueError("max_parts must be >= 1")
+    if len(parts) <= max_parts:
+        return parts
+    kept = parts[:max_parts]
+    last = kept[-1]
+    kept[-1] = last + ("" if last.endswith("\n") else "\n") + cut_notice(max_parts, len(parts))
+    return kept

@@ -19,9 +19,16 @@ never a secret, a body or message text):
 Failures of the handler. A message whose `on_message` raises or runs past the deadline was
 not journaled for sure, so the answer is 500/503: Feishu redelivers (seconds to hours later)
 and the receiver's dedup on event/message id makes the redelivery safe — a lost message is
-worse than a retried one. A card click whose handler fails is answered 500 too: Feishu shows
-its own "try again" toast and the card stays as it was, which is honest; a click is not
-redelivered, the user clicks again.
+worse than a retried one. A hand-over that runs past the deadline is not cancelled: its store
+write may already be committing in the database's thread, and a hand-over cut between that
+commit and the hand-off would leave the message journaled (so the redelivery is taken as a
+duplicate) yet never run. It finishes in the background; the redelivery then finds it either
+handed over (a duplicate, rightly) or not journaled at all (and runs it). `RetryLater` from the
+handler (the bot's identity still unknown) is a 503 too.
+
+A card click whose handler fails is answered 500: Feishu shows its own "try again" toast
+and the card stays as it was, which is honest; a click is not redelivered, the user clicks
+again.
 """
 
 from __future__ import annotations
@@ -35,7 +42,7 @@ from typing import Any, Final
 from aiohttp import web
 
 from bridge.feishu import crypto
-from bridge.feishu.inbound import InboundHandler
+from bridge.feishu.inbound import InboundHandler, RetryLater
 from bridge.feishu.models import CardAction, InboundMessage
 from bridge.feishu.parse import (
     EventParseError,
@@ -80,6 +87,8 @@ class FeishuEventEndpoint:
         self._bot_open_id = bot_open_id_provider
         self._bot_name = bot_name_provider or (lambda: None)
         self._deadline = deadline
+        # Hand-overs that outlived the deadline, kept referenced until they finish.
+        self._late: set[asyncio.Task[None]] = set()
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         try:
@@ -166,20 +175,39 @@ class FeishuEventEndpoint:
 
     async def _message(self, message: InboundMessage) -> web.Response:
         ids = f"event_id={message.event_id} message_id={message.message_id}"
+        handover = asyncio.ensure_future(self._handler.on_message(message))
         try:
-            await asyncio.wait_for(self._handler.on_message(message), self._deadline)
+            await asyncio.wait_for(asyncio.shield(handover), self._deadline)
         except TimeoutError:
             log.error(
                 "feishu webhook: on_message exceeded %.1fs, %s; asking for redelivery",
                 self._deadline,
                 ids,
             )
+            self._finish_late(handover, ids)
             return _error(503, "busy")
+        except RetryLater as exc:
+            log.warning("feishu webhook: %s, %s; asking for redelivery", exc, ids)
+            return _error(503, "retry_later")
         except Exception:
             log.exception("feishu webhook: on_message failed, %s; asking for redelivery", ids)
             return _error(500, "handler_failed")
         log.debug("feishu webhook: handed over %s type=%s", ids, message.message_type)
         return _json({})
+
+    def _finish_late(self, handover: asyncio.Task[None], ids: str) -> None:
+        self._late.add(handover)
+
+        def done(task: asyncio.Task[None]) -> None:
+            self._late.discard(task)
+            if task.cancelled():
+                log.warning("feishu webhook: late hand-over cancelled, %s", ids)
+            elif (exc := task.exception()) is not None:
+                log.error("feishu webhook: late hand-over failed, %s", ids, exc_info=exc)
+            else:
+                log.info("feishu webhook: late hand-over finished, %s", ids)
+
+        handover.add_done_callback(done)
 
     async def _card_action(self, action: CardAction) -> web.Response:
         ids = f"event_id={action.event_id} message_id={action.open_message_id}"

@@ -38,8 +38,8 @@ class _ConversationStates(Collector):
 
 
 class _AgentUpdatesDropped(Collector):
-    """Agent updates never shown: after their prompt's result (late), or of an unknown kind.
-    Read from the runtime's own counters at scrape time."""
+    """Agent updates never shown: after their prompt's result (late), of an unknown kind, or
+    a stdout line over the size cap (oversize). Read from the runtime's counters at scrape."""
 
     def __init__(self, snapshot: Callable[[], Mapping[str, Any]]) -> None:
         self._snapshot = snapshot
@@ -47,11 +47,12 @@ class _AgentUpdatesDropped(Collector):
     def collect(self) -> Iterator[Metric]:
         family = CounterMetricFamily(
             "bridge_agent_updates_dropped",
-            "Agent updates not shown: late (after the prompt's result) or of an unknown kind.",
+            "Agent updates not shown: late (after the prompt's result), of an unknown kind,"
+            " or over the line size cap.",
             labels=["reason"],
         )
         snapshot = self._snapshot()
-        for reason in ("late", "unknown"):
+        for reason in ("late", "unknown", "oversize"):
             family.add_metric([reason], float(snapshot.get(f"{reason}_updates", 0)))
         yield family
 
@@ -67,7 +68,8 @@ class Metrics:
         self.inbound = Counter(
             "bridge_inbound_events_total",
             "Inbound Feishu events by what became of them.",
-            ["fate"],  # accepted, duplicate, ignored, refused, card_action, too_old, foreign
+            # accepted, duplicate, ignored, refused, card_action, too_old, foreign, retry_later
+            ["fate"],
             registry=self.registry,
         )
         self.turns = Counter(

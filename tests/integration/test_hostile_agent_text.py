@@ -9,6 +9,7 @@ import re
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from bridge.core.presence import CARD_DETAIL_LIMIT
@@ -112,3 +113,16 @@ async def test_a_card_feishu_refuses_twice_ends_the_round_and_says_so(stack: Sta
     assert "done" not in stack.texts()
     await stack.say("echo next")
     await stack.wait_text(lambda t: t == "echo: next")
+
+
+async def test_an_agent_line_over_the_size_cap_is_dropped_not_held(stack: Stack) -> None:
+    # 9,000 KB in one stdout line, over the 8 MiB cap: the update is skipped as it streams
+    # by; the turn still ends in words, and the same agent answers the next message.
+    await stack.say("huge 9000")
+    await stack.settled()
+    assert stack.texts() == [T("presence.ended_empty")]
+    await stack.say("say still here")
+    await stack.wait_text(lambda t: t == "still here")
+    async with httpx.AsyncClient(trust_env=False) as http:
+        metrics = (await http.get(f"{stack.ops_url}/metrics")).text
+    assert 'bridge_agent_updates_dropped_total{reason="oversize"} 1.0' in metrics

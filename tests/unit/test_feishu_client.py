@@ -153,6 +153,37 @@ async def test_long_reply_is_split_in_order_with_part_uuids(
     assert all(len(t) <= 40 for t in texts)
 
 
+async def test_a_reply_past_the_part_limit_is_cut_and_says_so(
+    router: respx.MockRouter, clock: Clock, sleeps: Sleeps
+) -> None:
+    ids = iter(f"om_{i}" for i in range(100))
+    route = router.post(f"{MESSAGES}/om_p/reply").mock(
+        side_effect=lambda request: ok({"message_id": next(ids)})
+    )
+    policy = RetryPolicy(max_attempts=1, base_delay=0, max_delay=0)
+    paragraphs = "\n\n".join(f"Paragraph number {i:02d} is here." for i in range(30))
+    async with FeishuClient(
+        "cli_test",
+        SECRET,
+        DOMAIN,
+        retry=policy,
+        clock=clock,
+        sleep=sleeps,
+        max_chars=40,
+        max_parts=3,
+    ) as capped:
+        result = await capped.reply_text("om_p", paragraphs, uuid="u1")
+
+    texts = [json.loads(body_of(call)["content"])["text"] for call in route.calls]
+    assert result == ["om_0", "om_1", "om_2"]
+    assert texts[0].startswith("Paragraph number 00")
+    assert "Paragraph number 03" not in "".join(texts)
+    # The default notice is the zh_CN catalogue's, with the real counts.
+    assert texts[2].endswith(
+        "\n（回复太长：只发出了前 3 段，共 30 段，其余已截去。需要全文可以让助手写入文件。）"
+    )
+
+
 async def test_cards_and_update(router: respx.MockRouter, client: FeishuClient) -> None:
     card = {"schema": "2.0", "body": {"elements": [{"tag": "markdown", "content": "**hi**"}]}}
     send = router.post(MESSAGES).mock(return_value=ok({"message_id": "om_card"}))

@@ -52,10 +52,13 @@ class RecordingHandler:
         self.delay = 0.0
         self.cancelled = asyncio.Event()
         self.fail: Exception | None = None
+        self.gate: asyncio.Event | None = None
 
     async def _enter(self) -> None:
         self.threads.append(threading.get_ident())
         self.loops.append(asyncio.get_running_loop())
+        if self.gate is not None:
+            await self.gate.wait()
         if self.delay:
             try:
                 await asyncio.sleep(self.delay)
@@ -210,6 +213,22 @@ async def test_slow_handler_times_out_within_the_deadline_and_is_cancelled() -> 
         await asyncio.to_thread(lc.on_sdk_card_action, sdk_card(card_payload()))
     assert time.monotonic() - started < 1.0
     await asyncio.wait_for(handler.cancelled.wait(), 1.0)
+
+
+async def test_a_late_message_hand_over_finishes_after_the_sdk_is_told_to_retry() -> None:
+    # Cancelling it could cut it between its store commit and the hand-off, stranding the
+    # message: the redelivery would be taken as a duplicate and never run.
+    handler = RecordingHandler()
+    handler.gate = asyncio.Event()
+    lc = connection(handler, deadline=0.05)
+    with pytest.raises(HandoffError, match="exceeded"):
+        await asyncio.to_thread(lc.on_sdk_message, sdk_message(message_payload()))
+    handler.gate.set()
+    for _ in range(100):
+        if handler.messages:
+            break
+        await asyncio.sleep(0)
+    assert [m.event_id for m in handler.messages] == ["ev_1"]
 
 
 async def test_failing_handler_raises_into_the_sdk(caplog: pytest.LogCaptureFixture) -> None:

@@ -29,6 +29,7 @@ from pydantic import ValidationError
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt
 from tenacity.wait import wait_base
 
+from bridge.runtime.acp.lines import MAX_LINE_BYTES
 from bridge.runtime.acp.process import AgentProcess, SpawnError, spawn_agent
 from bridge.runtime.events import RuntimeExited
 from bridge.runtime.port import RuntimeUnavailable
@@ -70,6 +71,7 @@ class PoolLimits:
     shutdown_timeout: float = 2.0
     stderr_lines: int = 200
     sandbox: SandboxPolicy | None = None  # bubblewrap around every agent process
+    max_line_bytes: int = MAX_LINE_BYTES  # one stdout line over this is dropped, not held
 
 
 # Sessions a slot serves (by slot index), not counting the one a conversation replaces.
@@ -102,6 +104,10 @@ class AgentPool:
         self.slots = [Slot(i) for i in range(limits.max_agents)]
         self._generations = itertools.count(1)
         self.closing = False
+        self.oversize_lines = 0  # agent stdout lines dropped for their size
+
+    def _count_oversize(self, size: int) -> None:
+        self.oversize_lines += 1
 
     @property
     def shutdown_timeout(self) -> float:
@@ -191,6 +197,8 @@ class AgentPool:
             on_exit=self._on_exit,
             stderr_lines=self._limits.stderr_lines,
             sandbox=self._limits.sandbox,
+            max_line_bytes=self._limits.max_line_bytes,
+            on_oversize=self._count_oversize,
         )
         try:
             await asyncio.wait_for(

@@ -39,14 +39,11 @@ from acp.schema import (
 )
 from acp.utils import notify_model, request_model, serialize_params
 
+from bridge.runtime.acp.lines import MAX_LINE_BYTES, CappedLines
 from bridge.runtime.sandbox import SandboxPolicy
 
 logger = logging.getLogger(__name__)
 stderr_logger = logging.getLogger("bridge.runtime.agent_stderr")
-
-# Agent messages (a long diff, a big tool output) can be far larger than asyncio's 64 KB line
-# limit; the SDK's own agent runner uses 50 MB too.
-STDOUT_LIMIT = 50 * 1024 * 1024
 
 
 class SpawnError(Exception):
@@ -260,6 +257,8 @@ async def spawn_agent(
     on_exit: Callable[[AgentProcess], None],
     stderr_lines: int = 200,
     sandbox: SandboxPolicy | None = None,
+    max_line_bytes: int = MAX_LINE_BYTES,
+    on_oversize: Callable[[int], None] = lambda size: None,
 ) -> AgentProcess:
     """Start the agent command (inside `sandbox` when given) and wire its stdio; raises
     SpawnError when it cannot run."""
@@ -272,7 +271,9 @@ async def spawn_agent(
             stderr=asyncio.subprocess.PIPE,
             cwd=str(cwd),
             env=dict(env) if env is not None else None,
-            limit=STDOUT_LIMIT,
+            # Agent frames (a long diff, a big tool output) are far larger than asyncio's
+            # 64 KB default; above this, CappedLines drops the line.
+            limit=max_line_bytes,
             start_new_session=True,  # its own process group, killed as a whole
         )
     except OSError as exc:
@@ -283,7 +284,9 @@ async def spawn_agent(
     assert process.stdout is not None
     assert process.stderr is not None
     label = f"agent[{slot}] pid {process.pid}"
-    conn = Connection(handler, process.stdin, process.stdout, observers=[observer])
+    stdout = CappedLines(process.stdout, label=label, on_oversize=on_oversize)
+    # CappedLines has the two reader methods the SDK's transport calls.
+    conn = Connection(handler, process.stdin, stdout, observers=[observer])  # type: ignore[arg-type]
     loop = asyncio.get_running_loop()
     agent = AgentProcess(
         slot=slot,

@@ -259,6 +259,7 @@ class AcpRuntime:
             "command": self._pool.program,
             "unknown_updates": self.unknown_updates,
             "late_updates": self.late_updates,
+            "oversize_updates": self._pool.oversize_lines,
             "pending_requests": len(self._requests),
             "agents": [
                 {

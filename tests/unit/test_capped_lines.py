@@ -1,0 +1,71 @@
+"""Agent stdout: a line over the cap is skipped as it streams by, the next lines still come,
+and the SDK's own transport reads through it unchanged."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+from acp._transport import NdjsonTransport
+
+from bridge.runtime.acp.lines import CappedLines
+
+CAP = 64
+
+
+def reader_with(*chunks: bytes, eof: bool = True) -> asyncio.StreamReader:
+    reader = asyncio.StreamReader(limit=CAP)
+    for chunk in chunks:
+        reader.feed_data(chunk)
+    if eof:
+        reader.feed_eof()
+    return reader
+
+
+async def test_lines_under_the_cap_pass_whole() -> None:
+    sizes: list[int] = []
+    lines = CappedLines(reader_with(b"one\n", b"two\n"), label="t", on_oversize=sizes.append)
+    assert await lines.readuntil() == b"one\n"
+    assert await lines.readuntil() == b"two\n"
+    assert sizes == []
+
+
+@pytest.mark.parametrize("size", [CAP + 1, 3 * CAP, 10 * CAP + 7])
+async def test_a_line_over_the_cap_is_dropped_and_the_next_one_read(size: int) -> None:
+    sizes: list[int] = []
+    big = b"x" * size + b"\n"
+    lines = CappedLines(reader_with(big, b"after\n"), label="t", on_oversize=sizes.append)
+    assert await lines.readuntil() == b"after\n"
+    assert sizes == [size + 1]
+
+
+async def test_a_line_arriving_in_pieces_is_dropped_without_waiting_for_it_whole() -> None:
+    reader = asyncio.StreamReader(limit=CAP)
+    sizes: list[int] = []
+    lines = CappedLines(reader, label="t", on_oversize=sizes.append)
+    read = asyncio.create_task(lines.readuntil())
+    for _ in range(50):
+        reader.feed_data(b"y" * CAP)
+        await asyncio.sleep(0)
+        # What the reader holds stays bounded: the head of the line is discarded as it comes.
+        assert len(reader._buffer) <= 2 * CAP  # the bound is the point
+    reader.feed_data(b"z\nnext\n")
+    assert await read == b"next\n"
+    assert sizes == [50 * CAP + 2]
+
+
+async def test_end_of_stream_inside_an_oversize_line_is_end_of_stream() -> None:
+    lines = CappedLines(reader_with(b"x" * (3 * CAP)), label="t")
+    with pytest.raises(asyncio.IncompleteReadError):
+        await lines.readuntil()
+
+
+async def test_the_sdk_transport_reads_frames_through_it() -> None:
+    first, last = {"jsonrpc": "2.0", "method": "a"}, {"jsonrpc": "2.0", "method": "b"}
+    huge = {"jsonrpc": "2.0", "method": "huge", "params": "x" * (5 * CAP)}
+    data = "".join(json.dumps(frame) + "\n" for frame in (first, huge, last)).encode()
+    transport = NdjsonTransport(CappedLines(reader_with(data), label="t"), sender=None)  # type: ignore[arg-type]
+    assert await transport.receive() == first
+    assert await transport.receive() == last
+    assert await transport.receive() is None
