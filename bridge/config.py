@@ -18,7 +18,14 @@ from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
 import platformdirs
-from pydantic import Field, SecretStr, ValidationError, ValidationInfo, field_validator
+from pydantic import (
+    AliasChoices,
+    Field,
+    SecretStr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from bridge.runtime.sandbox import SandboxPolicy, probe
@@ -28,6 +35,9 @@ LARK_DOMAIN = "https://open.larksuite.com"
 _DOMAIN_ALIASES = {"feishu": FEISHU_DOMAIN, "lark": LARK_DOMAIN}
 
 CommaList = Annotated[tuple[str, ...], NoDecode]
+
+# Settings renamed: the old name is still read (the new one wins), and documented as such.
+OLD_NAMES: dict[str, str] = {"BRIDGE_MAX_CONVERSATIONS": "BRIDGE_MAX_RUNNING_TURNS"}
 
 
 def _default_data_dir() -> Path:
@@ -161,8 +171,12 @@ class Settings(BaseSettings):
     bridge_approvers: CommaList = Field(
         default=(), description="Comma-separated open_ids who may answer any approval."
     )
-    bridge_max_conversations: int = Field(
-        default=64, ge=1, description="Conversations whose turns may run at once."
+    bridge_max_running_turns: int = Field(
+        default=64,
+        ge=1,
+        # The setting's first name, still read so existing deployments keep their limit.
+        validation_alias=AliasChoices("bridge_max_running_turns", "bridge_max_conversations"),
+        description="Turns that may run at once (at most one per conversation).",
     )
 
     # --- Who can reach the agent, who can approve -------------------------------------------

@@ -230,7 +230,7 @@ def build_service(
                 requester_may_approve=settings.bridge_requester_may_approve,
             ),
             ack_emoji=settings.bridge_ack_emoji,
-            max_running_turns=settings.bridge_max_conversations,
+            max_running_turns=settings.bridge_max_running_turns,
         ),
         clock=clock,
         publish=projection.publish,

@@ -113,7 +113,7 @@ SECTIONS: list[tuple[str, list[str]]] = [
             "bridge_allowed_users",
             "bridge_allowed_chats",
             "bridge_approvers",
-            "bridge_max_conversations",
+            "bridge_max_running_turns",
         ],
     ),
     (
@@ -208,8 +208,9 @@ NOTES = {
         "Sent as `Authorization: Bearer <token>`; a missing or wrong token is 401. "
         "`/healthz` stays open for probes."
     ),
-    "bridge_max_conversations": (
-        "A message beyond the limit waits for a free place, showing only the reaction."
+    "bridge_max_running_turns": (
+        "A message beyond the limit waits for a free place, showing only the reaction. "
+        "The old name `BRIDGE_MAX_CONVERSATIONS` is still read (the new name wins)."
     ),
 }
 
@@ -235,7 +236,7 @@ MORE_EXAMPLES = {
     "BRIDGE_ALLOWED_USERS": "ou_1a2b3c,ou_4d5e6f",
     "BRIDGE_ALLOWED_CHATS": "oc_7a8b9c",
     "BRIDGE_APPROVERS": "ou_9f8e7d",
-    "BRIDGE_MAX_CONVERSATIONS": "32",
+    "BRIDGE_MAX_RUNNING_TURNS": "32",
     "BRIDGE_ALLOW_ALL": "true",
     "BRIDGE_REQUESTER_MAY_APPROVE": "false",
     "BRIDGE_OPS_HOST": "127.0.0.1",

@@ -80,7 +80,7 @@ async def test_quote_reply_in_a_group_answers_the_question(stack: Stack) -> None
 
 
 async def test_past_the_concurrency_limit_the_user_is_told_at_once(tmp_path: Path) -> None:
-    async with running_stack(tmp_path, settings={"bridge_max_conversations": 1}) as stack:
+    async with running_stack(tmp_path, settings={"bridge_max_running_turns": 1}) as stack:
         await stack.say("tool Working\nhang")
         # The progress line shows the first round holds the only slot.
         await stack.wait_text(lambda x: x == t("progress.tool", title="Working"))

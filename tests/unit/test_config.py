@@ -43,6 +43,21 @@ def test_environment_is_read(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) ->
     assert settings.bridge_first_hint_seconds == pytest.approx(0.02)
 
 
+def test_the_running_turns_limit_is_read_under_its_old_name_too(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("BRIDGE_MAX_CONVERSATIONS", "7")
+    settings, problems = load_settings()
+    assert (problems, settings and settings.bridge_max_running_turns) == ([], 7)
+    monkeypatch.setenv("BRIDGE_MAX_RUNNING_TURNS", "9")  # the new name wins
+    settings, problems = load_settings()
+    assert (problems, settings and settings.bridge_max_running_turns) == ([], 9)
+    monkeypatch.setenv("BRIDGE_MAX_CONVERSATIONS", "0")
+    monkeypatch.delenv("BRIDGE_MAX_RUNNING_TURNS")
+    settings, problems = load_settings()
+    assert [p.variable for p in problems] == ["BRIDGE_MAX_RUNNING_TURNS"]
+
+
 def test_any_url_is_a_domain_and_trailing_slash_is_dropped() -> None:
     settings, _ = load_settings(feishu_domain="http://127.0.0.1:9999/")
     assert settings is not None

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from bridge.app import build_parser
-from bridge.config import Settings
+from bridge.config import OLD_NAMES, Settings
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -100,7 +100,8 @@ def _text_of(path: Path) -> str:
 @pytest.mark.parametrize("path", DEPLOY_FILES + DOCS, ids=lambda p: p.name)
 def test_every_setting_named_exists(path: Path) -> None:
     assert path.exists(), f"{path.relative_to(ROOT)} is missing"
-    unknown = sorted(set(SETTING_NAME.findall(path.read_text(encoding="utf-8"))) - set(FIELDS))
+    named = set(SETTING_NAME.findall(path.read_text(encoding="utf-8")))
+    unknown = sorted(named - set(FIELDS) - set(OLD_NAMES))
     assert unknown == [], f"{path.name} names settings that do not exist: {unknown}"
 
 
