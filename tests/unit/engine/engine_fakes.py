@@ -1,0 +1,259 @@
+"""In-process fakes of the engine's two outbound ports, and a harness that wires a real
+`Engine` (real core, actors, executor, turn runner, MemoryStore) to them.
+
+`RecordingFeishu` records every call in order and can hold one kind of call until released;
+`FakeRuntime` runs each prompt as a turn the test drives event by event.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from bridge.core import Options, Timings
+from bridge.engine.engine import Engine, EngineConfig
+from bridge.feishu.api import BotInfo
+from bridge.feishu.models import CardAction, InboundMessage
+from bridge.i18n import Translator
+from bridge.runtime.events import PromptSent, StopReason, TurnEnded, TurnEvent
+from bridge.runtime.port import EventSink, RuntimeUnavailable, SessionHandle
+from bridge.store import MemoryStore
+
+T = Translator("zh_CN")
+NOW = 1_700_000_000.0
+ALICE = "ou_alice"
+CHAT = "oc_1"
+ACK = "Typing"
+# Long enough that no presence timer fires while a test runs.
+QUIET = Timings(first_hint=600, heartbeat=600, stale=3600, approval_timeout=3600)
+
+
+@dataclass(frozen=True)
+class Call:
+    op: str
+    target: str  # the message or chat the call is about
+    text: str = ""  # reply/send text, or emoji
+    card: dict[str, Any] | None = None
+
+
+class RecordingFeishu:
+    """The FeishuApi port, recorded. `hold(op)` parks calls of that kind until `release()`."""
+
+    def __init__(self) -> None:
+        self.calls: list[Call] = []
+        self._ids = itertools.count(1)
+        self._held: set[str] = set()
+        self._gate = asyncio.Event()
+        self.entered = asyncio.Event()  # a held call has started
+
+    def hold(self, op: str) -> None:
+        self._held.add(op)
+        self._gate.clear()
+
+    def release(self) -> None:
+        self._held.clear()
+        self._gate.set()
+
+    async def _record(self, call: Call) -> None:
+        self.calls.append(call)
+        if call.op in self._held:
+            self.entered.set()
+            await self._gate.wait()
+
+    def _id(self) -> str:
+        return f"om_bot_{next(self._ids)}"
+
+    async def reply_text(
+        self, message_id: str, text: str, *, uuid: str, in_thread: bool = False
+    ) -> list[str]:
+        await self._record(Call("reply_text", message_id, text))
+        return [self._id()]
+
+    async def send_text(self, chat_id: str, text: str, *, uuid: str) -> list[str]:
+        await self._record(Call("send_text", chat_id, text))
+        return [self._id()]
+
+    async def reply_card(
+        self, message_id: str, card: dict[str, Any], *, uuid: str, in_thread: bool = False
+    ) -> str:
+        await self._record(Call("reply_card", message_id, card=card))
+        return self._id()
+
+    async def send_card(self, chat_id: str, card: dict[str, Any], *, uuid: str) -> str:
+        await self._record(Call("send_card", chat_id, card=card))
+        return self._id()
+
+    async def update_card(self, message_id: str, card: dict[str, Any]) -> None:
+        await self._record(Call("update_card", message_id, card=card))
+
+    async def add_reaction(self, message_id: str, emoji_type: str) -> str | None:
+        await self._record(Call("add_reaction", message_id, emoji_type))
+        return f"r_{message_id}"
+
+    async def remove_reaction(self, message_id: str, reaction_id: str) -> None:
+        await self._record(Call("remove_reaction", message_id, reaction_id))
+
+    async def bot_info(self) -> BotInfo:
+        return BotInfo(open_id="ou_bot", app_name="Bot")
+
+    async def aclose(self) -> None:
+        return None
+
+    # -- reading the record --------------------------------------------------------------
+
+    def ops(self) -> list[tuple[str, str]]:
+        return [(c.op, c.target) for c in self.calls]
+
+    def cards(self) -> list[Call]:
+        return [c for c in self.calls if c.op in ("reply_card", "send_card")]
+
+    def texts(self) -> list[str]:
+        return [c.text for c in self.calls if c.op in ("reply_text", "send_text")]
+
+
+@dataclass
+class FakeTurn:
+    """One prompt in flight; the test pushes what the agent says."""
+
+    session_id: str
+    text: str
+    events: asyncio.Queue[TurnEvent] = field(default_factory=asyncio.Queue)
+
+    def emit(self, event: TurnEvent) -> None:
+        self.events.put_nowait(event)
+
+    def end(self, reason: StopReason = StopReason.END_TURN) -> None:
+        self.emit(TurnEnded(self.session_id, stop_reason=reason))
+
+
+class FakeRuntime:
+    """The AgentRuntime port. Each prompt becomes a `FakeTurn` (see `turn()`); a cancel ends
+    the running turn `cancelled`, as a well-behaved agent does."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[Any, ...]] = []
+        self.turns: list[FakeTurn] = []
+        self.unavailable: str | None = None  # open_session raises RuntimeUnavailable
+        self.opening: asyncio.Event | None = None  # when set: open_session waits for it
+        self._started = asyncio.Condition()
+        self._sessions = itertools.count(1)
+
+    async def start(self) -> None:
+        return None
+
+    async def open_session(
+        self, conversation_key: str, *, resume_session_id: str | None = None
+    ) -> SessionHandle:
+        self.calls.append(("open_session", conversation_key, resume_session_id))
+        if self.opening is not None:
+            await self.opening.wait()
+        if self.unavailable is not None:
+            raise RuntimeUnavailable(self.unavailable)
+        if resume_session_id is not None:
+            return SessionHandle(resume_session_id, loaded=True)
+        return SessionHandle(f"sess_{next(self._sessions)}", loaded=False)
+
+    async def prompt(self, session_id: str, text: str, sink: EventSink) -> None:
+        self.calls.append(("prompt", session_id, text))
+        turn = FakeTurn(session_id, text)
+        sink(PromptSent(session_id))
+        async with self._started:
+            self.turns.append(turn)
+            self._started.notify_all()
+        while True:
+            event = await turn.events.get()
+            sink(event)
+            if isinstance(event, TurnEnded):
+                return
+
+    async def turn(self, number: int) -> FakeTurn:
+        """The `number`-th prompt (1-based), once it has been sent."""
+        async with self._started:
+            await self._started.wait_for(lambda: len(self.turns) >= number)
+        return self.turns[number - 1]
+
+    async def cancel(self, session_id: str) -> None:
+        self.calls.append(("cancel", session_id))
+        for turn in self.turns:
+            if turn.session_id == session_id:
+                turn.end(StopReason.CANCELLED)
+
+    async def abandon(self, session_id: str) -> None:
+        self.calls.append(("abandon", session_id))
+
+    async def answer_permission(self, request_id: str, option_id: str | None) -> None:
+        self.calls.append(("answer_permission", request_id, option_id))
+
+    async def answer_question(self, request_id: str, answers: Mapping[str, str] | None) -> None:
+        self.calls.append(("answer_question", request_id, dict(answers or {})))
+
+    async def close(self) -> None:
+        return None
+
+    def snapshot(self) -> dict[str, Any]:
+        return {}
+
+
+class Harness:
+    """A real Engine over the fakes; `say` delivers a user message as the receiver would."""
+
+    def __init__(self, store: MemoryStore, *, max_running_turns: int = 4) -> None:
+        self.feishu = RecordingFeishu()
+        self.runtime = FakeRuntime()
+        self.store = store
+        self.clock = NOW
+        self._ids = itertools.count(1)
+        self.engine = self.build(max_running_turns)
+
+    def build(self, max_running_turns: int = 4) -> Engine:
+        return Engine(
+            feishu=self.feishu,
+            runtime=self.runtime,
+            store=self.store,
+            translator=T,
+            config=EngineConfig(
+                timings=QUIET, options=Options(), ack_emoji=ACK, max_running_turns=max_running_turns
+            ),
+            clock=lambda: self.clock,
+            publish=lambda key, snapshot: None,
+        )
+
+    async def say(self, text: str, *, chat: str = CHAT, message_id: str | None = None) -> str:
+        message_id = message_id or f"om_user_{next(self._ids)}"
+        message = InboundMessage(
+            event_id=f"ev_{message_id}",
+            message_id=message_id,
+            chat_id=chat,
+            chat_type="p2p",
+            sender_open_id=ALICE,
+            message_type="text",
+            text=text,
+        )
+        # The receiver journals before it hands over; recovery reads the journal.
+        assert await self.store.journal_message(
+            message.conversation_key, message_id, ALICE, chat, text, self.clock
+        )
+        self.engine.accept(message)
+        return message_id
+
+    def click(self, card: dict[str, Any], choice: str, *, operator: str = ALICE) -> CardAction:
+        """The click on the button for `choice` of a card the bridge posted."""
+        for element in card.get("elements", []):
+            for action in element.get("actions", []):
+                if action.get("value", {}).get("choice") == choice:
+                    return CardAction(
+                        event_id=f"ev_click_{next(self._ids)}",
+                        operator_open_id=operator,
+                        open_message_id="om_card",
+                        value=action["value"],
+                    )
+        raise AssertionError(f"no button for {choice!r} on the card")
+
+    async def idle(self) -> None:
+        """Every actor has performed what it was given (the performer tasks drained)."""
+        for _ in range(3):  # a performed effect may feed the core and queue more
+            await self.engine.wait_idle()
+            await asyncio.sleep(0)

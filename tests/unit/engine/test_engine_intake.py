@@ -1,0 +1,137 @@
+"""The engine, in-process over recording fakes: what a message, a card click and a /stop
+turn into, as Feishu calls and agent calls, in order."""
+
+from __future__ import annotations
+
+import asyncio
+
+from bridge.runtime.events import (
+    MessageChunk,
+    PermissionKind,
+    PermissionOption,
+    PermissionRequested,
+    ToolCallStarted,
+)
+from bridge.store.port import MessageState
+from tests.unit.engine.engine_fakes import ACK, CHAT, Call, Harness, T
+
+OPTIONS = (
+    PermissionOption("allow-once", "Allow once", PermissionKind.ALLOW_ONCE),
+    PermissionOption("reject-once", "Reject", PermissionKind.REJECT_ONCE),
+)
+
+
+async def test_a_message_is_acked_prompted_and_answered(harness: Harness) -> None:
+    mid = await harness.say("hello")
+    turn = await harness.runtime.turn(1)
+    turn.emit(MessageChunk(turn.session_id, "hi "))
+    turn.emit(MessageChunk(turn.session_id, "there"))
+    turn.end()
+    await harness.idle()
+
+    assert harness.feishu.calls == [
+        Call("add_reaction", mid, ACK),
+        Call("reply_text", mid, "hi there"),
+    ]
+    assert harness.runtime.calls == [("open_session", CHAT, None), ("prompt", "sess_1", "hello")]
+    journaled = await harness.store.message(mid)
+    assert journaled is not None
+    assert journaled.state is MessageState.DONE
+
+
+async def test_the_next_message_reuses_the_conversation_s_session(harness: Harness) -> None:
+    await harness.say("one")
+    (await harness.runtime.turn(1)).end()
+    await harness.idle()
+    await harness.say("two")
+    (await harness.runtime.turn(2)).end()
+    await harness.idle()
+    prompts = [c for c in harness.runtime.calls if c[0] == "prompt"]
+    assert prompts == [("prompt", "sess_1", "one"), ("prompt", "sess_1", "two")]
+    assert [c for c in harness.runtime.calls if c[0] == "open_session"] == [
+        ("open_session", CHAT, None)
+    ]
+
+
+async def test_an_ack_jumps_ahead_of_replies_still_queued(harness: Harness) -> None:
+    first = await harness.say("one")
+    turn = await harness.runtime.turn(1)
+    harness.feishu.hold("reply_text")  # Feishu is slow with the first text
+    turn.emit(MessageChunk(turn.session_id, "let me look"))
+    turn.emit(ToolCallStarted(turn.session_id, tool_call_id="t1", title="Read a.py"))
+    await harness.feishu.entered.wait()  # the commentary is in flight
+    turn.emit(MessageChunk(turn.session_id, "answer one"))
+    turn.end()  # the answer queues behind it
+    await asyncio.sleep(0)
+    second = await harness.say("two")
+    harness.feishu.release()
+    await harness.runtime.turn(2)
+    await harness.idle()
+
+    assert [(c.op, c.target, c.text) for c in harness.feishu.calls[:4]] == [
+        ("add_reaction", first, ACK),
+        ("reply_text", first, "let me look"),
+        ("add_reaction", second, ACK),  # straight after the call in flight
+        ("reply_text", first, "answer one"),
+    ]
+
+
+async def test_a_card_click_is_answered_with_the_closed_card_and_reaches_the_agent(
+    harness: Harness,
+) -> None:
+    mid = await harness.say("clean up")
+    turn = await harness.runtime.turn(1)
+    turn.emit(
+        PermissionRequested(
+            turn.session_id, request_id="r1", title="Run ls", options=OPTIONS, detail="ls -la"
+        )
+    )
+    await harness.idle()
+    (posted,) = harness.feishu.cards()
+    assert posted.target == mid
+    assert harness.feishu.texts() == [T("presence.waiting_approval")]
+    assert posted.card is not None
+
+    reply = await harness.engine.card_action(harness.click(posted.card, "allow-once"))
+    await harness.idle()
+
+    assert reply.toast_type == "success"
+    assert reply.card is not None
+    assert reply.card != posted.card
+    assert ("answer_permission", "r1", "allow-once") in harness.runtime.calls
+    # The callback's answer replaced the card: no second path PATCHes it too.
+    assert [c for c in harness.feishu.calls if c.op == "update_card"] == []
+    again = await harness.engine.card_action(harness.click(posted.card, "allow-once"))
+    assert again.toast_text == T("card.already_handled")
+    assert again.card is None
+
+
+async def test_stop_while_the_session_opens_never_sends_the_prompt(harness: Harness) -> None:
+    harness.runtime.opening = asyncio.Event()  # the agent is slow to start
+    mid = await harness.say("a long job")
+    await harness.idle()
+    stop = await harness.say("/stop")
+    await harness.idle()
+    harness.runtime.opening.set()
+    await harness.idle()
+
+    assert [c[0] for c in harness.runtime.calls] == ["open_session"]
+    assert harness.feishu.calls == [
+        Call("add_reaction", mid, ACK),
+        Call("add_reaction", stop, ACK),
+        Call("reply_text", mid, T("presence.stopped")),  # the round's end, on its message
+    ]
+    journaled = await harness.store.message(mid)
+    assert journaled is not None
+    assert journaled.state is MessageState.DONE
+
+
+async def test_past_the_running_turns_limit_a_turn_is_told_at_once(harness: Harness) -> None:
+    harness.engine = harness.build(max_running_turns=1)
+    await harness.say("one", chat="oc_a")
+    await harness.runtime.turn(1)
+    other = await harness.say("two", chat="oc_b")
+    await harness.idle()
+    assert ("reply_text", other) in harness.feishu.ops()
+    assert harness.feishu.texts() == [T("presence.runtime_busy")]
+    assert [c[2] for c in harness.runtime.calls if c[0] == "prompt"] == ["one"]
