@@ -1,0 +1,70 @@
+"""`python -m bridge.devtools.scripted_agent`: serve one scripted agent on stdio."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import sys
+from pathlib import Path
+
+from acp.agent.router import build_agent_router
+from acp.connection import Connection
+from acp.stdio import stdio_streams
+
+from bridge.devtools.scripted_agent.agent import ScriptedAgent
+from bridge.devtools.scripted_agent.language import QUIRKS
+from bridge.devtools.scripted_agent.sessions import SessionStore
+
+
+async def serve(agent: ScriptedAgent) -> None:
+    reader, writer = await stdio_streams(limit=50 * 1024 * 1024)
+    router = build_agent_router(agent, use_unstable_protocol=True)  # type: ignore[arg-type]
+    conn = Connection(router, writer, reader, listening=False)
+    agent.conn = conn
+    try:
+        await conn.main_loop()
+    finally:
+        await conn.close()
+
+
+def _arguments(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m bridge.devtools.scripted_agent",
+        description="A scripted ACP agent on stdio (demo and tests).",
+    )
+    parser.add_argument(
+        "--quirk",
+        action="append",
+        default=[],
+        choices=sorted(QUIRKS),
+        help="play a misbehaviour of a real agent (repeatable): "
+        + "; ".join(f"{name}: {what}" for name, what in QUIRKS.items()),
+    )
+    parser.add_argument("--no-load", action="store_true", help="do not offer session/load")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    arguments = _arguments(argv)
+    exit_code = os.environ.get("SCRIPTED_AGENT_EXIT_ON_START")
+    if exit_code:
+        sys.stderr.write("scripted-agent: configured to fail at start\n")
+        sys.stderr.flush()
+        sys.exit(int(exit_code))
+    scenario_path = os.environ.get("SCRIPTED_AGENT_SCENARIO")
+    agent = ScriptedAgent(
+        SessionStore(os.environ.get("SCRIPTED_AGENT_STATE_DIR")),
+        load_session=not arguments.no_load
+        and os.environ.get("SCRIPTED_AGENT_LOAD_SESSION", "1").lower()
+        not in {"0", "false", "no", "off"},
+        scenario=Path(scenario_path).read_text() if scenario_path else None,
+        quirks=frozenset(arguments.quirk),
+    )
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(serve(agent))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,68 @@
+"""ACP update payloads the agent sends, and the side effects some commands have (the
+sandbox probe, exiting, flooding stderr)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def text_block(text: str) -> dict[str, str]:
+    return {"type": "text", "text": text}
+
+
+def message_chunk(text: str) -> dict[str, Any]:
+    return {"sessionUpdate": "agent_message_chunk", "content": text_block(text)}
+
+
+def plan_entries(entries: list[str]) -> list[dict[str, str]]:
+    return [
+        {"content": entry, "priority": "medium", "status": "in_progress" if i == 0 else "pending"}
+        for i, entry in enumerate(entries)
+    ]
+
+
+def probe(routes: dict[str, list[Any]]) -> dict[str, Any]:
+    """Try each route the way an agent's shell would; report `ok` (a read also gives the
+    sha256 of what it read) or the error's name."""
+    import hashlib
+    import subprocess
+
+    def attempt(action: Any) -> str:
+        try:
+            return str(action())
+        except (OSError, subprocess.SubprocessError) as exc:
+            return type(exc).__name__
+
+    def read(path: str) -> str:
+        return "ok:" + hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+    def write(path: str) -> str:
+        Path(path).write_text("written by the scripted agent\n")
+        return "ok"
+
+    def run(argv: list[str]) -> str:
+        done = subprocess.run(argv, capture_output=True, timeout=10, check=False)
+        return "ok" if done.returncode == 0 else f"exit {done.returncode}"
+
+    prefixes = tuple(routes.get("env", []))
+    return {
+        "read": {p: attempt(lambda p=p: read(p)) for p in routes.get("read", [])},
+        "write": {p: attempt(lambda p=p: write(p)) for p in routes.get("write", [])},
+        "run": {" ".join(a): attempt(lambda a=a: run(a)) for a in routes.get("run", [])},
+        "env": sorted(name for name in os.environ if prefixes and name.startswith(prefixes)),
+    }
+
+
+async def exit_soon(code: int) -> None:
+    os._exit(code)
+
+
+def flood_stderr(kilobytes: int) -> None:
+    # A blocking write, like a chatty real agent: it stalls if nobody reads the pipe.
+    line = "scripted-agent stderr filler " + "x" * 994 + "\n"
+    for _ in range(kilobytes):
+        sys.stderr.write(line)
+    sys.stderr.flush()
