@@ -8,7 +8,8 @@
 See `emulator.FeishuEmulator` for the API and `codes` for the error codes it answers.
 """
 
-from bridge.devtools.emulator.emulator import CALLBACK_ERROR_TOAST, MIN_DEADLINE_S, FeishuEmulator
+from bridge.devtools.emulator.callbacks import CALLBACK_ERROR_TOAST
+from bridge.devtools.emulator.emulator import MIN_DEADLINE_S, FeishuEmulator
 from bridge.devtools.emulator.faults import FaultKind
 from bridge.devtools.emulator.records import (
     ApiCall,

@@ -1,0 +1,198 @@
+"""The user's side of the emulator: what a person does in Feishu (write, click a card) and
+what Feishu's servers then do to the bridge (push the event, redeliver it, verify the URL).
+A mixin of `FeishuEmulator`, which holds the state named below."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import secrets
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from bridge.devtools.emulator import events
+from bridge.devtools.emulator.callbacks import apply_callback_answer
+from bridge.devtools.emulator.chats import ChatWorld
+from bridge.devtools.emulator.delivery import EventDelivery
+from bridge.devtools.emulator.records import (
+    CardCallbackResult,
+    DeliveredEvent,
+    DeliveryAttempt,
+    Envelope,
+    Mention,
+    UrlVerificationResult,
+)
+
+
+class UserSide:
+    # Set by FeishuEmulator.__init__.
+    app_id: str
+    tenant_key: str
+    verification_token: str
+    bot_open_id: str
+    bot_name: str
+    default_user_open_id: str
+    card_deadline_seconds: float
+    _world: ChatWorld
+    _delivery: EventDelivery
+    _group_chat_id: str
+    _webhook_url: str | None
+    _callbacks: list[CardCallbackResult]
+    _changed: Callable[[], None]
+
+    async def send_user_message(
+        self,
+        text: str = "",
+        *,
+        chat_id: str | None = None,
+        chat_type: str = "p2p",
+        sender_open_id: str | None = None,
+        mentions: Sequence[Mention] = (),
+        mention_bot: bool = False,
+        message_type: str = "text",
+        content: Mapping[str, Any] | str | None = None,
+        thread_id: str | None = None,
+        root_id: str | None = None,
+        parent_id: str | None = None,
+    ) -> DeliveredEvent:
+        """A user writes in a chat: the message is added to the chat (so the bot can reply to
+        its message_id) and `im.message.receive_v1` is pushed; returns after the first push.
+        `mention_bot` prefixes the text with an @-mention of the bot, as a group user does."""
+        sender = sender_open_id or self.default_user_open_id
+        if chat_id is None and chat_type == "group":
+            chat_id = self._group_chat_id
+        chat = self._world.open_chat(chat_type, chat_id, sender if chat_type == "p2p" else None)
+        entries: list[dict[str, Any]] = []
+        if mention_bot:
+            entries.append(
+                events.mention_entry("@_user_1", self.bot_open_id, self.bot_name, self.tenant_key)
+            )
+            if "@_user_1" not in text:
+                text = f"@_user_1 {text}"
+        for mention in mentions:
+            key = mention.key or f"@_user_{len(entries) + 1}"
+            entries.append(
+                events.mention_entry(
+                    key,
+                    mention.open_id,
+                    mention.name,
+                    self.tenant_key,
+                    union_id=mention.union_id,
+                    user_id=mention.user_id,
+                )
+            )
+        if content is None:
+            body = json.dumps({"text": text}, ensure_ascii=False)
+        elif isinstance(content, str):
+            body = content
+        else:
+            body = json.dumps(content, ensure_ascii=False)
+        if parent_id is not None and root_id is None:
+            parent = self._world.messages.get(parent_id)
+            root_id = (parent.root_id or parent.message_id) if parent else parent_id
+        message = self._world.add_user_message(
+            chat=chat,
+            sender_open_id=sender,
+            msg_type=message_type,
+            content=body,
+            mentions=entries,
+            root_id=root_id,
+            parent_id=parent_id,
+            thread_id=thread_id,
+        )
+        payload = events.message_receive(
+            message,
+            token=self.verification_token,
+            app_id=self.app_id,
+            tenant_key=self.tenant_key,
+            union_id=self._derived_id("on_", sender),
+            user_id=self._derived_id("", sender)[:8],
+        )
+        attempt = await self._delivery.push(payload)
+        return DeliveredEvent(
+            event_id=payload["header"]["event_id"],
+            message_id=message.message_id,
+            chat_id=message.chat_id,
+            payload=payload,
+            first_attempt=attempt,
+        )
+
+    async def redeliver(self, event_id: str) -> DeliveryAttempt:
+        """Push an already-sent event again, as Feishu's redelivery does (same event_id)."""
+        return await self._delivery.redeliver(event_id)
+
+    def build_envelope(self, payload: Mapping[str, Any]) -> Envelope:
+        """The exact request Feishu would send for `payload` (encrypted and signed when an
+        encrypt key is set) — tamper with it and hand it to `post_raw`."""
+        return self._delivery.seal(payload)
+
+    async def post_raw(
+        self,
+        body: bytes | Envelope,
+        headers: Mapping[str, str] | None = None,
+        *,
+        event_id: str = "",
+    ) -> DeliveryAttempt:
+        """POST raw bytes to the webhook (recorded as a manual attempt)."""
+        if isinstance(body, Envelope):
+            envelope = Envelope(body.body, dict(headers or body.headers))
+        else:
+            envelope = Envelope(body, dict(headers or {"Content-Type": "application/json"}))
+        return await self._delivery.post_raw(envelope, event_id=event_id)
+
+    async def verify_url(self, challenge: str | None = None) -> UrlVerificationResult:
+        """Feishu's `url_verification` handshake; ok when the challenge is echoed with 200."""
+        challenge = challenge or secrets.token_urlsafe(16)
+        envelope = self._delivery.seal(events.url_verification(challenge, self.verification_token))
+        attempt = await self._delivery.post_raw(envelope, event_type="url_verification")
+        echoed: Any = None
+        try:
+            echoed = json.loads(attempt.response_body).get("challenge")
+        except (ValueError, AttributeError):
+            echoed = None
+        return UrlVerificationResult(
+            ok=attempt.status == 200 and echoed == challenge,
+            challenge=challenge,
+            status=attempt.status,
+            response_body=attempt.response_body,
+        )
+
+    async def click_card(
+        self,
+        message_id: str,
+        value: Mapping[str, Any],
+        operator_open_id: str | None = None,
+        *,
+        tag: str = "button",
+        form_value: Mapping[str, Any] | None = None,
+    ) -> CardCallbackResult:
+        """A user clicks a button on a card the bot posted: `card.action.trigger` is pushed and
+        must be answered with 200 within the card deadline. The answer's toast is shown and a
+        `{"card": {"type": "raw", "data": …}}` replaces the card in the chat."""
+        message = self._world.messages.get(message_id)
+        if message is None or message.msg_type != "interactive":
+            raise ValueError(f"{message_id!r} is not an interactive card in any chat")
+        if self._webhook_url is None:
+            raise RuntimeError("set webhook_url before clicking cards")
+        operator = operator_open_id or self.default_user_open_id
+        payload = events.card_action(
+            message=message,
+            value=value,
+            operator_open_id=operator,
+            tag=tag,
+            form_value=form_value,
+            token=self.verification_token,
+            app_id=self.app_id,
+            tenant_key=self.tenant_key,
+            create_ms=int(time.time() * 1000),
+        )
+        attempt, body = await self._delivery.call(payload, self.card_deadline_seconds)
+        result = apply_callback_answer(self._world, message_id, operator, value, attempt, body)
+        self._callbacks.append(result)
+        self._changed()
+        return result
+
+    @staticmethod
+    def _derived_id(prefix: str, open_id: str) -> str:
+        return prefix + hashlib.sha256(open_id.encode()).hexdigest()[:32]
