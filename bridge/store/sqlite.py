@@ -12,7 +12,7 @@ foreign-key violations still raise) and first-terminal-wins updates are
 The only explicit transactions are the migrations, applied in `open()` before the store is
 shared. Pruning is one DELETE per table, each atomic on its own.
 
-Schema changes: append a script to `MIGRATIONS`, never edit a released one. Each script runs
+Schema changes: append a script to `MIGRATIONS` (sqlite_schema.py), never edit a released one. Each script runs
 in its own transaction together with its `schema_version` row.
 """
 
@@ -36,7 +36,6 @@ from bridge.store.port import (
     AsyncLifecycle,
     JournaledMessage,
     MessageState,
-    SchemaTooNew,
     Store,
     StoreClosed,
     StoreError,
@@ -45,156 +44,16 @@ from bridge.store.port import (
     TurnOutcome,
     UnknownTurn,
 )
-
-_SCHEMA_V1 = """
-CREATE TABLE seen_events (
-    event_id   TEXT PRIMARY KEY,
-    message_id TEXT UNIQUE,              -- NULL for events that carry no message
-    seen_at    REAL NOT NULL
-);
-CREATE INDEX seen_events_by_time ON seen_events (seen_at);
-
-CREATE TABLE messages (
-    seq              INTEGER PRIMARY KEY AUTOINCREMENT,   -- arrival order, never reused
-    message_id       TEXT NOT NULL UNIQUE,
-    conversation_key TEXT NOT NULL,
-    sender_open_id   TEXT NOT NULL,
-    chat_id          TEXT NOT NULL,
-    text             TEXT NOT NULL,
-    state            TEXT NOT NULL
-                     CHECK (state IN ('queued', 'running', 'done', 'interrupted')),
-    received_at      REAL NOT NULL,
-    updated_at       REAL NOT NULL
-);
-CREATE INDEX messages_unfinished ON messages (conversation_key, seq) WHERE state <> 'done';
-CREATE INDEX messages_done_by_time ON messages (updated_at) WHERE state = 'done';
-
-CREATE TABLE bindings (
-    conversation_key TEXT PRIMARY KEY,
-    session_id       TEXT NOT NULL,
-    bound_at         REAL NOT NULL
-);
-
-CREATE TABLE turns (
-    seq              INTEGER PRIMARY KEY AUTOINCREMENT,
-    turn_id          TEXT NOT NULL UNIQUE,
-    conversation_key TEXT NOT NULL,
-    message_id       TEXT NOT NULL,      -- no foreign key: the journal is pruned on its own
-    started_at       REAL NOT NULL,
-    outcome          TEXT CHECK (outcome IN
-                         ('completed', 'cancelled', 'failed', 'timed_out', 'interrupted')),
-    finished_at      REAL,
-    CHECK ((outcome IS NULL) = (finished_at IS NULL))
-);
-CREATE INDEX turns_running ON turns (seq) WHERE outcome IS NULL;
-CREATE INDEX turns_finished_by_time ON turns (finished_at) WHERE outcome IS NOT NULL;
-
-CREATE TABLE trace (
-    seq     INTEGER PRIMARY KEY AUTOINCREMENT,
-    turn_id TEXT NOT NULL REFERENCES turns (turn_id) ON DELETE CASCADE,
-    kind    TEXT NOT NULL,
-    detail  TEXT NOT NULL,               -- never prompt text
-    at      REAL NOT NULL
-);
-CREATE INDEX trace_by_turn ON trace (turn_id, seq);
-
-CREATE TABLE approvals (
-    seq               INTEGER PRIMARY KEY AUTOINCREMENT,
-    request_id        TEXT NOT NULL UNIQUE,
-    turn_id           TEXT NOT NULL REFERENCES turns (turn_id) ON DELETE CASCADE,
-    conversation_key  TEXT NOT NULL,
-    card_message_id   TEXT NOT NULL,
-    requester_open_id TEXT NOT NULL,
-    created_at        REAL NOT NULL,
-    status            TEXT NOT NULL DEFAULT 'open' CHECK (status IN
-                          ('open', 'allowed_once', 'allowed_always', 'rejected',
-                           'expired', 'cancelled')),
-    decided_by        TEXT,
-    decided_at        REAL,
-    CHECK ((status = 'open') = (decided_at IS NULL))
-);
-CREATE INDEX approvals_open ON approvals (seq) WHERE status = 'open';
-CREATE INDEX approvals_by_turn ON approvals (turn_id);
-CREATE INDEX approvals_decided_by_time ON approvals (decided_at) WHERE status <> 'open';
-
-CREATE TABLE outbox (
-    idempotency_key TEXT PRIMARY KEY,
-    message_ids     TEXT NOT NULL,       -- JSON array of Feishu message ids
-    sent_at         REAL NOT NULL
-);
-CREATE INDEX outbox_by_time ON outbox (sent_at);
-"""
-
-# Ordered; migration N (1-based) brings the schema from version N-1 to N. Append only.
-_SCHEMA_V2 = """
-ALTER TABLE approvals ADD COLUMN title TEXT NOT NULL DEFAULT '';
-"""
-
-MIGRATIONS: tuple[str, ...] = (_SCHEMA_V1, _SCHEMA_V2)
-
-_MESSAGE_COLUMNS = (
-    "seq, message_id, conversation_key, sender_open_id, chat_id, text, state, "
-    "received_at, updated_at"
+from bridge.store.sqlite_schema import (
+    APPROVAL_COLUMNS,
+    MESSAGE_COLUMNS,
+    TURN_COLUMNS,
+    approval_of,
+    is_foreign_key_error,
+    message_of,
+    migrate,
+    turn_of,
 )
-_TURN_COLUMNS = "turn_id, conversation_key, message_id, started_at, outcome, finished_at"
-_APPROVAL_COLUMNS = (
-    "request_id, turn_id, conversation_key, card_message_id, requester_open_id, created_at, "
-    "status, decided_by, decided_at, title"
-)
-
-_Row = sqlite3.Row | tuple[Any, ...]
-
-
-def _opt_float(value: Any) -> float | None:
-    return None if value is None else float(value)
-
-
-def _opt_str(value: Any) -> str | None:
-    return None if value is None else str(value)
-
-
-def _message(row: _Row) -> JournaledMessage:
-    return JournaledMessage(
-        seq=int(row[0]),
-        message_id=str(row[1]),
-        conversation_key=str(row[2]),
-        sender_open_id=str(row[3]),
-        chat_id=str(row[4]),
-        text=str(row[5]),
-        state=MessageState(row[6]),
-        received_at=float(row[7]),
-        updated_at=float(row[8]),
-    )
-
-
-def _turn(row: _Row) -> Turn:
-    return Turn(
-        turn_id=str(row[0]),
-        conversation_key=str(row[1]),
-        message_id=str(row[2]),
-        started_at=float(row[3]),
-        outcome=None if row[4] is None else TurnOutcome(row[4]),
-        finished_at=_opt_float(row[5]),
-    )
-
-
-def _approval(row: _Row) -> Approval:
-    return Approval(
-        request_id=str(row[0]),
-        turn_id=str(row[1]),
-        conversation_key=str(row[2]),
-        card_message_id=str(row[3]),
-        requester_open_id=str(row[4]),
-        created_at=float(row[5]),
-        status=ApprovalStatus(row[6]),
-        decided_by=_opt_str(row[7]),
-        decided_at=_opt_float(row[8]),
-        title=str(row[9]),
-    )
-
-
-def _is_foreign_key_error(exc: sqlite3.IntegrityError) -> bool:
-    return "FOREIGN KEY" in str(exc).upper()
 
 
 class SqliteStore(AsyncLifecycle):
@@ -227,7 +86,7 @@ class SqliteStore(AsyncLifecycle):
             db = await aiosqlite.connect(self.path, isolation_level=None)
             try:
                 await self._configure(db)
-                await self._migrate(db)
+                await migrate(db)
             except BaseException:
                 await db.close()
                 raise
@@ -248,35 +107,6 @@ class SqliteStore(AsyncLifecycle):
             raise StoreError(f"SQLite refused WAL mode for {self.path} (got {mode!r})")
         await db.execute("PRAGMA synchronous = NORMAL")
         await db.execute("PRAGMA foreign_keys = ON")
-
-    @staticmethod
-    async def _migrate(db: aiosqlite.Connection) -> None:
-        await db.execute(
-            "CREATE TABLE IF NOT EXISTS schema_version ("
-            " version INTEGER PRIMARY KEY,"
-            " applied_at TEXT NOT NULL DEFAULT CURRENT_TIMESTAMP)"
-        )
-        async with db.execute("SELECT COALESCE(MAX(version), 0) FROM schema_version") as cur:
-            row = await cur.fetchone()
-        current = 0 if row is None else int(row[0])
-        if current > len(MIGRATIONS):
-            raise SchemaTooNew(
-                f"database schema version {current} is newer than this bridge "
-                f"({len(MIGRATIONS)}); upgrade the bridge"
-            )
-        for version, script in enumerate(MIGRATIONS, start=1):
-            if version <= current:
-                continue
-            # A second process racing here fails on the version's primary key and rolls back.
-            try:
-                await db.executescript(
-                    f"BEGIN IMMEDIATE;\n{script}\n"
-                    f"INSERT INTO schema_version (version) VALUES ({version});\nCOMMIT;"
-                )
-            except BaseException:
-                if db.in_transaction:
-                    await db.rollback()
-                raise
 
     async def settings(self) -> dict[str, str | int]:
         """The effective connection settings (for diagnostics and tests)."""
@@ -369,23 +199,23 @@ class SqliteStore(AsyncLifecycle):
 
     async def message(self, message_id: str) -> JournaledMessage | None:
         row = await self._one(
-            f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE message_id = ?", (message_id,)
+            f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE message_id = ?", (message_id,)
         )
-        return None if row is None else _message(row)
+        return None if row is None else message_of(row)
 
     async def pending_messages(self, conversation_key: str) -> list[JournaledMessage]:
         rows = await self._all(
-            f"SELECT {_MESSAGE_COLUMNS} FROM messages "
+            f"SELECT {MESSAGE_COLUMNS} FROM messages "
             "WHERE conversation_key = ? AND state <> 'done' ORDER BY seq",
             (conversation_key,),
         )
-        return [_message(row) for row in rows]
+        return [message_of(row) for row in rows]
 
     async def unfinished_messages(self) -> list[JournaledMessage]:
         rows = await self._all(
-            f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE state <> 'done' ORDER BY seq"
+            f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE state <> 'done' ORDER BY seq"
         )
-        return [_message(row) for row in rows]
+        return [message_of(row) for row in rows]
 
     # -- 3. session bindings -----------------------------------------------------------------
 
@@ -437,14 +267,14 @@ class SqliteStore(AsyncLifecycle):
         )
 
     async def turn(self, turn_id: str) -> Turn | None:
-        row = await self._one(f"SELECT {_TURN_COLUMNS} FROM turns WHERE turn_id = ?", (turn_id,))
-        return None if row is None else _turn(row)
+        row = await self._one(f"SELECT {TURN_COLUMNS} FROM turns WHERE turn_id = ?", (turn_id,))
+        return None if row is None else turn_of(row)
 
     async def running_turns(self) -> list[Turn]:
         rows = await self._all(
-            f"SELECT {_TURN_COLUMNS} FROM turns WHERE outcome IS NULL ORDER BY seq"
+            f"SELECT {TURN_COLUMNS} FROM turns WHERE outcome IS NULL ORDER BY seq"
         )
-        return [_turn(row) for row in rows]
+        return [turn_of(row) for row in rows]
 
     # -- 5. trace timeline -------------------------------------------------------------------
 
@@ -455,7 +285,7 @@ class SqliteStore(AsyncLifecycle):
                 (turn_id, kind, detail, now),
             )
         except sqlite3.IntegrityError as exc:
-            if _is_foreign_key_error(exc):
+            if is_foreign_key_error(exc):
                 raise UnknownTurn(turn_id) from None
             raise
 
@@ -499,7 +329,7 @@ class SqliteStore(AsyncLifecycle):
                 ),
             )
         except sqlite3.IntegrityError as exc:
-            if _is_foreign_key_error(exc):
+            if is_foreign_key_error(exc):
                 raise UnknownTurn(turn_id) from None
             raise
         return inserted == 1
@@ -522,15 +352,15 @@ class SqliteStore(AsyncLifecycle):
 
     async def approval(self, request_id: str) -> Approval | None:
         row = await self._one(
-            f"SELECT {_APPROVAL_COLUMNS} FROM approvals WHERE request_id = ?", (request_id,)
+            f"SELECT {APPROVAL_COLUMNS} FROM approvals WHERE request_id = ?", (request_id,)
         )
-        return None if row is None else _approval(row)
+        return None if row is None else approval_of(row)
 
     async def open_approvals(self) -> list[Approval]:
         rows = await self._all(
-            f"SELECT {_APPROVAL_COLUMNS} FROM approvals WHERE status = 'open' ORDER BY seq"
+            f"SELECT {APPROVAL_COLUMNS} FROM approvals WHERE status = 'open' ORDER BY seq"
         )
-        return [_approval(row) for row in rows]
+        return [approval_of(row) for row in rows]
 
     # -- 7. outbox marks ---------------------------------------------------------------------
 

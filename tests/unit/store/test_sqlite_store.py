@@ -9,8 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from bridge.store import SchemaTooNew, SqliteStore, StoreClosed, TurnOutcome
-from bridge.store import sqlite as sqlite_module
+from bridge.store import SchemaTooNew, SqliteStore, StoreClosed, TurnOutcome, sqlite_schema
 
 T0 = 1_700_000_000.0
 
@@ -33,7 +32,7 @@ async def test_creates_parent_dir_and_runs_in_wal_mode(db_path: Path) -> None:
         assert settings["synchronous"] == 1  # NORMAL
         assert settings["foreign_keys"] == 1
         assert settings["busy_timeout"] == 5000
-        assert settings["schema_version"] == len(sqlite_module.MIGRATIONS)
+        assert settings["schema_version"] == len(sqlite_schema.MIGRATIONS)
         await store.claim_event("ev", None, T0)
         # WAL is a property of the file: an independent connection sees it too,
         # and sees the committed write while the store is still open.
@@ -51,7 +50,7 @@ async def test_reopen_keeps_data_and_does_not_rerun_migrations(db_path: Path) ->
     async with SqliteStore(db_path) as store:
         assert not await store.finish_turn("t1", TurnOutcome.FAILED, T0 + 2)
     versions = _read(db_path, "SELECT version FROM schema_version ORDER BY version")
-    assert versions == [(v,) for v in range(1, len(sqlite_module.MIGRATIONS) + 1)]
+    assert versions == [(v,) for v in range(1, len(sqlite_schema.MIGRATIONS) + 1)]
 
 
 async def test_refuses_a_schema_newer_than_the_code(db_path: Path) -> None:
@@ -72,9 +71,9 @@ async def test_a_new_migration_is_applied_once_on_open(
 ) -> None:
     async with SqliteStore(db_path) as store:
         await store.mark_sent("k", ["om_1"], T0)
-    latest = len(sqlite_module.MIGRATIONS) + 1
+    latest = len(sqlite_schema.MIGRATIONS) + 1
     v2 = "ALTER TABLE outbox ADD COLUMN note TEXT NOT NULL DEFAULT '';"
-    monkeypatch.setattr(sqlite_module, "MIGRATIONS", (*sqlite_module.MIGRATIONS, v2))
+    monkeypatch.setattr(sqlite_schema, "MIGRATIONS", (*sqlite_schema.MIGRATIONS, v2))
     async with SqliteStore(db_path) as store:
         assert (await store.settings())["schema_version"] == latest
         assert await store.sent("k") == ["om_1"]
@@ -89,12 +88,12 @@ async def test_a_failing_migration_rolls_back_entirely(
     async with SqliteStore(db_path):
         pass
     broken = "CREATE TABLE half_done (x INTEGER); INSERT INTO no_such_table VALUES (1);"
-    monkeypatch.setattr(sqlite_module, "MIGRATIONS", (*sqlite_module.MIGRATIONS, broken))
+    monkeypatch.setattr(sqlite_schema, "MIGRATIONS", (*sqlite_schema.MIGRATIONS, broken))
     with pytest.raises(sqlite3.OperationalError, match="no_such_table"):
         await SqliteStore(db_path).open()
     tables = _read(db_path, "SELECT name FROM sqlite_master WHERE name = 'half_done'")
     assert tables == []
-    released = len(sqlite_module.MIGRATIONS) - 1  # the broken one is not recorded
+    released = len(sqlite_schema.MIGRATIONS) - 1  # the broken one is not recorded
     assert _read(db_path, "SELECT MAX(version) FROM schema_version") == [(released,)]
 
 

@@ -1,0 +1,199 @@
+"""The SQLite schema of `SqliteStore`: its migrations, the columns each query reads, and
+rows turned back into the port's records."""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Any
+
+import aiosqlite
+
+from bridge.store.port import (
+    Approval,
+    ApprovalStatus,
+    JournaledMessage,
+    MessageState,
+    SchemaTooNew,
+    Turn,
+    TurnOutcome,
+)
+
+_SCHEMA_V1 = """
+CREATE TABLE seen_events (
+    event_id   TEXT PRIMARY KEY,
+    message_id TEXT UNIQUE,              -- NULL for events that carry no message
+    seen_at    REAL NOT NULL
+);
+CREATE INDEX seen_events_by_time ON seen_events (seen_at);
+
+CREATE TABLE messages (
+    seq              INTEGER PRIMARY KEY AUTOINCREMENT,   -- arrival order, never reused
+    message_id       TEXT NOT NULL UNIQUE,
+    conversation_key TEXT NOT NULL,
+    sender_open_id   TEXT NOT NULL,
+    chat_id          TEXT NOT NULL,
+    text             TEXT NOT NULL,
+    state            TEXT NOT NULL
+                     CHECK (state IN ('queued', 'running', 'done', 'interrupted')),
+    received_at      REAL NOT NULL,
+    updated_at       REAL NOT NULL
+);
+CREATE INDEX messages_unfinished ON messages (conversation_key, seq) WHERE state <> 'done';
+CREATE INDEX messages_done_by_time ON messages (updated_at) WHERE state = 'done';
+
+CREATE TABLE bindings (
+    conversation_key TEXT PRIMARY KEY,
+    session_id       TEXT NOT NULL,
+    bound_at         REAL NOT NULL
+);
+
+CREATE TABLE turns (
+    seq              INTEGER PRIMARY KEY AUTOINCREMENT,
+    turn_id          TEXT NOT NULL UNIQUE,
+    conversation_key TEXT NOT NULL,
+    message_id       TEXT NOT NULL,      -- no foreign key: the journal is pruned on its own
+    started_at       REAL NOT NULL,
+    outcome          TEXT CHECK (outcome IN
+                         ('completed', 'cancelled', 'failed', 'timed_out', 'interrupted')),
+    finished_at      REAL,
+    CHECK ((outcome IS NULL) = (finished_at IS NULL))
+);
+CREATE INDEX turns_running ON turns (seq) WHERE outcome IS NULL;
+CREATE INDEX turns_finished_by_time ON turns (finished_at) WHERE outcome IS NOT NULL;
+
+CREATE TABLE trace (
+    seq     INTEGER PRIMARY KEY AUTOINCREMENT,
+    turn_id TEXT NOT NULL REFERENCES turns (turn_id) ON DELETE CASCADE,
+    kind    TEXT NOT NULL,
+    detail  TEXT NOT NULL,               -- never prompt text
+    at      REAL NOT NULL
+);
+CREATE INDEX trace_by_turn ON trace (turn_id, seq);
+
+CREATE TABLE approvals (
+    seq               INTEGER PRIMARY KEY AUTOINCREMENT,
+    request_id        TEXT NOT NULL UNIQUE,
+    turn_id           TEXT NOT NULL REFERENCES turns (turn_id) ON DELETE CASCADE,
+    conversation_key  TEXT NOT NULL,
+    card_message_id   TEXT NOT NULL,
+    requester_open_id TEXT NOT NULL,
+    created_at        REAL NOT NULL,
+    status            TEXT NOT NULL DEFAULT 'open' CHECK (status IN
+                          ('open', 'allowed_once', 'allowed_always', 'rejected',
+                           'expired', 'cancelled')),
+    decided_by        TEXT,
+    decided_at        REAL,
+    CHECK ((status = 'open') = (decided_at IS NULL))
+);
+CREATE INDEX approvals_open ON approvals (seq) WHERE status = 'open';
+CREATE INDEX approvals_by_turn ON approvals (turn_id);
+CREATE INDEX approvals_decided_by_time ON approvals (decided_at) WHERE status <> 'open';
+
+CREATE TABLE outbox (
+    idempotency_key TEXT PRIMARY KEY,
+    message_ids     TEXT NOT NULL,       -- JSON array of Feishu message ids
+    sent_at         REAL NOT NULL
+);
+CREATE INDEX outbox_by_time ON outbox (sent_at);
+"""
+
+# Ordered; migration N (1-based) brings the schema from version N-1 to N. Append only.
+_SCHEMA_V2 = """
+ALTER TABLE approvals ADD COLUMN title TEXT NOT NULL DEFAULT '';
+"""
+
+MIGRATIONS: tuple[str, ...] = (_SCHEMA_V1, _SCHEMA_V2)
+
+MESSAGE_COLUMNS = (
+    "seq, message_id, conversation_key, sender_open_id, chat_id, text, state, "
+    "received_at, updated_at"
+)
+TURN_COLUMNS = "turn_id, conversation_key, message_id, started_at, outcome, finished_at"
+APPROVAL_COLUMNS = (
+    "request_id, turn_id, conversation_key, card_message_id, requester_open_id, created_at, "
+    "status, decided_by, decided_at, title"
+)
+
+Row = sqlite3.Row | tuple[Any, ...]
+
+
+def _opt_float(value: Any) -> float | None:
+    return None if value is None else float(value)
+
+
+def _opt_str(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+def message_of(row: Row) -> JournaledMessage:
+    return JournaledMessage(
+        seq=int(row[0]),
+        message_id=str(row[1]),
+        conversation_key=str(row[2]),
+        sender_open_id=str(row[3]),
+        chat_id=str(row[4]),
+        text=str(row[5]),
+        state=MessageState(row[6]),
+        received_at=float(row[7]),
+        updated_at=float(row[8]),
+    )
+
+
+def turn_of(row: Row) -> Turn:
+    return Turn(
+        turn_id=str(row[0]),
+        conversation_key=str(row[1]),
+        message_id=str(row[2]),
+        started_at=float(row[3]),
+        outcome=None if row[4] is None else TurnOutcome(row[4]),
+        finished_at=_opt_float(row[5]),
+    )
+
+
+def approval_of(row: Row) -> Approval:
+    return Approval(
+        request_id=str(row[0]),
+        turn_id=str(row[1]),
+        conversation_key=str(row[2]),
+        card_message_id=str(row[3]),
+        requester_open_id=str(row[4]),
+        created_at=float(row[5]),
+        status=ApprovalStatus(row[6]),
+        decided_by=_opt_str(row[7]),
+        decided_at=_opt_float(row[8]),
+        title=str(row[9]),
+    )
+
+
+def is_foreign_key_error(exc: sqlite3.IntegrityError) -> bool:
+    return "FOREIGN KEY" in str(exc).upper()
+
+
+async def migrate(db: aiosqlite.Connection) -> None:
+    """Bring the schema to the newest version, one transaction per migration."""
+    await db.execute(
+        "CREATE TABLE IF NOT EXISTS schema_version ("
+        " version INTEGER PRIMARY KEY,"
+        " applied_at TEXT NOT NULL DEFAULT CURRENT_TIMESTAMP)"
+    )
+    async with db.execute("SELECT COALESCE(MAX(version), 0) FROM schema_version") as cur:
+        row = await cur.fetchone()
+    current = 0 if row is None else int(row[0])
+    if current > len(MIGRATIONS):
+        raise SchemaTooNew(
+            f"database schema version {current} is newer than this bridge "
+            f"({len(MIGRATIONS)}); upgrade the bridge"
+        )
+    for version, script in enumerate(MIGRATIONS, start=1):
+        if version <= current:
+            continue
+        # A second process racing here fails on the version's primary key and rolls back.
+        try:
+            await db.executescript(
+                f"BEGIN IMMEDIATE;\n{script}\n"
+                f"INSERT INTO schema_version (version) VALUES ({version});\nCOMMIT;"
+            )
+        except BaseException:
+            if db.in_transaction:
+                await db.rollback()
+            raise
