@@ -156,3 +156,11 @@ def check_response(response: httpx.Response) -> dict[str, Any]:
     raise BusinessError(
         code if code is not None else status, msg, http_status=status, log_id=log_id
     )
+
+
+class EventParseError(ValueError):
+    """The payload is not a usable Feishu event. `reason` is safe to log."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason

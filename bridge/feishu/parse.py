@@ -28,27 +28,18 @@ and `@_all` becomes `@all`. Which mention is the bot:
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any, Final, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from bridge.feishu.content import is_bot, message_text
+from bridge.feishu.errors import EventParseError
 from bridge.feishu.models import CardAction, InboundMessage, Mention
 
 MESSAGE_RECEIVE: Final = "im.message.receive_v1"
 CARD_ACTION_TRIGGER: Final = "card.action.trigger"
 URL_VERIFICATION: Final = "url_verification"
-
-ALL_PLACEHOLDER: Final = "@_all"
-ALL_TEXT: Final = "@all"
-
-
-class EventParseError(ValueError):
-    """The payload is not a usable Feishu event. `reason` is safe to log."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
 
 
 class UrlVerification(BaseModel):
@@ -272,20 +263,8 @@ def _message(
     mentions = tuple(
         Mention(key=m.key, open_id=m.id.open_id, name=m.name) for m in msg.mentions or ()
     )
-    bot_keys = {m.key for m in mentions if _is_bot(m, bot_open_id, bot_name)}
-
-    if msg.message_type == "text":
-        content = _content_object(msg.content)
-        raw_text = content.get("text", "")
-        if not isinstance(raw_text, str):
-            raise EventParseError("text content has no string `text`")
-        text = _resolve_mentions(raw_text, mentions, bot_keys)
-    elif msg.message_type == "post":
-        text = _flatten_post(_content_object(msg.content), mentions, bot_keys)
-    else:
-        # image, file, audio, media, sticker, interactive, share_chat, share_user, system, …:
-        # no text; the receiver answers from `message_type`.
-        text = ""
+    bot_keys = {m.key for m in mentions if is_bot(m, bot_open_id, bot_name)}
+    text = message_text(msg.message_type, msg.content, mentions, bot_keys)
 
     return InboundMessage(
         event_id=header.event_id,
@@ -304,121 +283,6 @@ def _message(
         create_time_ms=_int_or_zero(msg.create_time),
         app_id=header.app_id or None,
     )
-
-
-def _is_bot(mention: Mention, bot_open_id: str | None, bot_name: str | None) -> bool:
-    if bot_open_id:
-        return mention.open_id == bot_open_id
-    if bot_name:
-        return mention.name == bot_name
-    return False
-
-
-def _content_object(content: str) -> dict[str, Any]:
-    try:
-        value = json.loads(content) if content else {}
-    except ValueError as exc:
-        raise EventParseError("message content is not valid JSON") from exc
-    if not isinstance(value, dict):
-        raise EventParseError("message content is not a JSON object")
-    return value
-
-
-def _resolve_mentions(text: str, mentions: Iterable[Mention], bot_keys: set[str]) -> str:
-    # Longest keys first so "@_user_1" never eats the front of "@_user_10".
-    for mention in sorted(mentions, key=lambda m: len(m.key), reverse=True):
-        if not mention.key:
-            continue
-        if mention.key in bot_keys:
-            text = text.replace(f"{mention.key} ", "").replace(mention.key, "")
-        elif mention.key == ALL_PLACEHOLDER:
-            text = text.replace(mention.key, ALL_TEXT)
-        else:
-            text = text.replace(mention.key, f"@{mention.name}" if mention.name else "@")
-    return text.replace(ALL_PLACEHOLDER, ALL_TEXT).strip()
-
-
-_LOCALE_PREFERENCE: Final = ("zh_cn", "en_us", "ja_jp")
-
-
-def _post_body(content: Mapping[str, Any]) -> Mapping[str, Any]:
-    """Received posts are usually `{"title", "content"}`; some paths wrap them in a locale
-    key (`zh_cn`, `en_us`, …) or in `post`. Pick the first body that has content."""
-    if "content" in content or "title" in content:
-        return content
-    inner = content.get("post")
-    if isinstance(inner, Mapping):
-        return _post_body(inner)
-    for locale in _LOCALE_PREFERENCE:
-        body = content.get(locale)
-        if isinstance(body, Mapping):
-            return body
-    for body in content.values():
-        if isinstance(body, Mapping) and ("content" in body or "title" in body):
-            return body
-    return {}
-
-
-def _flatten_post(
-    content: Mapping[str, Any], mentions: tuple[Mention, ...], bot_keys: set[str]
-) -> str:
-    body = _post_body(content)
-    lines: list[str] = []
-    title = body.get("title")
-    if isinstance(title, str) and title.strip():
-        lines.append(title.strip())
-    paragraphs = body.get("content") or []
-    if not isinstance(paragraphs, list):
-        raise EventParseError("post content is not a list of paragraphs")
-    by_key = {m.key: m for m in mentions}
-    by_open_id = {m.open_id: m for m in mentions if m.open_id}
-    for paragraph in paragraphs:
-        if not isinstance(paragraph, list):
-            raise EventParseError("post paragraph is not a list")
-        parts = [_post_element(el, by_key, by_open_id, bot_keys) for el in paragraph]
-        line = "".join(parts).strip()
-        if line:
-            lines.append(line)
-    return "\n".join(lines)
-
-
-def _post_element(
-    element: Any,
-    by_key: Mapping[str, Mention],
-    by_open_id: Mapping[str, Mention],
-    bot_keys: set[str],
-) -> str:
-    if not isinstance(element, Mapping):
-        return ""
-    tag = element.get("tag")
-    text = element.get("text")
-    text = text if isinstance(text, str) else ""
-    if tag in ("text", "md", "code_block"):
-        if tag == "code_block":
-            return f"\n{text}\n"
-        return text
-    if tag == "a":
-        href = element.get("href")
-        if isinstance(href, str) and href and href != text:
-            return f"{text} ({href})" if text else href
-        return text
-    if tag == "at":
-        user_id = element.get("user_id")
-        user_id = user_id if isinstance(user_id, str) else ""
-        if user_id in ("all", ALL_PLACEHOLDER):
-            return ALL_TEXT
-        mention = by_key.get(user_id) or by_open_id.get(user_id)
-        if mention is not None and mention.key in bot_keys:
-            return ""
-        name = element.get("user_name")
-        if not isinstance(name, str) or not name:
-            name = mention.name if mention is not None else ""
-        return f"@{name}" if name else ""
-    if tag == "emotion":
-        emoji = element.get("emoji_type")
-        return f"[{emoji}]" if isinstance(emoji, str) and emoji else ""
-    # img, media, hr and future tags carry no text.
-    return ""
 
 
 # --- card callbacks ------------------------------------------------------------------------
@@ -480,3 +344,18 @@ def _int_or_zero(value: str | int | None) -> int:
         return int(value)
     except ValueError:
         return 0
+
+
+__all__ = [
+    "CARD_ACTION_TRIGGER",
+    "MAX_DEPTH",
+    "MESSAGE_RECEIVE",
+    "URL_VERIFICATION",
+    "EventParseError",  # defined in errors.py; re-exported for the intake modules
+    "IgnoredEvent",
+    "UrlVerification",
+    "decode_json",
+    "event_token",
+    "event_type_of",
+    "parse_event",
+]

@@ -12,8 +12,8 @@ foreign-key violations still raise) and first-terminal-wins updates are
 The only explicit transactions are the migrations, applied in `open()` before the store is
 shared. Pruning is one DELETE per table, each atomic on its own.
 
-Schema changes: append a script to `MIGRATIONS` (sqlite_schema.py), never edit a released one. Each script runs
-in its own transaction together with its `schema_version` row.
+Schema changes: append a script to `MIGRATIONS` in sqlite_schema.py, never edit a released
+one. Each script runs in its own transaction together with its `schema_version` row.
 """
 
 from __future__ import annotations
