@@ -12,7 +12,8 @@ import sys
 from collections.abc import Sequence
 from typing import TextIO
 
-from bridge.config import ConfigProblem, Settings, check_for_run
+from bridge.config import Settings
+from bridge.config_checks import ConfigProblem, check_for_run
 from bridge.i18n import DEFAULT_LOCALE, LOCALES, Translator
 from bridge.runtime.sandbox import forbid_environ_reading
 

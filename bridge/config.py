@@ -7,28 +7,19 @@ The names are the public contract documented in docs/configuration.md.
 
 from __future__ import annotations
 
-import ipaddress
-import os
 import shlex
-import shutil
-from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
-from urllib.parse import urlsplit
 
 import platformdirs
 from pydantic import (
     AliasChoices,
     Field,
     SecretStr,
-    ValidationError,
     ValidationInfo,
     field_validator,
 )
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
-
-from bridge.runtime.sandbox import SandboxPolicy, probe
 
 FEISHU_DOMAIN = "https://open.feishu.cn"
 LARK_DOMAIN = "https://open.larksuite.com"
@@ -261,192 +252,3 @@ class Settings(BaseSettings):
     @property
     def db_path(self) -> Path:
         return self.bridge_data_dir / "bridge.sqlite3"
-
-
-# Examples shown next to a problem; they never contain a real secret.
-EXAMPLES: dict[str, str] = {
-    "FEISHU_APP_ID": "cli_a1b2c3d4e5f6",
-    "FEISHU_APP_SECRET": "<the App Secret from the developer console>",
-    "FEISHU_DOMAIN": "https://open.feishu.cn",
-    "FEISHU_EVENT_MODE": "websocket",
-    "FEISHU_ENCRYPT_KEY": "<the Encrypt Key from Events and Callbacks>",
-    "FEISHU_VERIFICATION_TOKEN": "<the Verification Token from Events and Callbacks>",
-    "BRIDGE_HOST": "127.0.0.1",
-    "BRIDGE_PORT": "8080",
-    "BRIDGE_LOCALE": "zh_CN",
-    "BRIDGE_AGENT_COMMAND": "claude-agent-acp",
-    "BRIDGE_WORKDIR": "/srv/feishu-bridge/workspace",
-    "BRIDGE_AGENT_SANDBOX": "bwrap",
-    "BRIDGE_ALLOWED_USERS": "ou_1a2b3c,ou_4d5e6f",
-    "BRIDGE_APPROVERS": "ou_9f8e7d",
-    "BRIDGE_OPS_TOKEN": "<a long random string, e.g. from `openssl rand -hex 32`>",
-}
-
-
-@dataclass(frozen=True)
-class ConfigProblem:
-    """One problem with the configuration (never the value itself). `code` names its text,
-    `cli.problem.<code>` in translations/; `params` fill it."""
-
-    variable: str
-    code: str
-    params: Mapping[str, str] = field(default_factory=dict)
-
-    @property
-    def example(self) -> str:
-        return EXAMPLES.get(self.variable, "")
-
-
-def problems_from_validation(error: ValidationError) -> list[ConfigProblem]:
-    found: list[ConfigProblem] = []
-    for item in error.errors(include_input=False, include_url=False):
-        field = str(item["loc"][0]) if item["loc"] else "?"
-        if item["type"] == "missing":
-            found.append(ConfigProblem(field.upper(), "missing"))
-        else:  # pydantic's own words for what is wrong with the value (never the value)
-            found.append(ConfigProblem(field.upper(), "invalid", {"detail": str(item["msg"])}))
-    return found
-
-
-def problems_for_run(settings: Settings) -> list[ConfigProblem]:
-    """What `run` needs beyond a well-formed model."""
-    found: list[ConfigProblem] = []
-    if not settings.feishu_app_id:
-        found.append(ConfigProblem("FEISHU_APP_ID", "missing"))
-    if settings.feishu_app_secret is None:
-        found.append(ConfigProblem("FEISHU_APP_SECRET", "missing"))
-    if settings.feishu_event_mode == "webhook" and settings.feishu_verification_token is None:
-        found.append(ConfigProblem("FEISHU_VERIFICATION_TOKEN", "missing_for_webhook"))
-    program = settings.agent_argv[0]
-    if shutil.which(program, path=os.environ.get("PATH")) is None:
-        # Found now, not at the first user's message.
-        found.append(
-            ConfigProblem("BRIDGE_AGENT_COMMAND", "program_not_found", {"program": program})
-        )
-    if not _secure_domain(settings.feishu_domain):
-        found.append(ConfigProblem("FEISHU_DOMAIN", "domain_not_https"))
-    if not settings.bridge_workdir.is_dir():
-        found.append(ConfigProblem("BRIDGE_WORKDIR", "not_a_folder"))
-    else:
-        workdir_problems = _workdir_problems(settings)
-        found += workdir_problems
-        if not workdir_problems:
-            found += _sandbox_problems(settings)
-    return found + exposure_problems(settings)
-
-
-def _secure_domain(domain: str) -> bool:
-    """https, or http to this machine only (the emulator): the app secret travels on it."""
-    url = urlsplit(domain)
-    return url.scheme == "https" or is_loopback(url.hostname or "")
-
-
-def _workdir_problems(settings: Settings) -> list[ConfigProblem]:
-    """The agent writes in its workdir: it must not hold the bridge's store or the folder
-    the bridge reads `.env` from, or the agent could rewrite the bridge's settings."""
-    workdir = settings.bridge_workdir.resolve()
-    found: list[ConfigProblem] = []
-    held = [
-        ("workdir_holds_data", settings.bridge_data_dir),
-        ("workdir_holds_env", Path.cwd()),
-        *(("workdir_holds_hidden", Path(p)) for p in settings.bridge_agent_sandbox_hidden),
-    ]
-    for code, path in held:
-        folder = path.resolve()
-        if folder == workdir or workdir in folder.parents:
-            found.append(ConfigProblem("BRIDGE_WORKDIR", code, {"folder": str(folder)}))
-    return found
-
-
-def _sandbox_problems(settings: Settings) -> list[ConfigProblem]:
-    """Found now, not at the first user's message: a sandbox that cannot start, or one that
-    would hide the agent's own program."""
-    policy = SandboxPolicy.from_settings(settings)
-    if policy is None:
-        return []
-    found: list[ConfigProblem] = []
-    program = shutil.which(settings.agent_argv[0], path=os.environ.get("PATH"))
-    if program is not None and any(
-        policy.hides(path) for path in (Path(program).absolute(), Path(program).resolve())
-    ):
-        found.append(
-            ConfigProblem("BRIDGE_AGENT_COMMAND", "sandbox_hides_agent", {"program": program})
-        )
-    failure = probe(policy)
-    if failure is not None and failure.reason == "missing":
-        found.append(ConfigProblem("BRIDGE_AGENT_SANDBOX", "sandbox_missing"))
-    elif failure is not None:
-        found.append(
-            ConfigProblem("BRIDGE_AGENT_SANDBOX", "sandbox_refused", {"detail": failure.detail})
-        )
-    return found
-
-
-def exposure_problems(settings: Settings) -> list[ConfigProblem]:
-    """Settings that would expose the agent or the operator API by omission. The service
-    refuses them too (not only `run`), so no entry point starts them by accident."""
-    found: list[ConfigProblem] = []
-    everyone = not settings.bridge_allowed_users and not settings.bridge_allowed_chats
-    if everyone and not settings.bridge_allow_all:
-        found.append(ConfigProblem("BRIDGE_ALLOWED_USERS", "nobody_allowed"))
-    if not settings.bridge_requester_may_approve and not settings.bridge_approvers:
-        found.append(ConfigProblem("BRIDGE_APPROVERS", "no_approvers"))
-    if settings.bridge_ops_token is None and not is_loopback(settings.bridge_ops_host):
-        found.append(
-            ConfigProblem(
-                "BRIDGE_OPS_TOKEN", "ops_token_for_public_host", {"host": settings.bridge_ops_host}
-            )
-        )
-    return found
-
-
-def is_loopback(host: str) -> bool:
-    """Only this machine can connect: `localhost` or a loopback address (names that resolve
-    elsewhere, and the wildcard 0.0.0.0 / ::, are not)."""
-    if host.strip().lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip().strip("[]")).is_loopback
-    except ValueError:
-        return False
-
-
-def describe_access(settings: Settings) -> str:
-    """One log line: who can reach the agent and who can approve (ids, never secrets)."""
-    users, chats = settings.bridge_allowed_users, settings.bridge_allowed_chats
-    if users or chats:
-        reach = f"users={_ids(users, 'any')} chats={_ids(chats, 'any')}"
-    else:
-        reach = "everyone who can message the bot (BRIDGE_ALLOW_ALL=true)"
-    deciders = "requester" if settings.bridge_requester_may_approve else "not the requester"
-    return f"access: who can reach the agent: {reach}; who can approve: {deciders}, " + (
-        f"approvers={_ids(settings.bridge_approvers, 'none')}"
-    )
-
-
-def _ids(ids: tuple[str, ...], empty: str) -> str:
-    return f"{len(ids)} [{', '.join(ids)}]" if ids else empty
-
-
-def load_settings(**overrides: Any) -> tuple[Settings | None, list[ConfigProblem]]:
-    """Build Settings from the environment (explicit overrides win); never raises on bad input."""
-    try:
-        return Settings(**overrides), []
-    except ValidationError as exc:
-        return None, problems_from_validation(exc)
-
-
-def check_for_run(**overrides: Any) -> tuple[Settings | None, list[ConfigProblem]]:
-    """Settings for `run`, or every problem at once: the malformed values, and what `run`
-    needs beyond them (checked with the malformed ones at their defaults)."""
-    settings, problems = load_settings(**overrides)
-    if settings is not None:
-        problems = problems_for_run(settings)
-        return (None if problems else settings), problems
-    bad = {p.variable.lower() for p in problems}
-    fields = Settings.model_fields
-    defaults = {n: fields[n].get_default(call_default_factory=True) for n in bad if n in fields}
-    fallback, _ = load_settings(**{**overrides, **defaults})
-    if fallback is not None:
-        problems += [p for p in problems_for_run(fallback) if p.variable.lower() not in bad]
-    return None, problems

@@ -20,7 +20,8 @@ from aiohttp import web
 from pydantic import SecretStr
 
 import bridge.feishu.webhook as webhook  # imports lark-oapi's crypto once, at start-up
-from bridge.config import ConfigProblem, Settings, describe_access, exposure_problems
+from bridge.config import Settings
+from bridge.config_checks import ConfigProblem, describe_access, exposure_problems
 from bridge.core import Options, Timings
 from bridge.engine.engine import Engine, EngineConfig
 from bridge.feishu.api import FeishuApi

@@ -25,7 +25,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bridge.config import EXAMPLES, Settings  # noqa: E402
+from bridge.config import Settings  # noqa: E402
+from bridge.config_checks import EXAMPLES  # noqa: E402
 
 OUTPUT = ROOT / "docs" / "configuration.md"
 SECRET = "<secret>"
@@ -214,7 +215,7 @@ NOTES = {
     ),
 }
 
-# Examples for fields that bridge.config.EXAMPLES does not cover.
+# Examples for fields that bridge.config_checks.EXAMPLES does not cover.
 MORE_EXAMPLES = {
     "BRIDGE_DATA_DIR": "/var/lib/feishu-bridge",
     "BRIDGE_LOG_LEVEL": "DEBUG",

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from bridge.config import describe_access
+from bridge.config_checks import describe_access
 from bridge.service import UnsafeConfiguration
 from tests.integration.stack import running_stack
 from tests.integration.test_waiting_for_user import (

@@ -6,7 +6,8 @@ from pathlib import Path
 import pytest
 
 from bridge.app import main
-from bridge.config import LARK_DOMAIN, describe_access, is_loopback, load_settings, problems_for_run
+from bridge.config import LARK_DOMAIN
+from bridge.config_checks import describe_access, is_loopback, load_settings, problems_for_run
 
 
 def test_defaults_are_the_documented_ones() -> None:
