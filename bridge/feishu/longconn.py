@@ -35,7 +35,6 @@ import concurrent.futures
 import contextlib
 import enum
 import logging
-import re
 import threading
 from collections.abc import Callable, Coroutine
 from typing import Any, Final, TypeVar
@@ -43,6 +42,7 @@ from typing import Any, Final, TypeVar
 from bridge.feishu.inbound import InboundHandler, RetryLater
 from bridge.feishu.models import CardAction, CardActionReply, InboundMessage
 from bridge.feishu.parse import EventParseError, IgnoredEvent, decode_json, parse_event
+from bridge.feishu.sdk_logs import WEBSOCKETS_LOGGER, LarkLogFilter, RedactFilter
 
 log = logging.getLogger(__name__)
 
@@ -80,54 +80,6 @@ def reply_to_sdk(reply: CardActionReply) -> Any:
     )
 
     return P2CardActionTriggerResponse(reply.to_response())
-
-
-# The handshake URL's query holds the connection ticket and access key.
-WEBSOCKETS_LOGGER: Final = "websockets.client"
-_URL_QUERY = re.compile(r"((?:wss?|https?)://[^\s?\"']+)\?[^\s\"']*")
-_REQUEST_LINE_QUERY = re.compile(r"((?:GET|POST) /[^\s?]*)\?\S*")
-_PAYLOAD = re.compile(r", payload: .*", re.DOTALL)
-
-
-def _redact(message: str) -> str:
-    message = _URL_QUERY.sub(r"\1?<redacted>", message)
-    message = _REQUEST_LINE_QUERY.sub(r"\1?<redacted>", message)
-    return _PAYLOAD.sub(", payload: <redacted>", message)
-
-
-def _redact_record(record: logging.LogRecord) -> str | None:
-    """Redact `record` in place; its message, or None when it cannot be formatted."""
-    try:
-        message = record.getMessage()
-    except Exception:  # a malformed record must not break logging
-        return None
-    redacted = _redact(message)
-    if redacted != message:
-        record.msg, record.args = redacted, None
-    return redacted
-
-
-class _RedactFilter(logging.Filter):
-    """For the `websockets.client` logger, whose DEBUG lines show the handshake request."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return _redact_record(record) is not None
-
-
-class _LarkLogFilter(logging.Filter):
-    """Redacts SDK records, derives the connection state from them, applies the level."""
-
-    def __init__(self, owner: LongConnection, level: int) -> None:
-        super().__init__()
-        self._owner = owner
-        self._level = level
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        message = _redact_record(record)
-        if message is None:
-            return False
-        self._owner._observe_sdk_log(message)
-        return record.levelno >= self._level
 
 
 class LongConnection:
@@ -168,8 +120,8 @@ class LongConnection:
         self._client: Any = None
         self._stopping = threading.Event()
         self._loop_ready = threading.Event()
-        self._log_filter = _LarkLogFilter(self, sdk_log_level)
-        self._ws_log_filter = _RedactFilter()
+        self._log_filter = LarkLogFilter(self._observe_sdk_log, sdk_log_level)
+        self._ws_log_filter = RedactFilter()
         self._sdk_shutdown = False
         self._lark_level_before = logging.NOTSET
 

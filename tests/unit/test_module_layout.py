@@ -1,0 +1,46 @@
+"""The layout stays legible: no module under bridge/ grows past about 400 lines (the
+devtools included), and the pure core imports nothing that does I/O."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+BRIDGE = Path(__file__).resolve().parents[2] / "bridge"
+MAX_LINES = 420  # "about 400": a little slack so a docstring line does not force a split
+MODULES = sorted(BRIDGE.rglob("*.py"))
+CORE_MAY_IMPORT = (
+    "__future__",
+    "bridge.core",
+    "collections",
+    "dataclasses",
+    "enum",
+    "functools",
+    "itertools",
+    "math",
+    "re",
+    "typing",
+    "types",
+    "bridge.runtime.events",
+)
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(BRIDGE.parent)))
+def test_no_module_is_over_about_400_lines(path: Path) -> None:
+    lines = len(path.read_text(encoding="utf-8").splitlines())
+    assert lines <= MAX_LINES, f"{path.name} has {lines} lines; split it by role"
+
+
+@pytest.mark.parametrize("path", sorted((BRIDGE / "core").glob("*.py")), ids=lambda p: p.name)
+def test_the_core_imports_nothing_with_io(path: Path) -> None:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    imported = [
+        node.module if isinstance(node, ast.ImportFrom) else alias.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Import | ast.ImportFrom)
+        for alias in node.names
+    ]
+    foreign = [m for m in imported if m and not m.startswith(CORE_MAY_IMPORT)]
+    assert foreign == [], f"{path.name} imports {foreign}"
