@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import httpx
+
 from bridge.demo import Demo, start_demo
 from bridge.devtools.emulator import FeishuEmulator
 from bridge.devtools.emulator.records import ChatMessage
@@ -85,19 +87,33 @@ class Stack:
         result: str = await self.emu.wait_for(found, timeout=within)
         return result
 
-    async def settled(self) -> None:
-        """Until every conversation is idle and everything decided has been performed."""
-        engine = self.demo.service.engine
-        for _ in range(200):
-            await engine.wait_idle()
-            if all(
-                a.conv.state.value == "idle" and not a.conv.queue
-                for a in engine.conversations.values()
-            ):
-                await engine.wait_idle()
-                return
-            await asyncio.sleep(0.01)  # a turn task is still between two events
-        raise AssertionError("conversations did not settle")
+    async def settled(self, within: float = 15.0) -> None:
+        """Until every conversation is idle with nothing queued (as the operator projection
+        shows it) and everything decided has been performed. Woken by each published state
+        change, never by a timer."""
+        engine, projection = self.demo.service.engine, self.demo.service.projection
+        watch = projection.subscribe("tests")
+        try:
+            async with asyncio.timeout(within):
+                while True:
+                    await engine.wait_idle()
+                    states = projection.snapshot()["conversations"].values()
+                    if all(s["state"] == "idle" and not s["queue_length"] for s in states):
+                        await engine.wait_idle()
+                        return
+                    await watch.queue.get()
+        except TimeoutError:
+            raise AssertionError("conversations did not settle") from None
+        finally:
+            projection.unsubscribe(watch)
+
+    async def runtime_state(self, chat_id: str | None = None) -> dict[str, Any]:
+        """One conversation's snapshot from the operator API (`GET /runtime-states`)."""
+        async with httpx.AsyncClient(trust_env=False) as http:
+            response = await http.get(f"{self.ops_url}/runtime-states")
+        response.raise_for_status()
+        state: dict[str, Any] = response.json()["conversations"][chat_id or self.chat]
+        return state
 
     def reactions(self, message_id: str) -> list[str]:
         return [r.emoji_type for r in self.emu.reactions(message_id)]

@@ -326,8 +326,7 @@ async def test_stall_is_reported_once_with_the_last_activity_and_stop_ends_it(
         assert stack.texts() == [T("progress.tool", title="Run tests"), stale]
 
         # Graded, never a silent kill: the turn is still open and the agent still on it.
-        actor = stack.demo.service.engine.conversations[stack.emu.p2p_chat_id]
-        assert actor.conv.state.value == "stale"
+        assert (await stack.runtime_state())["state"] == "stale"
         assert await _turn_outcome(stack, sent.message_id) is None
         assert stack.demo.service.runtime.running_processes()
 
@@ -374,8 +373,8 @@ async def test_stray_updates_after_the_turn_post_nothing(stack: Stack) -> None:
     await _say_and_wait(stack, "idle 20\nsay all done", lambda t: t == "all done")
     await stack.settled()
     runtime = stack.demo.service.runtime
-    session_id = stack.demo.service.engine.conversations[stack.chat].conv.session_id
-    assert session_id is not None
+    session_id = (await stack.runtime_state())["session_id"]
+    assert isinstance(session_id, str)
 
     # The burst (mode, commands, title, a stray "late" chunk) lands after the turn ended.
     await _poll(lambda: (runtime.session_info(session_id) or _NO_INFO).idle_updates >= 1)
@@ -410,7 +409,7 @@ async def test_redelivery_mid_turn_starts_no_second_turn(stack: Stack) -> None:
     assert again.status == 200
     await stack.demo.service.engine.wait_idle()
     assert stack.texts() == []  # no second turn, and no "queued" line for a duplicate
-    assert stack.demo.service.engine.conversations[stack.chat].conv.queue == ()
+    assert (await stack.runtime_state())["queue_length"] == 0
     assert stack.reactions(sent.message_id) == ["OnIt"]
     assert len(await stack.demo.service.store.running_turns()) == 1
 

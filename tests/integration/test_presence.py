@@ -160,7 +160,8 @@ async def test_unsupported_message_type_gets_a_polite_reply_and_no_turn(stack: S
     await stack.settled()
     assert stack.texts() == [t("message.unsupported")]
     assert stack.reactions(sent.message_id) == ["OnIt"]
-    assert stack.demo.service.engine.conversations[stack.chat].conv.turn is None
+    state = await stack.runtime_state()
+    assert (state["state"], state["turn_id"]) == ("idle", None)
 
 
 # 9. queue and commands ------------------------------------------------------------------------

@@ -1,5 +1,5 @@
-"""The issue, parts 4–6: "waiting for the user" over the real stack (emulator + bridge in
-webhook mode + scripted ACP agent subprocess).
+""" "Waiting for the user" over the real stack (emulator + bridge in webhook mode + scripted
+ACP agent subprocess).
 
 Approval requests and questions pause the round: the user sees the card (or question) and
 an explicit pause line, their click or next message resumes the same turn, an unanswered
