@@ -153,6 +153,14 @@ class Settings(BaseSettings):
     bridge_received_text: bool = Field(
         default=False, description="Also post a 'received' line after the ack reaction."
     )
+    bridge_presence_style: Literal["messages", "card"] = Field(
+        default="messages",
+        description="How a turn shows it is working: lines in the chat, or one live status"
+        " card per turn.",
+    )
+    bridge_card_update_interval_seconds: float = Field(
+        default=0.5, gt=0, description="Least time between two updates of one status card."
+    )
     bridge_allowed_users: CommaList = Field(
         default=(), description="Comma-separated open_ids allowed to talk to the bot."
     )

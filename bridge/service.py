@@ -22,7 +22,7 @@ from pydantic import SecretStr
 import bridge.feishu.webhook as webhook  # imports lark-oapi's crypto once, at start-up
 from bridge.config import Settings
 from bridge.config_checks import ConfigProblem, describe_access, exposure_problems
-from bridge.core import Options, Timings
+from bridge.core import Options, PresenceStyle, Timings
 from bridge.engine.engine import Engine, EngineConfig
 from bridge.feishu.api import FeishuApi
 from bridge.feishu.client import FeishuClient
@@ -229,9 +229,11 @@ def build_service(
                 received_text=settings.bridge_received_text,
                 approvers=frozenset(settings.bridge_approvers),
                 requester_may_approve=settings.bridge_requester_may_approve,
+                presence_style=PresenceStyle(settings.bridge_presence_style),
             ),
             ack_emoji=settings.bridge_ack_emoji,
             max_running_turns=settings.bridge_max_running_turns,
+            card_interval=settings.bridge_card_update_interval_seconds,
         ),
         clock=clock,
         publish=projection.publish,

@@ -111,6 +111,8 @@ SECTIONS: list[tuple[str, list[str]]] = [
             "bridge_cancel_notice_seconds",
             "bridge_cancel_limit_seconds",
             "bridge_received_text",
+            "bridge_presence_style",
+            "bridge_card_update_interval_seconds",
             "bridge_allowed_users",
             "bridge_allowed_chats",
             "bridge_approvers",
@@ -209,6 +211,16 @@ NOTES = {
         "Sent as `Authorization: Bearer <token>`; a missing or wrong token is 401. "
         "`/healthz` stays open for probes."
     ),
+    "bridge_presence_style": (
+        "`card`: the card replaces the running hint, heartbeats, progress lines and "
+        "commentary, and carries the answer as it is written; waiting lines and faults stay "
+        "messages too. Needs the app scope `cardkit:card:write` (without it the bridge falls "
+        "back to a patched card, then to lines). See user-quickstart."
+    ),
+    "bridge_card_update_interval_seconds": (
+        "Feishu allows 10 updates a second per card; chunks arriving faster are merged into "
+        "the next update."
+    ),
     "bridge_max_running_turns": (
         "A message beyond the limit waits for a free place, showing only the reaction. "
         "The old name `BRIDGE_MAX_CONVERSATIONS` is still read (the new name wins)."
@@ -234,6 +246,8 @@ MORE_EXAMPLES = {
     "BRIDGE_CANCEL_LIMIT_SECONDS": "60",
     "BRIDGE_MAX_EVENT_AGE_SECONDS": "86400",
     "BRIDGE_RECEIVED_TEXT": "true",
+    "BRIDGE_PRESENCE_STYLE": "card",
+    "BRIDGE_CARD_UPDATE_INTERVAL_SECONDS": "1",
     "BRIDGE_ALLOWED_USERS": "ou_1a2b3c,ou_4d5e6f",
     "BRIDGE_ALLOWED_CHATS": "oc_7a8b9c",
     "BRIDGE_APPROVERS": "ou_9f8e7d",

@@ -7,7 +7,7 @@ effects; a thin executor performs them.
 from bridge.core.machine import step
 from bridge.core.presence import Timings
 from bridge.core.snapshot import snapshot, status_line
-from bridge.core.state import Conversation, ExecState, Options, Outcome
+from bridge.core.state import Conversation, ExecState, Options, Outcome, PresenceStyle
 from bridge.core.text import Text, format_elapsed
 
 __all__ = [
@@ -15,6 +15,7 @@ __all__ = [
     "ExecState",
     "Options",
     "Outcome",
+    "PresenceStyle",
     "Text",
     "Timings",
     "format_elapsed",

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
-from bridge.core import presence
+from bridge.core import presence, status_card
 from bridge.core.context import StepContext
 from bridge.core.effects import (
     CardStatus,
@@ -124,13 +124,19 @@ def _flush_progress(ctx: StepContext) -> None:
 
 
 def _first_hint(ctx: StepContext) -> None:
-    ctx.say("presence.running_hint", kind="hint")
+    if status_card.in_card_style(ctx):
+        status_card.show(ctx)  # the card appears, saying it works and for how long
+    else:
+        ctx.say("presence.running_hint", kind="hint")
     ctx.update_turn(first_hint_sent=True)
 
 
 def _heartbeat(ctx: StepContext) -> None:
-    elapsed = format_elapsed(ctx.now - ctx.turn.started_at)
-    ctx.say("presence.heartbeat", {"elapsed": elapsed}, kind="heartbeat")
+    if status_card.in_card_style(ctx):
+        status_card.show(ctx)  # its elapsed time moves on; no line in the chat
+    else:
+        elapsed = format_elapsed(ctx.now - ctx.turn.started_at)
+        ctx.say("presence.heartbeat", {"elapsed": elapsed}, kind="heartbeat")
     ctx.update_turn(first_hint_sent=True)
 
 

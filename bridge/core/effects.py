@@ -14,9 +14,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from bridge.core.state import Outcome
+from bridge.core.state import Outcome, ToolLine
 from bridge.core.text import Params
-from bridge.runtime.events import PermissionOption, QuestionOption
+from bridge.runtime.events import PermissionOption, PlanEntry, QuestionOption
 
 
 @dataclass(frozen=True)
@@ -86,6 +86,43 @@ class RelayAgentText:
     idempotency_key: str
     final: bool = False
     turn_id: str | None = None
+
+
+class CardPhase(StrEnum):
+    WORKING = "working"
+    WAITING_APPROVAL = "waiting_approval"
+    WAITING_REPLY = "waiting_reply"
+    RECOVERING = "recovering"
+    ENDED = "ended"
+
+
+@dataclass(frozen=True)
+class CardView:
+    """What the live status card shows; the engine draws it (and may skip a view that a
+    newer one replaced before it could be sent)."""
+
+    phase: CardPhase
+    elapsed: float  # seconds of work; frozen while the turn waits on a person
+    tools: tuple[ToolLine, ...] = ()
+    plan: tuple[PlanEntry, ...] = ()
+    text: str = ""  # the answer as written so far (its head when `cut`)
+    cut: bool = False  # the answer is longer than a card: the rest follows as messages
+    end_key: str | None = None  # the ended line (translation key) when phase is ENDED
+    end_params: Params = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ShowStatusCard:
+    """Post the turn's status card (the first time) or bring it up to `view`. `final`: the
+    last view (streaming ends, the card is never touched again). `existing_only`: only
+    update a card that was posted before (a restart finalizing cards of dead turns)."""
+
+    turn_id: str
+    reply_to: str
+    card_key: str
+    view: CardView
+    final: bool = False
+    existing_only: bool = False
 
 
 @dataclass(frozen=True)
@@ -228,6 +265,7 @@ Effect = (
     | AnswerQuestion
     | PostText
     | RelayAgentText
+    | ShowStatusCard
     | PostApprovalCard
     | UpdateApprovalCard
     | PostQuestion

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+from bridge.core.effects import CardView
 from bridge.runtime.events import TurnEvent
 
 
@@ -110,6 +111,17 @@ class CardNotShown:
 
 
 @dataclass(frozen=True)
+class StatusCardFailed:
+    """Feishu refused the status card in every form: the turn goes on in lines, and a
+    `view` that was never shown (an answer, an ended line) is posted as messages."""
+
+    turn_id: str
+    reply_to: str
+    view: CardView
+    final: bool
+
+
+@dataclass(frozen=True)
 class RuntimeRestarted:
     """The runtime is back after a `RuntimeExited(restarting=True)`.
 
@@ -165,6 +177,7 @@ CoreEvent = (
     | Tick
     | RuntimeUnavailableAtStart
     | CardNotShown
+    | StatusCardFailed
     | RuntimeRestarted
     | RuntimeRestartFailed
     | TurnInterruptedByRestart

@@ -7,6 +7,7 @@ replacement line reuses the end signal's idempotency key, so the user still sees
 
 from __future__ import annotations
 
+from bridge.core import status_card
 from bridge.core.context import StepContext
 from bridge.core.effects import (
     AbandonTurn,
@@ -104,6 +105,7 @@ def resume(ctx: StepContext) -> None:
     else:
         ctx.update(state=ExecState.STREAMING)
     ctx.update_turn(last_activity_at=ctx.now, last_posted_at=ctx.now, first_hint_sent=True)
+    status_card.refresh(ctx)
 
 
 def close_pending(ctx: StepContext, status: CardStatus, *, answer: bool) -> None:
@@ -169,8 +171,9 @@ def finish(
     turn = ctx.turn
     tid, reply_to, end_id = turn.turn_id, turn.message_id, f"{turn.turn_id}:end"
     tail = str(turn.text).strip()
-    ctx.update_turn(text=NOTHING_WRITTEN, pending_progress=None)
-    if key is None:
+    if status_card.finalize(ctx, key, params, end_id):
+        pass  # the card ends it, and says what a message must say too
+    elif key is None:
         if tail:
             ctx.emit(RelayAgentText(tail, reply_to, end_id, final=True, turn_id=tid))
         else:
@@ -180,6 +183,7 @@ def finish(
         if tail:
             ctx.emit(RelayAgentText(tail, reply_to, ctx.post_key("reply"), turn_id=tid))
         ctx.emit(PostText(key, dict(params or {}), reply_to, end_id, final=True, turn_id=tid))
+    ctx.update_turn(text=NOTHING_WRITTEN, pending_progress=None)
     final_outcome = ctx.turn.outcome or outcome
     ctx.emit(RecordTerminal(turn.turn_id, final_outcome, detail))
     ctx.update_turn(

@@ -10,6 +10,7 @@ construction.
 
 from __future__ import annotations
 
+from bridge.core import status_card
 from bridge.core.clicks import (
     answer_question,
     may_answer,
@@ -42,6 +43,7 @@ from bridge.core.inputs import (
     RuntimeRestartFailed,
     RuntimeUnavailableAtStart,
     SessionOpened,
+    StatusCardFailed,
     Tick,
     TimerFired,
     TurnInterruptedByRestart,
@@ -115,6 +117,8 @@ def _dispatch(ctx: StepContext, event: CoreEvent) -> None:
             _on_unavailable_at_start(ctx, event)
         case CardNotShown():
             _on_card_not_shown(ctx, event)
+        case StatusCardFailed():
+            status_card.on_card_failed(ctx, event)
         case RuntimeRestarted():
             _on_runtime_restarted(ctx, event)
         case RuntimeRestartFailed():
@@ -232,6 +236,7 @@ def _on_runtime_restarted(ctx: StepContext, event: RuntimeRestarted) -> None:
         )
         ctx.update(state=ExecState.STREAMING)
         ctx.say("presence.recovered", kind="recovered")
+        status_card.refresh(ctx)
         return
     # A reloaded session keeps the history, but an ACP prompt cut mid-way does not go on.
     key = "presence.unrecoverable" if event.reloaded else "presence.unrecoverable_context_lost"
@@ -279,6 +284,7 @@ def _on_card_not_shown(ctx: StepContext, event: CardNotShown) -> None:
 def _on_interrupted_by_restart(ctx: StepContext, event: TurnInterruptedByRestart) -> None:
     # Same key as any end signal of that turn: if it did go out before the crash, Feishu's
     # uuid dedup swallows this one.
+    status_card.interrupted_by_restart(ctx, event.turn_id, event.message_id)
     ctx.emit(
         PostText(
             "presence.unrecoverable", {}, event.message_id, f"{event.turn_id}:end", final=True
@@ -293,6 +299,8 @@ def _on_closed(ctx: StepContext) -> None:
         alive = not turn.runtime_done
         close_pending(ctx, CardStatus.CANCELLED, answer=alive)
         if not turn.terminal:
+            if turn.card_shown:  # no restart will find this turn: its card ends now
+                status_card.interrupted_by_restart(ctx, turn.turn_id, turn.message_id)
             if alive:
                 ctx.emit(CancelTurn(turn.turn_id, turn.session_id))
             ctx.emit(RecordTerminal(turn.turn_id, Outcome.INTERRUPTED, "conversation closed"))

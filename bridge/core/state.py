@@ -9,7 +9,13 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from bridge.core.text import NOTHING_WRITTEN, Params, Written
-from bridge.runtime.events import PermissionOption, QuestionKind, QuestionOption, StopReason
+from bridge.runtime.events import (
+    PermissionOption,
+    PlanEntry,
+    QuestionKind,
+    QuestionOption,
+    StopReason,
+)
 
 
 class ExecState(StrEnum):
@@ -99,6 +105,20 @@ class ProgressLine:
 
 
 @dataclass(frozen=True)
+class ToolLine:
+    """A tool call as the status card lists it."""
+
+    tool_call_id: str
+    title: str
+    status: str  # pending | in_progress | completed | failed
+
+
+class PresenceStyle(StrEnum):
+    MESSAGES = "messages"  # lines in the chat (the default)
+    CARD = "card"  # one live status card per turn
+
+
+@dataclass(frozen=True)
 class Turn:
     """One agent turn answering one user message; `turn_id` is that message's id."""
 
@@ -129,6 +149,12 @@ class Turn:
     ended_at: float | None = None
     end_posted: bool = False  # the one end signal went out
     runtime_done: bool = False  # the runtime returned from the prompt; the next turn may start
+    # Card style: the live status card of this turn (see core/status_card.py).
+    card_shown: bool = False  # the card was posted; from now on it carries progress
+    card_failed: bool = False  # Feishu refused every card form: lines again, for this turn
+    card_text: str = ""  # agent text already moved into the card (commentary)
+    tools: tuple[ToolLine, ...] = ()  # the last few tool calls, newest last
+    plan: tuple[PlanEntry, ...] = ()
 
     @property
     def terminal(self) -> bool:
@@ -151,6 +177,7 @@ class Options:
     # False: a requester may not approve their own agent's request (four eyes); only
     # `approvers` may. Questions and /stop stay the requester's.
     requester_may_approve: bool = True
+    presence_style: PresenceStyle = PresenceStyle.MESSAGES
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bridge.core import presence
+from bridge.core import presence, status_card
 from bridge.core.context import StepContext
 from bridge.core.effects import (
     AnswerPermission,
@@ -93,10 +93,13 @@ def on_turn_event(ctx: StepContext, event: TurnEvent) -> None:
         case MessageChunk():
             _alive(ctx, Activity(ActivityKind.WRITING))
             ctx.update_turn(text=ctx.turn.text.add(event.text))
+            status_card.refresh(ctx)  # the typewriter
         case ThoughtChunk():
             _alive(ctx, Activity(ActivityKind.THINKING))
         case ToolCallStarted():
             _alive(ctx, Activity(ActivityKind.TOOL, event.title or None))
+            if status_card.in_card_style(ctx):
+                status_card.note_tool(ctx, event.tool_call_id, event.title, event.status)
             if ctx.conv.state in RUNNING_STATES:
                 flush_commentary(ctx, throttled=True)
                 if event.title:
@@ -104,8 +107,14 @@ def on_turn_event(ctx: StepContext, event: TurnEvent) -> None:
         case ToolCallUpdated():
             title = event.title
             _alive(ctx, Activity(ActivityKind.TOOL, title) if title else ctx.turn.activity)
+            if status_card.in_card_style(ctx):
+                status_card.note_tool(ctx, event.tool_call_id, title, event.status)
+                status_card.refresh(ctx)
         case PlanUpdated():
             _alive(ctx, Activity(ActivityKind.PLANNING))
+            if status_card.in_card_style(ctx):
+                status_card.note_plan(ctx, event.entries)
+                status_card.refresh(ctx)
             line = presence.plan_progress(event.entries)
             if line is not None and ctx.conv.state in RUNNING_STATES:
                 _progress(ctx, line)
@@ -170,7 +179,11 @@ def flush_commentary(ctx: StepContext, *, throttled: bool = False) -> None:
     """Agent text before a tool call / request is commentary: relay it as it stands.
 
     `throttled`: within the progress interval the text is held for the next slot (with the
-    progress lines), so an agent alternating words and tool calls cannot flood the chat."""
+    progress lines), so an agent alternating words and tool calls cannot flood the chat.
+    In card style the text moves into the card instead (its updates are throttled there)."""
+    if status_card.in_card_style(ctx):
+        status_card.take_commentary(ctx)
+        return
     turn = ctx.turn
     last = turn.last_progress_at
     if throttled and last is not None and ctx.now - last < ctx.timings.progress_interval:
@@ -198,9 +211,13 @@ def _progress(ctx: StepContext, line: ProgressLine) -> None:
 
 
 def show_progress(ctx: StepContext, line: ProgressLine) -> None:
-    idem = ctx.post_key("progress")
-    turn = ctx.turn
-    ctx.emit(PostText(line.key, dict(line.params), turn.message_id, idem, turn_id=turn.turn_id))
+    if status_card.in_card_style(ctx):
+        status_card.show(ctx)  # the card lists the tools and the plan itself
+    else:
+        idem = ctx.post_key("progress")
+        turn = ctx.turn
+        key, params = line.key, dict(line.params)
+        ctx.emit(PostText(key, params, turn.message_id, idem, turn_id=turn.turn_id))
     now = ctx.now
     ctx.update_turn(
         visible=True,
@@ -253,6 +270,7 @@ def _on_permission(ctx: StepContext, event: PermissionRequested) -> None:
         ctx.say("card.approval.full_command", full, kind="command")
     if entering:
         ctx.say("presence.waiting_approval", kind="wait")
+    status_card.refresh(ctx)
 
 
 def _on_question(ctx: StepContext, event: QuestionAsked) -> None:
@@ -292,6 +310,7 @@ def _on_question(ctx: StepContext, event: QuestionAsked) -> None:
     ctx.update(question=question, state=state)
     ctx.update_turn(last_activity_at=ctx.now, pending_progress=None, visible=True)
     ctx.say("presence.waiting_reply", kind="wait")
+    status_card.refresh(ctx)
 
 
 def _on_turn_ended(ctx: StepContext, event: TurnEnded) -> None:
@@ -324,3 +343,4 @@ def _on_runtime_exited(ctx: StepContext, event: RuntimeExited) -> None:
     ctx.update_turn(runtime_done=True, recovering_since=ctx.now, pending_progress=None)
     ctx.update(state=ExecState.RECOVERING)
     ctx.say("presence.recovering", kind="recovering")
+    status_card.refresh(ctx)

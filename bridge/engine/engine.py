@@ -20,6 +20,7 @@ from bridge.engine.card_views import CardViews
 from bridge.engine.conversations import Conversations
 from bridge.engine.executor import EffectExecutor
 from bridge.engine.intake import Intake
+from bridge.engine.status_cards import StatusCards
 from bridge.engine.tasks import TaskTracker
 from bridge.engine.turn_runner import TurnRunner
 from bridge.feishu.api import FeishuApi
@@ -38,6 +39,7 @@ class EngineConfig:
     options: Options
     ack_emoji: str
     max_running_turns: int
+    card_interval: float = 0.5  # least seconds between two changes of one status card
 
 
 class Engine:
@@ -63,6 +65,15 @@ class Engine:
             max_running_turns=config.max_running_turns,
             metrics=metrics,
         )
+        status_cards = StatusCards(
+            feishu=feishu,
+            store=store,
+            translator=translator,
+            clock=clock,
+            tasks=self._tasks,
+            interval=config.card_interval,
+            metrics=metrics,
+        )
         self.executor = EffectExecutor(
             feishu=feishu,
             runtime=runtime,
@@ -70,6 +81,7 @@ class Engine:
             translator=translator,
             cards=cards,
             runner=runner,
+            status_cards=status_cards,
             clock=clock,
             ack_emoji=config.ack_emoji,
             metrics=metrics,

@@ -22,6 +22,7 @@ from bridge.core.effects import (
     React,
     RecordTerminal,
     RelayAgentText,
+    ShowStatusCard,
     StartTurn,
     UpdateApprovalCard,
     UpdateQuestionCard,
@@ -30,6 +31,7 @@ from bridge.core.inputs import CardNotShown
 from bridge.engine.actor import ConversationActor, Trace, Work
 from bridge.engine.card_views import CardViews, PostedCards, approval_status
 from bridge.engine.render import render
+from bridge.engine.status_cards import StatusCards
 from bridge.engine.turn_runner import TurnRunner
 from bridge.feishu.api import FeishuApi
 from bridge.feishu.errors import BusinessError, FeishuError
@@ -52,6 +54,7 @@ class EffectExecutor:
         translator: Translator,
         cards: CardViews,
         runner: TurnRunner,
+        status_cards: StatusCards,
         clock: Callable[[], float],
         ack_emoji: str,
         metrics: Metrics | None = None,
@@ -63,6 +66,7 @@ class EffectExecutor:
         self._cards = cards
         self._posted = PostedCards()
         self._runner = runner
+        self._status_cards = status_cards
         self._clock = clock
         self._ack_emoji = ack_emoji
         self._metrics = metrics
@@ -96,6 +100,8 @@ class EffectExecutor:
                 await self._runtime.answer_permission(request_id, option_id)
             case AnswerQuestion(request_id, answers):
                 await self._runtime.answer_question(request_id, answers)
+            case ShowStatusCard():
+                await self._status_cards.show(actor, work)
             case PostApprovalCard() | PostQuestion():
                 await self._post_card(actor, work)
             case UpdateApprovalCard() | UpdateQuestionCard():
@@ -210,6 +216,8 @@ def _trace_of(work: Work) -> tuple[str, str, str] | None:
             return turn_id, "end" if final else "line", key
         case RelayAgentText(text=text, final=final, turn_id=str(turn_id)):
             return turn_id, "end" if final else "reply", f"{len(text)} chars"
+        case ShowStatusCard(turn_id=turn_id, view=view, final=True):
+            return turn_id, "end" if view.end_key is None else "status_card", view.phase.value
         case PostApprovalCard(turn_id=turn_id, request_id=request_id):
             return turn_id, "approval_card", request_id
         case PostQuestion(turn_id=turn_id, request_id=request_id):

@@ -33,6 +33,28 @@ class FeishuApi(Protocol):
     async def update_card(self, message_id: str, card: dict[str, Any]) -> None:
         """PATCH an interactive card sent by the bot."""
 
+    # Card entities (CardKit): the live status card. `sequence` grows with every change.
+    async def create_card(self, card: dict[str, Any]) -> str:
+        """Create a card entity from card JSON 2.0; returns its card_id."""
+
+    async def reply_card_entity(
+        self, message_id: str, card_id: str, *, uuid: str, in_thread: bool = False
+    ) -> str:
+        """Reply with the card entity; returns the message id."""
+
+    async def update_card_entity(
+        self, card_id: str, card: dict[str, Any], *, sequence: int
+    ) -> None: ...
+
+    async def stream_card_text(
+        self, card_id: str, element_id: str, text: str, *, sequence: int
+    ) -> None:
+        """The whole text of one element; Feishu types out what was added."""
+
+    async def card_settings(
+        self, card_id: str, settings: dict[str, Any], *, sequence: int
+    ) -> None: ...
+
     async def add_reaction(self, message_id: str, emoji_type: str) -> str | None:
         """Best-effort: the reaction id, or None when skipped or failed (never raises)."""
 

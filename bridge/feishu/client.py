@@ -24,6 +24,7 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_aft
 
 from bridge.feishu.api import BotInfo
 from bridge.feishu.breaker import CircuitBreaker
+from bridge.feishu.cardkit import CardKitCalls
 from bridge.feishu.errors import (
     FeishuError,
     RateLimited,
@@ -100,7 +101,7 @@ def _data(body: dict[str, Any] | None) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-class FeishuClient:
+class FeishuClient(CardKitCalls):
     """Implements `bridge.feishu.api.FeishuApi`."""
 
     def __init__(
@@ -197,6 +198,18 @@ class FeishuClient:
             "uuid": message_uuid(uuid),
         }
         return await self._post_message("reply_card", path, body)
+
+    async def reply_card_entity(
+        self, message_id: str, card_id: str, *, uuid: str, in_thread: bool = False
+    ) -> str:
+        path = f"{_MESSAGES}/{quote(message_id, safe='')}/reply"
+        body = {
+            "msg_type": "interactive",
+            "content": _json({"type": "card", "data": {"card_id": card_id}}),
+            "reply_in_thread": in_thread,
+            "uuid": message_uuid(uuid),
+        }
+        return await self._post_message("reply_card_entity", path, body)
 
     async def send_card(self, chat_id: str, card: dict[str, Any], *, uuid: str) -> str:
         body = {

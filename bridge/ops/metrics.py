@@ -93,6 +93,13 @@ class Metrics:
             ["fate"],
             registry=self.registry,
         )
+        self.status_cards = Counter(
+            "bridge_status_card_calls_total",
+            "Live status card calls, by kind (create, stream, update, settings, patch) and"
+            " fallbacks (fallback_patch, fallback_messages).",
+            ["call"],
+            registry=self.registry,
+        )
         self.runtime_exits = Counter(
             "bridge_runtime_exits_total",
             "Agent processes that died under a running turn.",

@@ -68,6 +68,20 @@ MESSAGE_RECALLED = FeishuError(400, 230011, "The message is recalled.")
 MESSAGE_TOO_LONG = FeishuError(400, 230025, "The length of the message content reaches its limit.")
 CARD_CONTENT_FAILED = FeishuError(400, 230099, "Failed to create card content")
 
+# --- cardkit/v1 (card entities; the error tables of the card and element pages) ------------
+CARD_ENTITY_NOT_FOUND = FeishuError(400, 200740, "The card entity does not exist")
+CARD_STREAMING_CLOSED = FeishuError(400, 300309, "Card streaming closed")
+CARD_ONLY_TEXT = FeishuError(400, 300310, "Only update text")
+CARD_SEQUENCE = FeishuError(
+    400, 300317, "The sequence number for operating on the card did not increment consecutively"
+)
+CARD_TOO_LARGE = FeishuError(400, 200860, "Card content exceeds limit.")
+CARD_GENERATE_FAILED = FeishuError(400, 200220, "Failed to generate card content")
+CARD_UPDATE_MULTI = FeishuError(400, 300302, "update_multi property is false")
+CARDKIT_NO_SCOPE = FeishuError(
+    400, 99991672, "Access denied. One of the following scopes is required: [cardkit:card:write]"
+)
+
 # --- im/v1 message reactions -----------------------------------------------------------------
 REACTION_TYPE_INVALID = FeishuError(400, 231001, "reaction type is invalid.")
 REACTION_MESSAGE_NOT_FOUND = FeishuError(

@@ -26,6 +26,7 @@ from typing import Any, Literal, TypeVar
 from aiohttp import web
 
 from bridge.devtools.emulator import page
+from bridge.devtools.emulator.cardkit import CardKit
 from bridge.devtools.emulator.chats import ChatWorld, new_id
 from bridge.devtools.emulator.delivery import (
     FEISHU_DEADLINE_S,
@@ -123,6 +124,7 @@ class FeishuEmulator(UserSide):
             webhook_url=lambda: self._webhook_url,
             on_change=self._changed,
         )
+        self.cardkit = CardKit(redraw=self._world.replace_card)
         self._runner: web.AppRunner | None = None
 
     # --- lifecycle -----------------------------------------------------------------------
@@ -149,6 +151,7 @@ class FeishuEmulator(UserSide):
             bot_info=self._bot_info,
             record=self._record_call,
             closing=self._closing,
+            cardkit=self.cardkit,
         )
         app = web.Application()
         app.router.add_route("*", "/open-apis/{tail:.*}", api.handle)

@@ -21,9 +21,10 @@ from typing import Any
 from aiohttp import web
 
 from bridge.devtools.emulator import codes
+from bridge.devtools.emulator.cardkit import CardKit
 from bridge.devtools.emulator.chats import ChatWorld, message_data, reaction_data
 from bridge.devtools.emulator.faults import Fault, FaultKind, FaultPlan
-from bridge.devtools.emulator.records import ApiCall
+from bridge.devtools.emulator.records import ApiCall, ChatMessage
 from bridge.devtools.emulator.tokens import TokenIssuer
 
 TOKEN_PATH = "/open-apis/auth/v3/tenant_access_token/internal"
@@ -64,8 +65,10 @@ class OpenApi:
         bot_info: Callable[[], Mapping[str, Any]],
         record: Callable[[ApiCall], None],
         closing: asyncio.Event,
+        cardkit: CardKit,
     ) -> None:
         self._world = world
+        self._cardkit = cardkit
         self._tokens = tokens
         self._faults = faults
         self._bot_info = bot_info
@@ -73,6 +76,8 @@ class OpenApi:
         self._closing = closing
         self._seq = itertools.count(1)
         message = r"/open-apis/im/v1/messages/(?P<message_id>[^/]+)"
+        card = r"/open-apis/cardkit/v1/cards/(?P<card_id>[^/]+)"
+        element = r"/elements/(?P<element_id>[^/]+)"
         self._routes = [
             _Route("POST", re.compile(re.escape(TOKEN_PATH)), self._token, needs_token=False),
             _Route("POST", re.compile(r"/open-apis/im/v1/messages"), self._send),
@@ -85,6 +90,10 @@ class OpenApi:
                 self._unreact,
             ),
             _Route("GET", re.compile(r"/open-apis/bot/v3/info"), self._bot),
+            _Route("POST", re.compile(r"/open-apis/cardkit/v1/cards"), self._card_create),
+            _Route("PUT", re.compile(card), self._card_update),
+            _Route("PUT", re.compile(card + element + "/content"), self._card_content),
+            _Route("PATCH", re.compile(card + "/settings"), self._card_settings),
         ]
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
@@ -193,12 +202,44 @@ class OpenApi:
         return 200, {"code": 0, "msg": "ok", "tenant_access_token": token, "expire": expire}
 
     def _send(self, api: ApiRequest) -> Answer:
-        message = self._world.send(api.query.get("receive_id_type"), self._body(api))
-        return _ok(message_data(message, self._world.tenant_key))
+        body = self._body(api)
+        card_id = self._card_named(body)
+        message = self._world.send(api.query.get("receive_id_type"), body)
+        return self._posted(message, card_id)
 
     def _reply(self, api: ApiRequest) -> Answer:
-        message = self._world.reply(api.params["message_id"], self._body(api))
-        return _ok(message_data(message, self._world.tenant_key))
+        body = self._body(api)
+        card_id = self._card_named(body)
+        message = self._world.reply(api.params["message_id"], body)
+        return self._posted(message, card_id)
+
+    def _card_named(self, body: Mapping[str, Any]) -> str | None:
+        msg_type, content = body.get("msg_type"), body.get("content")
+        if isinstance(msg_type, str) and isinstance(content, str):
+            return self._cardkit.referenced(msg_type, content)
+        return None
+
+    def _posted(self, message: ChatMessage, card_id: str | None) -> Answer:
+        if card_id is not None:
+            self._cardkit.bind(card_id, message.message_id)
+        current = self._world.messages[message.message_id]
+        return _ok(message_data(current, self._world.tenant_key))
+
+    def _card_create(self, api: ApiRequest) -> Answer:
+        return _ok({"card_id": self._cardkit.create(self._body(api))})
+
+    def _card_update(self, api: ApiRequest) -> Answer:
+        self._cardkit.update(api.params["card_id"], self._body(api))
+        return _ok()
+
+    def _card_content(self, api: ApiRequest) -> Answer:
+        params = api.params
+        self._cardkit.content(params["card_id"], params["element_id"], self._body(api))
+        return _ok()
+
+    def _card_settings(self, api: ApiRequest) -> Answer:
+        self._cardkit.settings(api.params["card_id"], self._body(api))
+        return _ok()
 
     def _patch(self, api: ApiRequest) -> Answer:
         self._world.patch_card(api.params["message_id"], self._body(api))

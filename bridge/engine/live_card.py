@@ -1,0 +1,88 @@
+"""The live status card as card JSON 2.0 (what CardKit streams, and the patched fallback).
+
+Agent words (tool titles, plan entries, the answer) are data: `markdown_literal` keeps them
+words, with no mention, link, image or tag. The answer sits in its own element, `answer`,
+whose text CardKit streams; escaping is per character, so a longer answer keeps the shorter
+one as its prefix and Feishu types out only what was added.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from bridge.core.effects import CardPhase, CardView
+from bridge.core.text import format_elapsed
+from bridge.engine.render import render, render_text
+from bridge.feishu.markup import markdown_literal
+from bridge.i18n import Translator
+
+ANSWER: Final = "answer"  # the element CardKit streams into
+
+_TITLES: Final = {
+    CardPhase.WORKING: "presence.running_hint",
+    CardPhase.WAITING_APPROVAL: "presence.waiting_approval",
+    CardPhase.WAITING_REPLY: "presence.waiting_reply",
+    CardPhase.RECOVERING: "presence.recovering",
+    CardPhase.ENDED: "card.status.ended",
+}
+_COLOURS: Final = {
+    CardPhase.WORKING: "blue",
+    CardPhase.WAITING_APPROVAL: "orange",
+    CardPhase.WAITING_REPLY: "orange",
+    CardPhase.RECOVERING: "yellow",
+    CardPhase.ENDED: "green",
+}
+_TOOL_STATES: Final = ("pending", "in_progress", "completed", "failed")
+
+
+def answer_markdown(text: str) -> str:
+    return markdown_literal(text)
+
+
+def _markdown(element_id: str, content: str) -> dict[str, Any]:
+    return {"tag": "markdown", "element_id": element_id, "content": content}
+
+
+def live_card(t: Translator, view: CardView, *, streaming: bool) -> dict[str, Any]:
+    title = t(_TITLES[view.phase])
+    elements = [_markdown("status", _status(t, view))]
+    if view.tools:
+        lines = [f"**{t('card.status.tools')}**"]
+        for tool in view.tools:
+            state = tool.status if tool.status in _TOOL_STATES else "pending"
+            lines.append(t(f"card.tool.{state}", title=markdown_literal(tool.title)))
+        elements.append(_markdown("tools", "\n".join(lines)))
+    if view.plan:
+        lines = [f"**{t('card.status.plan')}**"]
+        for entry in view.plan:
+            state = entry.status if entry.status in _TOOL_STATES else "pending"
+            lines.append(t(f"card.plan.{state}", content=markdown_literal(entry.content)))
+        elements.append(_markdown("plan", "\n".join(lines)))
+    elements.append(_markdown(ANSWER, answer_markdown(view.text)))
+    if view.cut:
+        elements.append(_markdown("note", t("card.status.cut")))
+    failed = view.phase is CardPhase.ENDED and view.end_key not in (None, "presence.ended_empty")
+    return {
+        "schema": "2.0",
+        "config": {
+            "update_multi": True,
+            "streaming_mode": streaming,
+            "summary": {"content": title},
+        },
+        "header": {
+            "title": {"tag": "plain_text", "content": title},
+            "template": "grey" if failed else _COLOURS[view.phase],
+        },
+        "body": {"elements": elements},
+    }
+
+
+def _status(t: Translator, view: CardView) -> str:
+    elapsed = render_text(t, format_elapsed(view.elapsed))
+    if view.phase is CardPhase.ENDED:
+        line = render(t, view.end_key, view.end_params) if view.end_key else ""
+        took = t("card.status.took", elapsed=elapsed) if view.elapsed > 0 else ""
+        return "\n".join(part for part in (line, took) if part) or t("card.status.ended")
+    if view.phase in (CardPhase.WAITING_APPROVAL, CardPhase.WAITING_REPLY):
+        return t("card.status.elapsed_paused", elapsed=elapsed)
+    return t("card.status.elapsed", elapsed=elapsed)

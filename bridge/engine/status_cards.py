@@ -1,0 +1,242 @@
+"""Carries out `ShowStatusCard`: posts each turn's live status card and keeps it current.
+
+What the card shows was decided by the core; here it is drawn (`live_card`) and sent, with
+three concerns the core does not see:
+
+- Throttling. Views come as fast as the agent writes; the newest view wins, and one card is
+  changed at most once per `interval` (Feishu allows 10 changes a second per card). A final
+  view goes out at once, after any change in flight.
+- The cheapest call. When only the answer grew, its element is streamed (Feishu types out
+  the added text); anything else is a full update. Every CardKit change of a card carries a
+  strictly larger `sequence`; its floor comes from the wall clock, so a card finalized after
+  a restart still goes up.
+- Fallbacks, each logged and counted: CardKit refused → a patched interactive card → lines
+  (`StatusCardFailed` back to the core, which posts what the card would have shown).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+
+from bridge.core.effects import CardView, ShowStatusCard
+from bridge.core.inputs import StatusCardFailed
+from bridge.core.text import format_elapsed
+from bridge.engine.actor import ConversationActor
+from bridge.engine.live_card import ANSWER, answer_markdown, live_card
+from bridge.engine.tasks import TaskTracker
+from bridge.feishu.api import FeishuApi
+from bridge.feishu.errors import FeishuError
+from bridge.i18n import Translator
+from bridge.ops.metrics import Metrics
+from bridge.store.port import Store
+
+log = logging.getLogger(__name__)
+
+_CARDKIT = "cardkit:"  # marks the card id among the ids the store keeps for a card key
+_SEQUENCE_EPOCH = 1_767_225_600  # 2026-01-01; tenths of a second since then fit an int32
+
+
+@dataclass
+class _Card:
+    turn_id: str
+    reply_to: str
+    message_id: str
+    card_id: str | None  # None: a patched interactive card (the first fallback)
+    sequence: int = 0
+    shown: CardView | None = None
+    pending: CardView | None = None
+    pushed_at: float = float("-inf")  # loop time of the last change
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    flusher: asyncio.Task[None] | None = None
+
+
+class StatusCards:
+    def __init__(
+        self,
+        *,
+        feishu: FeishuApi,
+        store: Store,
+        translator: Translator,
+        clock: Callable[[], float],
+        tasks: TaskTracker,
+        interval: float,
+        metrics: Metrics | None = None,
+    ) -> None:
+        self._feishu = feishu
+        self._store = store
+        self._t = translator
+        self._clock = clock
+        self._tasks = tasks
+        self._interval = interval
+        self._metrics = metrics
+        self._cards: dict[str, _Card] = {}
+
+    async def show(self, actor: ConversationActor, work: ShowStatusCard) -> None:
+        card = self._cards.get(work.turn_id)
+        if card is None:
+            card = await self._find(work) if work.existing_only else await self._post(actor, work)
+            if card is None:
+                return
+            self._cards[work.turn_id] = card
+            if card.shown == work.view and not work.final:
+                return  # just posted with this very view
+        if work.final:
+            await self._finish(actor, card, work.view)
+            return
+        card.pending = work.view
+        wait = card.pushed_at + self._interval - asyncio.get_running_loop().time()
+        if wait <= 0 and not card.lock.locked():
+            await self._flush(actor, card)
+        elif card.flusher is None or card.flusher.done():
+            name = f"status-card:{work.turn_id}"
+            card.flusher = self._tasks.spawn(self._flush_later(actor, card, wait), name=name)
+
+    # -- posting ---------------------------------------------------------------------------
+
+    async def _post(self, actor: ConversationActor, work: ShowStatusCard) -> _Card | None:
+        found = await self._find(work)
+        if found is not None:  # posted before a restart: carry on with it
+            return found
+        body = live_card(self._t, work.view, streaming=not work.final)
+        uuid, in_thread = work.card_key, actor.in_thread
+        try:
+            card_id = await self._feishu.create_card(body)
+            message_id = await self._feishu.reply_card_entity(
+                work.reply_to, card_id, uuid=uuid, in_thread=in_thread
+            )
+            self._count("create")
+            card = _Card(work.turn_id, work.reply_to, message_id, card_id)
+        except FeishuError as exc:
+            log.warning("status card via CardKit refused (%s); trying a patched card", exc)
+            self._count("fallback_patch")
+            try:
+                message_id = await self._feishu.reply_card(
+                    work.reply_to, body, uuid=uuid, in_thread=in_thread
+                )
+            except FeishuError as again:
+                self._give_up(actor, work.turn_id, work.reply_to, work.view, work.final, again)
+                return None
+            card = _Card(work.turn_id, work.reply_to, message_id, None)
+        ids = [card.message_id] + ([_CARDKIT + card.card_id] if card.card_id else [])
+        await self._store.mark_sent(work.card_key, ids, self._clock())
+        card.shown = work.view
+        card.pushed_at = asyncio.get_running_loop().time()
+        return card
+
+    async def _find(self, work: ShowStatusCard) -> _Card | None:
+        ids = await self._store.sent(work.card_key)
+        if not ids:
+            return None
+        card_id = next((i[len(_CARDKIT) :] for i in ids if i.startswith(_CARDKIT)), None)
+        return _Card(work.turn_id, work.reply_to, ids[0], card_id)
+
+    # -- changing --------------------------------------------------------------------------
+
+    async def _flush_later(self, actor: ConversationActor, card: _Card, wait: float) -> None:
+        await asyncio.sleep(max(0.0, wait))
+        await self._flush(actor, card)
+
+    async def _flush(self, actor: ConversationActor, card: _Card) -> None:
+        async with card.lock:
+            view, card.pending = card.pending, None
+            if view is None or self._cards.get(card.turn_id) is not card:
+                return
+            if not await self._change(card, view, final=False):
+                self._forget(card)
+                self._give_up(actor, card.turn_id, card.reply_to, view, False, None)
+
+    async def _finish(self, actor: ConversationActor, card: _Card, view: CardView) -> None:
+        if card.flusher is not None:
+            card.flusher.cancel()
+        async with card.lock:
+            card.pending = None
+            changed = card.shown == view or await self._change(card, view, final=True)
+            if changed and card.card_id is not None:
+                settings = {"config": {"streaming_mode": False}}
+                with contextlib.suppress(FeishuError):  # the card already says it ended
+                    await self._feishu.card_settings(
+                        card.card_id, settings, sequence=self._next(card)
+                    )
+                    self._count("settings")
+        self._forget(card)
+        if not changed:
+            self._give_up(actor, card.turn_id, card.reply_to, view, True, None)
+
+    async def _change(self, card: _Card, view: CardView, *, final: bool) -> bool:
+        """Bring the card to `view`; False when Feishu refused every way of doing it."""
+        if card.card_id is not None:
+            try:
+                await self._cardkit_change(card, card.card_id, view, final=final)
+                return self._shown(card, view)
+            except FeishuError as exc:
+                log.warning("status card update via CardKit refused (%s); patching", exc)
+                self._count("fallback_patch")
+                card.card_id = None
+        try:
+            body = live_card(self._t, view, streaming=False)
+            await self._feishu.update_card(card.message_id, body)
+            self._count("patch")
+            return self._shown(card, view)
+        except FeishuError as exc:
+            log.warning("status card patch refused (%s)", exc)
+            return False
+
+    async def _cardkit_change(
+        self, card: _Card, card_id: str, view: CardView, *, final: bool
+    ) -> None:
+        shown = card.shown
+        if not final and shown is not None and _only_text_grew(shown, view):
+            text = answer_markdown(view.text)
+            try:
+                await self._feishu.stream_card_text(
+                    card_id, ANSWER, text, sequence=self._next(card)
+                )
+                self._count("stream")
+                return
+            except FeishuError as exc:  # e.g. streaming closed itself after 10 minutes
+                log.info("status card stream refused (%s); updating it whole", exc)
+        body = live_card(self._t, view, streaming=not final)
+        await self._feishu.update_card_entity(card_id, body, sequence=self._next(card))
+        self._count("update")
+
+    def _shown(self, card: _Card, view: CardView) -> bool:
+        card.shown = view
+        card.pushed_at = asyncio.get_running_loop().time()
+        return True
+
+    def _next(self, card: _Card) -> int:
+        floor = int((self._clock() - _SEQUENCE_EPOCH) * 10)
+        card.sequence = max(card.sequence + 1, floor)
+        return card.sequence
+
+    def _forget(self, card: _Card) -> None:
+        if self._cards.get(card.turn_id) is card:
+            del self._cards[card.turn_id]
+
+    def _give_up(
+        self,
+        actor: ConversationActor,
+        turn_id: str,
+        reply_to: str,
+        view: CardView,
+        final: bool,
+        exc: FeishuError | None,
+    ) -> None:
+        log.warning("status card of turn %s not shown (%s); back to lines", turn_id, exc)
+        self._count("fallback_messages")
+        actor.feed(StatusCardFailed(turn_id, reply_to, view, final))
+
+    def _count(self, call: str) -> None:
+        if self._metrics is not None:
+            self._metrics.status_cards.labels(call).inc()
+
+
+def _only_text_grew(shown: CardView, view: CardView) -> bool:
+    """Nothing but the answer changed, by growing (the elapsed time as the card words it)."""
+    same_time = format_elapsed(shown.elapsed) == format_elapsed(view.elapsed)
+    rest_same = replace(shown, text=view.text, elapsed=view.elapsed) == view
+    return same_time and rest_same and view.text != shown.text and view.text.startswith(shown.text)
