@@ -9,7 +9,7 @@ See `emulator.FeishuEmulator` for the API and `codes` for the error codes it ans
 """
 
 from bridge.devtools.emulator.callbacks import CALLBACK_ERROR_TOAST
-from bridge.devtools.emulator.emulator import MIN_DEADLINE_S, FeishuEmulator
+from bridge.devtools.emulator.emulator import MIN_DEADLINE_S, EmulatorOptions, FeishuEmulator
 from bridge.devtools.emulator.faults import FaultKind
 from bridge.devtools.emulator.records import (
     ApiCall,
@@ -32,6 +32,7 @@ __all__ = [
     "ChatMessage",
     "DeliveredEvent",
     "DeliveryAttempt",
+    "EmulatorOptions",
     "Envelope",
     "FaultKind",
     "FeishuEmulator",

@@ -20,6 +20,7 @@ import secrets
 import socket
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from types import TracebackType
 from typing import Any, Literal, TypeVar
 
@@ -59,48 +60,60 @@ def _loopback(host: str) -> str:
     return host
 
 
+@dataclass(frozen=True)
+class EmulatorOptions:
+    """Who the emulated app is, how Feishu's clocks run, where it listens. Pass the fields
+    as keywords to `FeishuEmulator(...)`, or an instance to share one set."""
+
+    app_id: str = "cli_emulator00000001"
+    app_secret: str = "emulator-app-secret"
+    encrypt_key: str = ""
+    verification_token: str = "emulator-verification-token"
+    webhook_url: str | None = None
+    time_scale: float = 1.0
+    deadline_seconds: float | None = None
+    card_deadline_seconds: float | None = None
+    redelivery_ladder_seconds: Sequence[float] = FEISHU_REDELIVERY_LADDER_S
+    token_ttl_seconds: int = 7200
+    idempotency_window_seconds: float = 3600.0
+    bot_name: str = "Presence Bot"
+    user_name: str = "Emulated User"
+    tenant_key: str | None = None
+    scenarios: Sequence[str] = ()
+    host: str = "127.0.0.1"
+    port: int = 0
+
+
 class FeishuEmulator(UserSide):
     def __init__(
         self,
+        options: EmulatorOptions | None = None,
+        /,
         *,
-        app_id: str = "cli_emulator00000001",
-        app_secret: str = "emulator-app-secret",
-        encrypt_key: str = "",
-        verification_token: str = "emulator-verification-token",
-        webhook_url: str | None = None,
-        time_scale: float = 1.0,
-        deadline_seconds: float | None = None,
-        card_deadline_seconds: float | None = None,
-        redelivery_ladder_seconds: Sequence[float] = FEISHU_REDELIVERY_LADDER_S,
-        token_ttl_seconds: int = 7200,
-        idempotency_window_seconds: float = 3600.0,
-        bot_name: str = "Presence Bot",
-        user_name: str = "Emulated User",
-        tenant_key: str | None = None,
-        scenarios: Sequence[str] = (),
-        host: str = "127.0.0.1",
-        port: int = 0,
         clock: Callable[[], float] = time.monotonic,
+        **fields: Any,
     ) -> None:
+        o = replace(options or EmulatorOptions(), **fields)  # an unknown field is a TypeError
+        app_id, app_secret, time_scale = o.app_id, o.app_secret, o.time_scale
         if time_scale <= 0:
             raise ValueError("time_scale must be > 0")
         self.app_id = app_id
         self.app_secret = app_secret  # a fake credential; exposed so tests can log in
-        self.encrypt_key = encrypt_key
-        self.verification_token = verification_token
+        self.encrypt_key = o.encrypt_key
+        self.verification_token = o.verification_token
         self.time_scale = time_scale
-        self.bot_name = bot_name
-        self.user_name = user_name
-        self.tenant_key = tenant_key or secrets.token_hex(8)
-        self.scenarios: tuple[str, ...] = tuple(scenarios)
+        self.bot_name = o.bot_name
+        self.user_name = o.user_name
+        self.tenant_key = o.tenant_key or secrets.token_hex(8)
+        self.scenarios: tuple[str, ...] = tuple(o.scenarios)
         self.bot_open_id = new_id("ou_")
         self.default_user_open_id = new_id("ou_")
-        self._host = _loopback(host)
-        self._requested_port = port
+        self._host = _loopback(o.host)
+        self._requested_port = o.port
         self._port: int | None = None
-        self._webhook_url = webhook_url
+        self._webhook_url = o.webhook_url
         scaled_deadline = max(FEISHU_DEADLINE_S * time_scale, MIN_DEADLINE_S)
-        self.card_deadline_seconds = card_deadline_seconds or scaled_deadline
+        self.card_deadline_seconds = o.card_deadline_seconds or scaled_deadline
 
         self._revision = 0
         self._change = asyncio.Event()
@@ -108,19 +121,19 @@ class FeishuEmulator(UserSide):
         self._calls: list[ApiCall] = []
         self._callbacks: list[CardCallbackResult] = []
         self._faults = FaultPlan()
-        self._tokens = TokenIssuer(app_id, app_secret, token_ttl_seconds, clock)
+        self._tokens = TokenIssuer(app_id, app_secret, o.token_ttl_seconds, clock)
         self._world = ChatWorld(
             app_id=app_id,
             tenant_key=self.tenant_key,
-            idempotency_window_seconds=idempotency_window_seconds,
+            idempotency_window_seconds=o.idempotency_window_seconds,
             clock=clock,
             on_change=self._changed,
         )
         self._group_chat_id = self._world.open_chat("group").chat_id
         self._delivery = EventDelivery(
-            encrypt_key=encrypt_key,
-            ladder_seconds=[s * time_scale for s in redelivery_ladder_seconds],
-            deadline_seconds=deadline_seconds or scaled_deadline,
+            encrypt_key=o.encrypt_key,
+            ladder_seconds=[s * time_scale for s in o.redelivery_ladder_seconds],
+            deadline_seconds=o.deadline_seconds or scaled_deadline,
             webhook_url=lambda: self._webhook_url,
             on_change=self._changed,
         )
