@@ -1,0 +1,183 @@
+"""Card style in the core: when the status card appears, what each view says, that every
+end finalizes it, and that a refused card hands the turn back to lines losing nothing."""
+
+from __future__ import annotations
+
+from bridge.core.effects import CardPhase, PostText, RelayAgentText, ShowStatusCard
+from bridge.core.inputs import Command, CommandName, StatusCardFailed, TurnInterruptedByRestart
+from bridge.core.state import Conversation, Options, PresenceStyle
+from bridge.core.status_card import CARD_TEXT_LIMIT
+from bridge.runtime.events import (
+    MessageChunk,
+    PermissionKind,
+    PermissionOption,
+    PermissionRequested,
+    PlanEntry,
+    PlanUpdated,
+    RuntimeExited,
+    StopReason,
+    ToolCallStarted,
+    ToolCallUpdated,
+    TurnEnded,
+)
+from tests.unit.core.core_driver import ALICE, SID, Driver, keys, of_type
+
+CARD = Options(presence_style=PresenceStyle.CARD)
+ALLOW = (PermissionOption("allow", "Allow", PermissionKind.ALLOW_ONCE),)
+
+
+def driver() -> Driver:
+    return Driver(Conversation(options=CARD))
+
+
+def cards(effects: list[object]) -> list[ShowStatusCard]:
+    return [e for e in effects if isinstance(e, ShowStatusCard)]
+
+
+def test_a_fast_answer_gets_no_card_only_its_answer() -> None:
+    d = driver()
+    d.start()
+    d.feed(MessageChunk(SID, "quick"), at=1.0)
+    out = d.feed(TurnEnded(SID, StopReason.END_TURN), at=1.5)
+    assert cards(d.effects) == []
+    assert [(e.text, e.final) for e in of_type(out, RelayAgentText)] == [("quick", True)]
+
+
+def test_the_card_appears_at_the_first_hint_instead_of_the_hint_line() -> None:
+    d = driver()
+    d.start()
+    out = d.advance(5.0)
+    assert keys(out) == []
+    (card,) = cards(out)
+    assert (card.view.phase, card.view.elapsed, card.final) == (CardPhase.WORKING, 5.0, False)
+    assert card.card_key == "m1:status"
+    assert card.reply_to == "m1"
+
+
+def test_the_first_real_progress_brings_the_card_earlier_and_lists_tools_and_plan() -> None:
+    d = driver()
+    d.start()
+    d.feed(MessageChunk(SID, "let me look"), at=1.0)
+    out = d.feed(ToolCallStarted(SID, tool_call_id="t1", title="Read a.py"), at=1.2)
+    assert keys(out) == []  # neither the commentary nor the progress line is a message
+    view = cards(out)[-1].view
+    assert view.text == "let me look"
+    assert [(t.title, t.status) for t in view.tools] == [("Read a.py", "pending")]
+    d.feed(ToolCallUpdated(SID, tool_call_id="t1", status="completed"), at=1.3)
+    plan = (PlanEntry("A", "completed"), PlanEntry("B", "in_progress"))
+    d.feed(PlanUpdated(SID, entries=plan), at=1.4)
+    last = cards(d.effects)[-1].view
+    assert [(t.title, t.status) for t in last.tools] == [("Read a.py", "completed")]
+    assert last.plan == plan
+
+
+def test_the_answer_streams_into_the_card_and_ends_there() -> None:
+    d = driver()
+    d.start()
+    d.advance(5.0)
+    d.feed(MessageChunk(SID, "hello "), at=6.0)
+    d.feed(MessageChunk(SID, "world"), at=6.5)
+    assert [c.view.text for c in cards(d.effects)] == ["", "hello", "hello world"]
+    out = d.feed(TurnEnded(SID, StopReason.END_TURN), at=7.0)
+    (last,) = cards(out)
+    assert last.final
+    assert (last.view.phase, last.view.text, last.view.end_key) == (
+        CardPhase.ENDED,
+        "hello world",
+        None,
+    )
+    assert of_type(out, RelayAgentText) == []  # the card is the answer
+    assert of_type(out, PostText) == []
+
+
+def test_a_long_answer_shows_its_head_and_follows_in_full_as_messages() -> None:
+    d = driver()
+    d.start()
+    d.advance(5.0)
+    answer = "x" * (CARD_TEXT_LIMIT + 10)
+    d.feed(MessageChunk(SID, answer), at=6.0)
+    out = d.feed(TurnEnded(SID, StopReason.END_TURN), at=7.0)
+    (last,) = cards(out)
+    assert last.view.cut
+    assert len(last.view.text) == CARD_TEXT_LIMIT
+    (reply,) = of_type(out, RelayAgentText)
+    assert (reply.text, reply.final, reply.idempotency_key) == (answer, True, "m1:end")
+
+
+def test_stop_and_faults_finalize_the_card_and_still_say_so_as_a_message() -> None:
+    d = driver()
+    d.start()
+    d.advance(5.0)
+    d.feed(Command("m2", ALICE, CommandName.STOP), at=6.0)
+    out = d.feed(TurnEnded(SID, StopReason.CANCELLED), at=6.5)
+    (last,) = cards(out)
+    assert (last.final, last.view.end_key) == (True, "presence.stopped")
+    assert keys(out) == ["presence.stopped"]
+
+
+def test_an_empty_end_finalizes_the_card_with_the_empty_line() -> None:
+    d = driver()
+    d.start()
+    d.advance(5.0)
+    out = d.feed(TurnEnded(SID, StopReason.END_TURN), at=6.0)
+    assert cards(out)[0].view.end_key == "presence.ended_empty"
+    assert keys(out) == ["presence.ended_empty"]
+
+
+def test_waiting_on_a_person_pauses_the_card_and_keeps_the_waiting_line() -> None:
+    d = driver()
+    d.start()
+    d.advance(5.0)
+    out = d.feed(
+        PermissionRequested(SID, request_id="r1", title="rm -rf build", options=ALLOW), at=8.0
+    )
+    assert keys(out) == ["presence.waiting_approval"]
+    assert cards(out)[-1].view.phase is CardPhase.WAITING_APPROVAL
+    # No heartbeat and no elapsed counter while the person decides.
+    assert cards(d.advance(600.0)) == []
+
+
+def test_a_crash_shows_recovering_on_the_card() -> None:
+    d = driver()
+    d.start()
+    d.advance(5.0)
+    out = d.feed(RuntimeExited(SID, returncode=1), at=6.0)
+    assert keys(out) == ["presence.recovering"]
+    assert cards(out)[-1].view.phase is CardPhase.RECOVERING
+
+
+def test_a_restart_finalizes_the_card_of_a_turn_that_died_with_the_process() -> None:
+    d = driver()
+    out = d.feed(TurnInterruptedByRestart("m1", "m1", ALICE), at=1.0)
+    (card,) = cards(out)
+    assert (card.final, card.existing_only, card.view.end_key) == (
+        True,
+        True,
+        "presence.unrecoverable",
+    )
+
+
+def test_a_refused_card_hands_the_turn_back_to_lines_losing_nothing() -> None:
+    d = driver()
+    d.start()
+    d.feed(MessageChunk(SID, "looking"), at=1.0)
+    d.feed(ToolCallStarted(SID, tool_call_id="t1", title="Read a.py"), at=1.2)
+    view = cards(d.effects)[-1].view
+    out = d.feed(StatusCardFailed("m1", "m1", view, final=False), at=1.3)
+    assert [e.text for e in of_type(out, RelayAgentText)] == ["looking"]
+    assert keys(out) == ["<reply>", "presence.running_hint"]
+    d.feed(MessageChunk(SID, "done"), at=2.0)
+    out = d.feed(TurnEnded(SID, StopReason.END_TURN), at=2.5)
+    assert cards(out) == []
+    assert [(e.text, e.final) for e in of_type(out, RelayAgentText)] == [("done", True)]
+
+
+def test_a_refused_final_card_posts_the_answer_it_carried() -> None:
+    d = driver()
+    d.start()
+    d.advance(5.0)
+    d.feed(MessageChunk(SID, "the answer"), at=6.0)
+    out = d.feed(TurnEnded(SID, StopReason.END_TURN), at=7.0)
+    last = cards(out)[0]
+    out = d.feed(StatusCardFailed("m1", "m1", last.view, final=True), at=7.1)
+    assert [(e.text, e.reply_to) for e in of_type(out, RelayAgentText)] == [("the answer", "m1")]
