@@ -117,3 +117,56 @@ async def test_slow_turn_with_approval_in_the_chat_page(tmp_path: Path) -> None:
             await page.screenshot(path=str(SCREENSHOT), full_page=True)
         finally:
             await browser.close()
+
+
+CARD_SHOTS = (
+    REPO_ROOT / "artifacts" / "card-mid-turn.png",
+    REPO_ROOT / "artifacts" / "card-end.png",
+)
+CARD_PROMPT = "tool Read README.md\nplan Look | Write\nstream 12 150\nsay Done."
+
+
+async def test_the_live_status_card_in_the_chat_page(tmp_path: Path) -> None:
+    """Card style: one card that says it works, lists the tool and the plan, types the
+    answer, and ends saying so; a screenshot mid-turn and one at the end."""
+    _need_browser()
+    from playwright.async_api import async_playwright, expect
+
+    expect.set_options(timeout=TIMEOUT_MS)
+    settings = {
+        "bridge_presence_style": "card",
+        "bridge_card_update_interval_seconds": 0.05,
+        "bridge_first_hint_seconds": 0.05,
+        "bridge_locale": "zh_CN",
+    }
+    t = Translator("zh_CN")
+    async with (
+        running_stack(tmp_path / "bridge", settings=settings) as stack,
+        async_playwright() as pw,
+    ):
+        browser = await pw.chromium.launch(
+            executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True
+        )
+        try:
+            page = await browser.new_page(viewport={"width": 1000, "height": 800})
+            page.set_default_timeout(TIMEOUT_MS)
+            await page.goto(stack.emu.url + "/", wait_until="domcontentloaded")
+            await expect(page.locator("#status")).to_contain_text("live")
+            await page.locator("#composer").fill(CARD_PROMPT)
+            await page.locator("#send").click()
+
+            card = page.locator(".msg.bot .card")
+            await expect(card).to_have_count(1)
+            await expect(card).to_contain_text(t("presence.running_hint"))
+            await expect(card).to_contain_text("Read README.md")
+            await expect(card).to_contain_text("c3")  # the answer is being typed
+            CARD_SHOTS[0].parent.mkdir(parents=True, exist_ok=True)
+            await page.screenshot(path=str(CARD_SHOTS[0]), full_page=True)
+
+            await expect(card).to_contain_text(t("card.status.ended"))
+            await expect(card).to_contain_text("Done.")
+            await expect(card).not_to_contain_text(t("presence.running_hint"))
+            await expect(page.locator(".msg.bot")).to_have_count(1)  # one card, no lines
+            await page.screenshot(path=str(CARD_SHOTS[1]), full_page=True)
+        finally:
+            await browser.close()
