@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,6 +29,8 @@ class CardChange:
     sequence: int | None
     streaming: bool  # streaming mode after the change
     element_id: str | None = None
+    at: float = field(default_factory=time.time)  # wall clock, like ApiCall.at
+    card: str = ""  # the card JSON right after the change
 
 
 @dataclass
@@ -144,7 +147,10 @@ class CardKit:
         entity.sequence = sequence
 
     def _changed(self, entity: CardEntity, kind: str, element_id: str | None = None) -> None:
-        change = CardChange(entity.card_id, kind, entity.sequence, entity.streaming, element_id)
+        card = self.rendered(entity.card_id)
+        change = CardChange(
+            entity.card_id, kind, entity.sequence, entity.streaming, element_id, card=card
+        )
         self.changes.append(change)
         for message_id in entity.message_ids:
             self._redraw(message_id, self.rendered(entity.card_id))
