@@ -1,4 +1,5 @@
-"""Issue 4, end to end: what the user sees while a turn runs and when it ends.
+"""What the user sees while a turn runs and when it ends, end to end (the behaviours that
+read the same in both presence styles run in both).
 
 Bridge in webhook mode + emulator + the scripted ACP agent as a real subprocess; every
 assertion is on the chat as the emulator recorded it (texts, order, count, reactions).
@@ -6,15 +7,26 @@ assertion is on the chat as the emulator recorded it (texts, order, count, react
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx
+import pytest
 
 from bridge.i18n import Translator
 from tests.integration.stack import Stack, running_stack
 
 t = Translator("zh_CN")
 HINT = t("presence.running_hint")
+
+
+@pytest.fixture(params=["messages", "card"])
+async def styled(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Stack]:
+    """For the behaviours that must read the same in both presence styles: fast turns (no
+    card in card style), ends, queueing, commands, splitting."""
+    settings = {"bridge_presence_style": request.param}
+    async with running_stack(tmp_path / "bridge", settings=settings) as running:
+        yield running
 
 
 def user_messages(stack: Stack) -> list[str]:
@@ -126,84 +138,88 @@ async def test_progress_postpones_the_heartbeat(tmp_path: Path) -> None:
 # 8. endings -----------------------------------------------------------------------------------
 
 
-async def test_final_reply_is_the_end_signal_with_no_extra_line(stack: Stack) -> None:
-    await stack.say("say All done.")
-    await stack.wait_text(lambda x: x == "All done.")
-    await stack.settled()
-    assert stack.texts() == ["All done."]
+async def test_final_reply_is_the_end_signal_with_no_extra_line(styled: Stack) -> None:
+    await styled.say("say All done.")
+    await styled.wait_text(lambda x: x == "All done.")
+    await styled.settled()
+    assert styled.texts() == ["All done."]
 
 
-async def test_turn_with_nothing_visible_gets_the_ended_line_once(stack: Stack) -> None:
-    await stack.say("silent")
-    await stack.wait_text(lambda x: x == t("presence.ended_empty"))
-    await stack.settled()
-    assert stack.texts() == [t("presence.ended_empty")]
+async def test_turn_with_nothing_visible_gets_the_ended_line_once(styled: Stack) -> None:
+    await styled.say("silent")
+    await styled.wait_text(lambda x: x == t("presence.ended_empty"))
+    await styled.settled()
+    assert styled.texts() == [t("presence.ended_empty")]
 
 
-async def test_non_final_stop_reasons_get_their_own_line(stack: Stack) -> None:
+async def test_non_final_stop_reasons_get_their_own_line(styled: Stack) -> None:
     for reason in ("max_tokens", "max_turn_requests", "refusal"):
-        await stack.say(f"stop {reason}")
-        await stack.wait_text(lambda x, r=reason: x == t(f"presence.{r}"))
-        await stack.settled()
-    assert stack.texts() == [
+        await styled.say(f"stop {reason}")
+        await styled.wait_text(lambda x, r=reason: x == t(f"presence.{r}"))
+        await styled.settled()
+    assert styled.texts() == [
         t("presence.max_tokens"),
         t("presence.max_turn_requests"),
         t("presence.refusal"),
     ]
 
 
-async def test_unsupported_message_type_gets_a_polite_reply_and_no_turn(stack: Stack) -> None:
-    sent = await stack.say(
+async def test_unsupported_message_type_gets_a_polite_reply_and_no_turn(
+    styled: Stack,
+) -> None:
+    sent = await styled.say(
         "", message_type="image", content={"image_key": "img_v2_0123456789abcdef"}
     )
-    await stack.wait_text(lambda x: x == t("message.unsupported"))
-    await stack.settled()
-    assert stack.texts() == [t("message.unsupported")]
-    assert stack.reactions(sent.message_id) == ["OnIt"]
-    state = await stack.runtime_state()
+    await styled.wait_text(lambda x: x == t("message.unsupported"))
+    await styled.settled()
+    assert styled.texts() == [t("message.unsupported")]
+    assert styled.reactions(sent.message_id) == ["OnIt"]
+    state = await styled.runtime_state()
     assert (state["state"], state["turn_id"]) == ("idle", None)
 
 
 # 9. queue and commands ------------------------------------------------------------------------
 
 
-async def test_message_during_a_turn_is_queued_then_runs_and_stop_cancels(stack: Stack) -> None:
-    first = await stack.say("hang")
-    await stack.emu.wait_for(lambda: stack.reactions(first.message_id) == ["OnIt"])
-    second = await stack.say("hello")
-    await stack.wait_text(lambda x: x == t("presence.queued", position=1))
-    assert stack.reactions(second.message_id) == ["OnIt"]
+async def test_message_during_a_turn_is_queued_then_runs_and_stop_cancels(
+    styled: Stack,
+) -> None:
+    first = await styled.say("hang")
+    await styled.emu.wait_for(lambda: styled.reactions(first.message_id) == ["OnIt"])
+    second = await styled.say("hello")
+    await styled.wait_text(lambda x: x == t("presence.queued", position=1))
+    assert styled.reactions(second.message_id) == ["OnIt"]
 
-    await stack.say("/stop")
-    await stack.wait_text(lambda x: x == "echo: hello")
-    await stack.settled()
-    assert stack.texts() == [
+    await styled.say("/stop")
+    await styled.wait_text(lambda x: x == "echo: hello")
+    await styled.settled()
+    assert styled.texts() == [
         t("presence.queued", position=1),
         t("presence.stopped"),
         "echo: hello",
     ]
-    for message_id in user_messages(stack):
-        assert stack.reactions(message_id) == ["OnIt"]
+    for message_id in user_messages(styled):
+        assert styled.reactions(message_id) == ["OnIt"]
 
 
-async def test_help_status_new_and_unknown_commands(stack: Stack) -> None:
-    await stack.say("/help")
-    await stack.wait_texts(1)
-    await stack.say("/status")
-    await stack.wait_texts(2)
-    await stack.say("/frobnicate now")
-    await stack.wait_texts(3)
-    await stack.say("/new")
-    await stack.wait_texts(4)
-    await stack.settled()
-    assert stack.texts() == [
+async def test_help_status_new_and_unknown_commands(styled: Stack) -> None:
+    await styled.say("/help")
+    await styled.wait_texts(1)
+    await styled.say("/status")
+    await styled.wait_texts(2)
+    await styled.say("/frobnicate now")
+    await styled.wait_texts(3)
+    await styled.say("/new")
+    await styled.wait_texts(4)
+    await styled.settled()
+    assert styled.texts() == [
         t("command.help"),
         t("status.idle"),
         t("command.unknown", command="/frobnicate"),
         t("command.new_session"),
     ]
     # None of them reached the agent: no turn was ever started.
-    assert await stack.demo.service.store.running_turns() == []
+    assert await styled.demo.service.store.running_turns() == []
 
 
 async def test_status_during_a_turn_shows_state_elapsed_and_queue(stack: Stack) -> None:
@@ -234,17 +250,17 @@ async def test_status_during_a_turn_shows_state_elapsed_and_queue(stack: Stack) 
     assert second["conversations"][stack.chat]["state"] == "idle"
 
 
-async def test_an_oversize_reply_is_split_in_order_and_nothing_is_lost(stack: Stack) -> None:
+async def test_an_oversize_reply_is_split_in_order_and_nothing_is_lost(styled: Stack) -> None:
     text = " ".join(f"Sentence number {i} is here." for i in range(700))  # about 20,000 chars
-    sent = await stack.say(f"say {text}")
-    await stack.wait_text(lambda x: x.endswith("Sentence number 699 is here."))
-    await stack.settled()
-    parts = stack.texts()
+    sent = await styled.say(f"say {text}")
+    await styled.wait_text(lambda x: x.endswith("Sentence number 699 is here."))
+    await styled.settled()
+    parts = styled.texts()
     assert len(parts) == 3
     assert all(len(p) <= 8000 for p in parts)
     assert "".join(parts) == text  # split at sentence ends, never truncated
     uuids = [
         c.body["uuid"]
-        for c in stack.emu.calls(path_prefix=f"/open-apis/im/v1/messages/{sent.message_id}/reply")
+        for c in styled.emu.calls(path_prefix=f"/open-apis/im/v1/messages/{sent.message_id}/reply")
     ]
     assert uuids[1:] == [f"{uuids[0]}-2", f"{uuids[0]}-3"]
