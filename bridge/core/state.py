@@ -153,6 +153,7 @@ class Turn:
     card_shown: bool = False  # the card was posted; from now on it carries progress
     card_failed: bool = False  # Feishu refused every card form: lines again, for this turn
     card_text: str = ""  # agent text already moved into the card (commentary)
+    card_cut: bool = False  # the card already shows the head of an answer longer than it
     tools: tuple[ToolLine, ...] = ()  # the last few tool calls, newest last
     plan: tuple[PlanEntry, ...] = ()
 

@@ -78,14 +78,25 @@ def view(
 def show(ctx: StepContext) -> None:
     """Post the card, or bring it up to date (the engine coalesces and throttles)."""
     turn = ctx.turn
-    ctx.emit(ShowStatusCard(turn.turn_id, turn.message_id, card_key(turn.turn_id), view(ctx)))
-    ctx.update_turn(card_shown=True, visible=True, last_posted_at=ctx.now)
+    shown = view(ctx)
+    ctx.emit(ShowStatusCard(turn.turn_id, turn.message_id, card_key(turn.turn_id), shown))
+    ctx.update_turn(card_shown=True, card_cut=shown.cut, visible=True, last_posted_at=ctx.now)
 
 
 def refresh(ctx: StepContext) -> None:
     """Bring a card that is already up to date with the turn's state; no card, nothing."""
     if in_card_style(ctx) and ctx.turn.card_shown:
         show(ctx)
+
+
+def typed(ctx: StepContext) -> None:
+    """The agent wrote more (the typewriter). Once the card shows the head of an answer too
+    long for it, more text changes nothing there: no view, and no copy of a growing text
+    per chunk (the whole answer is read once, at the end)."""
+    turn = ctx.turn
+    if turn.card_cut and len(turn.card_text) + turn.text.size > CARD_TEXT_LIMIT:
+        return
+    refresh(ctx)
 
 
 def take_commentary(ctx: StepContext) -> None:

@@ -93,7 +93,7 @@ def on_turn_event(ctx: StepContext, event: TurnEvent) -> None:
         case MessageChunk():
             _alive(ctx, Activity(ActivityKind.WRITING))
             ctx.update_turn(text=ctx.turn.text.add(event.text))
-            status_card.refresh(ctx)  # the typewriter
+            status_card.typed(ctx)
         case ThoughtChunk():
             _alive(ctx, Activity(ActivityKind.THINKING))
         case ToolCallStarted():

@@ -196,3 +196,16 @@ async def test_a_restart_finalizes_the_card_of_the_turn_that_died(tmp_path: Path
         await stack.settled()
         card = final_card(stack)
         assert T("presence.unrecoverable") in element(card, "status")
+
+
+async def test_a_closed_stream_is_carried_on_by_whole_updates(stack: Stack) -> None:
+    # Feishu closes a card's streaming mode by itself after ten minutes (300309 / 200850).
+    content = f"{CARDS}/*/elements/answer/content"
+    stack.emu.fail_next("PUT", content, "business_error", times=50, code=300309, msg="closed")
+    await stack.say("tool Build\nstream 20 20\nsay finished")
+    await stack.settled()
+    card = final_card(stack)
+    assert element(card, "answer").endswith("c19 finished")
+    kinds = [c.kind for c in stack.emu.cardkit.changes]
+    assert "content" not in kinds
+    assert kinds.count("update") >= 2

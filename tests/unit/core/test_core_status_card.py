@@ -181,3 +181,18 @@ def test_a_refused_final_card_posts_the_answer_it_carried() -> None:
     last = cards(out)[0]
     out = d.feed(StatusCardFailed("m1", "m1", last.view, final=True), at=7.1)
     assert [(e.text, e.reply_to) for e in of_type(out, RelayAgentText)] == [("the answer", "m1")]
+
+
+def test_past_the_card_limit_more_chunks_change_nothing_on_the_card() -> None:
+    d = driver()
+    d.start()
+    d.advance(5.0)
+    d.feed(MessageChunk(SID, "y" * (CARD_TEXT_LIMIT + 1)), at=6.0)
+    assert cards(d.effects)[-1].view.cut
+    before = len(cards(d.effects))
+    for i in range(100):
+        d.feed(MessageChunk(SID, f" more {i}"), at=6.0 + i / 100)
+    assert len(cards(d.effects)) == before  # the head it shows cannot change any more
+    out = d.feed(TurnEnded(SID, StopReason.END_TURN), at=8.0)
+    (reply,) = of_type(out, RelayAgentText)
+    assert reply.text.endswith("more 99")
