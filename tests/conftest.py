@@ -9,6 +9,10 @@ from typing import Any
 
 import pytest
 
+# lark-oapi, whose import would otherwise leave a stray event loop in the main thread, is
+# loaded the bridge's way before any test module imports it directly.
+from bridge.feishu import sdk_import  # noqa: F401
+
 _real_connect = socket.socket.connect
 _real_connect_ex = socket.socket.connect_ex
 

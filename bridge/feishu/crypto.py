@@ -1,7 +1,10 @@
 """Event security: signature, verification token, decryption.
 
-Decryption is lark-oapi's own `AESCipher` (AES-256-CBC, key = sha256(encrypt key), the IV as
-the first block, PKCS#7), so the bridge decrypts exactly what the SDK decrypts.
+Decryption is Feishu's scheme as lark-oapi's `AESCipher` implements it (AES-256-CBC, key =
+sha256(encrypt key), the IV as the first block, PKCS#7), checked against the SDK's own class
+in tests/unit/test_feishu_crypto.py. It is written here on pycryptodome (the SDK's own AES)
+rather than imported from the SDK: importing any part of lark-oapi loads the whole package
+(every API module, about 4 s and 150 MB), and the webhook path needs none of it.
 
 The signature is Feishu's algorithm as lark-oapi implements it in
 `EventDispatcherHandler._verify_sign`: ``sha256(timestamp + nonce + encrypt_key + body)``
@@ -9,7 +12,8 @@ in hex, compared with the `X-Lark-Signature` header. It is reimplemented here (t
 rather than called, because that method is private, wants the SDK's `RawRequest` with
 exact-case header keys, raises the SDK's generic `AccessDeniedException` for every failure
 (missing header and wrong value alike), and compares with `!=`; here each failure has its own
-reason for the log, and the comparison is constant-time. The header names are the SDK's.
+reason for the log, and the comparison is constant-time. The header names are the SDK's
+(`lark_oapi.core.const`).
 
 `encrypt_payload` is the inverse of decryption, for tests and the local Feishu emulator.
 
@@ -19,52 +23,18 @@ Nothing here logs, and no exception message contains a key, a token or a body.
 from __future__ import annotations
 
 import base64
+import binascii
 import hashlib
 import hmac
 import os
-import sys
-import threading
 from collections.abc import Mapping
 from typing import Final
 
 from Crypto.Cipher import AES
 
-
-def _import_lark_off_loop() -> None:
-    """Import lark-oapi without it touching this thread's event loop.
-
-    `import lark_oapi` always runs `lark_oapi.ws.client`, whose module code calls
-    `asyncio.get_event_loop()`: inside a running loop it keeps that loop, in the main thread
-    without one it creates a loop, makes it the thread's current loop and never closes it.
-    Importing on a short-lived helper thread gives it a loop of its own, closed here right
-    away; `LongConnection` installs its own loop into that module before the SDK uses it.
-    """
-    if "lark_oapi" in sys.modules:
-        return
-
-    def target() -> None:
-        import lark_oapi.ws.client as ws_client
-
-        if not ws_client.loop.is_running():
-            ws_client.loop.close()
-
-    helper = threading.Thread(target=target, name="lark-oapi-import", daemon=True)
-    helper.start()
-    helper.join()  # an import error resurfaces in the plain imports below
-
-
-_import_lark_off_loop()
-
-from lark_oapi.core.const import (  # noqa: E402  (after the guarded import above)
-    LARK_REQUEST_NONCE,
-    LARK_REQUEST_SIGNATURE,
-    LARK_REQUEST_TIMESTAMP,
-)
-from lark_oapi.core.utils import AESCipher  # noqa: E402
-
-TIMESTAMP_HEADER: Final[str] = LARK_REQUEST_TIMESTAMP
-NONCE_HEADER: Final[str] = LARK_REQUEST_NONCE
-SIGNATURE_HEADER: Final[str] = LARK_REQUEST_SIGNATURE
+TIMESTAMP_HEADER: Final[str] = "X-Lark-Request-Timestamp"
+NONCE_HEADER: Final[str] = "X-Lark-Request-Nonce"
+SIGNATURE_HEADER: Final[str] = "X-Lark-Signature"
 
 
 class EventSecurityError(Exception):
@@ -119,13 +89,22 @@ def verify_token(received: str | None, expected: str) -> None:
 
 
 def decrypt_payload(encrypted: str, encrypt_key: str) -> str:
-    """Decrypt the `encrypt` field of an event body with lark-oapi's `AESCipher`."""
+    """Decrypt the `encrypt` field of an event body (what lark-oapi's `AESCipher` does)."""
     try:
-        return str(AESCipher(encrypt_key).decrypt_str(encrypted))
+        data = base64.b64decode(encrypted)
+    except (binascii.Error, ValueError) as exc:
+        raise DecryptError("cannot decrypt the event body") from exc
+    if len(data) < 2 * AES.block_size or len(data) % AES.block_size:
+        raise DecryptError("cannot decrypt the event body")
+    key = hashlib.sha256(encrypt_key.encode("utf-8")).digest()
+    plain = AES.new(key, AES.MODE_CBC, data[: AES.block_size]).decrypt(data[AES.block_size :])
+    pad = plain[-1]
+    if not 1 <= pad <= AES.block_size or plain[-pad:] != bytes([pad]) * pad:
+        raise DecryptError("cannot decrypt the event body")  # wrong key, most likely
+    try:
+        return plain[:-pad].decode("utf-8")
     except UnicodeDecodeError as exc:  # wrong key, or not text: name the case
         raise DecryptError("decrypted event body is not UTF-8") from exc
-    except (ValueError, TypeError) as exc:  # bad base64 (binascii.Error), length, padding
-        raise DecryptError("cannot decrypt the event body") from exc
 
 
 def encrypt_payload(plaintext: str, encrypt_key: str, *, iv: bytes | None = None) -> str:

@@ -69,6 +69,8 @@ def sdk_to_payload(obj: Any) -> dict[str, Any]:
     """An SDK event object (P2ImMessageReceiveV1, P2CardActionTrigger, …) → wire JSON dict."""
     import lark_oapi
 
+    from bridge.feishu import sdk_import  # noqa: F401  (before any lark_oapi module)
+
     raw = lark_oapi.JSON.marshal(obj)
     return decode_json(raw) if raw else {}  # the webhook's checks: depth, valid Unicode
 
@@ -78,6 +80,8 @@ def reply_to_sdk(reply: CardActionReply) -> Any:
     from lark_oapi.event.callback.model.p2_card_action_trigger import (
         P2CardActionTriggerResponse,
     )
+
+    from bridge.feishu import sdk_import  # noqa: F401  (before any lark_oapi module)
 
     return P2CardActionTriggerResponse(reply.to_response())
 
@@ -267,6 +271,8 @@ class LongConnection:
     def _build_client(self, loop: asyncio.AbstractEventLoop) -> Any:
         import lark_oapi
         import lark_oapi.ws.client as ws_client
+
+        from bridge.feishu import sdk_import  # noqa: F401  (before any lark_oapi module)
 
         # The SDK module uses this global for everything it schedules; point it at our loop
         # before the client's constructor creates its cache task on the current loop.

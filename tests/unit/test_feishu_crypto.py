@@ -11,6 +11,7 @@ from Crypto.Cipher import AES
 
 # Imported first: it loads lark-oapi without leaving a stray event loop behind.
 from bridge.feishu import crypto  # isort: skip
+from bridge.feishu import sdk_import  # noqa: F401  # isort: skip
 from lark_oapi.core.model import RawRequest  # isort: skip
 from lark_oapi.core.utils import AESCipher  # isort: skip
 from lark_oapi.event.dispatcher_handler import EventDispatcherHandler  # isort: skip

@@ -17,7 +17,7 @@ from aiohttp import WSMsgType, web
 from aiohttp.test_utils import TestServer
 
 # Imported first: it loads lark-oapi without leaving a stray event loop behind.
-from bridge.feishu import crypto  # noqa: F401  # isort: skip
+from bridge.feishu import sdk_import  # noqa: F401  # isort: skip
 import lark_oapi  # isort: skip
 from lark_oapi.api.im.v1 import P2ImMessageReceiveV1  # isort: skip
 from lark_oapi.event.callback.model.p2_card_action_trigger import (  # isort: skip
