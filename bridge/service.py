@@ -11,15 +11,16 @@ import asyncio
 import logging
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 from aiohttp import web
 from pydantic import SecretStr
 
-import bridge.feishu.webhook as webhook  # imports lark-oapi's crypto once, at start-up
+import bridge.feishu.webhook as webhook
 from bridge.config import Settings
 from bridge.config_checks import ConfigProblem, describe_access, exposure_problems
 from bridge.core import Options, PresenceStyle, Timings
@@ -36,7 +37,7 @@ from bridge.ops.projection import Projection
 from bridge.ops.routes import health_routes, ops_routes
 from bridge.ops.turns import turn_view
 from bridge.receiver import AccessPolicy, Receiver
-from bridge.runtime.acp.runtime import AcpRuntime
+from bridge.runtime.deferred import DeferredRuntime
 from bridge.runtime.port import AgentRuntime
 from bridge.store.port import Store
 from bridge.store.sqlite import SqliteStore
@@ -95,6 +96,7 @@ class BridgeService:
     identity_retry_seconds: float = 30.0
     prune_every_seconds: float = 3600.0
     _identity_retry: asyncio.Task[None] | None = None
+    _warmup: asyncio.Task[None] | None = None
     _pruner: asyncio.Task[None] | None = None
 
     @property
@@ -123,6 +125,8 @@ class BridgeService:
         if self.longconn is not None:
             self.longconn.start()
         self.readiness.ready = True
+        if isinstance(self.runtime, DeferredRuntime):
+            self._warmup = asyncio.create_task(self.runtime.warm(), name="runtime-warmup")
         log.info(
             "bridge ready: mode=%s %s %s",
             self.settings.feishu_event_mode,
@@ -170,7 +174,7 @@ class BridgeService:
 
     async def stop(self) -> None:
         self.readiness.ready = False
-        for task in (self._identity_retry, self._pruner):
+        for task in (self._identity_retry, self._pruner, self._warmup):
             if task is not None:
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)
@@ -216,7 +220,8 @@ def build_service(
             cut_notice=lambda kept, total: translator("reply.cut", kept=kept, total=total),
         )
     if runtime is None:
-        runtime = AcpRuntime.from_settings(settings, env=runtime_env)
+        program = Path(settings.agent_argv[0]).name
+        runtime = DeferredRuntime(partial(_acp_runtime, settings, runtime_env), program=program)
     metrics = Metrics(projection, runtime_snapshot=runtime.snapshot)
     engine = Engine(
         feishu=feishu,
@@ -313,6 +318,12 @@ def _feishu_app(
         )
     app.add_routes(health_routes(readiness.healthy))
     return app
+
+
+def _acp_runtime(settings: Settings, env: Mapping[str, str] | None) -> AgentRuntime:
+    from bridge.runtime.acp.runtime import AcpRuntime  # the ACP SDK: loaded after start-up
+
+    return AcpRuntime.from_settings(settings, env=env)
 
 
 def _status(
