@@ -43,7 +43,6 @@ from bridge.config import Settings  # noqa: E402
 from bridge.demo import DEMO_TIMINGS, Demo, start_demo  # noqa: E402
 from bridge.devtools.emulator import FeishuEmulator  # noqa: E402
 from bridge.logs import configure_logging  # noqa: E402
-from bridge.runtime.acp.runtime import AcpRuntime  # noqa: E402
 
 # The demo shortens the presence timings; a benchmark of the product runs with its defaults.
 PRODUCT_TIMINGS = {key: Settings.model_fields[key].default for key in DEMO_TIMINGS}
@@ -239,10 +238,8 @@ class Bench:
 
 
 def agent_pids(demo: Demo) -> list[int]:
-    runtime = demo.service.runtime
-    if not isinstance(runtime, AcpRuntime):
-        return []
-    return [a["pid"] for a in runtime.snapshot()["agents"] if a["pid"] and a["alive"]]
+    agents = demo.service.runtime.snapshot()["agents"]
+    return [a["pid"] for a in agents if a["pid"] and a["alive"]]
 
 
 def proc_kb(pid: int | str, key: str) -> int:
