@@ -160,12 +160,35 @@ async def measure(
     chats = [emu.open_chat("p2p", user_open_id=u) for u in users]  # type: ignore[attr-defined]
     warm = await load(emu, chats, args.chats, args.rate, users)  # agents start, pools warm
     await _settle(emu, warm, wait_replies)
+    spy = None
+    if name == "bridge" and args.profile:
+        spy = subprocess.Popen(  # noqa: ASYNC220 - started once, not on a hot path
+            [
+                "py-spy",
+                "record",
+                "--pid",
+                str(process.pid),
+                "-f",
+                "raw",
+                "-o",
+                args.profile,
+                "-r",
+                "200",
+                "--nonblocking",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        await asyncio.sleep(1.0)
     before = cpu_s(process.pid)
     agents_before = sum(cpu_s(p) for p in children(process.pid))
     sent = await load(emu, chats, args.n, args.rate, users)
     await _settle(emu, sent, wait_replies)
     used = cpu_s(process.pid) - before
     agents = sum(cpu_s(p) for p in children(process.pid)) - agents_before
+    if spy is not None:
+        spy.send_signal(2)  # SIGINT: py-spy writes its file
+        spy.wait(timeout=30)
     acks = ack_ms(emu, sent)
     result = {
         "cpu": used * 1000 / args.n,
@@ -197,6 +220,9 @@ async def main() -> None:
     parser.add_argument("--n", type=int, default=300)
     parser.add_argument("--rate", type=float, default=50.0)
     parser.add_argument("--chats", type=int, default=20)
+    parser.add_argument(
+        "--profile", metavar="FILE", help="py-spy record the bridge during its load (raw)"
+    )
     parser.add_argument("--serve", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve:
