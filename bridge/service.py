@@ -268,7 +268,7 @@ def build_service(
             projection,
             ready=readiness.healthy,
             status=status,
-            turn_view=partial(turn_view, store),
+            turn_view=partial(turn_view, store, pending=engine.executor.traces.pending),
             metrics=metrics,
         )
     )

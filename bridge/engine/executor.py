@@ -5,7 +5,6 @@ core chose.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from collections.abc import Callable
 
@@ -32,6 +31,7 @@ from bridge.engine.actor import ConversationActor, Trace, Work
 from bridge.engine.card_views import CardViews, PostedCards, approval_status
 from bridge.engine.render import render
 from bridge.engine.status_cards import StatusCards
+from bridge.engine.trace_buffer import TraceBuffer
 from bridge.engine.turn_runner import TurnRunner
 from bridge.feishu.api import FeishuApi
 from bridge.feishu.errors import BusinessError, FeishuError
@@ -39,7 +39,7 @@ from bridge.feishu.markup import neutralize_mentions
 from bridge.i18n import Translator
 from bridge.ops.metrics import Metrics
 from bridge.runtime.port import AgentRuntime
-from bridge.store.port import MessageState, Store, TurnOutcome, UnknownTurn
+from bridge.store.port import MessageState, Store, TurnOutcome
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +67,8 @@ class EffectExecutor:
         self._posted = PostedCards()
         self._runner = runner
         self._status_cards = status_cards
+        self.traces = TraceBuffer(store, clock)
+        self._started: dict[str, float] = {}  # turns this process started, and when
         self._clock = clock
         self._ack_emoji = ack_emoji
         self._metrics = metrics
@@ -120,9 +122,8 @@ class EffectExecutor:
             await self._trace(*traced)
 
     async def _trace(self, turn_id: str, kind: str, detail: str) -> None:
-        # A line outside any turn (refusal, unsupported type, command) has no timeline.
-        with contextlib.suppress(UnknownTurn):
-            await self._store.trace(turn_id, kind, detail, self._clock())
+        # Written behind, in one statement at the turn's end (see trace_buffer.py).
+        await self.traces.add(turn_id, kind, detail)
 
     async def _post_text(
         self, actor: ConversationActor, reply_to: str, text: str, idem: str
@@ -192,19 +193,24 @@ class EffectExecutor:
 
     async def _record_terminal(self, turn_id: str, outcome: str, detail: str) -> None:
         now = self._clock()
+        started = self._started.pop(turn_id, None)
         if await self._store.finish_turn(turn_id, TurnOutcome(outcome), now):
-            await self._store.trace(turn_id, "terminal", f"{outcome} {detail}".strip(), now)
+            await self.traces.add(turn_id, "terminal", f"{outcome} {detail}".strip(), now)
             if self._metrics:
                 self._metrics.turns.labels(outcome).inc()
-                turn = await self._store.turn(turn_id)
-                if turn is not None:
-                    self._metrics.turn_seconds.observe(max(0.0, now - turn.started_at))
+                if started is None:  # a turn of an earlier process
+                    turn = await self._store.turn(turn_id)
+                    started = turn.started_at if turn is not None else None
+                if started is not None:
+                    self._metrics.turn_seconds.observe(max(0.0, now - started))
         await self._store.set_message_state(turn_id, MessageState.DONE, now)
+        await self.traces.flush()
 
     async def _start_turn(self, actor: ConversationActor, work: StartTurn) -> None:
         now = self._clock()
         if await self._store.start_turn(work.turn_id, actor.key, work.turn_id, now):
-            await self._store.trace(work.turn_id, "start", "", now)
+            self._started[work.turn_id] = now
+            await self.traces.add(work.turn_id, "start", "", now)
         await self._store.set_message_state(work.turn_id, MessageState.RUNNING, now)
         self._runner.start(actor, work)
 

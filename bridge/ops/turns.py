@@ -3,10 +3,22 @@ user wrote: the store keeps prompts out of traces)."""
 
 from __future__ import annotations
 
-from bridge.store.port import Store
+from collections.abc import Callable
+
+from bridge.store.port import Store, TraceEntry
 
 
-async def turn_view(store: Store, turn_id: str) -> dict[str, object] | None:
+def _none_pending(turn_id: str) -> list[TraceEntry]:
+    return []
+
+
+async def turn_view(
+    store: Store,
+    turn_id: str,
+    *,
+    pending: Callable[[str], list[TraceEntry]] = _none_pending,
+) -> dict[str, object] | None:
+    """`pending`: timeline entries not written yet (the engine writes them behind)."""
     turn = await store.turn(turn_id)
     if turn is None:
         return None
@@ -17,6 +29,7 @@ async def turn_view(store: Store, turn_id: str) -> dict[str, object] | None:
         "outcome": turn.outcome.value if turn.outcome else None,
         "finished_at": turn.finished_at,
         "trace": [
-            {"at": e.at, "kind": e.kind, "detail": e.detail} for e in await store.trace_for(turn_id)
+            {"at": e.at, "kind": e.kind, "detail": e.detail}
+            for e in [*await store.trace_for(turn_id), *pending(turn_id)]
         ],
     }

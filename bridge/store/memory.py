@@ -25,6 +25,7 @@ from bridge.store.port import (
     Store,
     StoreClosed,
     TraceEntry,
+    TraceRecord,
     Turn,
     TurnOutcome,
     UnknownTurn,
@@ -195,6 +196,12 @@ class MemoryStore(AsyncLifecycle):
         self._traces.setdefault(turn_id, []).append(
             TraceEntry(seq=self._trace_seq, turn_id=turn_id, kind=kind, detail=detail, at=now)
         )
+
+    async def trace_many(self, records: Sequence[TraceRecord]) -> None:
+        self._check()
+        for turn_id, kind, detail, at in records:
+            if turn_id in self._turns:
+                await self.trace(turn_id, kind, detail, at)
 
     async def trace_for(self, turn_id: str) -> list[TraceEntry]:
         self._check()

@@ -104,6 +104,10 @@ class Turn:
     finished_at: float | None
 
 
+# One timeline entry to write: (turn id, kind, detail, at).
+TraceRecord = tuple[str, str, str, float]
+
+
 @dataclass(frozen=True)
 class TraceEntry:
     seq: int  # append order, increasing across the whole store
@@ -231,6 +235,10 @@ class Store(Protocol):
 
     async def trace(self, turn_id: str, kind: str, detail: str, now: float) -> None:
         """Append to a turn's timeline; raises `UnknownTurn`. `detail` never holds prompt text."""
+
+    async def trace_many(self, records: Sequence[TraceRecord]) -> None:
+        """Append many timeline entries in one round trip, in order; entries of turns the
+        store does not know are skipped (a timeline is detail, not worth an error)."""
 
     async def trace_for(self, turn_id: str) -> list[TraceEntry]:
         """The turn's timeline in append order (empty for an unknown turn)."""

@@ -40,6 +40,7 @@ from bridge.store.port import (
     StoreClosed,
     StoreError,
     TraceEntry,
+    TraceRecord,
     Turn,
     TurnOutcome,
     UnknownTurn,
@@ -288,6 +289,13 @@ class SqliteStore(AsyncLifecycle):
             if is_foreign_key_error(exc):
                 raise UnknownTurn(turn_id) from None
             raise
+
+    async def trace_many(self, records: Sequence[TraceRecord]) -> None:
+        await self._conn().executemany(
+            "INSERT INTO trace (turn_id, kind, detail, at) SELECT ?, ?, ?, ?"
+            " WHERE EXISTS (SELECT 1 FROM turns WHERE turn_id = ?)",
+            [(turn_id, kind, detail, at, turn_id) for turn_id, kind, detail, at in records],
+        )
 
     async def trace_for(self, turn_id: str) -> list[TraceEntry]:
         rows = await self._all(

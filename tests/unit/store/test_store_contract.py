@@ -267,6 +267,25 @@ async def test_trace_for_unknown_turn_raises(store: Store) -> None:
         await store.trace("nope", "x", "", T0)
 
 
+async def test_trace_many_appends_in_order_and_skips_unknown_turns(store: Store) -> None:
+    await store.start_turn("t1", "A", "m1", T0)
+    await store.trace("t1", "start", "", T0)
+    await store.trace_many(
+        [
+            ("t1", "prompt_sent", "", T0 + 1),
+            ("nope", "line", "access.refused", T0 + 1),  # a line outside any turn
+            ("t1", "end", "12 chars", T0 + 2),
+        ]
+    )
+    entries = await store.trace_for("t1")
+    assert [(e.kind, e.detail, e.at) for e in entries] == [
+        ("start", "", T0),
+        ("prompt_sent", "", T0 + 1),
+        ("end", "12 chars", T0 + 2),
+    ]
+    assert await store.trace_for("nope") == []
+
+
 # -- 6. approvals --------------------------------------------------------------------------
 
 
