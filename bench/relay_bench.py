@@ -254,7 +254,7 @@ async def main() -> None:
                 "BRIDGE_LOG_LEVEL": "WARNING",
                 "BRIDGE_AGENT_COMMAND": f"{sys.executable} -m bridge.devtools.scripted_agent",
             }
-            Path(folder, "work").mkdir()
+            await asyncio.to_thread(Path(folder, "work").mkdir)
             bridge = subprocess.Popen(  # noqa: ASYNC220 - started once, not on a hot path
                 [str(ROOT / ".venv" / "bin" / "feishu-bridge"), "run"], env=env, cwd=folder
             )
