@@ -231,6 +231,16 @@ class ClearTimer:
 
 
 @dataclass(frozen=True)
+class AskModes:
+    """`/mode`: read the agent's session modes for the conversation (opening its session if
+    it has none yet) and, with a `choice`, switch; answered by `ModesAnswered`."""
+
+    message_id: str
+    session_id: str | None
+    choice: str = ""
+
+
+@dataclass(frozen=True)
 class NewSession:
     """Drop the conversation's agent session; the next StartTurn opens a fresh one."""
 
@@ -274,6 +284,7 @@ Effect = (
     | SetTimer
     | ClearTimer
     | NewSession
+    | AskModes
     | RecordTerminal
     | Dropped
 )

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from bridge.core.effects import CardView
-from bridge.runtime.events import TurnEvent
+from bridge.runtime.events import SessionModes, TurnEvent
 
 
 @dataclass(frozen=True)
@@ -39,6 +39,7 @@ class CommandName(StrEnum):
     STOP = "stop"
     STATUS = "status"
     HELP = "help"
+    MODE = "mode"
     UNKNOWN = "unknown"
 
 
@@ -48,6 +49,7 @@ class Command:
     message_id: str
     sender: str
     raw: str = ""  # the command word as typed, e.g. "/foo" (shown back for unknown commands)
+    arg: str = ""  # what follows the word, e.g. "plan" in "/mode plan"
 
 
 @dataclass(frozen=True)
@@ -108,6 +110,17 @@ class CardNotShown:
 
     turn_id: str
     request_id: str
+
+
+@dataclass(frozen=True)
+class ModesAnswered:
+    """The agent's session modes for `/mode` (None: it offers none), and how switching to
+    `choice` went (`error` is the agent's short reason)."""
+
+    message_id: str
+    modes: SessionModes | None
+    choice: str = ""
+    error: str | None = None
 
 
 @dataclass(frozen=True)
@@ -178,6 +191,7 @@ CoreEvent = (
     | RuntimeUnavailableAtStart
     | CardNotShown
     | StatusCardFailed
+    | ModesAnswered
     | RuntimeRestarted
     | RuntimeRestartFailed
     | TurnInterruptedByRestart

@@ -20,6 +20,7 @@ from bridge.core.clicks import (
 from bridge.core.context import StepContext
 from bridge.core.deadlines import on_clock
 from bridge.core.effects import (
+    AskModes,
     CancelTurn,
     CardStatus,
     Effect,
@@ -38,6 +39,7 @@ from bridge.core.inputs import (
     ConversationClosed,
     CoreEvent,
     MessageRecovered,
+    ModesAnswered,
     QuestionAnswered,
     RuntimeRestarted,
     RuntimeRestartFailed,
@@ -69,6 +71,7 @@ from bridge.core.state import (
     Outcome,
     QueuedMessage,
 )
+from bridge.core.text import Params
 from bridge.core.turn_events import on_turn_event, refuse_request
 from bridge.runtime.events import TurnEvent
 
@@ -119,6 +122,8 @@ def _dispatch(ctx: StepContext, event: CoreEvent) -> None:
             _on_card_not_shown(ctx, event)
         case StatusCardFailed():
             status_card.on_card_failed(ctx, event)
+        case ModesAnswered():
+            _on_modes(ctx, event)
         case RuntimeRestarted():
             _on_runtime_restarted(ctx, event)
         case RuntimeRestartFailed():
@@ -202,6 +207,10 @@ def _on_command(ctx: StepContext, cmd: Command) -> None:
             ctx.emit(PostText("command.help", {}, mid, f"{mid}:help"))
         case CommandName.UNKNOWN:
             ctx.emit(PostText("command.unknown", {"command": cmd.raw or "/"}, mid, f"{mid}:help"))
+        case CommandName.MODE if cmd.arg and _someone_elses_round(ctx, cmd.sender):
+            ctx.emit(PostText("command.mode_not_yours", {}, mid, f"{mid}:mode"))
+        case CommandName.MODE:
+            ctx.emit(AskModes(mid, ctx.conv.session_id, cmd.arg))
         case CommandName.STOP | CommandName.NEW if _someone_elses_round(ctx, cmd.sender):
             # In a group, a bystander must not cut another person's round.
             ctx.emit(PostText("command.not_yours", {}, mid, f"{mid}:{cmd.name.value}"))
@@ -214,6 +223,30 @@ def _on_command(ctx: StepContext, cmd: Command) -> None:
             stop_running(ctx)
             ctx.update(session_id=None)
             ctx.emit(NewSession(), PostText("command.new_session", {}, mid, f"{mid}:new"))
+
+
+def _on_modes(ctx: StepContext, event: ModesAnswered) -> None:
+    mid, modes = event.message_id, event.modes
+    idem = f"{mid}:mode"
+    if modes is None:
+        key = "presence.runtime_unavailable" if event.error else "command.mode_unsupported"
+        ctx.emit(PostText(key, {}, mid, idem))
+        return
+    names = {m.mode_id: m.name for m in modes.available}
+    # The agent's own ids and names, one a line (data, not words of ours).
+    listed = "\n".join(f"{m.mode_id} — {m.name}" for m in modes.available)
+    current = modes.current or ""
+    if not event.choice:
+        params: Params = {"current": current, "modes": listed}
+        ctx.emit(PostText("command.mode_list", params, mid, idem))
+    elif event.choice not in names:
+        params = {"mode": event.choice, "modes": listed}
+        ctx.emit(PostText("command.mode_unknown", params, mid, idem))
+    elif event.error is not None:
+        params = {"mode": event.choice, "reason": event.error}
+        ctx.emit(PostText("command.mode_failed", params, mid, idem))
+    else:
+        ctx.emit(PostText("command.mode_set", {"mode": event.choice}, mid, idem))
 
 
 def _someone_elses_round(ctx: StepContext, sender: str) -> bool:

@@ -12,6 +12,6 @@ def parse_command(text: str, *, message_id: str, sender: str) -> Command | None:
     stripped = text.strip()
     if not stripped.startswith("/") or stripped.startswith("//"):
         return None
-    word = stripped.split(maxsplit=1)[0]
+    word, _, arg = stripped.partition(" ")
     name = _KNOWN.get(word[1:].lower(), CommandName.UNKNOWN)
-    return Command(name=name, message_id=message_id, sender=sender, raw=word)
+    return Command(name=name, message_id=message_id, sender=sender, raw=word, arg=arg.strip())

@@ -12,6 +12,7 @@ from bridge.core.effects import (
     AbandonTurn,
     AnswerPermission,
     AnswerQuestion,
+    AskModes,
     CancelTurn,
     MarkMessageDone,
     NewSession,
@@ -26,7 +27,7 @@ from bridge.core.effects import (
     UpdateApprovalCard,
     UpdateQuestionCard,
 )
-from bridge.core.inputs import CardNotShown
+from bridge.core.inputs import CardNotShown, ModesAnswered
 from bridge.engine.actor import ConversationActor, Trace, Work
 from bridge.engine.card_views import CardViews, PostedCards, approval_status
 from bridge.engine.render import render
@@ -38,7 +39,7 @@ from bridge.feishu.errors import BusinessError, FeishuError
 from bridge.feishu.markup import neutralize_mentions
 from bridge.i18n import Translator
 from bridge.ops.metrics import Metrics
-from bridge.runtime.port import AgentRuntime
+from bridge.runtime.port import AgentRefused, AgentRuntime, RuntimeUnavailable
 from bridge.store.port import MessageState, Store, TurnOutcome
 
 log = logging.getLogger(__name__)
@@ -110,6 +111,8 @@ class EffectExecutor:
                 await self._update_card(work)
             case NewSession():
                 await self._store.unbind(actor.key)
+            case AskModes():
+                await self._ask_modes(actor, work)
             case RecordTerminal(turn_id, outcome, detail):
                 self._posted.forget_turn(turn_id)
                 await self._record_terminal(turn_id, outcome.value, detail)
@@ -120,6 +123,22 @@ class EffectExecutor:
         traced = _trace_of(work)
         if traced is not None:
             await self._trace(*traced)
+
+    async def _ask_modes(self, actor: ConversationActor, work: AskModes) -> None:
+        try:
+            session_id = work.session_id or await self._runner.open_session(actor.key)
+        except RuntimeUnavailable as exc:
+            actor.feed(ModesAnswered(work.message_id, None, work.choice, exc.reason))
+            return
+        modes = await self._runtime.modes(session_id)
+        error = None
+        offered = modes is not None and any(m.mode_id == work.choice for m in modes.available)
+        if offered and modes is not None and work.choice != modes.current:
+            try:
+                await self._runtime.set_mode(session_id, work.choice)
+            except AgentRefused as exc:
+                error = exc.reason
+        actor.feed(ModesAnswered(work.message_id, modes, work.choice, error))
 
     async def _trace(self, turn_id: str, kind: str, detail: str) -> None:
         # Written behind, in one statement at the turn's end (see trace_buffer.py).

@@ -68,7 +68,7 @@ class TurnRunner:
             return
         async with self._slots:
             try:
-                session_id = work.session_id or await self._open_session(actor.key)
+                session_id = work.session_id or await self.open_session(actor.key)
             except RuntimeUnavailable as exc:
                 actor.feed(RuntimeUnavailableAtStart(work.turn_id, exc.reason, exc.limit_reached))
                 return
@@ -80,7 +80,8 @@ class TurnRunner:
             if any(isinstance(e, SendPrompt) and e.turn_id == work.turn_id for e in answer):
                 await self._prompt(actor, work, session_id)
 
-    async def _open_session(self, key: str) -> str:
+    async def open_session(self, key: str) -> str:
+        """The conversation's session: resumed from the store's binding, or a new one."""
         resume = await self._store.session_for(key)
         handle = await self._runtime.open_session(key, resume_session_id=resume)
         if handle.session_id != resume:

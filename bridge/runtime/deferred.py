@@ -14,6 +14,7 @@ import importlib
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
+from bridge.runtime.events import SessionModes
 from bridge.runtime.port import AgentRuntime, EventSink, SessionHandle
 
 ACP_MODULE: Final = "bridge.runtime.acp.runtime"
@@ -63,6 +64,12 @@ class DeferredRuntime:
 
     async def answer_question(self, request_id: str, answers: Mapping[str, str] | None) -> None:
         await self.built.answer_question(request_id, answers)
+
+    async def modes(self, session_id: str) -> SessionModes | None:
+        return await self.built.modes(session_id)
+
+    async def set_mode(self, session_id: str, mode_id: str) -> None:
+        await self.built.set_mode(session_id, mode_id)
 
     async def close(self) -> None:
         if self._runtime is not None:  # nothing was ever started otherwise

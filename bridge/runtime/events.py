@@ -133,3 +133,17 @@ class RuntimeExited(TurnEvent):
     signal: int | None = None
     restarting: bool = True
     extra: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
+
+
+@dataclass(frozen=True)
+class ModeOption:
+    mode_id: str
+    name: str
+
+
+@dataclass(frozen=True)
+class SessionModes:
+    """The session modes an agent offers (ACP `modes`), and the one it is in."""
+
+    current: str | None
+    available: tuple[ModeOption, ...]

@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from bridge.runtime.events import TurnEvent
+from bridge.runtime.events import SessionModes, TurnEvent
 
 EventSink = Callable[[TurnEvent], None]
 
@@ -23,6 +23,14 @@ class RuntimeUnavailable(Exception):
         super().__init__(reason)
         self.reason = reason
         self.limit_reached = limit_reached
+
+
+class AgentRefused(Exception):
+    """The agent answered a request with an error; `reason` is its short message."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
 
 
 @dataclass(frozen=True)
@@ -56,6 +64,12 @@ class AgentRuntime(Protocol):
 
     async def answer_question(self, request_id: str, answers: Mapping[str, str] | None) -> None:
         """Answer a QuestionAsked; None declines/cancels it."""
+
+    async def modes(self, session_id: str) -> SessionModes | None:
+        """The session's modes; None when the agent offers none (or the session is gone)."""
+
+    async def set_mode(self, session_id: str, mode_id: str) -> None:
+        """`session/set_mode`; raises `AgentRefused` with the agent's reason."""
 
     async def close(self) -> None:
         """Stop every agent process."""

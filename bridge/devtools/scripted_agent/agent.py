@@ -20,10 +20,17 @@ from acp.schema import (
     LoadSessionResponse,
     NewSessionResponse,
     PromptResponse,
+    SessionMode,
+    SessionModeState,
     TextContentBlock,
 )
 
-from bridge.devtools.scripted_agent.language import PERMISSION_OPTIONS, SCENARIOS, STOP_REASONS
+from bridge.devtools.scripted_agent.language import (
+    MODES,
+    PERMISSION_OPTIONS,
+    SCENARIOS,
+    STOP_REASONS,
+)
 from bridge.devtools.scripted_agent.sessions import Cancelled, Session, SessionStore
 from bridge.devtools.scripted_agent.wire import (
     exit_soon,
@@ -76,7 +83,7 @@ class ScriptedAgent:
         self.store.save(session)
         # Real agents announce their slash commands right after session/new: an idle update.
         self._later(0.005, self._announce_commands(session.session_id))
-        return NewSessionResponse(session_id=session.session_id)
+        return NewSessionResponse(session_id=session.session_id, modes=_modes(session))
 
     async def load_session(self, cwd: str, session_id: str, **_: Any) -> LoadSessionResponse:
         if not self.load_enabled:
@@ -89,7 +96,17 @@ class ScriptedAgent:
             await self._update(
                 session_id, {"sessionUpdate": kind, "content": text_block(entry["text"])}
             )
-        return LoadSessionResponse()
+        return LoadSessionResponse(modes=_modes(session))
+
+    async def set_session_mode(self, session_id: str, mode_id: str, **_: Any) -> None:
+        session = self.store.load(session_id)
+        if session is None:
+            raise RequestError.invalid_params({"details": f"unknown session {session_id}"})
+        if mode_id not in dict(MODES):
+            raise RequestError.invalid_params({"details": f"no mode {mode_id}"})
+        session.mode = mode_id
+        update = {"sessionUpdate": "current_mode_update", "currentModeId": mode_id}
+        self._later(0.005, self._update(session_id, update))
 
     async def prompt(self, session_id: str, prompt: list[Any], **_: Any) -> PromptResponse:
         session = self.store.load(session_id)
@@ -206,6 +223,8 @@ class ScriptedAgent:
             self._later((int(args[0]) if args else 20) / 1000, self._idle_burst(sid))
         elif word == "probe":
             await self._say(session, f"probe: {json.dumps(probe(json.loads(rest)))}")
+        elif word == "mode":
+            await self._say(session, f"mode: {session.mode}")
         elif word == "history":
             prompts = sum(1 for entry in session.history if entry["role"] == "user")
             await self._say(session, f"history: {prompts} prompts")
@@ -371,3 +390,8 @@ class ScriptedAgent:
         task = asyncio.get_running_loop().create_task(run())
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
+
+
+def _modes(session: Session) -> SessionModeState:
+    available = [SessionMode(id=mode_id, name=name) for mode_id, name in MODES]
+    return SessionModeState(current_mode_id=session.mode, available_modes=available)

@@ -22,6 +22,7 @@ SCENARIOS: dict[str, str] = {
     "unknown": "unknown [KIND] — send a session/update of an unknown kind",
     "idle": "idle [MS] — MS after the turn: mode, commands, title and a stray chunk",
     "history": "history — reply with how many prompts this session has seen",
+    "mode": "mode — reply with the session's current mode (`mode: <id>`)",
     "echo": "echo TEXT — reply 'echo: TEXT'",
     "probe": 'probe {"read": [P], "write": [P], "run": [[ARGV]], "env": [PREFIX]} — reply'
     " `probe: JSON`, what each route gave (sandbox tests)",
@@ -44,3 +45,6 @@ PERMISSION_OPTIONS = [
     {"optionId": "reject-once", "name": "Reject", "kind": "reject_once"},
     {"optionId": "reject-always", "name": "Always reject", "kind": "reject_always"},
 ]
+
+# Session modes offered (ACP `modes`): id, name.
+MODES = (("default", "Default"), ("plan", "Plan"), ("yolo", "Bypass permissions"))

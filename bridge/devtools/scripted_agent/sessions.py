@@ -19,6 +19,7 @@ class Session:
     history: list[dict[str, str]] = field(default_factory=list)
     cancelled: asyncio.Event = field(default_factory=asyncio.Event)
     replies: list[str] = field(default_factory=list)
+    mode: str = "default"  # this process's memory only: a restarted agent is back to default
 
 
 class SessionStore:

@@ -35,6 +35,8 @@ from acp.schema import (
     NewSessionResponse,
     PromptRequest,
     PromptResponse,
+    SessionModeState,
+    SetSessionModeRequest,
     TextContentBlock,
 )
 from acp.utils import notify_model, request_model, serialize_params
@@ -163,17 +165,26 @@ class AgentProcess:
         self.agent_info = response.agent_info
         return response
 
-    async def new_session(self, cwd: str) -> str:
+    async def new_session(self, cwd: str) -> tuple[str, SessionModeState | None]:
         request = NewSessionRequest(cwd=cwd, mcp_servers=[])
         response = await request_model(
             self.conn, AGENT_METHODS["session_new"], request, NewSessionResponse
         )
-        return response.session_id
+        return response.session_id, response.modes
 
-    async def load_session(self, cwd: str, session_id: str) -> None:
+    async def load_session(self, cwd: str, session_id: str) -> SessionModeState | None:
         # The response carries only modes/models; the replayed history arrives as updates.
         request = LoadSessionRequest(cwd=cwd, session_id=session_id, mcp_servers=[])
-        await self.conn.send_request(AGENT_METHODS["session_load"], serialize_params(request))
+        raw = await self.conn.send_request(AGENT_METHODS["session_load"], serialize_params(request))
+        modes = raw.get("modes") if isinstance(raw, dict) else None
+        try:
+            return SessionModeState.model_validate(modes) if modes else None
+        except ValueError:
+            return None  # malformed modes: the session works without them
+
+    async def set_mode(self, session_id: str, mode_id: str) -> None:
+        request = SetSessionModeRequest(session_id=session_id, mode_id=mode_id)
+        await self.conn.send_request(AGENT_METHODS["session_set_mode"], serialize_params(request))
 
     async def prompt(self, session_id: str, text: str) -> PromptResponse:
         request = PromptRequest(

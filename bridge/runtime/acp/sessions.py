@@ -14,11 +14,21 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from acp.exceptions import RequestError
-from acp.schema import AvailableCommandsUpdate, CurrentModeUpdate, SessionInfoUpdate
+from acp.schema import (
+    AvailableCommandsUpdate,
+    CurrentModeUpdate,
+    SessionInfoUpdate,
+    SessionModeState,
+)
 
 from bridge.runtime.acp.pool import AgentPool, describe_error
 from bridge.runtime.acp.process import AgentProcess
-from bridge.runtime.port import RuntimeUnavailable, SessionHandle
+from bridge.runtime.events import ModeOption, SessionModes
+from bridge.runtime.port import (
+    AgentRefused,
+    RuntimeUnavailable,
+    SessionHandle,
+)
 
 if TYPE_CHECKING:
     from bridge.runtime.acp.turns import AcpTurn
@@ -36,8 +46,14 @@ class SessionInfo:
 
     available_commands: tuple[str, ...] = ()
     mode_id: str | None = None
+    modes: tuple[ModeOption, ...] = ()  # offered in the session/new or session/load answer
     title: str | None = None
     idle_updates: int = 0  # updates that arrived while no turn ran (incl. load replay)
+
+    def offered(self, state: SessionModeState | None) -> None:
+        if state is not None:
+            self.modes = tuple(ModeOption(m.id, m.name) for m in state.available_modes)
+            self.mode_id = state.current_mode_id
 
     def absorb(self, update: Any) -> None:
         if isinstance(update, AvailableCommandsUpdate):
@@ -97,13 +113,15 @@ class Sessions:
         slot = self._pool.choose(self.load, replacing=self._by_conversation.get(conversation_key))
         process = await self._pool.live(slot)
         try:
-            session_id = await process.new_session(str(self._pool.workdir))
+            session_id, modes = await process.new_session(str(self._pool.workdir))
         except RequestError as exc:
             reason = describe_error(exc)
             raise RuntimeUnavailable(f"the agent refused session/new: {reason}") from exc
         except ConnectionError as exc:
             raise RuntimeUnavailable("the agent exited while opening a session") from exc
-        self._bind(conversation_key, AcpSession(session_id, conversation_key, slot.index, process))
+        session = AcpSession(session_id, conversation_key, slot.index, process)
+        session.info.offered(modes)
+        self._bind(conversation_key, session)
         logger.info("opened session %s on agent[%d]", session_id, slot.index)
         return SessionHandle(session_id=session_id, loaded=False)
 
@@ -124,11 +142,13 @@ class Sessions:
         if not process.can_load:
             return None
         try:
-            await process.load_session(str(self._pool.workdir), session_id)
+            modes = await process.load_session(str(self._pool.workdir), session_id)
         except (RequestError, ConnectionError) as exc:
             logger.info("agent could not load session %s (%s)", session_id, type(exc).__name__)
             return None
-        self._bind(conversation_key, AcpSession(session_id, conversation_key, slot.index, process))
+        session = AcpSession(session_id, conversation_key, slot.index, process)
+        session.info.offered(modes)
+        self._bind(conversation_key, session)
         logger.info("loaded session %s on agent[%d]", session_id, slot.index)
         return SessionHandle(session_id=session_id, loaded=True)
 
@@ -144,13 +164,16 @@ class Sessions:
                 raise SessionLost(
                     f"the agent restarted and cannot reload session {session.session_id}"
                 )
+            chosen = session.info.mode_id
             try:
-                await process.load_session(str(self._pool.workdir), session.session_id)
+                modes = await process.load_session(str(self._pool.workdir), session.session_id)
             except RequestError as exc:
                 reason = describe_error(exc)
                 raise SessionLost(f"the agent could not reload the session: {reason}") from exc
             except ConnectionError as exc:
                 raise RuntimeUnavailable("the agent exited while reloading a session") from exc
+            session.info.offered(modes)
+            await _restore_mode(process, session, chosen)
             session.process = process
             session.after_cancel = False  # a fresh process holds no cancelled turn's leftover
             process.sessions.add(session.session_id)
@@ -194,6 +217,25 @@ class Sessions:
         logger.info("reloaded session %s in place after a cancelled turn", session.session_id)
         return process, False
 
+    def modes(self, session_id: str) -> SessionModes | None:
+        session = self._sessions.get(session_id)
+        if session is None or not session.info.modes:
+            return None
+        return SessionModes(session.info.mode_id, session.info.modes)
+
+    async def set_mode(self, session_id: str, mode_id: str) -> None:
+        session = self._sessions.get(session_id)
+        if session is None:
+            raise AgentRefused("the session is gone")
+        process = await self.ensure_bound(session)
+        try:
+            await process.set_mode(session_id, mode_id)
+        except RequestError as exc:
+            raise AgentRefused(describe_error(exc)) from exc
+        except ConnectionError as exc:
+            raise AgentRefused("the agent exited") from exc
+        session.info.mode_id = mode_id
+
     def _bind(self, conversation_key: str, session: AcpSession) -> None:
         """The conversation's session is now `session`; its previous idle one is released."""
         previous = self._by_conversation.get(conversation_key)
@@ -205,3 +247,17 @@ class Sessions:
         self._by_conversation[conversation_key] = session.session_id
         self._sessions[session.session_id] = session
         session.process.sessions.add(session.session_id)
+
+
+async def _restore_mode(process: AgentProcess, session: AcpSession, chosen: str | None) -> None:
+    """A restarted agent comes back in its default mode: set the one the conversation chose
+    again, so the next prompt runs the way the user asked."""
+    info = session.info
+    if chosen is None or info.mode_id == chosen or all(m.mode_id != chosen for m in info.modes):
+        return
+    try:
+        await process.set_mode(session.session_id, chosen)
+    except (RequestError, ConnectionError) as exc:
+        logger.warning("could not set mode %s again after a restart (%s)", chosen, exc)
+        return
+    info.mode_id = chosen

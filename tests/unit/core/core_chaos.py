@@ -46,6 +46,10 @@ OPTS = (
 PEOPLE = (ALICE, ALICE, "ou_bob", "ou_boss")
 
 
+# /mode only asks the agent (no execution state changes); the runs keep the commands that do.
+STATEFUL_COMMANDS = [c for c in CommandName if c is not CommandName.MODE]
+
+
 @dataclass
 class Step:
     before: Conversation
@@ -124,7 +128,7 @@ class ChaosRun:
             RuntimeRestartFailed("no"),
             ApprovalClicked(request, rng.choice(["allow", "reject", "bogus"]), rng.choice(PEOPLE)),
             QuestionAnswered(question, "x", rng.choice(PEOPLE)),
-            Command(rng.choice(list(CommandName)), f"c{self.n}", rng.choice(PEOPLE), "/x"),
+            Command(rng.choice(STATEFUL_COMMANDS), f"c{self.n}", rng.choice(PEOPLE), "/x"),
             Tick(),
         ]
         if self.messages and rng.random() < 0.05:

@@ -1,0 +1,51 @@
+"""`/mode` over the real stack: the agent's ACP session modes listed with the current one,
+a switch the agent really makes, an unknown mode, and the chosen mode set again after the
+agent restarts (it comes back in its default)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from bridge.devtools.scripted_agent.language import MODES
+from bridge.i18n import Translator
+from tests.integration.stack import Stack, running_stack
+
+T = Translator("zh_CN")
+LISTED = "\n".join(f"{mode_id} — {name}" for mode_id, name in MODES)
+
+
+@pytest.fixture
+async def stack(tmp_path: Path) -> AsyncIterator[Stack]:
+    async with running_stack(tmp_path / "bridge") as running:
+        yield running
+
+
+async def test_mode_lists_the_agents_modes_with_the_current_one(stack: Stack) -> None:
+    await stack.say("/mode")
+    text = await stack.wait_text(lambda t: t.startswith("当前模式"))
+    assert text == T("command.mode_list", current="default", modes=LISTED)
+
+
+async def test_a_switch_reaches_the_agent_and_an_unknown_mode_is_named(stack: Stack) -> None:
+    await stack.say("/mode plan")
+    await stack.wait_text(lambda t: t == T("command.mode_set", mode="plan"))
+    await stack.say("mode")
+    await stack.wait_text(lambda t: t == "mode: plan")
+    await stack.say("/mode turbo")
+    await stack.wait_text(lambda t: t == T("command.mode_unknown", mode="turbo", modes=LISTED))
+    await stack.say("/mode")
+    await stack.wait_text(lambda t: t == T("command.mode_list", current="plan", modes=LISTED))
+    await stack.settled()
+
+
+async def test_the_chosen_mode_is_set_again_after_the_agent_restarts(stack: Stack) -> None:
+    await stack.say("/mode yolo")
+    await stack.wait_text(lambda t: t == T("command.mode_set", mode="yolo"))
+    await stack.say("crash")
+    await stack.wait_text(lambda t: "请重发" in t)
+    await stack.settled()
+    await stack.say("mode")
+    await stack.wait_text(lambda t: t == "mode: yolo")
