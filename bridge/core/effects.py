@@ -241,6 +241,17 @@ class AskModes:
 
 
 @dataclass(frozen=True)
+class AskConfig:
+    """`/model` (kind "model", with a `choice`: set it) or `/config` (kind "config"): read the
+    agent's session config options; answered by `ConfigAnswered`."""
+
+    message_id: str
+    session_id: str | None
+    kind: str
+    choice: str = ""
+
+
+@dataclass(frozen=True)
 class NewSession:
     """Drop the conversation's agent session; the next StartTurn opens a fresh one."""
 
@@ -285,6 +296,7 @@ Effect = (
     | ClearTimer
     | NewSession
     | AskModes
+    | AskConfig
     | RecordTerminal
     | Dropped
 )

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from bridge.core.effects import CardView
-from bridge.runtime.events import SessionModes, TurnEvent
+from bridge.runtime.events import ConfigOption, SessionModes, TurnEvent
 
 
 @dataclass(frozen=True)
@@ -40,6 +40,8 @@ class CommandName(StrEnum):
     STATUS = "status"
     HELP = "help"
     MODE = "mode"
+    MODEL = "model"
+    CONFIG = "config"
     UNKNOWN = "unknown"
 
 
@@ -124,6 +126,18 @@ class ModesAnswered:
 
 
 @dataclass(frozen=True)
+class ConfigAnswered:
+    """The agent's session config options for `/model` or `/config`, and how setting the
+    model to `choice` went."""
+
+    message_id: str
+    kind: str  # "model" or "config"
+    options: tuple[ConfigOption, ...]
+    choice: str = ""
+    error: str | None = None
+
+
+@dataclass(frozen=True)
 class StatusCardFailed:
     """Feishu refused the status card in every form: the turn goes on in lines, and a
     `view` that was never shown (an answer, an ended line) is posted as messages."""
@@ -192,6 +206,7 @@ CoreEvent = (
     | CardNotShown
     | StatusCardFailed
     | ModesAnswered
+    | ConfigAnswered
     | RuntimeRestarted
     | RuntimeRestartFailed
     | TurnInterruptedByRestart

@@ -17,9 +17,11 @@ from bridge.core.clicks import (
     on_approval_clicked,
     on_question_answered,
 )
+from bridge.core.config_lines import config_lines
 from bridge.core.context import StepContext
 from bridge.core.deadlines import on_clock
 from bridge.core.effects import (
+    AskConfig,
     AskModes,
     CancelTurn,
     CardStatus,
@@ -36,6 +38,7 @@ from bridge.core.inputs import (
     CardNotShown,
     Command,
     CommandName,
+    ConfigAnswered,
     ConversationClosed,
     CoreEvent,
     MessageRecovered,
@@ -124,6 +127,8 @@ def _dispatch(ctx: StepContext, event: CoreEvent) -> None:
             status_card.on_card_failed(ctx, event)
         case ModesAnswered():
             _on_modes(ctx, event)
+        case ConfigAnswered():
+            config_lines(ctx, event)
         case RuntimeRestarted():
             _on_runtime_restarted(ctx, event)
         case RuntimeRestartFailed():
@@ -211,6 +216,10 @@ def _on_command(ctx: StepContext, cmd: Command) -> None:
             ctx.emit(PostText("command.mode_not_yours", {}, mid, f"{mid}:mode"))
         case CommandName.MODE:
             ctx.emit(AskModes(mid, ctx.conv.session_id, cmd.arg))
+        case CommandName.MODEL if cmd.arg and _someone_elses_round(ctx, cmd.sender):
+            ctx.emit(PostText("command.model_not_yours", {}, mid, f"{mid}:model"))
+        case CommandName.MODEL | CommandName.CONFIG:
+            ctx.emit(AskConfig(mid, ctx.conv.session_id, cmd.name.value, cmd.arg))
         case CommandName.STOP | CommandName.NEW if _someone_elses_round(ctx, cmd.sender):
             # In a group, a bystander must not cut another person's round.
             ctx.emit(PostText("command.not_yours", {}, mid, f"{mid}:{cmd.name.value}"))

@@ -8,10 +8,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
+from bridge.core.config_lines import model_option
 from bridge.core.effects import (
     AbandonTurn,
     AnswerPermission,
     AnswerQuestion,
+    AskConfig,
     AskModes,
     CancelTurn,
     MarkMessageDone,
@@ -27,7 +29,7 @@ from bridge.core.effects import (
     UpdateApprovalCard,
     UpdateQuestionCard,
 )
-from bridge.core.inputs import CardNotShown, ModesAnswered
+from bridge.core.inputs import CardNotShown, ConfigAnswered, ModesAnswered
 from bridge.engine.actor import ConversationActor, Trace, Work
 from bridge.engine.card_views import CardViews, PostedCards, approval_status
 from bridge.engine.render import render
@@ -113,6 +115,8 @@ class EffectExecutor:
                 await self._store.unbind(actor.key)
             case AskModes():
                 await self._ask_modes(actor, work)
+            case AskConfig():
+                await self._ask_config(actor, work)
             case RecordTerminal(turn_id, outcome, detail):
                 self._posted.forget_turn(turn_id)
                 await self._record_terminal(turn_id, outcome.value, detail)
@@ -139,6 +143,23 @@ class EffectExecutor:
             except AgentRefused as exc:
                 error = exc.reason
         actor.feed(ModesAnswered(work.message_id, modes, work.choice, error))
+
+    async def _ask_config(self, actor: ConversationActor, work: AskConfig) -> None:
+        try:
+            session_id = work.session_id or await self._runner.open_session(actor.key)
+        except RuntimeUnavailable as exc:
+            log.warning("/%s: no session (%s)", work.kind, exc.reason)
+            actor.feed(ConfigAnswered(work.message_id, work.kind, (), work.choice))
+            return
+        options = await self._runtime.config(session_id)
+        model, error = model_option(options), None
+        offered = model is not None and any(v.mode_id == work.choice for v in model.values)
+        if offered and model is not None and work.choice != model.current:
+            try:
+                await self._runtime.set_config(session_id, model.config_id, work.choice)
+            except AgentRefused as exc:
+                error = exc.reason
+        actor.feed(ConfigAnswered(work.message_id, work.kind, options, work.choice, error))
 
     async def _trace(self, turn_id: str, kind: str, detail: str) -> None:
         # Written behind, in one statement at the turn's end (see trace_buffer.py).

@@ -14,7 +14,7 @@ import importlib
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
-from bridge.runtime.events import SessionModes
+from bridge.runtime.events import ConfigOption, SessionModes
 from bridge.runtime.port import AgentRuntime, EventSink, SessionHandle
 
 ACP_MODULE: Final = "bridge.runtime.acp.runtime"
@@ -70,6 +70,12 @@ class DeferredRuntime:
 
     async def set_mode(self, session_id: str, mode_id: str) -> None:
         await self.built.set_mode(session_id, mode_id)
+
+    async def config(self, session_id: str) -> tuple[ConfigOption, ...]:
+        return await self.built.config(session_id)
+
+    async def set_config(self, session_id: str, config_id: str, value: str) -> None:
+        await self.built.set_config(session_id, config_id, value)
 
     async def close(self) -> None:
         if self._runtime is not None:  # nothing was ever started otherwise

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Any
 
 
 class StopReason(StrEnum):
@@ -147,3 +148,43 @@ class SessionModes:
 
     current: str | None
     available: tuple[ModeOption, ...]
+
+
+@dataclass(frozen=True)
+class ConfigOption:
+    """One session config option an agent offers (ACP `configOptions`): a select's values, or
+    a boolean's "true" / "false"."""
+
+    config_id: str
+    name: str
+    category: str | None  # "model", "mode", "thought_level", …
+    current: str
+    values: tuple[ModeOption, ...] = ()  # (value, name) pairs of a select
+
+
+def config_from_wire(raw: Any) -> tuple[ConfigOption, ...]:
+    """`configOptions` as the agent sent them (JSON); malformed entries are skipped."""
+    found: list[ConfigOption] = []
+    for item in raw if isinstance(raw, list) else []:
+        if not isinstance(item, dict) or not isinstance(item.get("id"), str):
+            continue
+        category = item.get("category")
+        kind, current = item.get("type"), item.get("currentValue")
+        values: list[ModeOption] = []
+        for entry in item.get("options") or []:
+            group = entry.get("options") if isinstance(entry, dict) else None
+            for option in group if isinstance(group, list) else [entry]:
+                if isinstance(option, dict) and isinstance(option.get("value"), str):
+                    values.append(ModeOption(option["value"], str(option.get("name", ""))))
+        if kind == "boolean":
+            current = "true" if current is True else "false"
+        found.append(
+            ConfigOption(
+                item["id"],
+                str(item.get("name", item["id"])),
+                category if isinstance(category, str) else None,
+                str(current or ""),
+                tuple(values),
+            )
+        )
+    return tuple(found)

@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from bridge.runtime.events import SessionModes, TurnEvent
+from bridge.runtime.events import ConfigOption, SessionModes, TurnEvent
 
 EventSink = Callable[[TurnEvent], None]
 
@@ -70,6 +70,12 @@ class AgentRuntime(Protocol):
 
     async def set_mode(self, session_id: str, mode_id: str) -> None:
         """`session/set_mode`; raises `AgentRefused` with the agent's reason."""
+
+    async def config(self, session_id: str) -> tuple[ConfigOption, ...]:
+        """The session's config options (empty when the agent offers none)."""
+
+    async def set_config(self, session_id: str, config_id: str, value: str) -> None:
+        """`session/set_config_option`; raises `AgentRefused` with the agent's reason."""
 
     async def close(self) -> None:
         """Stop every agent process."""

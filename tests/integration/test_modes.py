@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from bridge.devtools.scripted_agent.language import MODES
+from bridge.devtools.scripted_agent.language import MODELS, MODES
 from bridge.i18n import Translator
 from tests.integration.stack import Stack, running_stack
 
@@ -49,3 +49,28 @@ async def test_the_chosen_mode_is_set_again_after_the_agent_restarts(stack: Stac
     await stack.settled()
     await stack.say("mode")
     await stack.wait_text(lambda t: t == "mode: yolo")
+
+
+MODELS_LISTED = "\n".join(f"{value} — {name}" for value, name in MODELS)
+
+
+async def test_model_lists_switches_and_survives_an_agent_restart(stack: Stack) -> None:
+    await stack.say("/model")
+    await stack.wait_text(
+        lambda t: t == T("command.model_list", current="swift", models=MODELS_LISTED)
+    )
+    await stack.say("/model deep")
+    await stack.wait_text(lambda t: t == T("command.model_set", model="deep"))
+    await stack.say("model")
+    await stack.wait_text(lambda t: t == "model: deep")
+    await stack.say("/model huge")
+    await stack.wait_text(
+        lambda t: t == T("command.model_unknown", model="huge", models=MODELS_LISTED)
+    )
+    await stack.say("/config")
+    await stack.wait_text(lambda t: t == T("command.config_list", options="model — Model: deep"))
+    await stack.say("crash")
+    await stack.wait_text(lambda t: "请重发" in t)
+    await stack.settled()
+    await stack.say("model")
+    await stack.wait_text(lambda t: t == "model: deep")

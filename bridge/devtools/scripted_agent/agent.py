@@ -20,12 +20,12 @@ from acp.schema import (
     LoadSessionResponse,
     NewSessionResponse,
     PromptResponse,
-    SessionMode,
-    SessionModeState,
+    SetSessionConfigOptionResponse,
     TextContentBlock,
 )
 
 from bridge.devtools.scripted_agent.language import (
+    MODELS,
     MODES,
     PERMISSION_OPTIONS,
     SCENARIOS,
@@ -33,9 +33,11 @@ from bridge.devtools.scripted_agent.language import (
 )
 from bridge.devtools.scripted_agent.sessions import Cancelled, Session, SessionStore
 from bridge.devtools.scripted_agent.wire import (
+    config_of,
     exit_soon,
     flood_stderr,
     message_chunk,
+    modes_of,
     plan_entries,
     probe,
     text_block,
@@ -83,7 +85,11 @@ class ScriptedAgent:
         self.store.save(session)
         # Real agents announce their slash commands right after session/new: an idle update.
         self._later(0.005, self._announce_commands(session.session_id))
-        return NewSessionResponse(session_id=session.session_id, modes=_modes(session))
+        return NewSessionResponse(
+            session_id=session.session_id,
+            modes=modes_of(session),
+            config_options=config_of(session),
+        )
 
     async def load_session(self, cwd: str, session_id: str, **_: Any) -> LoadSessionResponse:
         if not self.load_enabled:
@@ -96,7 +102,7 @@ class ScriptedAgent:
             await self._update(
                 session_id, {"sessionUpdate": kind, "content": text_block(entry["text"])}
             )
-        return LoadSessionResponse(modes=_modes(session))
+        return LoadSessionResponse(modes=modes_of(session), config_options=config_of(session))
 
     async def set_session_mode(self, session_id: str, mode_id: str, **_: Any) -> None:
         session = self.store.load(session_id)
@@ -107,6 +113,17 @@ class ScriptedAgent:
         session.mode = mode_id
         update = {"sessionUpdate": "current_mode_update", "currentModeId": mode_id}
         self._later(0.005, self._update(session_id, update))
+
+    async def set_config_option(
+        self, config_id: str, session_id: str, value: Any, **_: Any
+    ) -> SetSessionConfigOptionResponse:
+        session = self.store.load(session_id)
+        if session is None:
+            raise RequestError.invalid_params({"details": f"unknown session {session_id}"})
+        if config_id != "model" or value not in dict(MODELS):
+            raise RequestError.invalid_params({"details": f"no value {value} for {config_id}"})
+        session.model = value
+        return SetSessionConfigOptionResponse(config_options=config_of(session))
 
     async def prompt(self, session_id: str, prompt: list[Any], **_: Any) -> PromptResponse:
         session = self.store.load(session_id)
@@ -225,6 +242,8 @@ class ScriptedAgent:
             await self._say(session, f"probe: {json.dumps(probe(json.loads(rest)))}")
         elif word == "mode":
             await self._say(session, f"mode: {session.mode}")
+        elif word == "model":
+            await self._say(session, f"model: {session.model}")
         elif word == "history":
             prompts = sum(1 for entry in session.history if entry["role"] == "user")
             await self._say(session, f"history: {prompts} prompts")
@@ -390,8 +409,3 @@ class ScriptedAgent:
         task = asyncio.get_running_loop().create_task(run())
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
-
-
-def _modes(session: Session) -> SessionModeState:
-    available = [SessionMode(id=mode_id, name=name) for mode_id, name in MODES]
-    return SessionModeState(current_mode_id=session.mode, available_modes=available)

@@ -23,6 +23,7 @@ SCENARIOS: dict[str, str] = {
     "idle": "idle [MS] — MS after the turn: mode, commands, title and a stray chunk",
     "history": "history — reply with how many prompts this session has seen",
     "mode": "mode — reply with the session's current mode (`mode: <id>`)",
+    "model": "model — reply with the session's current model (`model: <value>`)",
     "echo": "echo TEXT — reply 'echo: TEXT'",
     "probe": 'probe {"read": [P], "write": [P], "run": [[ARGV]], "env": [PREFIX]} — reply'
     " `probe: JSON`, what each route gave (sandbox tests)",
@@ -48,3 +49,5 @@ PERMISSION_OPTIONS = [
 
 # Session modes offered (ACP `modes`): id, name.
 MODES = (("default", "Default"), ("plan", "Plan"), ("yolo", "Bypass permissions"))
+# The one session config option offered (ACP `configOptions`, category `model`): value, name.
+MODELS = (("swift", "Swift (fast)"), ("deep", "Deep (careful)"))

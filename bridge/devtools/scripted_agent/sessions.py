@@ -20,6 +20,7 @@ class Session:
     cancelled: asyncio.Event = field(default_factory=asyncio.Event)
     replies: list[str] = field(default_factory=list)
     mode: str = "default"  # this process's memory only: a restarted agent is back to default
+    model: str = "swift"  # likewise
 
 
 class SessionStore:

@@ -8,6 +8,17 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from acp.schema import (
+    SessionConfigOptionBoolean,
+    SessionConfigOptionSelect,
+    SessionConfigSelectOption,
+    SessionMode,
+    SessionModeState,
+)
+
+from bridge.devtools.scripted_agent.language import MODELS, MODES
+from bridge.devtools.scripted_agent.sessions import Session
+
 
 def text_block(text: str) -> dict[str, str]:
     return {"type": "text", "text": text}
@@ -66,3 +77,21 @@ def flood_stderr(kilobytes: int) -> None:
     for _ in range(kilobytes):
         sys.stderr.write(line)
     sys.stderr.flush()
+
+
+def modes_of(session: Session) -> SessionModeState:
+    available = [SessionMode(id=mode_id, name=name) for mode_id, name in MODES]
+    return SessionModeState(current_mode_id=session.mode, available_modes=available)
+
+
+def config_of(session: Session) -> list[SessionConfigOptionSelect | SessionConfigOptionBoolean]:
+    values = [SessionConfigSelectOption(value=v, name=name) for v, name in MODELS]
+    model = SessionConfigOptionSelect(
+        id="model",
+        name="Model",
+        category="model",
+        type="select",
+        current_value=session.model,
+        options=values,
+    )
+    return [model]

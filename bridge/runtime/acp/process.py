@@ -165,22 +165,32 @@ class AgentProcess:
         self.agent_info = response.agent_info
         return response
 
-    async def new_session(self, cwd: str) -> tuple[str, SessionModeState | None]:
+    async def new_session(self, cwd: str) -> tuple[str, SessionModeState | None, Any]:
+        """The session id, its modes and its config options (raw JSON)."""
         request = NewSessionRequest(cwd=cwd, mcp_servers=[])
-        response = await request_model(
-            self.conn, AGENT_METHODS["session_new"], request, NewSessionResponse
-        )
-        return response.session_id, response.modes
+        raw = await self.conn.send_request(AGENT_METHODS["session_new"], serialize_params(request))
+        response = NewSessionResponse.model_validate(raw)
+        return response.session_id, response.modes, (raw or {}).get("configOptions")
 
-    async def load_session(self, cwd: str, session_id: str) -> SessionModeState | None:
-        # The response carries only modes/models; the replayed history arrives as updates.
+    async def load_session(self, cwd: str, session_id: str) -> tuple[SessionModeState | None, Any]:
+        """The session's modes and config options (raw JSON); the replayed history arrives
+        as updates."""
         request = LoadSessionRequest(cwd=cwd, session_id=session_id, mcp_servers=[])
         raw = await self.conn.send_request(AGENT_METHODS["session_load"], serialize_params(request))
-        modes = raw.get("modes") if isinstance(raw, dict) else None
+        answer = raw if isinstance(raw, dict) else {}
         try:
-            return SessionModeState.model_validate(modes) if modes else None
+            modes = (
+                SessionModeState.model_validate(answer["modes"]) if answer.get("modes") else None
+            )
         except ValueError:
-            return None  # malformed modes: the session works without them
+            modes = None  # malformed modes: the session works without them
+        return modes, answer.get("configOptions")
+
+    async def set_config(self, session_id: str, config_id: str, value: str) -> Any:
+        """`session/set_config_option`; the agent's options after it (raw JSON)."""
+        params = {"sessionId": session_id, "configId": config_id, "value": value}
+        raw = await self.conn.send_request(AGENT_METHODS["session_set_config_option"], params)
+        return (raw or {}).get("configOptions") if isinstance(raw, dict) else None
 
     async def set_mode(self, session_id: str, mode_id: str) -> None:
         request = SetSessionModeRequest(session_id=session_id, mode_id=mode_id)

@@ -63,9 +63,14 @@ from bridge.runtime.acp.requests import (
     QwenQuestion,
     cancelled_permission,
 )
+from bridge.runtime.acp.session_settings import SessionSettings
 from bridge.runtime.acp.sessions import AcpSession, SessionInfo, SessionLost, Sessions
 from bridge.runtime.acp.turns import AcpTurn, run_prompt
-from bridge.runtime.events import PromptSent, RuntimeExited, SessionModes, TurnEvent
+from bridge.runtime.events import (
+    PromptSent,
+    RuntimeExited,
+    TurnEvent,
+)
 from bridge.runtime.port import EventSink, SessionHandle
 from bridge.runtime.sandbox import SandboxPolicy
 
@@ -81,7 +86,7 @@ SCRUBBED_PREFIXES = ("FEISHU_", "BRIDGE_")
 __all__ = ["AcpRuntime", "SessionInfo", "SessionLost"]
 
 
-class AcpRuntime:
+class AcpRuntime(SessionSettings):
     """Drives ACP agent subprocesses; see the module docstring for the policies."""
 
     def __init__(
@@ -241,12 +246,6 @@ class AcpRuntime:
         await self._pool.close()
 
     # --- diagnostics --------------------------------------------------------------------------
-
-    async def modes(self, session_id: str) -> SessionModes | None:
-        return self._sessions.modes(session_id)
-
-    async def set_mode(self, session_id: str, mode_id: str) -> None:
-        await self._sessions.set_mode(session_id, mode_id)
 
     def session_info(self, session_id: str) -> SessionInfo | None:
         session = self._sessions.get(session_id)

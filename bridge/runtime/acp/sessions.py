@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from acp.exceptions import RequestError
 from acp.schema import (
     AvailableCommandsUpdate,
+    ConfigOptionUpdate,
     CurrentModeUpdate,
     SessionInfoUpdate,
     SessionModeState,
@@ -23,7 +24,7 @@ from acp.schema import (
 
 from bridge.runtime.acp.pool import AgentPool, describe_error
 from bridge.runtime.acp.process import AgentProcess
-from bridge.runtime.events import ModeOption, SessionModes
+from bridge.runtime.events import ConfigOption, ModeOption, SessionModes, config_from_wire
 from bridge.runtime.port import (
     AgentRefused,
     RuntimeUnavailable,
@@ -47,10 +48,13 @@ class SessionInfo:
     available_commands: tuple[str, ...] = ()
     mode_id: str | None = None
     modes: tuple[ModeOption, ...] = ()  # offered in the session/new or session/load answer
+    config: tuple[ConfigOption, ...] = ()  # the agent's session config options, as last told
     title: str | None = None
     idle_updates: int = 0  # updates that arrived while no turn ran (incl. load replay)
 
-    def offered(self, state: SessionModeState | None) -> None:
+    def offered(self, state: SessionModeState | None, config: Any = None) -> None:
+        if config is not None:
+            self.config = config_from_wire(config)
         if state is not None:
             self.modes = tuple(ModeOption(m.id, m.name) for m in state.available_modes)
             self.mode_id = state.current_mode_id
@@ -62,6 +66,8 @@ class SessionInfo:
             self.mode_id = update.current_mode_id
         elif isinstance(update, SessionInfoUpdate) and update.title is not None:
             self.title = update.title
+        elif isinstance(update, ConfigOptionUpdate):
+            self.config = config_from_wire(update.model_dump(by_alias=True)["configOptions"])
 
 
 @dataclass
@@ -113,14 +119,14 @@ class Sessions:
         slot = self._pool.choose(self.load, replacing=self._by_conversation.get(conversation_key))
         process = await self._pool.live(slot)
         try:
-            session_id, modes = await process.new_session(str(self._pool.workdir))
+            session_id, modes, config = await process.new_session(str(self._pool.workdir))
         except RequestError as exc:
             reason = describe_error(exc)
             raise RuntimeUnavailable(f"the agent refused session/new: {reason}") from exc
         except ConnectionError as exc:
             raise RuntimeUnavailable("the agent exited while opening a session") from exc
         session = AcpSession(session_id, conversation_key, slot.index, process)
-        session.info.offered(modes)
+        session.info.offered(modes, config)
         self._bind(conversation_key, session)
         logger.info("opened session %s on agent[%d]", session_id, slot.index)
         return SessionHandle(session_id=session_id, loaded=False)
@@ -142,12 +148,12 @@ class Sessions:
         if not process.can_load:
             return None
         try:
-            modes = await process.load_session(str(self._pool.workdir), session_id)
+            modes, config = await process.load_session(str(self._pool.workdir), session_id)
         except (RequestError, ConnectionError) as exc:
             logger.info("agent could not load session %s (%s)", session_id, type(exc).__name__)
             return None
         session = AcpSession(session_id, conversation_key, slot.index, process)
-        session.info.offered(modes)
+        session.info.offered(modes, config)
         self._bind(conversation_key, session)
         logger.info("loaded session %s on agent[%d]", session_id, slot.index)
         return SessionHandle(session_id=session_id, loaded=True)
@@ -164,16 +170,19 @@ class Sessions:
                 raise SessionLost(
                     f"the agent restarted and cannot reload session {session.session_id}"
                 )
-            chosen = session.info.mode_id
+            chosen, configured = session.info.mode_id, session.info.config
             try:
-                modes = await process.load_session(str(self._pool.workdir), session.session_id)
+                modes, config = await process.load_session(
+                    str(self._pool.workdir), session.session_id
+                )
             except RequestError as exc:
                 reason = describe_error(exc)
                 raise SessionLost(f"the agent could not reload the session: {reason}") from exc
             except ConnectionError as exc:
                 raise RuntimeUnavailable("the agent exited while reloading a session") from exc
-            session.info.offered(modes)
+            session.info.offered(modes, config)
             await _restore_mode(process, session, chosen)
+            await _restore_config(process, session, configured)
             session.process = process
             session.after_cancel = False  # a fresh process holds no cancelled turn's leftover
             process.sessions.add(session.session_id)
@@ -236,6 +245,28 @@ class Sessions:
             raise AgentRefused("the agent exited") from exc
         session.info.mode_id = mode_id
 
+    def config(self, session_id: str) -> tuple[ConfigOption, ...]:
+        session = self._sessions.get(session_id)
+        return session.info.config if session else ()
+
+    async def set_config(self, session_id: str, config_id: str, value: str) -> None:
+        session = self._sessions.get(session_id)
+        if session is None:
+            raise AgentRefused("the session is gone")
+        process = await self.ensure_bound(session)
+        try:
+            config = await process.set_config(session_id, config_id, value)
+        except RequestError as exc:
+            raise AgentRefused(describe_error(exc)) from exc
+        except ConnectionError as exc:
+            raise AgentRefused("the agent exited") from exc
+        session.info.offered(None, config)
+        if config is None:  # an agent that answers without its options: assume it took it
+            session.info.config = tuple(
+                replace(c, current=value) if c.config_id == config_id else c
+                for c in session.info.config
+            )
+
     def _bind(self, conversation_key: str, session: AcpSession) -> None:
         """The conversation's session is now `session`; its previous idle one is released."""
         previous = self._by_conversation.get(conversation_key)
@@ -261,3 +292,20 @@ async def _restore_mode(process: AgentProcess, session: AcpSession, chosen: str 
         logger.warning("could not set mode %s again after a restart (%s)", chosen, exc)
         return
     info.mode_id = chosen
+
+
+async def _restore_config(
+    process: AgentProcess, session: AcpSession, configured: tuple[ConfigOption, ...]
+) -> None:
+    """Like `_restore_mode`, for config options (the model, …) the conversation changed."""
+    now = {c.config_id: c.current for c in session.info.config}
+    for option in configured:
+        if option.config_id in now and now[option.config_id] != option.current:
+            try:
+                config = await process.set_config(
+                    session.session_id, option.config_id, option.current
+                )
+            except (RequestError, ConnectionError) as exc:
+                logger.warning("could not set %s again after a restart (%s)", option.config_id, exc)
+                continue
+            session.info.offered(None, config)

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from bridge.core.effects import AskModes, PostText
-from bridge.core.inputs import Command, CommandName, ModesAnswered
-from bridge.runtime.events import ModeOption, SessionModes
+from bridge.core.effects import AskConfig, AskModes, PostText
+from bridge.core.inputs import Command, CommandName, ConfigAnswered, ModesAnswered
+from bridge.runtime.events import ConfigOption, ModeOption, SessionModes
 from tests.unit.core.core_driver import ALICE, Driver, of_type
 
 MODES = SessionModes("default", (ModeOption("default", "Default"), ModeOption("plan", "Plan")))
@@ -54,3 +54,38 @@ def test_a_bystander_cannot_switch_someone_else_s_round() -> None:
     assert of_type(out, AskModes) == []
     assert lines(out) == [("command.mode_not_yours", {})]
     assert of_type(mode(d, "", sender="ou_bob"), AskModes)  # listing is anyone's
+
+
+def test_model_and_config_lines() -> None:
+    model = ConfigOption(
+        "model",
+        "Model",
+        "model",
+        "swift",
+        (ModeOption("swift", "Swift"), ModeOption("deep", "Deep")),
+    )
+    effort = ConfigOption("effort", "Effort", "thought_level", "low", ())
+    d = Driver()
+    assert of_type(
+        list(d.feed(Command(CommandName.MODEL, "c1", ALICE, "/model", "deep"))), AskConfig
+    ) == [AskConfig("c1", None, "model", "deep")]
+    models = "swift — Swift\ndeep — Deep"
+    cases = [
+        (ConfigAnswered("c1", "model", ()), ("command.model_unsupported", {})),
+        (
+            ConfigAnswered("c1", "model", (effort, model)),
+            ("command.model_list", {"current": "swift", "models": models}),
+        ),
+        (ConfigAnswered("c1", "model", (model,), "deep"), ("command.model_set", {"model": "deep"})),
+        (
+            ConfigAnswered("c1", "model", (model,), "huge"),
+            ("command.model_unknown", {"model": "huge", "models": models}),
+        ),
+        (ConfigAnswered("c1", "config", ()), ("command.config_none", {})),
+        (
+            ConfigAnswered("c1", "config", (model, effort)),
+            ("command.config_list", {"options": "model — Model: swift\neffort — Effort: low"}),
+        ),
+    ]
+    for answer, line in cases:
+        assert lines(d.feed(answer)) == [line]
