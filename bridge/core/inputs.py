@@ -138,6 +138,14 @@ class ConfigAnswered:
 
 
 @dataclass(frozen=True)
+class AgentCommands:
+    """The slash commands the conversation's agent offers (ACP `available_commands_update`),
+    without the "/"; a typed one that is not the bridge's own goes to the agent."""
+
+    names: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class StatusCardFailed:
     """Feishu refused the status card in every form: the turn goes on in lines, and a
     `view` that was never shown (an answer, an ended line) is posted as messages."""
@@ -207,6 +215,7 @@ CoreEvent = (
     | StatusCardFailed
     | ModesAnswered
     | ConfigAnswered
+    | AgentCommands
     | RuntimeRestarted
     | RuntimeRestartFailed
     | TurnInterruptedByRestart

@@ -34,6 +34,7 @@ from bridge.core.effects import (
 )
 from bridge.core.inputs import (
     AccessRefused,
+    AgentCommands,
     ApprovalClicked,
     CardNotShown,
     Command,
@@ -129,6 +130,8 @@ def _dispatch(ctx: StepContext, event: CoreEvent) -> None:
             _on_modes(ctx, event)
         case ConfigAnswered():
             config_lines(ctx, event)
+        case AgentCommands():
+            ctx.update(agent_commands=event.names)
         case RuntimeRestarted():
             _on_runtime_restarted(ctx, event)
         case RuntimeRestartFailed():
@@ -145,6 +148,10 @@ def _on_message(ctx: StepContext, msg: UserMessage | Command | UnsupportedMessag
     match msg:
         case UserMessage():
             _on_user_message(ctx, msg)
+        case Command() if _agents_own(ctx, msg):
+            # Not one of ours but the agent's (e.g. /compact): the agent gets it as typed.
+            text = f"{msg.raw} {msg.arg}".strip()
+            _on_user_message(ctx, UserMessage(msg.message_id, msg.sender, text))
         case Command():
             _on_command(ctx, msg)
             ctx.emit(MarkMessageDone(msg.message_id))
@@ -208,6 +215,9 @@ def _on_command(ctx: StepContext, cmd: Command) -> None:
         case CommandName.STATUS:
             key, params = status_line(ctx.conv, ctx.now)
             ctx.emit(PostText(key, params, mid, f"{mid}:status"))
+        case CommandName.HELP if ctx.conv.agent_commands:
+            listed = "  ".join(f"/{name}" for name in ctx.conv.agent_commands)
+            ctx.emit(PostText("command.help_agent", {"commands": listed}, mid, f"{mid}:help"))
         case CommandName.HELP:
             ctx.emit(PostText("command.help", {}, mid, f"{mid}:help"))
         case CommandName.UNKNOWN:
@@ -256,6 +266,10 @@ def _on_modes(ctx: StepContext, event: ModesAnswered) -> None:
         ctx.emit(PostText("command.mode_failed", params, mid, idem))
     else:
         ctx.emit(PostText("command.mode_set", {"mode": event.choice}, mid, idem))
+
+
+def _agents_own(ctx: StepContext, cmd: Command) -> bool:
+    return cmd.name is CommandName.UNKNOWN and cmd.raw[1:] in ctx.conv.agent_commands
 
 
 def _someone_elses_round(ctx: StepContext, sender: str) -> bool:

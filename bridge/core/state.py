@@ -193,5 +193,6 @@ class Conversation:
     # Message ids already taken (turns, queue, answers), newest last; bounded by RECENT_IDS.
     recent_message_ids: tuple[str, ...] = ()
     options: Options = field(default_factory=Options)
+    agent_commands: tuple[str, ...] = ()  # the agent's own slash commands (without "/")
     # Timers the executor holds for us, as (name, at); kept in step with the state.
     timers: tuple[tuple[str, float], ...] = ()

@@ -29,7 +29,7 @@ from bridge.core.effects import (
     UpdateApprovalCard,
     UpdateQuestionCard,
 )
-from bridge.core.inputs import CardNotShown, ConfigAnswered, ModesAnswered
+from bridge.core.inputs import AgentCommands, CardNotShown, ConfigAnswered, ModesAnswered
 from bridge.engine.actor import ConversationActor, Trace, Work
 from bridge.engine.card_views import CardViews, PostedCards, approval_status
 from bridge.engine.render import render
@@ -120,6 +120,7 @@ class EffectExecutor:
             case RecordTerminal(turn_id, outcome, detail):
                 self._posted.forget_turn(turn_id)
                 await self._record_terminal(turn_id, outcome.value, detail)
+                await self._learn_commands(actor)
             case Trace(turn_id, kind, detail):
                 await self._trace(turn_id, kind, detail)
             case _:
@@ -160,6 +161,16 @@ class EffectExecutor:
             except AgentRefused as exc:
                 error = exc.reason
         actor.feed(ConfigAnswered(work.message_id, work.kind, options, work.choice, error))
+
+    async def _learn_commands(self, actor: ConversationActor) -> None:
+        """After each round: the slash commands the agent announced (for /help and for
+        passing a typed one through), told to the core when they changed."""
+        session_id = actor.conv.session_id
+        if session_id is None:
+            return
+        names = await self._runtime.commands(session_id)
+        if names != actor.conv.agent_commands:
+            actor.feed(AgentCommands(names))
 
     async def _trace(self, turn_id: str, kind: str, detail: str) -> None:
         # Written behind, in one statement at the turn's end (see trace_buffer.py).

@@ -77,6 +77,9 @@ class DeferredRuntime:
     async def set_config(self, session_id: str, config_id: str, value: str) -> None:
         await self.built.set_config(session_id, config_id, value)
 
+    async def commands(self, session_id: str) -> tuple[str, ...]:
+        return await self.built.commands(session_id)
+
     async def close(self) -> None:
         if self._runtime is not None:  # nothing was ever started otherwise
             await self._runtime.close()

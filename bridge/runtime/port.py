@@ -77,6 +77,9 @@ class AgentRuntime(Protocol):
     async def set_config(self, session_id: str, config_id: str, value: str) -> None:
         """`session/set_config_option`; raises `AgentRefused` with the agent's reason."""
 
+    async def commands(self, session_id: str) -> tuple[str, ...]:
+        """The agent's own slash commands on this session (names without "/")."""
+
     async def close(self) -> None:
         """Stop every agent process."""
 

@@ -74,3 +74,19 @@ async def test_model_lists_switches_and_survives_an_agent_restart(stack: Stack) 
     await stack.settled()
     await stack.say("model")
     await stack.wait_text(lambda t: t == "model: deep")
+
+
+async def test_the_agents_own_commands_are_listed_and_passed_through(stack: Stack) -> None:
+    await stack.say("say warm")  # the agent announces its commands with its session
+    await stack.wait_text(lambda t: t == "warm")
+    await stack.settled()
+    await stack.say("/help")
+    shown = await stack.wait_text(lambda t: t.startswith(T("command.help")))
+    assert "/history" in shown
+    assert "/stream" in shown
+    await stack.say("/history")  # the agent's, not ours: it reaches the agent as typed
+    await stack.wait_text(lambda t: t == "echo: /history")
+    await stack.say("/mode")  # a clash: the bridge's own command wins
+    await stack.wait_text(lambda t: t.startswith("当前模式"))
+    await stack.say("/nonsense")
+    await stack.wait_text(lambda t: t == T("command.unknown", command="/nonsense"))

@@ -24,3 +24,7 @@ class SessionSettings:
 
     async def set_config(self, session_id: str, config_id: str, value: str) -> None:
         await self._sessions.set_config(session_id, config_id, value)
+
+    async def commands(self, session_id: str) -> tuple[str, ...]:
+        info = self._sessions.info(session_id)
+        return info.available_commands if info else ()

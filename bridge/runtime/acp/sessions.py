@@ -245,6 +245,10 @@ class Sessions:
             raise AgentRefused("the agent exited") from exc
         session.info.mode_id = mode_id
 
+    def info(self, session_id: str) -> SessionInfo | None:
+        session = self._sessions.get(session_id)
+        return session.info if session else None
+
     def config(self, session_id: str) -> tuple[ConfigOption, ...]:
         session = self._sessions.get(session_id)
         return session.info.config if session else ()

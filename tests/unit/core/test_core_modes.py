@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
-from bridge.core.effects import AskConfig, AskModes, PostText
-from bridge.core.inputs import Command, CommandName, ConfigAnswered, ModesAnswered
+from bridge.core.effects import AskConfig, AskModes, PostText, StartTurn
+from bridge.core.inputs import (
+    AgentCommands,
+    Command,
+    CommandName,
+    ConfigAnswered,
+    ModesAnswered,
+)
 from bridge.runtime.events import ConfigOption, ModeOption, SessionModes
 from tests.unit.core.core_driver import ALICE, Driver, of_type
 
@@ -89,3 +95,15 @@ def test_model_and_config_lines() -> None:
     ]
     for answer, line in cases:
         assert lines(d.feed(answer)) == [line]
+
+
+def test_an_agent_command_goes_to_the_agent_and_help_lists_it() -> None:
+    d = Driver()
+    d.feed(AgentCommands(("compact", "init")))
+    help_lines = lines(list(d.feed(Command(CommandName.HELP, "h1", ALICE, "/help"))))
+    assert help_lines == [("command.help_agent", {"commands": "/compact  /init"})]
+    out = list(d.feed(Command(CommandName.UNKNOWN, "c2", ALICE, "/compact", "now")))
+    (start,) = of_type(out, StartTurn)
+    assert start.text == "/compact now"
+    out = list(d.feed(Command(CommandName.UNKNOWN, "c3", ALICE, "/frob")))
+    assert of_type(out, StartTurn) == []

@@ -190,6 +190,9 @@ class FakeRuntime:
     async def answer_question(self, request_id: str, answers: Mapping[str, str] | None) -> None:
         self.calls.append(("answer_question", request_id, dict(answers or {})))
 
+    async def commands(self, session_id: str) -> tuple[str, ...]:
+        return ()
+
     async def close(self) -> None:
         return None
 
