@@ -32,6 +32,7 @@ from bridge.core.effects import (
 from bridge.core.inputs import AgentCommands, CardNotShown, ConfigAnswered, ModesAnswered
 from bridge.engine.actor import ConversationActor, Trace, Work
 from bridge.engine.card_views import CardViews, PostedCards, approval_status
+from bridge.engine.preferences import CONFIG, MODE
 from bridge.engine.render import render
 from bridge.engine.status_cards import StatusCards
 from bridge.engine.trace_buffer import TraceBuffer
@@ -143,6 +144,8 @@ class EffectExecutor:
                 await self._runtime.set_mode(session_id, work.choice)
             except AgentRefused as exc:
                 error = exc.reason
+        if offered and error is None:
+            await self._store.set_preference(actor.key, MODE, work.choice, self._clock())
         actor.feed(ModesAnswered(work.message_id, modes, work.choice, error))
 
     async def _ask_config(self, actor: ConversationActor, work: AskConfig) -> None:
@@ -160,6 +163,9 @@ class EffectExecutor:
                 await self._runtime.set_config(session_id, model.config_id, work.choice)
             except AgentRefused as exc:
                 error = exc.reason
+        if offered and model is not None and error is None:
+            name = CONFIG + model.config_id
+            await self._store.set_preference(actor.key, name, work.choice, self._clock())
         actor.feed(ConfigAnswered(work.message_id, work.kind, options, work.choice, error))
 
     async def _learn_commands(self, actor: ConversationActor) -> None:

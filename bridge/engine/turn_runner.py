@@ -19,6 +19,7 @@ from bridge.core.inputs import (
     SessionOpened,
 )
 from bridge.engine.actor import ConversationActor, Trace
+from bridge.engine.preferences import apply_preferences
 from bridge.engine.tasks import TaskTracker
 from bridge.ops.metrics import Metrics
 from bridge.runtime.events import (
@@ -86,6 +87,7 @@ class TurnRunner:
         handle = await self._runtime.open_session(key, resume_session_id=resume)
         if handle.session_id != resume:
             await self._store.bind_session(key, handle.session_id, self._clock())
+        await apply_preferences(self._runtime, self._store, key, handle.session_id)
         return handle.session_id
 
     async def _prompt(self, actor: ConversationActor, work: StartTurn, session_id: str) -> None:

@@ -39,6 +39,7 @@ class MemoryStore(AsyncLifecycle):
         self._events: dict[str, float] = {}  # event id -> seen at
         self._event_messages: dict[str, str] = {}  # message id -> event id
         self._messages: dict[str, JournaledMessage] = {}  # insertion order == arrival order
+        self._preferences: dict[str, dict[str, str]] = {}
         self._bindings: dict[str, str] = {}
         self._turns: dict[str, Turn] = {}
         self._traces: dict[str, list[TraceEntry]] = {}
@@ -276,6 +277,16 @@ class MemoryStore(AsyncLifecycle):
         return None if entry is None else list(entry[0])
 
     # -- housekeeping ------------------------------------------------------------------------
+
+    async def set_preference(
+        self, conversation_key: str, name: str, value: str, now: float
+    ) -> None:
+        self._check()
+        self._preferences.setdefault(conversation_key, {})[name] = value
+
+    async def preferences(self, conversation_key: str) -> dict[str, str]:
+        self._check()
+        return dict(self._preferences.get(conversation_key, {}))
 
     async def prune(self, now: float) -> int:
         self._check()

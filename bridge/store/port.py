@@ -216,6 +216,14 @@ class Store(Protocol):
     async def unbind(self, conversation_key: str) -> bool:
         """Forget the binding (/new); False if there was none."""
 
+    async def set_preference(
+        self, conversation_key: str, name: str, value: str, now: float
+    ) -> None:
+        """Keep what the conversation chose of its agent ("mode", "config:<id>")."""
+
+    async def preferences(self, conversation_key: str) -> dict[str, str]:
+        """The conversation's choices, by name (empty when it made none)."""
+
     # -- 4. turns ----------------------------------------------------------------------------
 
     async def start_turn(

@@ -50,6 +50,7 @@ from bridge.store.sqlite_schema import (
     MESSAGE_COLUMNS,
     TURN_COLUMNS,
     approval_of,
+    connection_settings,
     is_foreign_key_error,
     message_of,
     migrate,
@@ -111,17 +112,7 @@ class SqliteStore(AsyncLifecycle):
 
     async def settings(self) -> dict[str, str | int]:
         """The effective connection settings (for diagnostics and tests)."""
-        db = self._conn()
-        result: dict[str, str | int] = {}
-        for name in ("journal_mode", "synchronous", "foreign_keys", "busy_timeout"):
-            async with db.execute(f"PRAGMA {name}") as cur:
-                row = await cur.fetchone()
-            value = None if row is None else row[0]
-            result[name] = str(value) if isinstance(value, str) else int(value or 0)
-        async with db.execute("SELECT COALESCE(MAX(version), 0) FROM schema_version") as cur:
-            row = await cur.fetchone()
-        result["schema_version"] = 0 if row is None else int(row[0])
-        return result
+        return await connection_settings(self._conn())
 
     def _conn(self) -> aiosqlite.Connection:
         if self._db is None:
@@ -392,6 +383,22 @@ class SqliteStore(AsyncLifecycle):
         return [str(m) for m in ids]
 
     # -- housekeeping ------------------------------------------------------------------------
+
+    async def set_preference(
+        self, conversation_key: str, name: str, value: str, now: float
+    ) -> None:
+        await self._write(
+            "INSERT INTO preferences (conversation_key, name, value, set_at) VALUES (?, ?, ?, ?)"
+            " ON CONFLICT (conversation_key, name) DO UPDATE"
+            " SET value = excluded.value, set_at = excluded.set_at",
+            (conversation_key, name, value, now),
+        )
+
+    async def preferences(self, conversation_key: str) -> dict[str, str]:
+        rows = await self._all(
+            "SELECT name, value FROM preferences WHERE conversation_key = ?", (conversation_key,)
+        )
+        return {str(row[0]): str(row[1]) for row in rows}
 
     async def prune(self, now: float) -> int:
         cutoff = now - self.retention_seconds

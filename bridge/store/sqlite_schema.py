@@ -102,7 +102,18 @@ _SCHEMA_V2 = """
 ALTER TABLE approvals ADD COLUMN title TEXT NOT NULL DEFAULT '';
 """
 
-MIGRATIONS: tuple[str, ...] = (_SCHEMA_V1, _SCHEMA_V2)
+# What a conversation chose of its agent from the chat (/mode, /model), kept across restarts.
+_SCHEMA_V3 = """
+CREATE TABLE preferences (
+    conversation_key TEXT NOT NULL,
+    name             TEXT NOT NULL,      -- "mode", or "config:<option id>"
+    value            TEXT NOT NULL,
+    set_at           REAL NOT NULL,
+    PRIMARY KEY (conversation_key, name)
+);
+"""
+
+MIGRATIONS: tuple[str, ...] = (_SCHEMA_V1, _SCHEMA_V2, _SCHEMA_V3)
 
 MESSAGE_COLUMNS = (
     "seq, message_id, conversation_key, sender_open_id, chat_id, text, state, "
@@ -197,3 +208,17 @@ async def migrate(db: aiosqlite.Connection) -> None:
             if db.in_transaction:
                 await db.rollback()
             raise
+
+
+async def connection_settings(db: aiosqlite.Connection) -> dict[str, str | int]:
+    """The effective connection settings and schema version (for diagnostics and tests)."""
+    result: dict[str, str | int] = {}
+    for name in ("journal_mode", "synchronous", "foreign_keys", "busy_timeout"):
+        async with db.execute(f"PRAGMA {name}") as cur:
+            row = await cur.fetchone()
+        value = None if row is None else row[0]
+        result[name] = str(value) if isinstance(value, str) else int(value or 0)
+    async with db.execute("SELECT COALESCE(MAX(version), 0) FROM schema_version") as cur:
+        row = await cur.fetchone()
+    result["schema_version"] = 0 if row is None else int(row[0])
+    return result

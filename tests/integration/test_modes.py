@@ -12,6 +12,7 @@ import pytest
 from bridge.devtools.scripted_agent.language import MODELS, MODES
 from bridge.i18n import Translator
 from tests.integration.stack import Stack, running_stack
+from tests.integration.test_faults_and_restart import _crash_and_restart
 
 T = Translator("zh_CN")
 LISTED = "\n".join(f"{mode_id} — {name}" for mode_id, name in MODES)
@@ -90,3 +91,17 @@ async def test_the_agents_own_commands_are_listed_and_passed_through(stack: Stac
     await stack.wait_text(lambda t: t.startswith("当前模式"))
     await stack.say("/nonsense")
     await stack.wait_text(lambda t: t == T("command.unknown", command="/nonsense"))
+
+
+async def test_the_choices_outlive_a_bridge_restart(tmp_path: Path) -> None:
+    async with running_stack(tmp_path / "bridge") as stack:
+        await stack.say("/mode plan")
+        await stack.wait_text(lambda t: t == T("command.mode_set", mode="plan"))
+        await stack.say("/model deep")
+        await stack.wait_text(lambda t: t == T("command.model_set", model="deep"))
+        await stack.settled()
+        await _crash_and_restart(stack)  # a new bridge, and a new agent in its defaults
+        await stack.say("mode")
+        await stack.wait_text(lambda t: t == "mode: plan")
+        await stack.say("model")
+        await stack.wait_text(lambda t: t == "model: deep")

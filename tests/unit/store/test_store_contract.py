@@ -286,6 +286,16 @@ async def test_trace_many_appends_in_order_and_skips_unknown_turns(store: Store)
     assert await store.trace_for("nope") == []
 
 
+async def test_preferences_are_kept_per_conversation_and_replaced(store: Store) -> None:
+    assert await store.preferences("A") == {}
+    await store.set_preference("A", "mode", "plan", T0)
+    await store.set_preference("A", "config:model", "deep", T0)
+    await store.set_preference("B", "mode", "yolo", T0)
+    await store.set_preference("A", "mode", "default", T0 + 1)
+    assert await store.preferences("A") == {"mode": "default", "config:model": "deep"}
+    assert await store.preferences("B") == {"mode": "yolo"}
+
+
 # -- 6. approvals --------------------------------------------------------------------------
 
 
