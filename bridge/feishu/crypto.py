@@ -88,6 +88,10 @@ def verify_token(received: str | None, expected: str) -> None:
         raise TokenError("verification token mismatch")
 
 
+def _aes_key(encrypt_key: str) -> bytes:
+    return hashlib.sha256(encrypt_key.encode("utf-8")).digest()
+
+
 def decrypt_payload(encrypted: str, encrypt_key: str) -> str:
     """Decrypt the `encrypt` field of an event body (what lark-oapi's `AESCipher` does)."""
     try:
@@ -96,8 +100,9 @@ def decrypt_payload(encrypted: str, encrypt_key: str) -> str:
         raise DecryptError("cannot decrypt the event body") from exc
     if len(data) < 2 * AES.block_size or len(data) % AES.block_size:
         raise DecryptError("cannot decrypt the event body")
-    key = hashlib.sha256(encrypt_key.encode("utf-8")).digest()
-    plain = AES.new(key, AES.MODE_CBC, data[: AES.block_size]).decrypt(data[AES.block_size :])
+    plain = AES.new(_aes_key(encrypt_key), AES.MODE_CBC, data[: AES.block_size]).decrypt(
+        data[AES.block_size :]
+    )
     pad = plain[-1]
     if not 1 <= pad <= AES.block_size or plain[-pad:] != bytes([pad]) * pad:
         raise DecryptError("cannot decrypt the event body")  # wrong key, most likely
@@ -112,8 +117,7 @@ def encrypt_payload(plaintext: str, encrypt_key: str, *, iv: bytes | None = None
     iv = os.urandom(AES.block_size) if iv is None else iv
     if len(iv) != AES.block_size:
         raise ValueError("iv must be one AES block (16 bytes)")
-    key = hashlib.sha256(encrypt_key.encode("utf-8")).digest()
     data = plaintext.encode("utf-8")
     pad = AES.block_size - len(data) % AES.block_size
-    cipher = AES.new(key, AES.MODE_CBC, iv)
+    cipher = AES.new(_aes_key(encrypt_key), AES.MODE_CBC, iv)
     return base64.b64encode(iv + cipher.encrypt(data + bytes([pad]) * pad)).decode("ascii")

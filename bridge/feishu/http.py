@@ -17,9 +17,13 @@ class CookielessClient(httpx.AsyncClient):
     cookies through urllib's cookie machinery: about 6% of the bridge's CPU per message in a
     profile (bench/relay_bench.py --profile). This client keeps none."""
 
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._cookies = _NoCookies()  # one jar that never fills, not one per request
+
     @property
     def cookies(self) -> httpx.Cookies:
-        return _NoCookies()
+        return self._cookies
 
     @cookies.setter
     def cookies(self, cookies: Any) -> None:

@@ -511,3 +511,15 @@ async def test_aclose_only_closes_owned_http() -> None:
     await client.aclose()
     assert not shared.is_closed
     await shared.aclose()
+
+
+async def test_the_client_keeps_no_cookie_feishu_sets(
+    router: respx.MockRouter, client: FeishuClient
+) -> None:
+    # httpx would parse every response's cookies (urllib, on the hot path) and send them back.
+    answer = ok({"message_id": "om_1"})
+    answer.headers["Set-Cookie"] = "tracker=abc; Path=/"
+    route = router.post(MESSAGES).mock(return_value=answer)
+    await client.send_text("oc_1", "one", uuid="u1")
+    await client.send_text("oc_1", "two", uuid="u2")
+    assert [call.request.headers.get("cookie") for call in route.calls] == [None, None]

@@ -9,7 +9,9 @@ during a load is never emitted (no turn is running on the session then).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -233,17 +235,16 @@ class Sessions:
         return SessionModes(session.info.mode_id, session.info.modes)
 
     async def set_mode(self, session_id: str, mode_id: str) -> None:
+        session, process = await self._bound(session_id)
+        with _refusals():
+            await process.set_mode(session_id, mode_id)
+        session.info.mode_id = mode_id
+
+    async def _bound(self, session_id: str) -> tuple[AcpSession, AgentProcess]:
         session = self._sessions.get(session_id)
         if session is None:
             raise AgentRefused("the session is gone")
-        process = await self.ensure_bound(session)
-        try:
-            await process.set_mode(session_id, mode_id)
-        except RequestError as exc:
-            raise AgentRefused(describe_error(exc)) from exc
-        except ConnectionError as exc:
-            raise AgentRefused("the agent exited") from exc
-        session.info.mode_id = mode_id
+        return session, await self.ensure_bound(session)
 
     def info(self, session_id: str) -> SessionInfo | None:
         session = self._sessions.get(session_id)
@@ -254,16 +255,9 @@ class Sessions:
         return session.info.config if session else ()
 
     async def set_config(self, session_id: str, config_id: str, value: str) -> None:
-        session = self._sessions.get(session_id)
-        if session is None:
-            raise AgentRefused("the session is gone")
-        process = await self.ensure_bound(session)
-        try:
+        session, process = await self._bound(session_id)
+        with _refusals():
             config = await process.set_config(session_id, config_id, value)
-        except RequestError as exc:
-            raise AgentRefused(describe_error(exc)) from exc
-        except ConnectionError as exc:
-            raise AgentRefused("the agent exited") from exc
         session.info.offered(None, config)
         if config is None:  # an agent that answers without its options: assume it took it
             session.info.config = tuple(
@@ -282,6 +276,17 @@ class Sessions:
         self._by_conversation[conversation_key] = session.session_id
         self._sessions[session.session_id] = session
         session.process.sessions.add(session.session_id)
+
+
+@contextlib.contextmanager
+def _refusals() -> Iterator[None]:
+    """An agent's error answer, or its exit, as `AgentRefused` with a short reason."""
+    try:
+        yield
+    except RequestError as exc:
+        raise AgentRefused(describe_error(exc)) from exc
+    except ConnectionError as exc:
+        raise AgentRefused("the agent exited") from exc
 
 
 async def _restore_mode(process: AgentProcess, session: AcpSession, chosen: str | None) -> None:
