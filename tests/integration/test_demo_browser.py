@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -39,6 +42,28 @@ ALLOW_ONCE = Translator("zh_CN")("card.approval.option.allow_once")
 pytestmark = pytest.mark.browser
 
 
+@asynccontextmanager
+async def chat_page(tmp_path: Path, settings: dict[str, object]) -> AsyncIterator[Any]:
+    """The demo stack with `settings`, and its chat page open and live in Chromium."""
+    from playwright.async_api import async_playwright, expect
+
+    async with (
+        running_stack(tmp_path / "bridge", settings=settings) as stack,
+        async_playwright() as pw,
+    ):
+        browser = await pw.chromium.launch(
+            executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True
+        )
+        try:
+            page = await browser.new_page(viewport={"width": 1000, "height": 800})
+            page.set_default_timeout(TIMEOUT_MS)
+            await page.goto(stack.emu.url + "/", wait_until="domcontentloaded")
+            await expect(page.locator("#status")).to_contain_text("live")
+            yield page
+        finally:
+            await browser.close()
+
+
 def _need_browser() -> None:
     missing = []
     if not CHROMIUM.exists():
@@ -57,66 +82,50 @@ def _need_browser() -> None:
 
 async def test_slow_turn_with_approval_in_the_chat_page(tmp_path: Path) -> None:
     _need_browser()
-    from playwright.async_api import async_playwright, expect
+    from playwright.async_api import expect
 
     expect.set_options(timeout=TIMEOUT_MS)
     settings = {"bridge_first_hint_seconds": 0.3, "bridge_locale": "zh_CN"}
-    async with (
-        running_stack(tmp_path / "bridge", settings=settings) as stack,
-        async_playwright() as pw,
-    ):
-        browser = await pw.chromium.launch(
-            executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True
-        )
-        try:
-            page = await browser.new_page(viewport={"width": 1000, "height": 800})
-            page.set_default_timeout(TIMEOUT_MS)
-            await page.goto(stack.emu.url + "/", wait_until="domcontentloaded")
-            await expect(page.locator("#status")).to_contain_text("live")
+    async with chat_page(tmp_path, settings) as page:
+        # Enter would send; the button sends the composer's text, newline included.
+        await page.locator("#composer").fill(PROMPT)
+        await page.locator("#send").click()
 
-            # Enter would send; the button sends the composer's text, newline included.
-            await page.locator("#composer").fill(PROMPT)
-            await page.locator("#send").click()
+        user = page.locator(".msg.user").filter(has_text="permission Delete build/")
+        await expect(user).to_have_count(1)
+        await expect(user.locator(".bubble")).to_have_text(PROMPT)
+        await expect(user.locator(".reaction")).to_have_count(1)  # the ack (OnIt)
 
-            user = page.locator(".msg.user").filter(has_text="permission Delete build/")
-            await expect(user).to_have_count(1)
-            await expect(user.locator(".bubble")).to_have_text(PROMPT)
-            await expect(user.locator(".reaction")).to_have_count(1)  # the ack (OnIt)
+        bot = page.locator(".msg.bot")
+        await expect(bot.filter(has_text="正在处理…")).to_have_count(1)
 
-            bot = page.locator(".msg.bot")
-            await expect(bot.filter(has_text="正在处理…")).to_have_count(1)
+        card = bot.locator(".card").filter(has=page.locator(".card-actions button"))
+        await expect(card).to_have_count(1)
+        await expect(card).to_contain_text("Delete build/")
+        buttons = card.locator(".card-actions button")
+        await expect(buttons.first).to_be_enabled()
+        assert await buttons.count() >= 2, await card.inner_text()
+        allow = buttons.filter(has_text=ALLOW_ONCE)
+        await expect(allow).to_have_count(1)
+        await expect(
+            bot.locator(".bubble").filter(has_text="当前已暂停，等待你审批后继续。")
+        ).to_have_count(1)
 
-            card = bot.locator(".card").filter(has=page.locator(".card-actions button"))
-            await expect(card).to_have_count(1)
-            await expect(card).to_contain_text("Delete build/")
-            buttons = card.locator(".card-actions button")
-            await expect(buttons.first).to_be_enabled()
-            assert await buttons.count() >= 2, await card.inner_text()
-            allow = buttons.filter(has_text=ALLOW_ONCE)
-            await expect(allow).to_have_count(1)
-            await expect(
-                bot.locator(".bubble").filter(has_text="当前已暂停，等待你审批后继续。")
-            ).to_have_count(1)
+        await allow.click()
 
-            await allow.click()
+        # The card is replaced in place: same message, no buttons, the decision shown.
+        decided = bot.filter(has_text="已选择")
+        await expect(decided).to_have_count(1)
+        await expect(decided).to_contain_text(ALLOW_ONCE)
+        await expect(decided.locator(".card button")).to_have_count(0)
+        await expect(page.locator(".card button")).to_have_count(0)
 
-            # The card is replaced in place: same message, no buttons, the decision shown.
-            decided = bot.filter(has_text="已选择")
-            await expect(decided).to_have_count(1)
-            await expect(decided).to_contain_text(ALLOW_ONCE)
-            await expect(decided.locator(".card button")).to_have_count(0)
-            await expect(page.locator(".card button")).to_have_count(0)
+        await expect(bot.locator(".bubble").filter(has_text=re.compile(r"^done$"))).to_have_count(1)
+        texts = await bot.locator(".bubble").all_inner_texts()
+        assert texts[-1] == "done", texts
 
-            await expect(
-                bot.locator(".bubble").filter(has_text=re.compile(r"^done$"))
-            ).to_have_count(1)
-            texts = await bot.locator(".bubble").all_inner_texts()
-            assert texts[-1] == "done", texts
-
-            SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
-            await page.screenshot(path=str(SCREENSHOT), full_page=True)
-        finally:
-            await browser.close()
+        SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
+        await page.screenshot(path=str(SCREENSHOT), full_page=True)
 
 
 CARD_SHOTS = (
@@ -130,7 +139,7 @@ async def test_the_live_status_card_in_the_chat_page(tmp_path: Path) -> None:
     """Card style: one card that says it works, lists the tool and the plan, types the
     answer, and ends saying so; a screenshot mid-turn and one at the end."""
     _need_browser()
-    from playwright.async_api import async_playwright, expect
+    from playwright.async_api import expect
 
     expect.set_options(timeout=TIMEOUT_MS)
     settings = {
@@ -140,33 +149,20 @@ async def test_the_live_status_card_in_the_chat_page(tmp_path: Path) -> None:
         "bridge_locale": "zh_CN",
     }
     t = Translator("zh_CN")
-    async with (
-        running_stack(tmp_path / "bridge", settings=settings) as stack,
-        async_playwright() as pw,
-    ):
-        browser = await pw.chromium.launch(
-            executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True
-        )
-        try:
-            page = await browser.new_page(viewport={"width": 1000, "height": 800})
-            page.set_default_timeout(TIMEOUT_MS)
-            await page.goto(stack.emu.url + "/", wait_until="domcontentloaded")
-            await expect(page.locator("#status")).to_contain_text("live")
-            await page.locator("#composer").fill(CARD_PROMPT)
-            await page.locator("#send").click()
+    async with chat_page(tmp_path, settings) as page:
+        await page.locator("#composer").fill(CARD_PROMPT)
+        await page.locator("#send").click()
 
-            card = page.locator(".msg.bot .card")
-            await expect(card).to_have_count(1)
-            await expect(card).to_contain_text(t("presence.running_hint"))
-            await expect(card).to_contain_text("Read README.md")
-            await expect(card).to_contain_text("c3")  # the answer is being typed
-            CARD_SHOTS[0].parent.mkdir(parents=True, exist_ok=True)
-            await page.screenshot(path=str(CARD_SHOTS[0]), full_page=True)
+        card = page.locator(".msg.bot .card")
+        await expect(card).to_have_count(1)
+        await expect(card).to_contain_text(t("presence.running_hint"))
+        await expect(card).to_contain_text("Read README.md")
+        await expect(card).to_contain_text("c3")  # the answer is being typed
+        CARD_SHOTS[0].parent.mkdir(parents=True, exist_ok=True)
+        await page.screenshot(path=str(CARD_SHOTS[0]), full_page=True)
 
-            await expect(card).to_contain_text(t("card.status.ended"))
-            await expect(card).to_contain_text("Done.")
-            await expect(card).not_to_contain_text(t("presence.running_hint"))
-            await expect(page.locator(".msg.bot")).to_have_count(1)  # one card, no lines
-            await page.screenshot(path=str(CARD_SHOTS[1]), full_page=True)
-        finally:
-            await browser.close()
+        await expect(card).to_contain_text(t("card.status.ended"))
+        await expect(card).to_contain_text("Done.")
+        await expect(card).not_to_contain_text(t("presence.running_hint"))
+        await expect(page.locator(".msg.bot")).to_have_count(1)  # one card, no lines
+        await page.screenshot(path=str(CARD_SHOTS[1]), full_page=True)

@@ -5,25 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from bridge.feishu.models import CardAction, CardActionReply, InboundMessage
+from bridge.feishu.models import InboundMessage
 from bridge.receiver import AccessPolicy, Receiver
+from tests.unit.receiver_fakes import AcceptingSink
 
 NOW = 1_800_000_000.0
 APP = "cli_ours"
-
-
-class Sink:
-    def __init__(self) -> None:
-        self.accepted: list[str] = []
-
-    def accept(self, message: InboundMessage) -> None:
-        self.accepted.append(message.message_id)
-
-    def refuse(self, message: InboundMessage) -> None:
-        raise AssertionError("nobody is refused here")
-
-    async def card_action(self, action: CardAction) -> CardActionReply:
-        raise AssertionError("no card here")
 
 
 class Journal:
@@ -50,7 +37,7 @@ def message(message_id: str, *, age: float, app_id: str | None = APP) -> Inbound
     )
 
 
-def receiver(sink: Sink, fates: list[str], max_age: float = 43200.0) -> Receiver:
+def receiver(sink: AcceptingSink, fates: list[str], max_age: float = 43200.0) -> Receiver:
     return Receiver(
         store=Journal(),  # type: ignore[arg-type]
         sink=sink,
@@ -64,7 +51,7 @@ def receiver(sink: Sink, fates: list[str], max_age: float = 43200.0) -> Receiver
 
 
 async def test_an_event_older_than_the_limit_is_dropped_and_counted() -> None:
-    sink, fates = Sink(), []
+    sink, fates = AcceptingSink(), []
     handler = receiver(sink, fates)
     await handler.on_message(message("om_recent", age=43000))
     await handler.on_message(message("om_replayed", age=43300))
@@ -73,13 +60,13 @@ async def test_an_event_older_than_the_limit_is_dropped_and_counted() -> None:
 
 
 async def test_zero_turns_the_age_check_off() -> None:
-    sink, fates = Sink(), []
+    sink, fates = AcceptingSink(), []
     await receiver(sink, fates, max_age=0).on_message(message("om_old", age=10 * 86400))
     assert sink.accepted == ["om_old"]
 
 
 async def test_an_event_for_another_app_is_dropped() -> None:
-    sink, fates = Sink(), []
+    sink, fates = AcceptingSink(), []
     handler = receiver(sink, fates)
     await handler.on_message(message("om_other", age=1, app_id="cli_someone_else"))
     await handler.on_message(message("om_ours", age=1))

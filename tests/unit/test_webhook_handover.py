@@ -14,27 +14,13 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from bridge.feishu.models import CardAction, CardActionReply, InboundMessage
 from bridge.feishu.webhook import EVENTS_PATH, webhook_routes
 from bridge.receiver import AccessPolicy, Receiver
 from bridge.store import SqliteStore
+from tests.unit.receiver_fakes import AcceptingSink
 
 NOW = 1_700_000_000.0
 BOT = "ou_bot"
-
-
-class Sink:
-    def __init__(self) -> None:
-        self.accepted: list[str] = []
-
-    def accept(self, message: InboundMessage) -> None:
-        self.accepted.append(message.message_id)
-
-    def refuse(self, message: InboundMessage) -> None:
-        raise AssertionError("nobody is refused here")
-
-    async def card_action(self, action: CardAction) -> CardActionReply:
-        raise AssertionError("no card here")
 
 
 class SlowCommitStore(SqliteStore):
@@ -79,7 +65,7 @@ def payload(*, chat_type: str = "p2p", mentions: list[dict[str, Any]] | None = N
 
 class Bridge:
     def __init__(self, store: SqliteStore, bot: str | None) -> None:
-        self.store, self.sink, self.fates = store, Sink(), list[str]()
+        self.store, self.sink, self.fates = store, AcceptingSink(), list[str]()
         self.bot = bot
         self.receiver = Receiver(
             store=store,

@@ -1,0 +1,21 @@
+"""An in-process fake of the receiver's `MessageSink` (the engine), for receiver tests."""
+
+from __future__ import annotations
+
+from bridge.feishu.models import CardAction, CardActionReply, InboundMessage
+
+
+class AcceptingSink:
+    """Records what the receiver hands over; nothing here is refused or clicked."""
+
+    def __init__(self) -> None:
+        self.accepted: list[str] = []
+
+    def accept(self, message: InboundMessage) -> None:
+        self.accepted.append(message.message_id)
+
+    def refuse(self, message: InboundMessage) -> None:
+        raise AssertionError("nobody is refused here")
+
+    async def card_action(self, action: CardAction) -> CardActionReply:
+        raise AssertionError("no card here")
