@@ -39,6 +39,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.spawned import cpu_s  # noqa: E402
 from bridge.config import Settings  # noqa: E402
 from bridge.demo import DEMO_TIMINGS, Demo, start_demo  # noqa: E402
 from bridge.devtools.emulator import FeishuEmulator  # noqa: E402
@@ -49,7 +50,6 @@ PRODUCT_TIMINGS = {key: Settings.model_fields[key].default for key in DEMO_TIMIN
 MESSAGES = "/open-apis/im/v1/messages/"
 REPLY_TIMEOUT_S = 15.0
 SERIAL_MAX = 40  # messages of the one-at-a-time phase
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
 @dataclass
@@ -252,14 +252,6 @@ def proc_kb(pid: int | str, key: str) -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss if pid == "self" else 0
 
 
-def proc_cpu_s(pid: int) -> float:
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK  # utime + stime
-
-
 def pct(values: list[float], q: float) -> float:
     """Nearest-rank percentile."""
     ordered = sorted(values)
@@ -324,11 +316,11 @@ async def run(n: int, conversations: int, agents: int) -> int:
         try:
             spawn, first = await bench.cold()
             pids = agent_pids(demo)
-            agent_cpu = [proc_cpu_s(p) for p in pids]
+            agent_cpu = [cpu_s(p) for p in pids]
             serial = await bench.phase("serial", bench.serial(min(n, SERIAL_MAX)))
             paced = await bench.phase(f"paced (C={conversations})", bench.paced(n))
             burst = await bench.phase("burst", bench.burst(n))
-            agent_cpu = [proc_cpu_s(p) - c for p, c in zip(pids, agent_cpu, strict=True)]
+            agent_cpu = [cpu_s(p) - c for p, c in zip(pids, agent_cpu, strict=True)]
             warm = len(serial.sent) + len(paced.sent) + len(burst.sent)
             await bench.settle()
             agent_rss = {p: (proc_kb(p, "VmHWM"), proc_kb(p, "VmRSS")) for p in agent_pids(demo)}

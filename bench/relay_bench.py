@@ -18,8 +18,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -29,14 +27,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-CLK_TCK = os.sysconf("SC_CLK_TCK")
+from bench.spawned import BRIDGE, bridge_env, cpu_s, free_port, wait_healthy  # noqa: E402
+
 ENCRYPT_KEY = "bench-encrypt-key"
 TOKEN = "bench-verification-token"
-
-
-def cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
 def children(pid: int) -> list[int]:
@@ -45,12 +39,6 @@ def children(pid: int) -> list[int]:
         text = (task / "children").read_text().split()
         found += [int(c) for c in text]
     return found
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 # --- the bare relay (runs as `relay_bench.py --serve PORT DOMAIN APP_ID SECRET`) -------------
@@ -100,22 +88,6 @@ async def serve_relay(port: int, domain: str, app_id: str, secret: str) -> None:
 
 
 # --- the load ------------------------------------------------------------------------------
-
-
-async def wait_healthy(port: int, process: subprocess.Popen[bytes]) -> None:
-    import httpx
-
-    async with httpx.AsyncClient(trust_env=False, timeout=1.0) as http:
-        for _ in range(3000):
-            if process.poll() is not None:
-                raise RuntimeError("the process under test exited")
-            try:
-                if (await http.get(f"http://127.0.0.1:{port}/healthz")).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            await asyncio.sleep(0.01)
-    raise RuntimeError("never healthy")
 
 
 async def load(
@@ -237,26 +209,18 @@ async def main() -> None:
     async with FeishuEmulator(encrypt_key=ENCRYPT_KEY, verification_token=TOKEN) as emu:
         with tempfile.TemporaryDirectory() as folder:
             port = free_port()
-            env = {
-                **{k: v for k, v in os.environ.items() if not k.startswith(("FEISHU_", "BRIDGE_"))},
-                "FEISHU_APP_ID": emu.app_id,
-                "FEISHU_APP_SECRET": emu.app_secret,
-                "FEISHU_DOMAIN": emu.url,
-                "FEISHU_EVENT_MODE": "webhook",
-                "FEISHU_ENCRYPT_KEY": ENCRYPT_KEY,
-                "FEISHU_VERIFICATION_TOKEN": TOKEN,
-                "BRIDGE_PORT": str(port),
-                "BRIDGE_OPS_PORT": str(free_port()),
-                "BRIDGE_ALLOW_ALL": "true",
-                "BRIDGE_DATA_DIR": f"{folder}/data",
-                "BRIDGE_WORKDIR": f"{folder}/work",
-                "BRIDGE_MAX_AGENTS": "2",
-                "BRIDGE_LOG_LEVEL": "WARNING",
-                "BRIDGE_AGENT_COMMAND": f"{sys.executable} -m bridge.devtools.scripted_agent",
-            }
+            env = bridge_env(
+                emu,
+                Path(folder),
+                port,
+                FEISHU_ENCRYPT_KEY=ENCRYPT_KEY,
+                BRIDGE_ALLOW_ALL="true",
+                BRIDGE_MAX_AGENTS="2",
+                BRIDGE_LOG_LEVEL="WARNING",
+            )
             await asyncio.to_thread(Path(folder, "work").mkdir)
             bridge = subprocess.Popen(  # noqa: ASYNC220 - started once, not on a hot path
-                [str(ROOT / ".venv" / "bin" / "feishu-bridge"), "run"], env=env, cwd=folder
+                [str(BRIDGE), "run"], env=env, cwd=folder
             )
             try:
                 await wait_healthy(port, bridge)

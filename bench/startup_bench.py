@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -22,20 +20,11 @@ import tempfile
 import time
 from pathlib import Path
 
-import httpx
-
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.spawned import BRIDGE, bridge_env, free_port, wait_healthy  # noqa: E402
 from bridge.devtools.emulator import FeishuEmulator  # noqa: E402
-
-BRIDGE = ROOT / ".venv" / "bin" / "feishu-bridge"
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _rss_mib(pid: int) -> float:
@@ -46,38 +35,15 @@ def _rss_mib(pid: int) -> float:
 
 
 async def one_run(emu: FeishuEmulator, folder: Path) -> tuple[float, float]:
-    port = _free_port()
-    env = {
-        **{k: v for k, v in os.environ.items() if not k.startswith(("FEISHU_", "BRIDGE_"))},
-        "FEISHU_APP_ID": emu.app_id,
-        "FEISHU_APP_SECRET": emu.app_secret,
-        "FEISHU_DOMAIN": emu.url,
-        "FEISHU_EVENT_MODE": "webhook",
-        "FEISHU_VERIFICATION_TOKEN": emu.verification_token,
-        "BRIDGE_PORT": str(port),
-        "BRIDGE_OPS_PORT": str(_free_port()),
-        "BRIDGE_ALLOWED_USERS": emu.default_user_open_id,
-        "BRIDGE_DATA_DIR": str(folder / "data"),
-        "BRIDGE_WORKDIR": str(folder / "work"),
-        "BRIDGE_AGENT_COMMAND": f"{sys.executable} -m bridge.devtools.scripted_agent",
-    }
+    port = free_port()
+    env = bridge_env(emu, folder, port, BRIDGE_ALLOWED_USERS=emu.default_user_open_id)
     (folder / "work").mkdir(exist_ok=True)
     started = time.perf_counter()
     process = subprocess.Popen(  # noqa: ASYNC220 - the spawn itself is what is timed
         [str(BRIDGE), "run"], env=env, cwd=folder, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
     )
     try:
-        async with httpx.AsyncClient(trust_env=False, timeout=1.0) as http:
-            while True:
-                if process.poll() is not None:
-                    raise RuntimeError(f"bridge exited: {process.stderr.read().decode()[-500:]}")  # type: ignore[union-attr]
-                try:
-                    answer = await http.get(f"http://127.0.0.1:{port}/healthz")
-                    if answer.status_code == 200:
-                        break
-                except httpx.TransportError:
-                    pass
-                await asyncio.sleep(0.01)
+        await wait_healthy(port, process)
         elapsed = time.perf_counter() - started
         return elapsed, _rss_mib(process.pid)
     finally:

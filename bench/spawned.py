@@ -1,0 +1,70 @@
+"""What the benches that run `feishu-bridge run` as its own process share: a free loopback
+port, the environment of a webhook-mode bridge against the local emulator, waiting for its
+`/healthz`, and a process's CPU time from /proc."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
+BRIDGE = ROOT / ".venv" / "bin" / "feishu-bridge"
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process (0 when it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def bridge_env(emu: Any, folder: Path, port: int, **settings: str) -> dict[str, str]:
+    """A webhook-mode bridge on `port` against the emulator, the scripted agent, its data and
+    work folders in `folder`; `settings` (FEISHU_* / BRIDGE_* names) add to it or win."""
+    inherited = {k: v for k, v in os.environ.items() if not k.startswith(("FEISHU_", "BRIDGE_"))}
+    return {
+        **inherited,
+        "FEISHU_APP_ID": emu.app_id,
+        "FEISHU_APP_SECRET": emu.app_secret,
+        "FEISHU_DOMAIN": emu.url,
+        "FEISHU_EVENT_MODE": "webhook",
+        "FEISHU_VERIFICATION_TOKEN": emu.verification_token,
+        "BRIDGE_PORT": str(port),
+        "BRIDGE_OPS_PORT": str(free_port()),
+        "BRIDGE_DATA_DIR": str(folder / "data"),
+        "BRIDGE_WORKDIR": str(folder / "work"),
+        "BRIDGE_AGENT_COMMAND": f"{sys.executable} -m bridge.devtools.scripted_agent",
+        **settings,
+    }
+
+
+async def wait_healthy(port: int, process: subprocess.Popen[bytes]) -> None:
+    """Until `GET /healthz` on `port` answers 200, polled every 10 ms (30 s at most)."""
+    async with httpx.AsyncClient(trust_env=False, timeout=1.0) as http:
+        for _ in range(3000):
+            if process.poll() is not None:
+                detail = process.stderr.read().decode()[-500:] if process.stderr else ""
+                raise RuntimeError(f"the process under test exited {detail}")
+            try:
+                if (await http.get(f"http://127.0.0.1:{port}/healthz")).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            await asyncio.sleep(0.01)
+    raise RuntimeError("never healthy")
