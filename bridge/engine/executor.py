@@ -32,7 +32,6 @@ from bridge.core.effects import (
 from bridge.core.inputs import AgentCommands, CardNotShown, ConfigAnswered, ModesAnswered
 from bridge.engine.actor import ConversationActor, Trace, Work
 from bridge.engine.card_views import CardViews, PostedCards, approval_status
-from bridge.engine.preferences import CONFIG, MODE
 from bridge.engine.render import render
 from bridge.engine.status_cards import StatusCards
 from bridge.engine.trace_buffer import TraceBuffer
@@ -42,7 +41,13 @@ from bridge.feishu.errors import BusinessError, FeishuError
 from bridge.feishu.markup import neutralize_mentions
 from bridge.i18n import Translator
 from bridge.ops.metrics import Metrics
-from bridge.runtime.port import AgentRefused, AgentRuntime, RuntimeUnavailable
+from bridge.runtime.port import (
+    CONFIG_CHOICE,
+    MODE_CHOICE,
+    AgentRefused,
+    AgentRuntime,
+    RuntimeUnavailable,
+)
 from bridge.store.port import MessageState, Store, TurnOutcome
 
 log = logging.getLogger(__name__)
@@ -145,7 +150,7 @@ class EffectExecutor:
             except AgentRefused as exc:
                 error = exc.reason
         if offered and error is None:
-            await self._store.set_preference(actor.key, MODE, work.choice, self._clock())
+            await self._store.set_preference(actor.key, MODE_CHOICE, work.choice, self._clock())
         actor.feed(ModesAnswered(work.message_id, modes, work.choice, error))
 
     async def _ask_config(self, actor: ConversationActor, work: AskConfig) -> None:
@@ -164,7 +169,7 @@ class EffectExecutor:
             except AgentRefused as exc:
                 error = exc.reason
         if offered and model is not None and error is None:
-            name = CONFIG + model.config_id
+            name = CONFIG_CHOICE + model.config_id
             await self._store.set_preference(actor.key, name, work.choice, self._clock())
         actor.feed(ConfigAnswered(work.message_id, work.kind, options, work.choice, error))
 

@@ -19,7 +19,6 @@ from bridge.core.inputs import (
     SessionOpened,
 )
 from bridge.engine.actor import ConversationActor, Trace
-from bridge.engine.preferences import apply_preferences
 from bridge.engine.tasks import TaskTracker
 from bridge.ops.metrics import Metrics
 from bridge.runtime.events import (
@@ -84,10 +83,10 @@ class TurnRunner:
     async def open_session(self, key: str) -> str:
         """The conversation's session: resumed from the store's binding, or a new one."""
         resume = await self._store.session_for(key)
-        handle = await self._runtime.open_session(key, resume_session_id=resume)
+        chosen = await self._store.preferences(key)  # /mode, /model: kept across restarts
+        handle = await self._runtime.open_session(key, resume_session_id=resume, chosen=chosen)
         if handle.session_id != resume:
             await self._store.bind_session(key, handle.session_id, self._clock())
-        await apply_preferences(self._runtime, self._store, key, handle.session_id)
         return handle.session_id
 
     async def _prompt(self, actor: ConversationActor, work: StartTurn, session_id: str) -> None:

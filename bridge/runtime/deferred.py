@@ -46,9 +46,15 @@ class DeferredRuntime:
         await self.built.start()
 
     async def open_session(
-        self, conversation_key: str, *, resume_session_id: str | None = None
+        self,
+        conversation_key: str,
+        *,
+        resume_session_id: str | None = None,
+        chosen: Mapping[str, str] | None = None,
     ) -> SessionHandle:
-        return await self.built.open_session(conversation_key, resume_session_id=resume_session_id)
+        return await self.built.open_session(
+            conversation_key, resume_session_id=resume_session_id, chosen=chosen
+        )
 
     async def prompt(self, session_id: str, text: str, sink: EventSink) -> None:
         await self.built.prompt(session_id, text, sink)

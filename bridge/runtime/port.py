@@ -9,11 +9,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 from bridge.runtime.events import ConfigOption, SessionModes, TurnEvent
 
 EventSink = Callable[[TurnEvent], None]
+
+# The names of a conversation's choices (`open_session(chosen=…)`): the session mode, and
+# config options by id (e.g. "config:model").
+MODE_CHOICE: Final = "mode"
+CONFIG_CHOICE: Final = "config:"
 
 
 class RuntimeUnavailable(Exception):
@@ -44,9 +49,15 @@ class AgentRuntime(Protocol):
         """Make the runtime ready (spawn lazily or eagerly); raises RuntimeUnavailable."""
 
     async def open_session(
-        self, conversation_key: str, *, resume_session_id: str | None = None
+        self,
+        conversation_key: str,
+        *,
+        resume_session_id: str | None = None,
+        chosen: Mapping[str, str] | None = None,
     ) -> SessionHandle:
-        """A session for a conversation; reloads `resume_session_id` where supported."""
+        """A session for a conversation; reloads `resume_session_id` where supported. The
+        conversation's `chosen` mode and options are set on it, and again on any session of
+        it the runtime opens or reloads later (an agent restart brings its defaults back)."""
 
     async def prompt(self, session_id: str, text: str, sink: EventSink) -> None:
         """Run one turn. Emits PromptSent first and exactly one terminal event last

@@ -157,13 +157,13 @@ class AcpRuntime(SessionSettings):
         await self._pool.live(self._pool.slots[0])
 
     async def open_session(
-        self, conversation_key: str, *, resume_session_id: str | None = None
+        self,
+        conversation_key: str,
+        *,
+        resume_session_id: str | None = None,
+        chosen: Mapping[str, str] | None = None,
     ) -> SessionHandle:
-        if resume_session_id:
-            handle = await self._sessions.resume(conversation_key, resume_session_id)
-            if handle is not None:
-                return handle
-        return await self._sessions.open_new(conversation_key)
+        return await self._sessions.open(conversation_key, resume_session_id, chosen or {})
 
     async def prompt(self, session_id: str, text: str, sink: EventSink) -> None:
         session = self._sessions.get(session_id)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +28,8 @@ from bridge.runtime.acp.pool import AgentPool, describe_error
 from bridge.runtime.acp.process import AgentProcess
 from bridge.runtime.events import ConfigOption, ModeOption, SessionModes, config_from_wire
 from bridge.runtime.port import (
+    CONFIG_CHOICE,
+    MODE_CHOICE,
     AgentRefused,
     RuntimeUnavailable,
     SessionHandle,
@@ -92,6 +94,7 @@ class Sessions:
         self._pool = pool
         self._sessions: dict[str, AcpSession] = {}
         self._by_conversation: dict[str, str] = {}
+        self._chosen: dict[str, dict[str, str]] = {}  # conversation key -> its choices
 
     def get(self, session_id: str) -> AcpSession | None:
         return self._sessions.get(session_id)
@@ -116,6 +119,20 @@ class Sessions:
 
     def running_turns(self, slot: int) -> int:
         return sum(1 for s in self._sessions.values() if s.slot == slot and s.turn)
+
+    async def open(
+        self, conversation_key: str, resume_session_id: str | None, chosen: Mapping[str, str]
+    ) -> SessionHandle:
+        """The conversation's session: `resume_session_id` resumed or loaded where it can
+        be, else a new one; either way brought to the conversation's choices."""
+        self.choose(conversation_key, chosen)
+        handle = None
+        if resume_session_id:
+            handle = await self.resume(conversation_key, resume_session_id)
+        handle = handle or await self.open_new(conversation_key)
+        session = self._sessions[handle.session_id]
+        await self.apply_chosen(session, session.process)
+        return handle
 
     async def open_new(self, conversation_key: str) -> SessionHandle:
         slot = self._pool.choose(self.load, replacing=self._by_conversation.get(conversation_key))
@@ -172,7 +189,6 @@ class Sessions:
                 raise SessionLost(
                     f"the agent restarted and cannot reload session {session.session_id}"
                 )
-            chosen, configured = session.info.mode_id, session.info.config
             try:
                 modes, config = await process.load_session(
                     str(self._pool.workdir), session.session_id
@@ -183,8 +199,7 @@ class Sessions:
             except ConnectionError as exc:
                 raise RuntimeUnavailable("the agent exited while reloading a session") from exc
             session.info.offered(modes, config)
-            await _restore_mode(process, session, chosen)
-            await _restore_config(process, session, configured)
+            await self.apply_chosen(session, process)  # a restarted agent is in its defaults
             session.process = process
             session.after_cancel = False  # a fresh process holds no cancelled turn's leftover
             process.sessions.add(session.session_id)
@@ -234,11 +249,36 @@ class Sessions:
             return None
         return SessionModes(session.info.mode_id, session.info.modes)
 
+    def choose(self, conversation_key: str, chosen: Mapping[str, str]) -> None:
+        """What the conversation chose of its agent (`MODE_CHOICE`, `CONFIG_CHOICE` + id),
+        set on each of its sessions from now on: opened, resumed or reloaded."""
+        self._chosen.setdefault(conversation_key, {}).update(chosen)
+
+    async def apply_chosen(self, session: AcpSession, process: AgentProcess) -> None:
+        """Bring the session to the conversation's choices that its agent still offers; a
+        refusal is logged, the agent's own value then stands."""
+        info = session.info
+        for name, value in self._chosen.get(session.conversation_key, {}).items():
+            if not _wants_change(info, name, value):
+                continue
+            config: Any = None
+            try:
+                if name == MODE_CHOICE:
+                    await process.set_mode(session.session_id, value)
+                else:
+                    config_id = name.removeprefix(CONFIG_CHOICE)
+                    config = await process.set_config(session.session_id, config_id, value)
+            except (RequestError, ConnectionError) as exc:
+                logger.warning("could not set %s on session %s (%s)", name, session.session_id, exc)
+                continue
+            _took(info, name, value, config)
+
     async def set_mode(self, session_id: str, mode_id: str) -> None:
         session, process = await self._bound(session_id)
         with _refusals():
             await process.set_mode(session_id, mode_id)
-        session.info.mode_id = mode_id
+        _took(session.info, MODE_CHOICE, mode_id, None)
+        self.choose(session.conversation_key, {MODE_CHOICE: mode_id})
 
     async def _bound(self, session_id: str) -> tuple[AcpSession, AgentProcess]:
         session = self._sessions.get(session_id)
@@ -258,12 +298,8 @@ class Sessions:
         session, process = await self._bound(session_id)
         with _refusals():
             config = await process.set_config(session_id, config_id, value)
-        session.info.offered(None, config)
-        if config is None:  # an agent that answers without its options: assume it took it
-            session.info.config = tuple(
-                replace(c, current=value) if c.config_id == config_id else c
-                for c in session.info.config
-            )
+        _took(session.info, CONFIG_CHOICE + config_id, value, config)
+        self.choose(session.conversation_key, {CONFIG_CHOICE + config_id: value})
 
     def _bind(self, conversation_key: str, session: AcpSession) -> None:
         """The conversation's session is now `session`; its previous idle one is released."""
@@ -289,32 +325,25 @@ def _refusals() -> Iterator[None]:
         raise AgentRefused("the agent exited") from exc
 
 
-async def _restore_mode(process: AgentProcess, session: AcpSession, chosen: str | None) -> None:
-    """A restarted agent comes back in its default mode: set the one the conversation chose
-    again, so the next prompt runs the way the user asked."""
-    info = session.info
-    if chosen is None or info.mode_id == chosen or all(m.mode_id != chosen for m in info.modes):
-        return
-    try:
-        await process.set_mode(session.session_id, chosen)
-    except (RequestError, ConnectionError) as exc:
-        logger.warning("could not set mode %s again after a restart (%s)", chosen, exc)
-        return
-    info.mode_id = chosen
+def _wants_change(info: SessionInfo, name: str, value: str) -> bool:
+    """The session is not at the chosen value, and its agent still offers it."""
+    if name == MODE_CHOICE:
+        return info.mode_id != value and any(m.mode_id == value for m in info.modes)
+    option = next((c for c in info.config if CONFIG_CHOICE + c.config_id == name), None)
+    if option is None or option.current == value:
+        return False
+    return not option.values or any(v.mode_id == value for v in option.values)
 
 
-async def _restore_config(
-    process: AgentProcess, session: AcpSession, configured: tuple[ConfigOption, ...]
-) -> None:
-    """Like `_restore_mode`, for config options (the model, …) the conversation changed."""
-    now = {c.config_id: c.current for c in session.info.config}
-    for option in configured:
-        if option.config_id in now and now[option.config_id] != option.current:
-            try:
-                config = await process.set_config(
-                    session.session_id, option.config_id, option.current
-                )
-            except (RequestError, ConnectionError) as exc:
-                logger.warning("could not set %s again after a restart (%s)", option.config_id, exc)
-                continue
-            session.info.offered(None, config)
+def _took(info: SessionInfo, name: str, value: str, config: Any) -> None:
+    """The agent accepted `name` = `value`; `config` is its options after it, when it sent
+    them (else the option is assumed to hold the value now)."""
+    if name == MODE_CHOICE:
+        info.mode_id = value
+        return
+    info.offered(None, config)
+    if config is None:
+        config_id = name.removeprefix(CONFIG_CHOICE)
+        info.config = tuple(
+            replace(c, current=value) if c.config_id == config_id else c for c in info.config
+        )

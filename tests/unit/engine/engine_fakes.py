@@ -145,7 +145,11 @@ class FakeRuntime:
         return None
 
     async def open_session(
-        self, conversation_key: str, *, resume_session_id: str | None = None
+        self,
+        conversation_key: str,
+        *,
+        resume_session_id: str | None = None,
+        chosen: Mapping[str, str] | None = None,
     ) -> SessionHandle:
         self.calls.append(("open_session", conversation_key, resume_session_id))
         if self.opening is not None:
