@@ -7,6 +7,7 @@ The names are the public contract documented in docs/configuration.md.
 
 from __future__ import annotations
 
+import re
 import shlex
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -26,6 +27,9 @@ LARK_DOMAIN = "https://open.larksuite.com"
 _DOMAIN_ALIASES = {"feishu": FEISHU_DOMAIN, "lark": LARK_DOMAIN}
 
 CommaList = Annotated[tuple[str, ...], NoDecode]
+# `name=value;name=value` (BRIDGE_AGENTS, BRIDGE_WORKSPACES): the first is the default.
+NamedList = Annotated[tuple[tuple[str, str], ...], NoDecode]
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,31}")
 
 # Settings renamed: the old name is still read (the new one wins), and documented as such.
 OLD_NAMES: dict[str, str] = {"BRIDGE_MAX_CONVERSATIONS": "BRIDGE_MAX_RUNNING_TURNS"}
@@ -90,6 +94,22 @@ class Settings(BaseSettings):
     )
     bridge_workdir: Path = Field(
         default_factory=Path.cwd, description="Working directory of the agent."
+    )
+    bridge_agents: NamedList = Field(
+        default=(),
+        description="Agent profiles a chat can switch between with /agent, e.g."
+        " `claude=claude-agent-acp;codex=codex-acp` (the first is the default); unset: the one"
+        " agent of BRIDGE_AGENT_COMMAND.",
+    )
+    bridge_workspaces: NamedList = Field(
+        default=(),
+        description="Named folders a chat can move to with /cd, e.g. `app=/srv/app;docs=/srv/docs`"
+        " (the first is the default); unset: the one folder of BRIDGE_WORKDIR.",
+    )
+    bridge_usage_footer: bool = Field(
+        default=False,
+        description="End each turn's last message with a line of context use (and cost) when"
+        " the agent reports it.",
     )
     bridge_max_agents: int = Field(
         default=2, ge=1, le=64, description="Most agent processes running at once."
@@ -245,13 +265,34 @@ class Settings(BaseSettings):
     @field_validator("bridge_agent_command")
     @classmethod
     def _command(cls, value: str) -> str:
-        try:
-            parts = shlex.split(value)
-        except ValueError as exc:
-            raise ValueError(f"cannot be split like a shell command line ({exc})") from exc
-        if not parts:
-            raise ValueError("must name a program")
+        _split_command(value)
         return value
+
+    @field_validator("bridge_agents", "bridge_workspaces", mode="before")
+    @classmethod
+    def _named_list(cls, value: Any, info: ValidationInfo) -> Any:
+        if not isinstance(value, str):
+            return value
+        pairs = parse_named_list(value)
+        if info.field_name == "bridge_agents":
+            for _, command in pairs:
+                _split_command(command)
+        return pairs
+
+    @property
+    def agent_profiles(self) -> tuple[tuple[str, list[str]], ...]:
+        """(name, argv) of every agent a chat may use; the first is the default."""
+        if self.bridge_agents:
+            return tuple((name, shlex.split(command)) for name, command in self.bridge_agents)
+        return ((_profile_name(self.agent_argv), self.agent_argv),)
+
+    @property
+    def workspace_roots(self) -> tuple[tuple[str, Path], ...]:
+        """(name, resolved folder) of every workspace; the first is the default."""
+        if self.bridge_workspaces:
+            return tuple((n, Path(p).expanduser().resolve()) for n, p in self.bridge_workspaces)
+        workdir = self.bridge_workdir.resolve()
+        return ((workdir.name or "workdir", workdir),)
 
     @property
     def agent_argv(self) -> list[str]:
@@ -260,3 +301,48 @@ class Settings(BaseSettings):
     @property
     def db_path(self) -> Path:
         return self.bridge_data_dir / "bridge.sqlite3"
+
+
+_LAUNCHERS = re.compile(r"(python[0-9.]*|node|npx|uvx|bunx|pnpx)")
+
+
+def _profile_name(argv: list[str]) -> str:
+    """The one agent's name when BRIDGE_AGENTS is unset: its program, or for a launcher
+    (`python -m pkg.agent`, `npx @scope/agent-acp@1.2`) the program it launches."""
+    program = Path(argv[0]).name
+    if not _LAUNCHERS.fullmatch(program):
+        return program
+    rest = argv[1:]
+    if "-m" in rest and rest.index("-m") + 1 < len(rest):
+        return rest[rest.index("-m") + 1].rsplit(".", 1)[-1]
+    launched = next((a for a in rest if not a.startswith("-")), "")
+    base = launched.rstrip("/").rsplit("/", 1)[-1].split("@")[0]
+    return Path(base).stem if base.endswith((".py", ".js", ".mjs")) else base or program
+
+
+def _split_command(value: str) -> list[str]:
+    try:
+        parts = shlex.split(value)
+    except ValueError as exc:
+        raise ValueError(f"cannot be split like a shell command line ({exc})") from exc
+    if not parts:
+        raise ValueError("must name a program")
+    return parts
+
+
+def parse_named_list(value: str) -> tuple[tuple[str, str], ...]:
+    """`name=value;name=value` as pairs, in order; names are short words, each once."""
+    pairs: list[tuple[str, str]] = []
+    for item in value.split(";"):
+        if not item.strip():
+            continue
+        name, sep, rest = item.partition("=")
+        name, rest = name.strip(), rest.strip()
+        if not sep or not rest:
+            raise ValueError(f"`{name or item.strip()}` needs `=` and a value (name=value;…)")
+        if not _NAME.fullmatch(name):
+            raise ValueError(f"`{name}` is not a name (letters, digits, `_.-`, up to 32)")
+        if any(name == seen for seen, _ in pairs):
+            raise ValueError(f"`{name}` is named twice")
+        pairs.append((name, rest))
+    return tuple(pairs)

@@ -30,6 +30,8 @@ EXAMPLES: dict[str, str] = {
     "BRIDGE_LOCALE": "zh_CN",
     "BRIDGE_AGENT_COMMAND": "claude-agent-acp",
     "BRIDGE_WORKDIR": "/srv/feishu-bridge/workspace",
+    "BRIDGE_AGENTS": "claude=claude-agent-acp;codex=codex-acp;qwen=qwen --acp",
+    "BRIDGE_WORKSPACES": "app=/srv/app;docs=/srv/docs",
     "BRIDGE_AGENT_SANDBOX": "bwrap",
     "BRIDGE_ALLOWED_USERS": "ou_1a2b3c,ou_4d5e6f",
     "BRIDGE_APPROVERS": "ou_9f8e7d",
@@ -71,21 +73,18 @@ def problems_for_run(settings: Settings) -> list[ConfigProblem]:
         found.append(ConfigProblem("FEISHU_APP_SECRET", "missing"))
     if settings.feishu_event_mode == "webhook" and settings.feishu_verification_token is None:
         found.append(ConfigProblem("FEISHU_VERIFICATION_TOKEN", "missing_for_webhook"))
-    program = settings.agent_argv[0]
-    if shutil.which(program, path=os.environ.get("PATH")) is None:
-        # Found now, not at the first user's message.
-        found.append(
-            ConfigProblem("BRIDGE_AGENT_COMMAND", "program_not_found", {"program": program})
-        )
+    agents_field = "BRIDGE_AGENTS" if settings.bridge_agents else "BRIDGE_AGENT_COMMAND"
+    for _, argv in settings.agent_profiles:
+        if shutil.which(argv[0], path=os.environ.get("PATH")) is None:
+            # Found now, not at the first user's message.
+            found.append(ConfigProblem(agents_field, "program_not_found", {"program": argv[0]}))
     if not _secure_domain(settings.feishu_domain):
         found.append(ConfigProblem("FEISHU_DOMAIN", "domain_not_https"))
-    if not settings.bridge_workdir.is_dir():
-        found.append(ConfigProblem("BRIDGE_WORKDIR", "not_a_folder"))
-    else:
-        workdir_problems = _workdir_problems(settings)
-        found += workdir_problems
-        if not workdir_problems:
-            found += _sandbox_problems(settings)
+    roots = settings.workspace_roots
+    workdir_problems = [p for _, root in roots for p in _root_problems(settings, root)]
+    found += workdir_problems
+    if not workdir_problems:
+        found += _sandbox_problems(settings)
     return found + exposure_problems(settings)
 
 
@@ -95,10 +94,12 @@ def _secure_domain(domain: str) -> bool:
     return url.scheme == "https" or is_loopback(url.hostname or "")
 
 
-def _workdir_problems(settings: Settings) -> list[ConfigProblem]:
-    """The agent writes in its workdir: it must not hold the bridge's store or the folder
+def _root_problems(settings: Settings, root: Path) -> list[ConfigProblem]:
+    """The agent writes in each workspace: none may hold the bridge's store or the folder
     the bridge reads `.env` from, or the agent could rewrite the bridge's settings."""
-    workdir = settings.bridge_workdir.resolve()
+    field = "BRIDGE_WORKSPACES" if settings.bridge_workspaces else "BRIDGE_WORKDIR"
+    if not root.is_dir():
+        return [ConfigProblem(field, "not_a_folder", {"folder": str(root)})]
     found: list[ConfigProblem] = []
     held = [
         ("workdir_holds_data", settings.bridge_data_dir),
@@ -107,8 +108,8 @@ def _workdir_problems(settings: Settings) -> list[ConfigProblem]:
     ]
     for code, path in held:
         folder = path.resolve()
-        if folder == workdir or workdir in folder.parents:
-            found.append(ConfigProblem("BRIDGE_WORKDIR", code, {"folder": str(folder)}))
+        if folder == root or root in folder.parents:
+            found.append(ConfigProblem(field, code, {"folder": str(folder)}))
     return found
 
 

@@ -11,7 +11,7 @@ import asyncio
 import logging
 import signal
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -39,6 +39,7 @@ from bridge.ops.turns import turn_view
 from bridge.receiver import AccessPolicy, Receiver
 from bridge.runtime.deferred import DeferredRuntime
 from bridge.runtime.port import AgentRuntime
+from bridge.runtime.router import RoutedRuntime, Routes
 from bridge.store.port import Store
 from bridge.store.sqlite import SqliteStore
 
@@ -219,9 +220,11 @@ def build_service(
             settings.feishu_domain,
             cut_notice=lambda kept, total: translator("reply.cut", kept=kept, total=total),
         )
+    routes = Routes.of(settings.agent_profiles, settings.workspace_roots)
     if runtime is None:
-        program = Path(settings.agent_argv[0]).name
-        runtime = DeferredRuntime(partial(_acp_runtime, settings, runtime_env), program=program)
+        program = Path(routes.agents[0][1][0]).name
+        build = partial(_acp_runtime, settings, runtime_env, routes)
+        runtime = DeferredRuntime(build, program=program)
     metrics = Metrics(projection, runtime_snapshot=runtime.snapshot)
     engine = Engine(
         feishu=feishu,
@@ -235,7 +238,9 @@ def build_service(
                 approvers=frozenset(settings.bridge_approvers),
                 requester_may_approve=settings.bridge_requester_may_approve,
                 presence_style=PresenceStyle(settings.bridge_presence_style),
+                usage_footer=settings.bridge_usage_footer,
             ),
+            routes=routes,
             ack_emoji=settings.bridge_ack_emoji,
             max_running_turns=settings.bridge_max_running_turns,
             card_interval=settings.bridge_card_update_interval_seconds,
@@ -320,10 +325,14 @@ def _feishu_app(
     return app
 
 
-def _acp_runtime(settings: Settings, env: Mapping[str, str] | None) -> AgentRuntime:
+def _acp_runtime(settings: Settings, env: Mapping[str, str] | None, routes: Routes) -> AgentRuntime:
+    """One ACP runtime per agent profile and workspace, built as conversations need them."""
     from bridge.runtime.acp.runtime import AcpRuntime  # the ACP SDK: loaded after start-up
 
-    return AcpRuntime.from_settings(settings, env=env)
+    def build(argv: Sequence[str], folder: Path) -> AgentRuntime:
+        return AcpRuntime.from_settings(settings, argv=argv, workdir=folder, env=env)
+
+    return RoutedRuntime(routes, build)
 
 
 def _status(

@@ -92,6 +92,8 @@ SECTIONS: list[tuple[str, list[str]]] = [
         [
             "bridge_agent_command",
             "bridge_workdir",
+            "bridge_agents",
+            "bridge_workspaces",
             "bridge_max_agents",
             "bridge_sessions_per_agent",
             "bridge_elicitation",
@@ -113,6 +115,7 @@ SECTIONS: list[tuple[str, list[str]]] = [
             "bridge_received_text",
             "bridge_presence_style",
             "bridge_card_update_interval_seconds",
+            "bridge_usage_footer",
             "bridge_allowed_users",
             "bridge_allowed_chats",
             "bridge_approvers",
@@ -159,6 +162,14 @@ NOTES = {
     ),
     "bridge_ack_emoji": "An `emoji_type` name from Feishu's emoji list, e.g. `OnIt`, `THUMBSUP`.",
     "bridge_agent_command": "See [agents.md](agents.md) for each agent's command.",
+    "bridge_agents": "Each profile, in each workspace, has its own agent processes and limits"
+    " (`BRIDGE_MAX_AGENTS`, `BRIDGE_SESSIONS_PER_AGENT`). Names: letters, digits, `_.-`, up to 32."
+    " A chat's choice is kept across restarts; `/agent` with no name lists them.",
+    "bridge_workspaces": "/cd takes a name or a path inside a workspace; symlinks and `..` are"
+    " resolved first, and a path outside every workspace is refused. Each folder is checked like"
+    " `BRIDGE_WORKDIR`; the sandbox (`BRIDGE_AGENT_SANDBOX=bwrap`) opens only the workspace the"
+    " session is in.",
+    "bridge_usage_footer": "From ACP `usage_update`; `/status` shows the same figures always.",
     "bridge_max_agents": "Each process serves several conversations.",
     "bridge_sessions_per_agent": (
         "With `BRIDGE_MAX_AGENTS` processes all full, a new conversation gets "
@@ -235,6 +246,7 @@ MORE_EXAMPLES = {
     "BRIDGE_WORKDIR": "/srv/feishu-bridge/workspace",
     "BRIDGE_MAX_AGENTS": "4",
     "BRIDGE_ELICITATION": "true",
+    "BRIDGE_USAGE_FOOTER": "true",
     "BRIDGE_AGENT_SANDBOX_HIDDEN": "/etc/feishu-bridge",
     "BRIDGE_FIRST_HINT_SECONDS": "8",
     "BRIDGE_HEARTBEAT_SECONDS": "120",
@@ -282,6 +294,8 @@ def _kind(name: str, info: FieldInfo) -> str:
         kind = "integer"
     elif annotation is Path:
         kind = "path"
+    elif name in ("bridge_agents", "bridge_workspaces"):
+        kind = "`name=value;…` list"
     elif get_origin(annotation) is tuple:
         kind = "comma-separated list"
     else:

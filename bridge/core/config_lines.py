@@ -6,15 +6,7 @@ from bridge.core.context import StepContext
 from bridge.core.effects import PostText
 from bridge.core.inputs import ConfigAnswered
 from bridge.core.text import Params
-from bridge.runtime.events import ConfigOption
-
-
-def model_option(options: tuple[ConfigOption, ...]) -> ConfigOption | None:
-    """The option that picks the model: ACP category `model` (or an option named so)."""
-    return next(
-        (o for o in options if o.category == "model"),
-        next((o for o in options if o.config_id == "model"), None),
-    )
+from bridge.runtime.events import model_option
 
 
 def config_lines(ctx: StepContext, event: ConfigAnswered) -> None:

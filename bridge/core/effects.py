@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from bridge.core.state import Outcome, ToolLine
-from bridge.core.text import Params
+from bridge.core.text import Params, Text
 from bridge.runtime.events import PermissionOption, PlanEntry, QuestionOption
 
 
@@ -75,6 +75,7 @@ class PostText:
     idempotency_key: str
     final: bool = False  # this is the turn's end signal
     turn_id: str | None = None  # None: a line outside any turn (refusal, command answer)
+    footer: Text | None = None  # a last line under it (the usage footer)
 
 
 @dataclass(frozen=True)
@@ -86,6 +87,7 @@ class RelayAgentText:
     idempotency_key: str
     final: bool = False
     turn_id: str | None = None
+    footer: Text | None = None  # a last line under it (the usage footer)
 
 
 class CardPhase(StrEnum):
@@ -252,6 +254,26 @@ class AskConfig:
 
 
 @dataclass(frozen=True)
+class AskSwitch:
+    """`/agent`, `/cd` and `/resume` (`kind`), `/sessions` (kind "resume", no `choice`):
+    list what the conversation may move to, or move it (a new session with that agent, in
+    that folder, or an earlier session); answered by `SwitchAnswered`."""
+
+    message_id: str
+    kind: str  # "agent", "cd" or "resume"
+    choice: str = ""
+
+
+@dataclass(frozen=True)
+class AskStatus:
+    """`/status`: read what the runtime knows of the conversation's session (agent, folder,
+    mode, model, title, context use); answered by `StatusAnswered`."""
+
+    message_id: str
+    session_id: str | None
+
+
+@dataclass(frozen=True)
 class NewSession:
     """Drop the conversation's agent session; the next StartTurn opens a fresh one."""
 
@@ -297,6 +319,8 @@ Effect = (
     | NewSession
     | AskModes
     | AskConfig
+    | AskSwitch
+    | AskStatus
     | RecordTerminal
     | Dropped
 )

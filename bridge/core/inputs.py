@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from bridge.core.effects import CardView
-from bridge.runtime.events import ConfigOption, SessionModes, TurnEvent
+from bridge.runtime.events import ConfigOption, SessionFacts, SessionModes, TurnEvent
 
 
 @dataclass(frozen=True)
@@ -42,6 +42,10 @@ class CommandName(StrEnum):
     MODE = "mode"
     MODEL = "model"
     CONFIG = "config"
+    AGENT = "agent"
+    CD = "cd"
+    SESSIONS = "sessions"
+    RESUME = "resume"
     UNKNOWN = "unknown"
 
 
@@ -125,6 +129,38 @@ class ModesAnswered:
     error: str | None = None
 
 
+class SwitchResult(StrEnum):
+    LISTED = "listed"  # no choice was given: `entries` is the list
+    SWITCHED = "switched"  # the conversation moved; `detail` names where
+    SAME = "same"  # it is there already
+    UNKNOWN = "unknown"  # no such agent, workspace, folder or session
+    OUTSIDE = "outside"  # a folder outside every workspace
+    FRESH = "fresh"  # the earlier session could not be resumed: a new one was opened
+    FAILED = "failed"  # the agent could not be reached; `detail` says why
+
+
+@dataclass(frozen=True)
+class SwitchAnswered:
+    """How `/agent`, `/cd`, `/sessions` or `/resume` went. `entries` are the choices, one a
+    line, already numbered or named (data: agent names, folders, session titles)."""
+
+    message_id: str
+    kind: str
+    result: SwitchResult
+    current: str = ""
+    entries: tuple[str, ...] = ()
+    choice: str = ""
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class StatusAnswered:
+    """What the runtime knows of the conversation's session, for `/status`."""
+
+    message_id: str
+    facts: SessionFacts
+
+
 @dataclass(frozen=True)
 class ConfigAnswered:
     """The agent's session config options for `/model` or `/config`, and how setting the
@@ -143,6 +179,7 @@ class AgentCommands:
     without the "/"; a typed one that is not the bridge's own goes to the agent."""
 
     names: tuple[str, ...]
+    agent: str = ""  # the agent profile's name, shown above them in /help
 
 
 @dataclass(frozen=True)
@@ -215,6 +252,8 @@ CoreEvent = (
     | StatusCardFailed
     | ModesAnswered
     | ConfigAnswered
+    | SwitchAnswered
+    | StatusAnswered
     | AgentCommands
     | RuntimeRestarted
     | RuntimeRestartFailed

@@ -30,6 +30,7 @@ from bridge.core.state import (
     Outcome,
     Turn,
 )
+from bridge.core.status_lines import footer
 from bridge.core.text import NOTHING_WRITTEN, Params
 
 
@@ -175,14 +176,13 @@ def finish(
         pass  # the card ends it, and says what a message must say too
     elif key is None:
         if tail:
-            ctx.emit(RelayAgentText(tail, reply_to, end_id, final=True, turn_id=tid))
+            ctx.emit(RelayAgentText(tail, reply_to, end_id, True, tid, footer(ctx)))
         else:
-            ended = PostText("presence.ended_empty", {}, reply_to, end_id, True, tid)
-            ctx.emit(ended)
+            ctx.emit(PostText("presence.ended_empty", {}, reply_to, end_id, True, tid, footer(ctx)))
     else:
         if tail:
             ctx.emit(RelayAgentText(tail, reply_to, ctx.post_key("reply"), turn_id=tid))
-        ctx.emit(PostText(key, dict(params or {}), reply_to, end_id, final=True, turn_id=tid))
+        ctx.emit(PostText(key, dict(params or {}), reply_to, end_id, True, tid, footer(ctx)))
     ctx.update_turn(text=NOTHING_WRITTEN, pending_progress=None)
     final_outcome = ctx.turn.outcome or outcome
     ctx.emit(RecordTerminal(turn.turn_id, final_outcome, detail))

@@ -23,6 +23,7 @@ from bridge.core.deadlines import on_clock
 from bridge.core.effects import (
     AskConfig,
     AskModes,
+    AskStatus,
     CancelTurn,
     CardStatus,
     Effect,
@@ -49,7 +50,9 @@ from bridge.core.inputs import (
     RuntimeRestartFailed,
     RuntimeUnavailableAtStart,
     SessionOpened,
+    StatusAnswered,
     StatusCardFailed,
+    SwitchAnswered,
     Tick,
     TimerFired,
     TurnInterruptedByRestart,
@@ -67,7 +70,6 @@ from bridge.core.lifecycle import (
     stop_running,
 )
 from bridge.core.presence import Timings
-from bridge.core.snapshot import status_line
 from bridge.core.state import (
     RECENT_IDS,
     Conversation,
@@ -75,9 +77,11 @@ from bridge.core.state import (
     Outcome,
     QueuedMessage,
 )
+from bridge.core.status_lines import status_lines
+from bridge.core.switch_lines import on_switch_command, switch_lines
 from bridge.core.text import Params
 from bridge.core.turn_events import on_turn_event, refuse_request
-from bridge.runtime.events import TurnEvent
+from bridge.runtime.events import TurnEvent, UsageReported
 
 
 def step(
@@ -130,8 +134,14 @@ def _dispatch(ctx: StepContext, event: CoreEvent) -> None:
             _on_modes(ctx, event)
         case ConfigAnswered():
             config_lines(ctx, event)
+        case SwitchAnswered():
+            switch_lines(ctx, event)
+        case StatusAnswered():
+            status_lines(ctx, event)
+        case UsageReported():
+            ctx.update(usage=event.usage)  # for /status and the footer; not a sign of work
         case AgentCommands():
-            ctx.update(agent_commands=event.names)
+            ctx.update(agent_commands=event.names, agent_name=event.agent)
         case RuntimeRestarted():
             _on_runtime_restarted(ctx, event)
         case RuntimeRestartFailed():
@@ -213,11 +223,11 @@ def _on_command(ctx: StepContext, cmd: Command) -> None:
     mid = cmd.message_id
     match cmd.name:
         case CommandName.STATUS:
-            key, params = status_line(ctx.conv, ctx.now)
-            ctx.emit(PostText(key, params, mid, f"{mid}:status"))
+            ctx.emit(AskStatus(mid, ctx.conv.session_id))
         case CommandName.HELP if ctx.conv.agent_commands:
             listed = "  ".join(f"/{name}" for name in ctx.conv.agent_commands)
-            ctx.emit(PostText("command.help_agent", {"commands": listed}, mid, f"{mid}:help"))
+            params = {"commands": listed, "agent": ctx.conv.agent_name or "—"}
+            ctx.emit(PostText("command.help_agent", params, mid, f"{mid}:help"))
         case CommandName.HELP:
             ctx.emit(PostText("command.help", {}, mid, f"{mid}:help"))
         case CommandName.UNKNOWN:
@@ -230,6 +240,8 @@ def _on_command(ctx: StepContext, cmd: Command) -> None:
             ctx.emit(PostText("command.model_not_yours", {}, mid, f"{mid}:model"))
         case CommandName.MODEL | CommandName.CONFIG:
             ctx.emit(AskConfig(mid, ctx.conv.session_id, cmd.name.value, cmd.arg))
+        case CommandName.AGENT | CommandName.CD | CommandName.SESSIONS | CommandName.RESUME:
+            on_switch_command(ctx, cmd)
         case CommandName.STOP | CommandName.NEW if _someone_elses_round(ctx, cmd.sender):
             # In a group, a bystander must not cut another person's round.
             ctx.emit(PostText("command.not_yours", {}, mid, f"{mid}:{cmd.name.value}"))

@@ -15,6 +15,7 @@ from bridge.runtime.events import (
     QuestionKind,
     QuestionOption,
     StopReason,
+    Usage,
 )
 
 
@@ -179,6 +180,7 @@ class Options:
     # `approvers` may. Questions and /stop stay the requester's.
     requester_may_approve: bool = True
     presence_style: PresenceStyle = PresenceStyle.MESSAGES
+    usage_footer: bool = False  # a line of context use under each turn's last message
 
 
 @dataclass(frozen=True)
@@ -194,5 +196,7 @@ class Conversation:
     recent_message_ids: tuple[str, ...] = ()
     options: Options = field(default_factory=Options)
     agent_commands: tuple[str, ...] = ()  # the agent's own slash commands (without "/")
+    agent_name: str = ""  # whose commands they are
+    usage: Usage | None = None  # context use the agent last reported
     # Timers the executor holds for us, as (name, at); kept in step with the state.
     timers: tuple[tuple[str, float], ...] = ()

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from bridge.core import Options, Timings
 from bridge.core.state import WAITING_USER_STATES
@@ -21,6 +21,7 @@ from bridge.engine.conversations import Conversations
 from bridge.engine.executor import EffectExecutor
 from bridge.engine.intake import Intake
 from bridge.engine.status_cards import StatusCards
+from bridge.engine.switches import Switches
 from bridge.engine.tasks import TaskTracker
 from bridge.engine.turn_runner import TurnRunner
 from bridge.feishu.api import FeishuApi
@@ -28,6 +29,7 @@ from bridge.feishu.models import CardAction, CardActionReply, InboundMessage
 from bridge.i18n import Translator
 from bridge.ops.metrics import Metrics
 from bridge.runtime.port import AgentRuntime
+from bridge.runtime.router import Routes
 from bridge.store.port import Store
 
 log = logging.getLogger(__name__)
@@ -40,6 +42,8 @@ class EngineConfig:
     ack_emoji: str
     max_running_turns: int
     card_interval: float = 0.5  # least seconds between two changes of one status card
+    # The agents and workspaces a conversation may move between (/agent, /cd).
+    routes: Routes = field(default_factory=Routes.single)
 
 
 class Engine:
@@ -81,6 +85,9 @@ class Engine:
             translator=translator,
             cards=cards,
             runner=runner,
+            switches=Switches(
+                routes=config.routes, runtime=runtime, store=store, runner=runner, clock=clock
+            ),
             status_cards=status_cards,
             clock=clock,
             ack_emoji=config.ack_emoji,

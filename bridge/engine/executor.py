@@ -8,13 +8,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from bridge.core.config_lines import model_option
 from bridge.core.effects import (
     AbandonTurn,
     AnswerPermission,
     AnswerQuestion,
     AskConfig,
     AskModes,
+    AskStatus,
+    AskSwitch,
     CancelTurn,
     MarkMessageDone,
     NewSession,
@@ -30,10 +31,12 @@ from bridge.core.effects import (
     UpdateQuestionCard,
 )
 from bridge.core.inputs import AgentCommands, CardNotShown, ConfigAnswered, ModesAnswered
+from bridge.core.text import Text
 from bridge.engine.actor import ConversationActor, Trace, Work
 from bridge.engine.card_views import CardViews, PostedCards, approval_status
-from bridge.engine.render import render
+from bridge.engine.render import render, render_text
 from bridge.engine.status_cards import StatusCards
+from bridge.engine.switches import Switches
 from bridge.engine.trace_buffer import TraceBuffer
 from bridge.engine.turn_runner import TurnRunner
 from bridge.feishu.api import FeishuApi
@@ -41,6 +44,7 @@ from bridge.feishu.errors import BusinessError, FeishuError
 from bridge.feishu.markup import neutralize_mentions
 from bridge.i18n import Translator
 from bridge.ops.metrics import Metrics
+from bridge.runtime.events import model_option
 from bridge.runtime.port import (
     CONFIG_CHOICE,
     MODE_CHOICE,
@@ -63,6 +67,7 @@ class EffectExecutor:
         translator: Translator,
         cards: CardViews,
         runner: TurnRunner,
+        switches: Switches,
         status_cards: StatusCards,
         clock: Callable[[], float],
         ack_emoji: str,
@@ -75,6 +80,7 @@ class EffectExecutor:
         self._cards = cards
         self._posted = PostedCards()
         self._runner = runner
+        self._switches = switches
         self._status_cards = status_cards
         self.traces = TraceBuffer(store, clock)
         self._started: dict[str, float] = {}  # turns this process started, and when
@@ -93,12 +99,13 @@ class EffectExecutor:
                 await self._feishu.add_reaction(message_id, self._ack_emoji)
             case MarkMessageDone(message_id):
                 await self._store.set_message_state(message_id, MessageState.DONE, self._clock())
-            case PostText(key, params, reply_to, idem):
-                await self._post_text(actor, reply_to, render(self._t, key, params), idem)
+            case PostText(key, params, reply_to, idem, footer=footer):
+                text = self._footed(render(self._t, key, params), footer)
+                await self._post_text(actor, reply_to, text, idem)
                 if self._metrics:
                     self._metrics.lines.labels(key).inc()
-            case RelayAgentText(text, reply_to, idem):
-                await self._post_text(actor, reply_to, text, idem)
+            case RelayAgentText(text, reply_to, idem, footer=footer):
+                await self._post_text(actor, reply_to, self._footed(text, footer), idem)
             case StartTurn():
                 await self._start_turn(actor, work)
             case CancelTurn(_, session_id):
@@ -118,15 +125,19 @@ class EffectExecutor:
             case UpdateApprovalCard() | UpdateQuestionCard():
                 await self._update_card(work)
             case NewSession():
-                await self._store.unbind(actor.key)
+                await self._runner.leave(actor.key)
             case AskModes():
                 await self._ask_modes(actor, work)
             case AskConfig():
                 await self._ask_config(actor, work)
+            case AskSwitch():
+                await self._switches.switch(actor, work)
+            case AskStatus():
+                await self._switches.status(actor, work)
             case RecordTerminal(turn_id, outcome, detail):
                 self._posted.forget_turn(turn_id)
                 await self._record_terminal(turn_id, outcome.value, detail)
-                await self._learn_commands(actor)
+                await self._after_round(actor)
             case Trace(turn_id, kind, detail):
                 await self._trace(turn_id, kind, detail)
             case _:
@@ -173,15 +184,21 @@ class EffectExecutor:
             await self._store.set_preference(actor.key, name, work.choice, self._clock())
         actor.feed(ConfigAnswered(work.message_id, work.kind, options, work.choice, error))
 
-    async def _learn_commands(self, actor: ConversationActor) -> None:
-        """After each round: the slash commands the agent announced (for /help and for
-        passing a typed one through), told to the core when they changed."""
+    def _footed(self, text: str, footer: Text | None) -> str:
+        return text if footer is None else f"{text}\n\n{render_text(self._t, footer)}"
+
+    async def _after_round(self, actor: ConversationActor) -> None:
+        """After each round: the session's activity and title recorded (for /sessions), and
+        the slash commands the agent announced (for /help and for passing a typed one
+        through), told to the core when they changed."""
         session_id = actor.conv.session_id
         if session_id is None:
             return
+        facts = await self._runner.remember(actor.key, session_id)
         names = await self._runtime.commands(session_id)
-        if names != actor.conv.agent_commands:
-            actor.feed(AgentCommands(names))
+        agent = facts.agent if facts else ""
+        if names != actor.conv.agent_commands or agent != actor.conv.agent_name:
+            actor.feed(AgentCommands(names, agent))
 
     async def _trace(self, turn_id: str, kind: str, detail: str) -> None:
         # Written behind, in one statement at the turn's end (see trace_buffer.py).

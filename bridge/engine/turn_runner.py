@@ -27,12 +27,13 @@ from bridge.runtime.events import (
     QuestionAsked,
     RuntimeExited,
     RuntimeFailed,
+    SessionFacts,
     ToolCallStarted,
     TurnEnded,
     TurnEvent,
 )
 from bridge.runtime.port import AgentRuntime, RuntimeUnavailable
-from bridge.store.port import Store
+from bridge.store.port import SessionRecord, Store
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +88,28 @@ class TurnRunner:
         handle = await self._runtime.open_session(key, resume_session_id=resume, chosen=chosen)
         if handle.session_id != resume:
             await self._store.bind_session(key, handle.session_id, self._clock())
+            await self.remember(key, handle.session_id)
         return handle.session_id
+
+    async def leave(self, key: str) -> None:
+        """The conversation lets its session go (/new, /agent, /cd, /resume): recorded once
+        more first, as an agent may tell its title late, then unbound."""
+        session_id = await self._store.session_for(key)
+        if session_id is not None:
+            await self.remember(key, session_id)
+        await self._store.unbind(key)
+
+    async def remember(self, key: str, session_id: str) -> SessionFacts | None:
+        """Record the session among the conversation's (for /sessions): which agent, which
+        folder, its title as the agent told it, active now. Returns what the runtime told."""
+        facts = await self._runtime.facts(session_id)
+        if facts is None:
+            return None
+        now = self._clock()
+        title = facts.title or ""
+        record = SessionRecord(key, session_id, facts.agent, facts.folder, title, now, now)
+        await self._store.note_session(record)
+        return facts
 
     async def _prompt(self, actor: ConversationActor, work: StartTurn, session_id: str) -> None:
         ended: list[TurnEvent] = []

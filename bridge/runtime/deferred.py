@@ -14,7 +14,7 @@ import importlib
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
-from bridge.runtime.events import ConfigOption, SessionModes
+from bridge.runtime.events import ConfigOption, SessionFacts, SessionModes
 from bridge.runtime.port import AgentRuntime, EventSink, SessionHandle
 
 ACP_MODULE: Final = "bridge.runtime.acp.runtime"
@@ -85,6 +85,9 @@ class DeferredRuntime:
 
     async def commands(self, session_id: str) -> tuple[str, ...]:
         return await self.built.commands(session_id)
+
+    async def facts(self, session_id: str) -> SessionFacts | None:
+        return await self.built.facts(session_id)
 
     async def close(self) -> None:
         if self._runtime is not None:  # nothing was ever started otherwise

@@ -137,6 +137,36 @@ class RuntimeExited(TurnEvent):
 
 
 @dataclass(frozen=True)
+class Usage:
+    """Context use as the agent last reported it (ACP `usage_update`)."""
+
+    used: int  # tokens in context
+    size: int  # the context window
+    cost: float | None = None  # cumulative for the session
+    currency: str | None = None
+
+
+@dataclass(frozen=True)
+class UsageReported(TurnEvent):
+    """The agent reported context use during a turn (for the usage footer)."""
+
+    usage: Usage
+
+
+@dataclass(frozen=True)
+class SessionFacts:
+    """What `/status` and `/sessions` show of a session: which agent in which folder, its
+    mode, model, title and context use (None: not known or not offered)."""
+
+    agent: str = ""
+    folder: str = ""
+    mode: str | None = None
+    model: str | None = None
+    title: str | None = None
+    usage: Usage | None = None
+
+
+@dataclass(frozen=True)
 class ModeOption:
     mode_id: str
     name: str
@@ -160,6 +190,14 @@ class ConfigOption:
     category: str | None  # "model", "mode", "thought_level", …
     current: str
     values: tuple[ModeOption, ...] = ()  # (value, name) pairs of a select
+
+
+def model_option(options: tuple[ConfigOption, ...]) -> ConfigOption | None:
+    """The option that picks the model: ACP category `model` (or an option named so)."""
+    return next(
+        (o for o in options if o.category == "model"),
+        next((o for o in options if o.config_id == "model"), None),
+    )
 
 
 def config_from_wire(raw: Any) -> tuple[ConfigOption, ...]:

@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
-from bridge.runtime.events import ConfigOption, SessionModes, TurnEvent
+from bridge.runtime.events import ConfigOption, SessionFacts, SessionModes, TurnEvent
 
 EventSink = Callable[[TurnEvent], None]
 
@@ -19,6 +19,10 @@ EventSink = Callable[[TurnEvent], None]
 # config options by id (e.g. "config:model").
 MODE_CHOICE: Final = "mode"
 CONFIG_CHOICE: Final = "config:"
+# Which agent profile serves the conversation, and its working folder (a resolved path
+# inside one of the workspaces); unset: the first profile and the first workspace.
+AGENT_CHOICE: Final = "agent"
+WORKSPACE_CHOICE: Final = "workspace"
 
 
 class RuntimeUnavailable(Exception):
@@ -90,6 +94,9 @@ class AgentRuntime(Protocol):
 
     async def commands(self, session_id: str) -> tuple[str, ...]:
         """The agent's own slash commands on this session (names without "/")."""
+
+    async def facts(self, session_id: str) -> SessionFacts | None:
+        """What `/status` shows of the session (None: the session is unknown here)."""
 
     async def close(self) -> None:
         """Stop every agent process."""

@@ -155,16 +155,26 @@ class SandboxPolicy:
         *,
         cwd: Path | None = None,
         home: str | None = None,
+        workdir: Path | None = None,
     ) -> SandboxPolicy | None:
         """The policy `BRIDGE_AGENT_SANDBOX` asks for (None: no sandbox). `cwd` is where the
-        bridge reads `.env` (its working folder); `home` the agent's HOME."""
+        bridge reads `.env` (its working folder); `home` the agent's HOME; `workdir` the
+        workspace the agent works in (default: the first of BRIDGE_WORKSPACES/BRIDGE_WORKDIR)."""
         if settings.bridge_agent_sandbox == "none":
             return None
         home = os.environ.get("HOME") if home is None else home
         extra = [Path(path) for path in settings.bridge_agent_sandbox_hidden]
-        hidden = [settings.bridge_data_dir, cwd or Path.cwd(), *extra]
+        workdir = (workdir or settings.workspace_roots[0][1]).resolve()
+        # The other workspaces are other projects: out of sight, unless nested in this one
+        # (or it in them), where hiding would cut its own folder.
+        others = [
+            root
+            for _, root in settings.workspace_roots
+            if not (_within(root, workdir) or _within(workdir, root))
+        ]
+        hidden = [settings.bridge_data_dir, cwd or Path.cwd(), *extra, *others]
         return cls(
-            workdir=settings.bridge_workdir.resolve(),
+            workdir=workdir,
             hidden=tuple(dict.fromkeys(path.resolve() for path in hidden)),
             home=Path(home).resolve() if home else None,
         )

@@ -22,6 +22,7 @@ from bridge.store.port import (
     AsyncLifecycle,
     JournaledMessage,
     MessageState,
+    SessionRecord,
     Store,
     StoreClosed,
     TraceEntry,
@@ -40,6 +41,7 @@ class MemoryStore(AsyncLifecycle):
         self._event_messages: dict[str, str] = {}  # message id -> event id
         self._messages: dict[str, JournaledMessage] = {}  # insertion order == arrival order
         self._preferences: dict[str, dict[str, str]] = {}
+        self._sessions: dict[tuple[str, str], SessionRecord] = {}
         self._bindings: dict[str, str] = {}
         self._turns: dict[str, Turn] = {}
         self._traces: dict[str, list[TraceEntry]] = {}
@@ -288,6 +290,25 @@ class MemoryStore(AsyncLifecycle):
         self._check()
         return dict(self._preferences.get(conversation_key, {}))
 
+    async def note_session(self, record: SessionRecord) -> None:
+        self._check()
+        key = (record.conversation_key, record.session_id)
+        known = self._sessions.get(key)
+        if known is not None:
+            record = replace(
+                record,
+                title=record.title or known.title,
+                started_at=known.started_at,
+                active_at=max(known.active_at, record.active_at),
+            )
+        self._sessions[key] = record
+
+    async def sessions_of(self, conversation_key: str, limit: int = 20) -> list[SessionRecord]:
+        self._check()
+        mine = [r for (k, _), r in self._sessions.items() if k == conversation_key]
+        mine.sort(key=lambda r: (r.active_at, r.started_at), reverse=True)
+        return mine[:limit]
+
     async def prune(self, now: float) -> int:
         self._check()
         cutoff = now - self.retention_seconds
@@ -332,6 +353,11 @@ class MemoryStore(AsyncLifecycle):
         for key in old_marks:
             del self._outbox[key]
         removed += len(old_marks)
+
+        old_sessions = [k for k, r in self._sessions.items() if r.active_at < cutoff]
+        for session_key in old_sessions:
+            del self._sessions[session_key]
+        removed += len(old_sessions)
         return removed
 
 

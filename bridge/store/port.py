@@ -131,6 +131,19 @@ class Approval:
     title: str = ""  # what was asked, for the card shown after a restart
 
 
+@dataclass(frozen=True)
+class SessionRecord:
+    """A session a conversation has had (for /sessions and /resume)."""
+
+    conversation_key: str
+    session_id: str
+    agent: str  # the agent profile's name
+    folder: str  # the session's working folder
+    title: str  # as the agent last told it ("" when it never did)
+    started_at: float
+    active_at: float  # the end of its last round (or when it was opened)
+
+
 class AsyncLifecycle:
     """`async with store:` for any store: open on entry, close on exit."""
 
@@ -223,6 +236,13 @@ class Store(Protocol):
 
     async def preferences(self, conversation_key: str) -> dict[str, str]:
         """The conversation's choices, by name (empty when it made none)."""
+
+    async def note_session(self, record: SessionRecord) -> None:
+        """Record a session of the conversation, or its newer activity; an empty title
+        keeps the one recorded, and `started_at` stays the first one's."""
+
+    async def sessions_of(self, conversation_key: str, limit: int = 20) -> list[SessionRecord]:
+        """The conversation's sessions, most recently active first."""
 
     # -- 4. turns ----------------------------------------------------------------------------
 

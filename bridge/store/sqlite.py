@@ -45,6 +45,7 @@ from bridge.store.port import (
     TurnOutcome,
     UnknownTurn,
 )
+from bridge.store.sqlite_choices import ConversationChoices
 from bridge.store.sqlite_schema import (
     APPROVAL_COLUMNS,
     MESSAGE_COLUMNS,
@@ -58,7 +59,7 @@ from bridge.store.sqlite_schema import (
 )
 
 
-class SqliteStore(AsyncLifecycle):
+class SqliteStore(ConversationChoices, AsyncLifecycle):
     """The `Store` over one SQLite file. Use as `async with SqliteStore(path) as store:`."""
 
     def __init__(
@@ -384,22 +385,6 @@ class SqliteStore(AsyncLifecycle):
 
     # -- housekeeping ------------------------------------------------------------------------
 
-    async def set_preference(
-        self, conversation_key: str, name: str, value: str, now: float
-    ) -> None:
-        await self._write(
-            "INSERT INTO preferences (conversation_key, name, value, set_at) VALUES (?, ?, ?, ?)"
-            " ON CONFLICT (conversation_key, name) DO UPDATE"
-            " SET value = excluded.value, set_at = excluded.set_at",
-            (conversation_key, name, value, now),
-        )
-
-    async def preferences(self, conversation_key: str) -> dict[str, str]:
-        rows = await self._all(
-            "SELECT name, value FROM preferences WHERE conversation_key = ?", (conversation_key,)
-        )
-        return {str(row[0]): str(row[1]) for row in rows}
-
     async def prune(self, now: float) -> int:
         cutoff = now - self.retention_seconds
         removed = 0
@@ -410,6 +395,7 @@ class SqliteStore(AsyncLifecycle):
             # Cascades to the turn's trace entries and any approval left on it.
             "DELETE FROM turns WHERE outcome IS NOT NULL AND finished_at < ?",
             "DELETE FROM outbox WHERE sent_at < ?",
+            "DELETE FROM sessions WHERE active_at < ?",
         ):
             removed += await self._write(sql, (cutoff,))
         return removed

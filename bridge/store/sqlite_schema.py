@@ -113,7 +113,22 @@ CREATE TABLE preferences (
 );
 """
 
-MIGRATIONS: tuple[str, ...] = (_SCHEMA_V1, _SCHEMA_V2, _SCHEMA_V3)
+# The sessions each conversation has had (/sessions, /resume), whichever agent and folder.
+_SCHEMA_V4 = """
+CREATE TABLE sessions (
+    conversation_key TEXT NOT NULL,
+    session_id       TEXT NOT NULL,
+    agent            TEXT NOT NULL,
+    folder           TEXT NOT NULL,
+    title            TEXT NOT NULL DEFAULT '',
+    started_at       REAL NOT NULL,
+    active_at        REAL NOT NULL,
+    PRIMARY KEY (conversation_key, session_id)
+);
+CREATE INDEX sessions_by_activity ON sessions (conversation_key, active_at);
+"""
+
+MIGRATIONS: tuple[str, ...] = (_SCHEMA_V1, _SCHEMA_V2, _SCHEMA_V3, _SCHEMA_V4)
 
 MESSAGE_COLUMNS = (
     "seq, message_id, conversation_key, sender_open_id, chat_id, text, state, "

@@ -168,6 +168,7 @@ async def test_scripted_turn_is_normalized_in_order(runtime: AcpRuntime) -> None
         "ToolCallUpdated",
         "ToolCallUpdated",
         "PlanUpdated",
+        "UsageReported",
         "TurnEnded",
     ]
     thought, message, started, first, second, plan = rec.events[1:7]
@@ -204,7 +205,7 @@ async def test_every_stop_reason(runtime: AcpRuntime, reason: StopReason) -> Non
 async def test_turn_with_no_visible_text(runtime: AcpRuntime) -> None:
     session = await runtime.open_session("chat-1")
     rec = await run_turn(runtime, session.session_id, "silent")
-    assert rec.kinds() == ["PromptSent", "TurnEnded"]
+    assert rec.kinds() == ["PromptSent", "UsageReported", "TurnEnded"]
 
 
 async def test_error_response_fails_the_turn_and_the_process_lives(runtime: AcpRuntime) -> None:
@@ -223,7 +224,7 @@ async def test_error_response_fails_the_turn_and_the_process_lives(runtime: AcpR
 async def test_silence_then_answer(runtime: AcpRuntime) -> None:
     session = await runtime.open_session("chat-1")
     rec = await run_turn(runtime, session.session_id, "sleep 150\nsay awake")
-    assert rec.kinds() == ["PromptSent", "MessageChunk", "TurnEnded"]
+    assert rec.kinds() == ["PromptSent", "MessageChunk", "UsageReported", "TurnEnded"]
     assert rec.times[1] - rec.times[0] >= 0.1  # nothing at all arrived during the silence
 
 
@@ -435,7 +436,7 @@ async def test_unknown_update_kind_is_logged_and_dropped(
     before = runtime.unknown_updates
     with caplog.at_level(logging.WARNING, logger="bridge.runtime"):
         rec = await run_turn(runtime, session.session_id, "unknown galaxy_brain\nsay after")
-    assert rec.kinds() == ["PromptSent", "MessageChunk", "TurnEnded"]
+    assert rec.kinds() == ["PromptSent", "MessageChunk", "UsageReported", "TurnEnded"]
     assert runtime.unknown_updates == before + 1
     assert any("galaxy_brain" in r.getMessage() for r in caplog.records)
     # The SDK's own "Unhandled error" traceback (with the payload) is not produced.
@@ -453,7 +454,7 @@ async def test_idle_updates_are_kept_not_emitted(runtime: AcpRuntime) -> None:
     # After the turn: a mode change, a title, commands again and a stray message chunk.
     await eventually(lambda: info.mode_id == "code" and info.title == "Scripted")
     await eventually(lambda: info.idle_updates >= 1)
-    assert rec.kinds() == ["PromptSent", "MessageChunk", "TurnEnded"]
+    assert rec.kinds() == ["PromptSent", "MessageChunk", "UsageReported", "TurnEnded"]
     assert rec.text() == "hi"
 
 
@@ -478,7 +479,7 @@ async def test_crash_mid_turn_then_restart_and_reload(
     assert runtime.running_processes()[0].pid != first_pid
     # The history replayed by session/load never reaches a turn.
     again = await run_turn(runtime, session.session_id, "history")
-    assert again.kinds() == ["PromptSent", "MessageChunk", "TurnEnded"]
+    assert again.kinds() == ["PromptSent", "MessageChunk", "UsageReported", "TurnEnded"]
     assert again.text() == "history: 2 prompts"
 
 
@@ -523,7 +524,7 @@ async def test_idle_session_gets_no_event_and_reloads_on_next_prompt(
     crash = await run_turn(rt, busy.session_id, "crash 4")
     assert isinstance(crash.terminal(), RuntimeExited)
     # The idle session's last turn is over: its sink hears nothing of the death.
-    assert warm.kinds() == ["PromptSent", "MessageChunk", "TurnEnded"]
+    assert warm.kinds() == ["PromptSent", "MessageChunk", "UsageReported", "TurnEnded"]
 
     rec = await run_turn(rt, idle.session_id, "history")
     assert rec.text() == "history: 2 prompts"  # reloaded transparently on the new process

@@ -31,6 +31,9 @@ from tenacity import wait_none
 from bridge.config import Settings
 from bridge.runtime.acp.runtime import AcpRuntime
 from bridge.runtime.events import MessageChunk, TurnEnded, TurnEvent
+from bridge.runtime.port import WORKSPACE_CHOICE
+from bridge.runtime.router import Routes
+from bridge.service import _acp_runtime
 
 REPO = Path(__file__).resolve().parents[2]
 AGENT = f"{sys.executable} -m bridge.devtools.scripted_agent"
@@ -244,3 +247,49 @@ def test_without_a_sandbox_the_bridges_environ_is_unreadable_to_its_own_user() -
         bridge.stdin.close()
         assert bridge.wait(10) == 2  # `run` without settings: the configuration exit code
         bridge.stdout.close()
+
+
+# --- several workspaces: the sandbox follows the one the session is in ---------------------
+
+
+async def test_a_sandboxed_agent_sees_only_the_workspace_its_session_is_in(site: Site) -> None:
+    docs = site.base / "docs"
+    (docs / "guide").mkdir(parents=True)
+    (docs / "secret.md").write_text("docs only\n")
+    (site.work / "app.py").write_text("app only\n")
+    settings = Settings(
+        _env_file=None,  # type: ignore[call-arg]
+        bridge_agent_command=AGENT,
+        bridge_agent_sandbox="bwrap",
+        bridge_data_dir=site.data,
+        bridge_workspaces=f"app={site.work};docs={docs}",
+    )
+    routes = Routes.of(settings.agent_profiles, settings.workspace_roots)
+    runtime = _acp_runtime(settings, {"PYTHONPATH": str(REPO)}, routes)
+    routes_tried = {
+        "read": [str(site.work / "app.py"), str(docs / "secret.md")],
+        "write": [str(site.work / "new.py"), str(docs / "guide" / "new.md")],
+    }
+    try:
+        reports = {}
+        for name, folder in (("app", site.work), ("guide", docs / "guide")):
+            chosen = {WORKSPACE_CHOICE: str(folder)}
+            session = await runtime.open_session(name, chosen=chosen)
+            events: list[TurnEvent] = []
+            text = f"probe {json.dumps(routes_tried)}"
+            await runtime.prompt(session.session_id, text, events.append)
+            said = "".join(e.text for e in events if isinstance(e, MessageChunk))
+            reports[name] = json.loads(said.removeprefix("probe: "))
+    finally:
+        await runtime.close()
+    app, guide = reports["app"], reports["guide"]
+    assert app["read"][str(site.work / "app.py")] == sha256_of(b"app only\n")
+    assert not app["read"][str(docs / "secret.md")].startswith("ok")
+    assert app["write"][str(site.work / "new.py")] == "ok"
+    assert app["write"][str(docs / "guide" / "new.md")] != "ok"
+    # A session in a folder inside the docs workspace: that workspace, not the app's.
+    assert guide["read"][str(docs / "secret.md")] == sha256_of(b"docs only\n")
+    assert not guide["read"][str(site.work / "app.py")].startswith("ok")
+    assert guide["write"][str(docs / "guide" / "new.md")] == "ok"
+    assert guide["write"][str(site.work / "new.py")] != "ok"
+    assert (docs / "guide" / "new.md").exists()

@@ -28,14 +28,20 @@ Environment
 ``SCRIPTED_AGENT_STATE_DIR``   folder for session histories (one JSON file per session), so
                                a restarted agent can ``session/load`` a session of the
                                previous process; without it sessions live in memory.
-``SCRIPTED_AGENT_LOAD_SESSION`` ``0`` turns the ``loadSession`` capability off (on by default).
+``SCRIPTED_AGENT_LOAD_SESSION`` ``0`` turns the ``loadSession`` capability off (on by default),
+                               and ``session/resume`` with it.
 ``SCRIPTED_AGENT_SCENARIO``    path of a script file run for every prompt that is not a script.
 ``SCRIPTED_AGENT_EXIT_ON_START`` exit with this code at once (a broken agent install).
 
 Quirks
 ------
 ``--quirk NAME`` (repeatable) plays a misbehaviour seen in real agents (docs/agents.md,
-"Known agent quirks"); ``--no-load`` turns ``loadSession`` off. See `QUIRKS`.
+"Known agent quirks"); ``--no-load`` turns ``loadSession`` (and resume) off, ``--no-resume``
+and ``--no-list`` the ``session/resume`` and ``session/list`` capabilities. See `QUIRKS`.
+
+After each prompt it tells a title (the first prompt's first line, ``session_info_update``)
+and its context use (``usage_update``: characters as tokens of a 200k window, a cent a
+prompt).
 """
 
 from __future__ import annotations

@@ -42,7 +42,12 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
         help="play a misbehaviour of a real agent (repeatable): "
         + "; ".join(f"{name}: {what}" for name, what in QUIRKS.items()),
     )
-    parser.add_argument("--no-load", action="store_true", help="do not offer session/load")
+    parser.add_argument(
+        "--no-load", action="store_true", help="do not offer session/load (nor session/resume)"
+    )
+    parser.add_argument("--no-resume", action="store_true", help="do not offer session/resume")
+    parser.add_argument("--no-list", action="store_true", help="do not offer session/list")
+    parser.add_argument("--name", default="scripted-agent", help="its name (agentInfo, whoami)")
     return parser.parse_args(argv)
 
 
@@ -54,13 +59,17 @@ def main(argv: list[str] | None = None) -> None:
         sys.stderr.flush()
         sys.exit(int(exit_code))
     scenario_path = os.environ.get("SCRIPTED_AGENT_SCENARIO")
+    load = not arguments.no_load and os.environ.get(
+        "SCRIPTED_AGENT_LOAD_SESSION", "1"
+    ).lower() not in {"0", "false", "no", "off"}
     agent = ScriptedAgent(
         SessionStore(os.environ.get("SCRIPTED_AGENT_STATE_DIR")),
-        load_session=not arguments.no_load
-        and os.environ.get("SCRIPTED_AGENT_LOAD_SESSION", "1").lower()
-        not in {"0", "false", "no", "off"},
+        load_session=load,
         scenario=Path(scenario_path).read_text() if scenario_path else None,
         quirks=frozenset(arguments.quirk),
+        resume_session=load and not arguments.no_resume,  # no load: no way back at all
+        list_sessions=not arguments.no_list,
+        name=arguments.name,
     )
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(serve(agent))

@@ -6,7 +6,6 @@ import asyncio
 import contextlib
 import json
 import os
-import uuid
 from typing import Any
 
 from acp.connection import Connection
@@ -17,34 +16,31 @@ from acp.schema import (
     ClientCapabilities,
     Implementation,
     InitializeResponse,
-    LoadSessionResponse,
-    NewSessionResponse,
     PromptResponse,
-    SetSessionConfigOptionResponse,
+    SessionCapabilities,
+    SessionListCapabilities,
+    SessionResumeCapabilities,
     TextContentBlock,
 )
 
 from bridge.devtools.scripted_agent.language import (
-    MODELS,
-    MODES,
     PERMISSION_OPTIONS,
     SCENARIOS,
     STOP_REASONS,
 )
+from bridge.devtools.scripted_agent.session_methods import SessionMethods
 from bridge.devtools.scripted_agent.sessions import Cancelled, Session, SessionStore
 from bridge.devtools.scripted_agent.wire import (
-    config_of,
     exit_soon,
     flood_stderr,
     message_chunk,
-    modes_of,
     plan_entries,
     probe,
     text_block,
 )
 
 
-class ScriptedAgent:
+class ScriptedAgent(SessionMethods):
     """The agent side; the router calls these methods with the request fields as kwargs."""
 
     def __init__(
@@ -53,6 +49,9 @@ class ScriptedAgent:
         *,
         load_session: bool,
         scenario: str | None,
+        resume_session: bool = True,
+        list_sessions: bool = True,
+        name: str = "scripted-agent",
         quirks: frozenset[str] = frozenset(),
     ) -> None:
         self.store = store
@@ -61,6 +60,9 @@ class ScriptedAgent:
         # empty end_turn). Process memory, so a session/load here does not clear it.
         self.behind: dict[str, asyncio.Future[str] | None] = {}
         self.load_enabled = load_session
+        self.resume_enabled = resume_session
+        self.name = name
+        self.list_enabled = list_sessions
         self.scenario = scenario
         self.elicitation = False
         self.conn: Connection | None = None
@@ -76,54 +78,15 @@ class ScriptedAgent:
         self.elicitation = elicitation is not None and elicitation.form is not None
         return InitializeResponse(
             protocol_version=PROTOCOL_VERSION,
-            agent_capabilities=AgentCapabilities(load_session=self.load_enabled),
-            agent_info=Implementation(name="scripted-agent", version="1.0"),
+            agent_capabilities=AgentCapabilities(
+                load_session=self.load_enabled,
+                session_capabilities=SessionCapabilities(
+                    list=SessionListCapabilities() if self.list_enabled else None,
+                    resume=SessionResumeCapabilities() if self.resume_enabled else None,
+                ),
+            ),
+            agent_info=Implementation(name=self.name, version="1.0"),
         )
-
-    async def new_session(self, cwd: str, **_: Any) -> NewSessionResponse:
-        session = Session(f"sess-{uuid.uuid4().hex[:12]}", cwd)
-        self.store.save(session)
-        # Real agents announce their slash commands right after session/new: an idle update.
-        self._later(0.005, self._announce_commands(session.session_id))
-        return NewSessionResponse(
-            session_id=session.session_id,
-            modes=modes_of(session),
-            config_options=config_of(session),
-        )
-
-    async def load_session(self, cwd: str, session_id: str, **_: Any) -> LoadSessionResponse:
-        if not self.load_enabled:
-            raise RequestError.method_not_found("session/load")
-        session = self.store.load(session_id)
-        if session is None:
-            raise RequestError.invalid_params({"details": f"unknown session {session_id}"})
-        for entry in session.history:  # the spec: replay the conversation, then answer
-            kind = "user_message_chunk" if entry["role"] == "user" else "agent_message_chunk"
-            await self._update(
-                session_id, {"sessionUpdate": kind, "content": text_block(entry["text"])}
-            )
-        return LoadSessionResponse(modes=modes_of(session), config_options=config_of(session))
-
-    async def set_session_mode(self, session_id: str, mode_id: str, **_: Any) -> None:
-        session = self.store.load(session_id)
-        if session is None:
-            raise RequestError.invalid_params({"details": f"unknown session {session_id}"})
-        if mode_id not in dict(MODES):
-            raise RequestError.invalid_params({"details": f"no mode {mode_id}"})
-        session.mode = mode_id
-        update = {"sessionUpdate": "current_mode_update", "currentModeId": mode_id}
-        self._later(0.005, self._update(session_id, update))
-
-    async def set_config_option(
-        self, config_id: str, session_id: str, value: Any, **_: Any
-    ) -> SetSessionConfigOptionResponse:
-        session = self.store.load(session_id)
-        if session is None:
-            raise RequestError.invalid_params({"details": f"unknown session {session_id}"})
-        if config_id != "model" or value not in dict(MODELS):
-            raise RequestError.invalid_params({"details": f"no value {value} for {config_id}"})
-        session.model = value
-        return SetSessionConfigOptionResponse(config_options=config_of(session))
 
     async def prompt(self, session_id: str, prompt: list[Any], **_: Any) -> PromptResponse:
         session = self.store.load(session_id)
@@ -159,7 +122,8 @@ class ScriptedAgent:
             reason = "cancelled"
         if session.replies:
             session.history.append({"role": "agent", "text": "".join(session.replies)})
-            self.store.save(session)
+        await self._after_prompt(session, text)
+        self.store.save(session)
         if reason == "cancelled" and "cancel-end-turn" in self.quirks:
             return "end_turn"
         return reason
@@ -244,6 +208,11 @@ class ScriptedAgent:
             await self._say(session, f"mode: {session.mode}")
         elif word == "model":
             await self._say(session, f"model: {session.model}")
+        elif word == "cwd":
+            await self._say(session, f"cwd: {session.cwd} (process: {os.getcwd()})")
+        elif word == "whoami":
+            title = session.title or "-"
+            await self._say(session, f"{self.name}: resumed={session.resumed} title={title}")
         elif word == "history":
             prompts = sum(1 for entry in session.history if entry["role"] == "user")
             await self._say(session, f"history: {prompts} prompts")

@@ -24,6 +24,8 @@ SCENARIOS: dict[str, str] = {
     "history": "history — reply with how many prompts this session has seen",
     "mode": "mode — reply with the session's current mode (`mode: <id>`)",
     "model": "model — reply with the session's current model (`model: <value>`)",
+    "cwd": "cwd — reply with the session's working folder and the process's",
+    "whoami": "whoami — reply `NAME: resumed=N title=T` (its --name, session/resume calls, title)",
     "echo": "echo TEXT — reply 'echo: TEXT'",
     "probe": 'probe {"read": [P], "write": [P], "run": [[ARGV]], "env": [PREFIX]} — reply'
     " `probe: JSON`, what each route gave (sandbox tests)",

@@ -21,6 +21,9 @@ class Session:
     replies: list[str] = field(default_factory=list)
     mode: str = "default"  # this process's memory only: a restarted agent is back to default
     model: str = "swift"  # likewise
+    title: str = ""
+    updated_at: str | None = None
+    resumed: int = 0  # session/resume calls on this process
 
 
 class SessionStore:
@@ -37,7 +40,13 @@ class SessionStore:
         self.folder.mkdir(parents=True, exist_ok=True)
         target = self.folder / f"{session.session_id}.json"
         temporary = target.with_suffix(".tmp")
-        temporary.write_text(json.dumps({"cwd": session.cwd, "history": session.history}))
+        data = {
+            "cwd": session.cwd,
+            "history": session.history,
+            "title": session.title,
+            "updated_at": session.updated_at,
+        }
+        temporary.write_text(json.dumps(data))
         temporary.replace(target)
 
     def load(self, session_id: str) -> Session | None:
@@ -50,5 +59,14 @@ class SessionStore:
             return None
         data = json.loads(path.read_text())
         session = Session(session_id, data.get("cwd", ""), list(data.get("history", [])))
+        session.title = str(data.get("title") or "")
+        session.updated_at = data.get("updated_at")
         self.memory[session_id] = session
         return session
+
+    def every(self) -> list[Session]:
+        """Every session this agent knows, on disk or in memory."""
+        if self.folder is not None and self.folder.is_dir():
+            for path in self.folder.glob("*.json"):
+                self.load(path.stem)
+        return list(self.memory.values())

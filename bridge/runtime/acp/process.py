@@ -151,6 +151,21 @@ class AgentProcess:
     def can_load(self) -> bool:
         return bool(self.capabilities and self.capabilities.load_session)
 
+    @property
+    def can_resume(self) -> bool:
+        """`session/resume` (unstable): an earlier session back without its replay."""
+        offered = self.capabilities.session_capabilities if self.capabilities else None
+        return bool(offered and offered.resume is not None)
+
+    async def reopen(self, cwd: str, session_id: str) -> tuple[SessionModeState | None, Any]:
+        """An earlier session back on this process: `session/resume` where offered, else
+        `session/load` (its replayed history arrives as updates, never shown)."""
+        if not self.can_resume:
+            return await self.load_session(cwd, session_id)
+        params = {"sessionId": session_id, "cwd": cwd, "mcpServers": []}
+        raw = await self.conn.send_request(AGENT_METHODS["session_resume"], params)
+        return _modes_and_config(raw)
+
     async def initialize(
         self, capabilities: ClientCapabilities, info: Implementation
     ) -> InitializeResponse:
@@ -177,14 +192,7 @@ class AgentProcess:
         as updates."""
         request = LoadSessionRequest(cwd=cwd, session_id=session_id, mcp_servers=[])
         raw = await self.conn.send_request(AGENT_METHODS["session_load"], serialize_params(request))
-        answer = raw if isinstance(raw, dict) else {}
-        try:
-            modes = (
-                SessionModeState.model_validate(answer["modes"]) if answer.get("modes") else None
-            )
-        except ValueError:
-            modes = None  # malformed modes: the session works without them
-        return modes, answer.get("configOptions")
+        return _modes_and_config(raw)
 
     async def set_config(self, session_id: str, config_id: str, value: str) -> Any:
         """`session/set_config_option`; the agent's options after it (raw JSON)."""
@@ -240,6 +248,15 @@ class AgentProcess:
         for task in list(self.tasks):
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await asyncio.wait_for(task, grace)
+
+
+def _modes_and_config(raw: Any) -> tuple[SessionModeState | None, Any]:
+    answer = raw if isinstance(raw, dict) else {}
+    try:
+        modes = SessionModeState.model_validate(answer["modes"]) if answer.get("modes") else None
+    except ValueError:
+        modes = None  # malformed modes: the session works without them
+    return modes, answer.get("configOptions")
 
 
 EXIT_POLL_SECONDS = 0.25

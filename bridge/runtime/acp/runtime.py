@@ -44,6 +44,7 @@ from bridge.runtime.acp.client import (
     client_capabilities,
     unknown_update_kind,
 )
+from bridge.runtime.acp.diagnostics import Diagnostics
 from bridge.runtime.acp.normalize import (
     SESSION_STATE_KINDS,
     elicitation_question,
@@ -70,6 +71,7 @@ from bridge.runtime.events import (
     PromptSent,
     RuntimeExited,
     TurnEvent,
+    UsageReported,
 )
 from bridge.runtime.port import EventSink, SessionHandle
 from bridge.runtime.sandbox import SandboxPolicy
@@ -86,7 +88,7 @@ SCRUBBED_PREFIXES = ("FEISHU_", "BRIDGE_")
 __all__ = ["AcpRuntime", "SessionInfo", "SessionLost"]
 
 
-class AcpRuntime(SessionSettings):
+class AcpRuntime(SessionSettings, Diagnostics):
     """Drives ACP agent subprocesses; see the module docstring for the policies."""
 
     def __init__(
@@ -140,15 +142,26 @@ class AcpRuntime(SessionSettings):
         self.late_updates = 0  # turn updates after their prompt's result: dropped
 
     @classmethod
-    def from_settings(cls, settings: Settings, **overrides: Any) -> AcpRuntime:
+    def from_settings(
+        cls,
+        settings: Settings,
+        *,
+        argv: Sequence[str] | None = None,
+        workdir: Path | None = None,
+        **overrides: Any,
+    ) -> AcpRuntime:
+        """The runtime of one agent profile (`argv`) in one workspace (`workdir`); by
+        default the first of each."""
+        argv = argv or settings.agent_profiles[0][1]
+        workdir = workdir or settings.workspace_roots[0][1]
         options: dict[str, Any] = {
             "max_agents": settings.bridge_max_agents,
             "sessions_per_agent": settings.bridge_sessions_per_agent or None,
             "elicitation": settings.bridge_elicitation,
-            "sandbox": SandboxPolicy.from_settings(settings),
+            "sandbox": SandboxPolicy.from_settings(settings, workdir=workdir),
         }
         options.update(overrides)
-        return cls(settings.agent_argv, settings.bridge_workdir, **options)
+        return cls(argv, workdir, **options)
 
     # --- the AgentRuntime port ----------------------------------------------------------------
 
@@ -164,6 +177,10 @@ class AcpRuntime(SessionSettings):
         chosen: Mapping[str, str] | None = None,
     ) -> SessionHandle:
         return await self._sessions.open(conversation_key, resume_session_id, chosen or {})
+
+    def release(self, conversation_key: str) -> None:
+        """The conversation now works with another agent or workspace (see `Sessions`)."""
+        self._sessions.release(conversation_key)
 
     async def prompt(self, session_id: str, text: str, sink: EventSink) -> None:
         session = self._sessions.get(session_id)
@@ -245,40 +262,6 @@ class AcpRuntime(SessionSettings):
             pending.cancel()
         await self._pool.close()
 
-    # --- diagnostics --------------------------------------------------------------------------
-
-    def session_info(self, session_id: str) -> SessionInfo | None:
-        session = self._sessions.get(session_id)
-        return session.info if session else None
-
-    def pending_request_ids(self) -> list[str]:
-        return self._requests.ids()
-
-    def running_processes(self) -> list[AgentProcess]:
-        return self._pool.running()
-
-    def snapshot(self) -> dict[str, Any]:
-        """Operator view: processes and their sessions. Never the stderr tail: an agent may
-        echo the prompt there (it is in the DEBUG log only)."""
-        return {
-            "command": self._pool.program,
-            "unknown_updates": self.unknown_updates,
-            "late_updates": self.late_updates,
-            "oversize_updates": self._pool.oversize_lines,
-            "pending_requests": len(self._requests),
-            "agents": [
-                {
-                    "slot": slot.index,
-                    "pid": slot.process.pid if slot.process else None,
-                    "alive": slot.alive,
-                    "returncode": slot.process.returncode if slot.process else None,
-                    "sessions": self._sessions.load(slot.index),
-                    "running_turns": self._sessions.running_turns(slot.index),
-                }
-                for slot in self._pool.slots
-            ],
-        }
-
     # --- processes ----------------------------------------------------------------------------
 
     def _on_process_exit(self, process: AgentProcess) -> None:
@@ -335,6 +318,9 @@ class AcpRuntime(SessionSettings):
             return  # a stale process, a replay during load, or an unknown session
         if update_kind(update) in SESSION_STATE_KINDS:
             session.info.absorb(update)
+            usage = session.info.usage
+            if turn is not None and update_kind(update) == "usage_update" and usage:
+                turn.emit(UsageReported(session_id, usage))
             return
         if turn is None:
             session.info.idle_updates += 1

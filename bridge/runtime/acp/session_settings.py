@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 from bridge.runtime.acp.sessions import Sessions
-from bridge.runtime.events import ConfigOption, SessionModes
+from bridge.runtime.events import ConfigOption, SessionFacts, SessionModes, model_option
 
 
 class SessionSettings:
@@ -28,3 +28,17 @@ class SessionSettings:
     async def commands(self, session_id: str) -> tuple[str, ...]:
         info = self._sessions.info(session_id)
         return info.available_commands if info else ()
+
+    async def facts(self, session_id: str) -> SessionFacts | None:
+        session = self._sessions.get(session_id)
+        if session is None:
+            return None
+        info = session.info
+        model = model_option(info.config)
+        return SessionFacts(
+            folder=session.cwd,
+            mode=info.mode_id,
+            model=model.current if model else None,
+            title=info.title,
+            usage=info.usage,
+        )

@@ -22,14 +22,22 @@ from acp.schema import (
     CurrentModeUpdate,
     SessionInfoUpdate,
     SessionModeState,
+    UsageUpdate,
 )
 
 from bridge.runtime.acp.pool import AgentPool, describe_error
 from bridge.runtime.acp.process import AgentProcess
-from bridge.runtime.events import ConfigOption, ModeOption, SessionModes, config_from_wire
+from bridge.runtime.events import (
+    ConfigOption,
+    ModeOption,
+    SessionModes,
+    Usage,
+    config_from_wire,
+)
 from bridge.runtime.port import (
     CONFIG_CHOICE,
     MODE_CHOICE,
+    WORKSPACE_CHOICE,
     AgentRefused,
     RuntimeUnavailable,
     SessionHandle,
@@ -54,6 +62,7 @@ class SessionInfo:
     modes: tuple[ModeOption, ...] = ()  # offered in the session/new or session/load answer
     config: tuple[ConfigOption, ...] = ()  # the agent's session config options, as last told
     title: str | None = None
+    usage: Usage | None = None
     idle_updates: int = 0  # updates that arrived while no turn ran (incl. load replay)
 
     def offered(self, state: SessionModeState | None, config: Any = None) -> None:
@@ -70,6 +79,14 @@ class SessionInfo:
             self.mode_id = update.current_mode_id
         elif isinstance(update, SessionInfoUpdate) and update.title is not None:
             self.title = update.title
+        elif isinstance(update, UsageUpdate):
+            cost = update.cost
+            self.usage = Usage(
+                update.used,
+                update.size,
+                cost.amount if cost else None,
+                cost.currency if cost else None,
+            )
         elif isinstance(update, ConfigOptionUpdate):
             self.config = config_from_wire(update.model_dump(by_alias=True)["configOptions"])
 
@@ -80,6 +97,7 @@ class AcpSession:
     conversation_key: str
     slot: int
     process: AgentProcess
+    cwd: str  # the session's working folder (session/new, and every reload of it)
     turn: AcpTurn | None = None
     prompts: int = 0  # prompts sent on this session by this bridge
     # The last turn was cancelled: some agents answer the next prompt with that turn's
@@ -137,14 +155,15 @@ class Sessions:
     async def open_new(self, conversation_key: str) -> SessionHandle:
         slot = self._pool.choose(self.load, replacing=self._by_conversation.get(conversation_key))
         process = await self._pool.live(slot)
+        cwd = self.cwd_of(conversation_key)
         try:
-            session_id, modes, config = await process.new_session(str(self._pool.workdir))
+            session_id, modes, config = await process.new_session(cwd)
         except RequestError as exc:
             reason = describe_error(exc)
             raise RuntimeUnavailable(f"the agent refused session/new: {reason}") from exc
         except ConnectionError as exc:
             raise RuntimeUnavailable("the agent exited while opening a session") from exc
-        session = AcpSession(session_id, conversation_key, slot.index, process)
+        session = AcpSession(session_id, conversation_key, slot.index, process, cwd)
         session.info.offered(modes, config)
         self._bind(conversation_key, session)
         logger.info("opened session %s on agent[%d]", session_id, slot.index)
@@ -164,14 +183,15 @@ class Sessions:
         # Unknown here (e.g. the bridge restarted): ask an agent that can load sessions.
         slot = self._pool.choose(self.load, replacing=self._by_conversation.get(conversation_key))
         process = await self._pool.live(slot)
-        if not process.can_load:
+        if not (process.can_load or process.can_resume):
             return None
+        cwd = self.cwd_of(conversation_key)
         try:
-            modes, config = await process.load_session(str(self._pool.workdir), session_id)
+            modes, config = await process.reopen(cwd, session_id)
         except (RequestError, ConnectionError) as exc:
             logger.info("agent could not load session %s (%s)", session_id, type(exc).__name__)
             return None
-        session = AcpSession(session_id, conversation_key, slot.index, process)
+        session = AcpSession(session_id, conversation_key, slot.index, process, cwd)
         session.info.offered(modes, config)
         self._bind(conversation_key, session)
         logger.info("loaded session %s on agent[%d]", session_id, slot.index)
@@ -185,14 +205,12 @@ class Sessions:
         async with session.reload_lock:
             if session.process is process:
                 return process
-            if not process.can_load:
+            if not (process.can_load or process.can_resume):
                 raise SessionLost(
                     f"the agent restarted and cannot reload session {session.session_id}"
                 )
             try:
-                modes, config = await process.load_session(
-                    str(self._pool.workdir), session.session_id
-                )
+                modes, config = await process.reopen(session.cwd, session.session_id)
             except RequestError as exc:
                 reason = describe_error(exc)
                 raise SessionLost(f"the agent could not reload the session: {reason}") from exc
@@ -234,7 +252,7 @@ class Sessions:
                 raise RuntimeUnavailable(str(exc)) from exc
         async with session.reload_lock:
             try:
-                await process.load_session(str(self._pool.workdir), session.session_id)
+                await process.load_session(session.cwd, session.session_id)
             except RequestError as exc:
                 logger.warning("reload after a cancel failed: %s", describe_error(exc))
                 return process, False
@@ -248,6 +266,20 @@ class Sessions:
         if session is None or not session.info.modes:
             return None
         return SessionModes(session.info.mode_id, session.info.modes)
+
+    def cwd_of(self, conversation_key: str) -> str:
+        """The folder the conversation chose (/cd), else the pool's workspace."""
+        chosen = self._chosen.get(conversation_key, {})
+        return chosen.get(WORKSPACE_CHOICE) or str(self._pool.workdir)
+
+    def release(self, conversation_key: str) -> None:
+        """The conversation moved to another agent or workspace: its idle session here is
+        let go (a running one ends with its turn)."""
+        session_id = self._by_conversation.pop(conversation_key, None)
+        session = self._sessions.get(session_id) if session_id else None
+        if session is not None and session.turn is None:
+            self._sessions.pop(session.session_id, None)
+            session.process.sessions.discard(session.session_id)
 
     def choose(self, conversation_key: str, chosen: Mapping[str, str]) -> None:
         """What the conversation chose of its agent (`MODE_CHOICE`, `CONFIG_CHOICE` + id),

@@ -46,8 +46,9 @@ OPTS = (
 PEOPLE = (ALICE, ALICE, "ou_bob", "ou_boss")
 
 
-# /mode only asks the agent (no execution state changes); the runs keep the commands that do.
-STATEFUL_COMMANDS = [c for c in CommandName if c is not CommandName.MODE]
+# Commands that only ask (the agent or the store) change no execution state; the runs keep
+# the commands that do, so the random walks still reach every drawn edge.
+STATEFUL_COMMANDS = [CommandName.NEW, CommandName.STOP, CommandName.HELP, CommandName.UNKNOWN]
 
 
 @dataclass

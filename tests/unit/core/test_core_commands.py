@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from bridge.core.effects import MarkMessageDone, PostText, React, StartTurn
-from bridge.core.inputs import Command, CommandName
+from bridge.core.effects import AskStatus, MarkMessageDone, PostText, React, StartTurn
+from bridge.core.inputs import Command, CommandName, StatusAnswered
 from bridge.core.snapshot import snapshot
 from bridge.core.state import RUNNING_STATES, ExecState
 from bridge.core.text import Text, format_elapsed
@@ -13,9 +13,11 @@ from bridge.runtime.events import (
     PermissionKind,
     PermissionOption,
     PermissionRequested,
+    SessionFacts,
     StopReason,
     ToolCallStarted,
     TurnEnded,
+    Usage,
 )
 from tests.unit.core.core_driver import ALICE, SID, Driver, of_type
 
@@ -24,13 +26,49 @@ def command(name: CommandName, mid: str = "c1", raw: str = "") -> Command:
     return Command(name, mid, ALICE, raw)
 
 
-def test_status_when_idle() -> None:
-    out = Driver().feed(command(CommandName.STATUS))
-    assert out == [
+FACTS = SessionFacts("claude", "/srv/app", "plan", "deep", "Fix the build", Usage(12_345, 200_000))
+
+
+def status(d: Driver, at: float = 0.0) -> list[object]:
+    """/status, then the runtime's answer: what the user is shown."""
+    asked = d.feed(command(CommandName.STATUS), at=at)
+    assert of_type(asked, AskStatus) == [AskStatus("c1", d.conv.session_id)]
+    return [*asked, *d.feed(StatusAnswered("c1", FACTS), at=at)]
+
+
+def test_status_when_idle_names_the_agent_folder_mode_model_title_and_context() -> None:
+    out = status(Driver())
+    assert [e for e in out if not isinstance(e, AskStatus)] == [
         React("c1"),
-        PostText("status.idle", {}, "c1", "c1:status"),
         MarkMessageDone("c1"),
+        PostText(
+            "command.status",
+            {
+                "state": Text("status.idle", {}),
+                "agent": "claude",
+                "folder": "/srv/app",
+                "mode": "plan",
+                "model": "deep",
+                "title": "Fix the build",
+                "usage": Text("usage.context", {"used": "12.3k", "size": "200k", "percent": 6}),
+            },
+            "c1",
+            "c1:status",
+        ),
     ]
+
+
+def test_status_says_unknown_for_what_the_agent_never_told() -> None:
+    d = Driver()
+    d.feed(command(CommandName.STATUS))
+    out = d.feed(StatusAnswered("c1", SessionFacts("claude", "/srv/app")))
+    params = of_type(out, PostText)[0].params
+    assert params["title"] == Text("status.no_session")  # the next message opens one
+    d.start()
+    d.feed(command(CommandName.STATUS))
+    out = d.feed(StatusAnswered("c1", SessionFacts("claude", "/srv/app")))
+    params = of_type(out, PostText)[0].params
+    assert [params[k] for k in ("mode", "model", "title", "usage")] == [Text("status.unknown")] * 4
 
 
 def test_status_while_running_says_elapsed_activity_and_queue() -> None:
@@ -38,29 +76,26 @@ def test_status_while_running_says_elapsed_activity_and_queue() -> None:
     d.start()
     d.feed(ToolCallStarted(SID, "t1", "pytest -q"), at=100.0)
     d.message("m2", at=110.0)
-    out = d.feed(command(CommandName.STATUS), at=130.0)
-    assert [(p.key, p.params, p.reply_to) for p in of_type(out, PostText)] == [
-        (
+    out = status(d, at=130.0)
+    assert [p.params["state"] for p in of_type(out, PostText)] == [
+        Text(
             "status.streaming",
             {"elapsed": Text("time.minutes", {"n": 2}), "activity": "pytest -q", "queue": 1},
-            "c1",
         )
     ]
     assert of_type(out, StartTurn) == []  # a command is never a turn
 
 
-def test_status_while_waiting_for_approval_names_the_request() -> None:
+def test_status_while_waiting_for_approval_names_it_and_how_long() -> None:
     d = Driver()
     d.start()
     opts = (PermissionOption("ok", "OK", PermissionKind.ALLOW_ONCE),)
     d.feed(PermissionRequested(SID, "r1", "Push to main", opts), at=10.0)
-    out = d.feed(command(CommandName.STATUS), at=70.0)
-    assert of_type(out, PostText)[0].key == "status.waiting_approval"
-    assert of_type(out, PostText)[0].params == {
-        "title": "Push to main",
-        "waited": Text("time.minutes", {"n": 1}),
-        "queue": 0,
-    }
+    state = of_type(status(d, at=70.0), PostText)[0].params["state"]
+    assert state == Text(
+        "status.waiting_approval",
+        {"title": "Push to main", "waited": Text("time.minutes", {"n": 1}), "queue": 0},
+    )
 
 
 def test_status_does_not_change_the_state() -> None:

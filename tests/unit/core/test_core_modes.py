@@ -99,9 +99,10 @@ def test_model_and_config_lines() -> None:
 
 def test_an_agent_command_goes_to_the_agent_and_help_lists_it() -> None:
     d = Driver()
-    d.feed(AgentCommands(("compact", "init")))
+    d.feed(AgentCommands(("compact", "init"), "claude"))
     help_lines = lines(list(d.feed(Command(CommandName.HELP, "h1", ALICE, "/help"))))
-    assert help_lines == [("command.help_agent", {"commands": "/compact  /init"})]
+    params = {"commands": "/compact  /init", "agent": "claude"}
+    assert help_lines == [("command.help_agent", params)]
     out = list(d.feed(Command(CommandName.UNKNOWN, "c2", ALICE, "/compact", "now")))
     (start,) = of_type(out, StartTurn)
     assert start.text == "/compact now"

@@ -18,7 +18,7 @@ from bridge.engine.engine import Engine, EngineConfig
 from bridge.feishu.api import BotInfo
 from bridge.feishu.models import CardAction, InboundMessage
 from bridge.i18n import Translator
-from bridge.runtime.events import PromptSent, StopReason, TurnEnded, TurnEvent
+from bridge.runtime.events import PromptSent, SessionFacts, StopReason, TurnEnded, TurnEvent
 from bridge.runtime.port import EventSink, RuntimeUnavailable, SessionHandle
 from bridge.store import MemoryStore
 
@@ -196,6 +196,9 @@ class FakeRuntime:
 
     async def commands(self, session_id: str) -> tuple[str, ...]:
         return ()
+
+    async def facts(self, session_id: str) -> SessionFacts | None:
+        return SessionFacts(folder="/work")
 
     async def close(self) -> None:
         return None

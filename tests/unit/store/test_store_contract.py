@@ -10,6 +10,7 @@ import pytest
 from bridge.store import (
     ApprovalStatus,
     MessageState,
+    SessionRecord,
     Store,
     StoreClosed,
     TurnOutcome,
@@ -294,6 +295,28 @@ async def test_preferences_are_kept_per_conversation_and_replaced(store: Store) 
     await store.set_preference("A", "mode", "default", T0 + 1)
     assert await store.preferences("A") == {"mode": "default", "config:model": "deep"}
     assert await store.preferences("B") == {"mode": "yolo"}
+
+
+async def test_sessions_are_listed_newest_activity_first_and_keep_their_title(
+    store: Store,
+) -> None:
+    def record(sid: str, title: str, started: float, active: float) -> SessionRecord:
+        return SessionRecord("A", sid, "claude", "/srv/app", title, started, active)
+
+    assert await store.sessions_of("A") == []
+    await store.note_session(record("s1", "", T0, T0))
+    await store.note_session(record("s2", "Fix the build", T0 + 1, T0 + 1))
+    await store.note_session(record("s1", "Refactor", T0 + 5, T0 + 5))  # newer activity
+    await store.note_session(record("s2", "", T0 + 2, T0 + 2))  # no title: keeps its own
+    await store.note_session(SessionRecord("B", "s9", "codex", "/srv", "", T0, T0 + 9))
+    listed = await store.sessions_of("A")
+    assert [(r.session_id, r.title, r.started_at, r.active_at) for r in listed] == [
+        ("s1", "Refactor", T0, T0 + 5),
+        ("s2", "Fix the build", T0 + 1, T0 + 2),
+    ]
+    assert [r.session_id for r in await store.sessions_of("A", limit=1)] == ["s1"]
+    await store.note_session(record("s1", "", T0 + 3, T0 + 3))  # older activity: kept
+    assert (await store.sessions_of("A"))[0].active_at == T0 + 5
 
 
 # -- 6. approvals --------------------------------------------------------------------------

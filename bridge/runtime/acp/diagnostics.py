@@ -1,0 +1,51 @@
+"""What operators and tests read of an `AcpRuntime`: its processes, sessions and counters.
+Mixed into `AcpRuntime`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bridge.runtime.acp.pool import AgentPool
+from bridge.runtime.acp.process import AgentProcess
+from bridge.runtime.acp.requests import PendingRequests
+from bridge.runtime.acp.sessions import SessionInfo, Sessions
+
+
+class Diagnostics:
+    _pool: AgentPool
+    _sessions: Sessions
+    _requests: PendingRequests
+    unknown_updates: int
+    late_updates: int
+
+    def session_info(self, session_id: str) -> SessionInfo | None:
+        session = self._sessions.get(session_id)
+        return session.info if session else None
+
+    def pending_request_ids(self) -> list[str]:
+        return self._requests.ids()
+
+    def running_processes(self) -> list[AgentProcess]:
+        return self._pool.running()
+
+    def snapshot(self) -> dict[str, Any]:
+        """Operator view: processes and their sessions. Never the stderr tail: an agent may
+        echo the prompt there (it is in the DEBUG log only)."""
+        return {
+            "command": self._pool.program,
+            "unknown_updates": self.unknown_updates,
+            "late_updates": self.late_updates,
+            "oversize_updates": self._pool.oversize_lines,
+            "pending_requests": len(self._requests),
+            "agents": [
+                {
+                    "slot": slot.index,
+                    "pid": slot.process.pid if slot.process else None,
+                    "alive": slot.alive,
+                    "returncode": slot.process.returncode if slot.process else None,
+                    "sessions": self._sessions.load(slot.index),
+                    "running_turns": self._sessions.running_turns(slot.index),
+                }
+                for slot in self._pool.slots
+            ],
+        }

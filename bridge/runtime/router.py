@@ -1,0 +1,212 @@
+"""Routes: which agent profile, in which workspace, serves a conversation.
+
+`BRIDGE_AGENTS` names agent profiles and `BRIDGE_WORKSPACES` named folders; a conversation
+picks one of each (`/agent`, `/cd`, kept as its choices `AGENT_CHOICE` and
+`WORKSPACE_CHOICE`). Each (profile, workspace) pair gets its own runtime, built on first
+use: its own agent processes, limits and sandbox around that workspace. A session belongs
+to the runtime that opened it; every call about the session goes there.
+
+With one profile and one workspace (the default) there is exactly one runtime, as before.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from bridge.runtime.events import (
+    ConfigOption,
+    PermissionRequested,
+    QuestionAsked,
+    SessionFacts,
+    SessionModes,
+    TurnEvent,
+)
+from bridge.runtime.port import (
+    AGENT_CHOICE,
+    WORKSPACE_CHOICE,
+    AgentRuntime,
+    EventSink,
+    SessionHandle,
+)
+
+
+@dataclass(frozen=True)
+class Routes:
+    """The configured agent profiles (name, argv) and workspaces (name, resolved folder),
+    the first of each the default. Pure data the engine reads too (for /agent and /cd)."""
+
+    agents: tuple[tuple[str, tuple[str, ...]], ...]
+    workspaces: tuple[tuple[str, Path], ...]
+
+    def __post_init__(self) -> None:
+        if not self.agents or not self.workspaces:
+            raise ValueError("at least one agent and one workspace")
+
+    @classmethod
+    def of(
+        cls, agents: Sequence[tuple[str, Sequence[str]]], workspaces: Sequence[tuple[str, Path]]
+    ) -> Routes:
+        return cls(tuple((n, tuple(argv)) for n, argv in agents), tuple(workspaces))
+
+    @classmethod
+    def single(cls, folder: Path | None = None) -> Routes:
+        """One agent in one folder (tests, and engines built without settings)."""
+        return cls((("agent", ("agent",)),), (("work", folder or Path.cwd()),))
+
+    @property
+    def agent_names(self) -> tuple[str, ...]:
+        return tuple(name for name, _ in self.agents)
+
+    def agent(self, chosen: Mapping[str, str]) -> str:
+        """The conversation's agent: its choice while that profile exists, else the first."""
+        name = chosen.get(AGENT_CHOICE, "")
+        return name if name in self.agent_names else self.agents[0][0]
+
+    def folder(self, chosen: Mapping[str, str]) -> tuple[Path, Path]:
+        """(workspace root, working folder) of the conversation: its choice while it is
+        still inside a configured workspace, else the first workspace."""
+        wanted = chosen.get(WORKSPACE_CHOICE)
+        if wanted:
+            path = Path(wanted)
+            for _, root in self.workspaces:
+                if path == root or root in path.parents:
+                    return root, path
+        root = self.workspaces[0][1]
+        return root, root
+
+    def workspace_name(self, root: Path) -> str:
+        return next((name for name, folder in self.workspaces if folder == root), root.name)
+
+
+Build = Callable[[Sequence[str], Path], AgentRuntime]
+
+
+class RoutedRuntime:
+    """Implements `AgentRuntime` over one runtime per (agent profile, workspace)."""
+
+    def __init__(self, routes: Routes, build: Build) -> None:
+        self.routes = routes
+        self._build = build
+        self._runtimes: dict[tuple[str, Path], AgentRuntime] = {}
+        self._owner: dict[str, AgentRuntime] = {}  # session id -> its runtime
+        self._requests: dict[str, AgentRuntime] = {}  # pending request id -> its runtime
+        self._placed: dict[str, AgentRuntime] = {}  # conversation key -> its runtime now
+
+    def runtime(self, agent: str, root: Path) -> AgentRuntime:
+        found = self._runtimes.get((agent, root))
+        if found is None:
+            argv = dict(self.routes.agents)[agent]
+            found = self._runtimes[(agent, root)] = self._build(argv, root)
+        return found
+
+    @property
+    def default(self) -> AgentRuntime:
+        return self.runtime(self.routes.agents[0][0], self.routes.workspaces[0][1])
+
+    async def start(self) -> None:
+        await self.default.start()
+
+    async def open_session(
+        self,
+        conversation_key: str,
+        *,
+        resume_session_id: str | None = None,
+        chosen: Mapping[str, str] | None = None,
+    ) -> SessionHandle:
+        chosen = dict(chosen or {})
+        root, folder = self.routes.folder(chosen)
+        runtime = self.runtime(self.routes.agent(chosen), root)
+        before = self._placed.get(conversation_key)
+        if before is not None and before is not runtime:
+            _release(before, conversation_key)  # it moved: its idle session there goes
+        chosen[WORKSPACE_CHOICE] = str(folder)
+        owner = self._owner.get(resume_session_id or "")
+        resume = resume_session_id if owner in (None, runtime) else None
+        handle = await runtime.open_session(
+            conversation_key, resume_session_id=resume, chosen=chosen
+        )
+        self._owner[handle.session_id] = runtime
+        self._placed[conversation_key] = runtime
+        return handle
+
+    def _of(self, session_id: str) -> AgentRuntime:
+        return self._owner.get(session_id) or self.default
+
+    async def prompt(self, session_id: str, text: str, sink: EventSink) -> None:
+        runtime = self._of(session_id)
+
+        def routed(event: TurnEvent) -> None:
+            if isinstance(event, PermissionRequested | QuestionAsked):
+                self._requests[event.request_id] = runtime  # its answer goes back there
+            sink(event)
+
+        await runtime.prompt(session_id, text, routed)
+
+    async def cancel(self, session_id: str) -> None:
+        await self._of(session_id).cancel(session_id)
+
+    async def abandon(self, session_id: str) -> None:
+        await self._of(session_id).abandon(session_id)
+
+    async def answer_permission(self, request_id: str, option_id: str | None) -> None:
+        runtime = self._requests.pop(request_id, None) or self.default
+        await runtime.answer_permission(request_id, option_id)
+
+    async def answer_question(self, request_id: str, answers: Mapping[str, str] | None) -> None:
+        runtime = self._requests.pop(request_id, None) or self.default
+        await runtime.answer_question(request_id, answers)
+
+    async def modes(self, session_id: str) -> SessionModes | None:
+        return await self._of(session_id).modes(session_id)
+
+    async def set_mode(self, session_id: str, mode_id: str) -> None:
+        await self._of(session_id).set_mode(session_id, mode_id)
+
+    async def config(self, session_id: str) -> tuple[ConfigOption, ...]:
+        return await self._of(session_id).config(session_id)
+
+    async def set_config(self, session_id: str, config_id: str, value: str) -> None:
+        await self._of(session_id).set_config(session_id, config_id, value)
+
+    async def commands(self, session_id: str) -> tuple[str, ...]:
+        return await self._of(session_id).commands(session_id)
+
+    async def facts(self, session_id: str) -> SessionFacts | None:
+        runtime = self._owner.get(session_id)
+        found = await (runtime or self.default).facts(session_id)
+        if found is None:
+            return None
+        agent = next((a for (a, _), rt in self._runtimes.items() if rt is runtime), "")
+        return replace(found, agent=agent or self.routes.agents[0][0])
+
+    async def close(self) -> None:
+        for runtime in self._runtimes.values():
+            with contextlib.suppress(Exception):
+                await runtime.close()
+
+    def __getattr__(self, name: str) -> Any:
+        # Diagnostics the tests read (session_info, running_processes, …): the default's.
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(self.default, name)
+
+    def snapshot(self) -> dict[str, Any]:
+        """The default runtime's view; with several routes, every route's agents too."""
+        if len(self._runtimes) <= 1:
+            return self.default.snapshot()
+        merged = dict(self.default.snapshot())
+        merged["routes"] = [
+            {"agent": agent, "workspace": self.routes.workspace_name(root), **rt.snapshot()}
+            for (agent, root), rt in self._runtimes.items()
+        ]
+        return merged
+
+
+def _release(runtime: AgentRuntime, conversation_key: str) -> None:
+    release = getattr(runtime, "release", None)
+    if release is not None:
+        release(conversation_key)
