@@ -304,11 +304,17 @@ class Settings(BaseSettings):
 
 
 _LAUNCHERS = re.compile(r"(python[0-9.]*|node|npx|uvx|bunx|pnpx)")
+_WRAPPERS = frozenset({"unshare", "env", "nice", "ionice", "stdbuf", "setsid", "firejail"})
 
 
 def _profile_name(argv: list[str]) -> str:
     """The one agent's name when BRIDGE_AGENTS is unset: its program, or for a launcher
     (`python -m pkg.agent`, `npx @scope/agent-acp@1.2`) the program it launches."""
+    while len(argv) > 1 and Path(argv[0]).name in _WRAPPERS:
+        # `unshare -rn agent`, `env A=1 agent`: the agent is what the wrapper runs.
+        argv = argv[1:]
+        while len(argv) > 1 and (argv[0].startswith("-") or "=" in argv[0]):
+            argv = argv[1:]
     program = Path(argv[0]).name
     if not _LAUNCHERS.fullmatch(program):
         return program

@@ -111,6 +111,7 @@ class CardView:
     cut: bool = False  # the answer is longer than a card: the rest follows as messages
     end_key: str | None = None  # the ended line (translation key) when phase is ENDED
     end_params: Params = field(default_factory=dict)
+    footer: Text | None = None  # the usage footer, on the final view
 
 
 @dataclass(frozen=True)

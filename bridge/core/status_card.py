@@ -14,11 +14,13 @@ Feishu refuses in every form hands the turn back to lines (`StatusCardFailed`).
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 
 from bridge.core.context import StepContext
 from bridge.core.effects import CardPhase, CardView, PostText, RelayAgentText, ShowStatusCard
 from bridge.core.inputs import StatusCardFailed
 from bridge.core.state import ExecState, PresenceStyle, ToolLine, Turn
+from bridge.core.status_lines import footer
 from bridge.core.text import NOTHING_WRITTEN, Params
 from bridge.runtime.events import PlanEntry
 
@@ -137,6 +139,7 @@ def finalize(ctx: StepContext, key: str | None, params: Params | None, end_id: s
     answer = answer_of(turn)
     ended_key = key if key is not None or answer else "presence.ended_empty"
     last = view(ctx, phase=CardPhase.ENDED, end_key=ended_key, end_params=params)
+    last = replace(last, footer=footer(ctx))
     tid, reply_to = turn.turn_id, turn.message_id
     ctx.emit(ShowStatusCard(tid, reply_to, card_key(tid), last, final=True))
     ctx.update_turn(text=NOTHING_WRITTEN, card_text="", pending_progress=None)

@@ -61,6 +61,8 @@ def live_card(t: Translator, view: CardView, *, streaming: bool) -> dict[str, An
     elements.append(_markdown(ANSWER, answer_markdown(view.text)))
     if view.cut:
         elements.append(_markdown("note", t("card.status.cut")))
+    if view.footer is not None:
+        elements.append(_markdown("usage", markdown_literal(render_text(t, view.footer))))
     failed = view.phase is CardPhase.ENDED and view.end_key not in (None, "presence.ended_empty")
     return {
         "schema": "2.0",

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 from bridge.core.effects import AskStatus, AskSwitch
@@ -26,7 +27,7 @@ from bridge.runtime.port import (
     RuntimeUnavailable,
 )
 from bridge.runtime.router import Routes
-from bridge.store.port import Store
+from bridge.store.port import SessionRecord, Store
 
 SESSIONS_LISTED = 10
 
@@ -108,7 +109,7 @@ class Switches:
         return answer(SwitchResult.SWITCHED, str(target))
 
     async def _resume(self, key: str, work: AskSwitch) -> SwitchAnswered:
-        records = await self._store.sessions_of(key, SESSIONS_LISTED)
+        records = await self._titled(await self._store.sessions_of(key, SESSIONS_LISTED))
         bound = await self._store.session_for(key)
         entries = tuple(
             f"{n}. {r.title or r.session_id[:12]} · {r.agent} · {Path(r.folder).name or r.folder}"
@@ -142,6 +143,15 @@ class Switches:
         if opened != record.session_id:
             return answer(SwitchResult.FRESH, title)
         return answer(SwitchResult.SWITCHED, title)
+
+    async def _titled(self, records: list[SessionRecord]) -> list[SessionRecord]:
+        """The agent's own titles (`session/list`) where it keeps them, for these sessions
+        only: its list holds every chat's sessions in that folder, never shown here."""
+        titles: dict[str, str] = {}
+        for agent, folder in {(r.agent, r.folder) for r in records}:
+            chosen = {AGENT_CHOICE: agent, WORKSPACE_CHOICE: folder}
+            titles.update(await self._runtime.session_titles(chosen))
+        return [replace(r, title=titles.get(r.session_id) or r.title) for r in records]
 
     async def _move(self, key: str, choices: dict[str, str]) -> None:
         now = self._clock()

@@ -89,6 +89,9 @@ class DeferredRuntime:
     async def facts(self, session_id: str) -> SessionFacts | None:
         return await self.built.facts(session_id)
 
+    async def session_titles(self, chosen: Mapping[str, str]) -> dict[str, str]:
+        return await self.built.session_titles(chosen)
+
     async def close(self) -> None:
         if self._runtime is not None:  # nothing was ever started otherwise
             await self._runtime.close()

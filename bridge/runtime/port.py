@@ -98,6 +98,10 @@ class AgentRuntime(Protocol):
     async def facts(self, session_id: str) -> SessionFacts | None:
         """What `/status` shows of the session (None: the session is unknown here)."""
 
+    async def session_titles(self, chosen: Mapping[str, str]) -> dict[str, str]:
+        """Session titles by id from the agent's `session/list`, for the agent and folder
+        of `chosen` (`AGENT_CHOICE`, `WORKSPACE_CHOICE`); empty when it offers none."""
+
     async def close(self) -> None:
         """Stop every agent process."""
 

@@ -183,6 +183,14 @@ class RoutedRuntime:
         agent = next((a for (a, _), rt in self._runtimes.items() if rt is runtime), "")
         return replace(found, agent=agent or self.routes.agents[0][0])
 
+    async def session_titles(self, chosen: Mapping[str, str]) -> dict[str, str]:
+        root, folder = self.routes.folder(chosen)
+        key = (self.routes.agent(chosen), root)
+        runtime = self._runtimes.get(key)  # never built just to list
+        if runtime is None:
+            return {}
+        return await runtime.session_titles({**chosen, WORKSPACE_CHOICE: str(folder)})
+
     async def close(self) -> None:
         for runtime in self._runtimes.values():
             with contextlib.suppress(Exception):

@@ -419,3 +419,51 @@ async def test_real_agent_end_to_end(
         assert st.reactions(sent.message_id) == ["OnIt"]
         turns = st.demo.service.engine.conversations.values()
         assert all(a.conv.state.value == "idle" and a.conv.turn is None for a in turns)
+
+
+# --- steering a real agent (modes, its own commands, /status) --------------------------------
+
+CLAUDE_MODES = (
+    "default — Default\nacceptEdits — Accept Edits\nplan — Plan Mode\ndontAsk — Don't Ask\n"
+    "bypassPermissions — Bypass Permissions"
+)
+
+
+async def test_claude_code_acp_modes_commands_and_status_from_the_chat(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """claude-code-acp offline: its session modes listed and switched, its own slash
+    commands in /help and passed through, and /status naming the agent and its mode. (Its
+    models need an account: offline it offers none, and /model says so.)"""
+    agent = BY_NAME.get("claude-code-acp")
+    if agent is None:
+        if os.environ.get("CI"):
+            pytest.fail(
+                "CI is set but claude-code-acp is not fetched (scripts/fetch-real-agents.sh)"
+            )
+        pytest.skip("claude-code-acp is not in .cache/real-agents")
+    offline_environment(monkeypatch, tmp_path / "agent-home")
+    command = shlex.join(offline(agent))
+    async with running_stack(tmp_path / "bridge", agent_command=command) as st:
+
+        async def ask(text: str) -> str:
+            count = len(st.texts())
+            await st.say(text)
+            await st.wait_texts(count + 1, within=WITHIN)
+            return st.texts()[count]
+
+        assert await ask("/mode") == t("command.mode_list", current="default", modes=CLAUDE_MODES)
+        assert await ask("/mode plan") == t("command.mode_set", mode="plan")
+        assert await ask("/mode") == t("command.mode_list", current="plan", modes=CLAUDE_MODES)
+        assert await ask("/model") == t("command.model_unsupported")
+        assert await ask("hello") == t("presence.unrecoverable")  # no account: the prompt fails
+        await st.settled()
+        status = (await ask("/status")).splitlines()
+        # The agent is named after the program, not the `unshare -rn` wrapped around it.
+        assert status[1].startswith("助手：claude-code-acp · 目录：")
+        assert status[2] == "模式：plan · 模型：未知"
+        help_text = await ask("/help")
+        assert "助手 claude-code-acp 自己的命令（原样交给助手）：" in help_text
+        assert "/compact" in help_text.splitlines()[-1]
+        # Its own command goes to it as a prompt (and fails like any prompt offline).
+        assert await ask("/compact") == t("presence.unrecoverable")

@@ -209,3 +209,17 @@ async def test_a_closed_stream_is_carried_on_by_whole_updates(stack: Stack) -> N
     kinds = [c.kind for c in stack.emu.cardkit.changes]
     assert "content" not in kinds
     assert kinds.count("update") >= 2
+
+
+async def test_the_usage_footer_is_the_cards_last_line(tmp_path: Path) -> None:
+    settings = {**CARD_STYLE, "bridge_usage_footer": True}
+    async with running_stack(tmp_path, settings=settings) as stack:
+        await stack.say("tool Read README.md\nsay done here")
+        await stack.settled()
+        card = final_card(stack)
+        assert element(card, "answer") == "done here"
+        used = len("tool Read README.md\nsay done here") + len("done here")
+        footer = f"上下文 {used} / 200k（0%）· 累计费用 0.01 USD"
+        assert element(card, "usage") == footer
+        assert card["body"]["elements"][-1]["element_id"] == "usage"
+        assert plain_texts(stack) == []

@@ -134,6 +134,19 @@ async def test_sessions_lists_this_chats_sessions_and_resume_goes_back_to_one(
     await ask(stack, "/resume 1", "当前就在会话")
 
 
+@pytest.mark.parametrize("listing", [True, False], ids=["session-list", "no-session-list"])
+async def test_sessions_takes_the_agents_own_titles_from_session_list(
+    tmp_path: Path, listing: bool
+) -> None:
+    settings = {"bridge_agents": agents() if listing else agents("--no-list")}
+    async with running_stack(tmp_path / "bridge", settings=settings) as stack:
+        await ask(stack, "say first topic", "first topic")
+        await ask(stack, "rename Fix the login page", "renamed")  # not told to the bridge
+        listed = await ask(stack, "/sessions", "本会话用过的会话")
+        title = "Fix the login page" if listing else "say first topic"
+        assert listed.splitlines()[1].startswith(f"1. {title} · alpha")
+
+
 async def test_resume_on_an_agent_that_cannot_says_a_new_session_started(
     tmp_path: Path,
 ) -> None:

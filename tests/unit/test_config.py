@@ -4,9 +4,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
 from bridge.app import main
-from bridge.config import LARK_DOMAIN
+from bridge.config import LARK_DOMAIN, Settings
 from bridge.config_checks import describe_access, is_loopback, load_settings, problems_for_run
 
 
@@ -436,3 +437,37 @@ def test_help_describes_the_product_not_the_module(
     out = " ".join(capsys.readouterr().out.split())  # argparse wraps lines
     assert "Connects Feishu/Lark chats to an AI coding agent" in out
     assert "Settings are read here" not in out
+
+
+def test_agent_profiles_and_workspaces_are_named_lists_and_the_first_is_the_default(
+    tmp_path: Path,
+) -> None:
+    settings = Settings(
+        _env_file=None,  # type: ignore[call-arg]
+        bridge_agents="claude=claude-agent-acp; qwen=qwen --acp",
+        bridge_workspaces=f"app={tmp_path};docs={tmp_path}/../{tmp_path.name}",
+    )
+    assert settings.agent_profiles == (
+        ("claude", ["claude-agent-acp"]),
+        ("qwen", ["qwen", "--acp"]),
+    )
+    assert settings.workspace_roots == (("app", tmp_path.resolve()), ("docs", tmp_path.resolve()))
+    for bad in ("a=x;a=y", "claude", "bad name=x", "q=qwen 'unclosed"):
+        with pytest.raises(ValidationError):
+            Settings(_env_file=None, bridge_agents=bad)  # type: ignore[call-arg]
+
+
+@pytest.mark.parametrize(
+    ("command", "name"),
+    [
+        ("claude-agent-acp", "claude-agent-acp"),
+        ("unshare -rn /opt/agents/claude-code-acp", "claude-code-acp"),  # found by a real agent
+        ("env A=1 qwen --acp", "qwen"),
+        ("python -m bridge.devtools.scripted_agent", "scripted_agent"),
+        ("npx -y @zed-industries/claude-code-acp@0.16.2", "claude-code-acp"),
+        ("/usr/bin/python3 /x/echo_agent.py", "echo_agent"),
+    ],
+)
+def test_the_one_agent_is_named_after_the_program_it_runs(command: str, name: str) -> None:
+    settings = Settings(_env_file=None, bridge_agent_command=command)  # type: ignore[call-arg]
+    assert settings.agent_profiles[0][0] == name

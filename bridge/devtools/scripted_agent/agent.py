@@ -210,6 +210,9 @@ class ScriptedAgent(SessionMethods):
             await self._say(session, f"model: {session.model}")
         elif word == "cwd":
             await self._say(session, f"cwd: {session.cwd} (process: {os.getcwd()})")
+        elif word == "rename":  # kept in its own store only (session/list), told to no one
+            session.title = rest
+            await self._say(session, f"renamed: {rest}")
         elif word == "whoami":
             title = session.title or "-"
             await self._say(session, f"{self.name}: resumed={session.resumed} title={title}")

@@ -26,6 +26,7 @@ SCENARIOS: dict[str, str] = {
     "model": "model — reply with the session's current model (`model: <value>`)",
     "cwd": "cwd — reply with the session's working folder and the process's",
     "whoami": "whoami — reply `NAME: resumed=N title=T` (its --name, session/resume calls, title)",
+    "rename": "rename TEXT — retitle the session in its own store only (seen by session/list)",
     "echo": "echo TEXT — reply 'echo: TEXT'",
     "probe": 'probe {"read": [P], "write": [P], "run": [[ARGV]], "env": [PREFIX]} — reply'
     " `probe: JSON`, what each route gave (sandbox tests)",

@@ -157,6 +157,23 @@ class AgentProcess:
         offered = self.capabilities.session_capabilities if self.capabilities else None
         return bool(offered and offered.resume is not None)
 
+    @property
+    def can_list(self) -> bool:
+        offered = self.capabilities.session_capabilities if self.capabilities else None
+        return bool(offered and offered.list is not None)
+
+    async def list_sessions(self, cwd: str) -> dict[str, str]:
+        """`session/list` for one folder: the titles the agent keeps, by session id (the
+        first page; the bridge lists ten at most)."""
+        raw = await self.conn.send_request(AGENT_METHODS["session_list"], {"cwd": cwd})
+        sessions = raw.get("sessions") if isinstance(raw, dict) else None
+        items = sessions if isinstance(sessions, list) else []
+        return {
+            str(item["sessionId"]): str(item["title"])
+            for item in items
+            if isinstance(item, dict) and item.get("sessionId") and item.get("title")
+        }
+
     async def reopen(self, cwd: str, session_id: str) -> tuple[SessionModeState | None, Any]:
         """An earlier session back on this process: `session/resume` where offered, else
         `session/load` (its replayed history arrives as updates, never shown)."""

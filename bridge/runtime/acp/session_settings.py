@@ -4,14 +4,21 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
+from acp.exceptions import RequestError
+
+from bridge.runtime.acp.pool import AgentPool
 from bridge.runtime.acp.sessions import Sessions
 from bridge.runtime.events import ConfigOption, SessionFacts, SessionModes, model_option
+from bridge.runtime.port import WORKSPACE_CHOICE
 
 
 class SessionSettings:
     """Mixed into `AcpRuntime` (the `AgentRuntime` port's mode and config calls)."""
 
     _sessions: Sessions
+    _pool: AgentPool
 
     async def modes(self, session_id: str) -> SessionModes | None:
         return self._sessions.modes(session_id)
@@ -42,3 +49,15 @@ class SessionSettings:
             title=info.title,
             usage=info.usage,
         )
+
+    async def session_titles(self, chosen: Mapping[str, str]) -> dict[str, str]:
+        """Titles from the agent's `session/list` for the chosen folder, asked of a running
+        agent process that offers it (none is started for this); empty otherwise."""
+        folder = chosen.get(WORKSPACE_CHOICE) or str(self._pool.workdir)
+        process = next((p for p in self._pool.running() if p.can_list), None)
+        if process is None:
+            return {}
+        try:
+            return await process.list_sessions(folder)
+        except (RequestError, ConnectionError, ValueError):
+            return {}

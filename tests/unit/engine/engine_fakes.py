@@ -200,6 +200,9 @@ class FakeRuntime:
     async def facts(self, session_id: str) -> SessionFacts | None:
         return SessionFacts(folder="/work")
 
+    async def session_titles(self, chosen: Mapping[str, str]) -> dict[str, str]:
+        return {}
+
     async def close(self) -> None:
         return None
 
