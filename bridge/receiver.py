@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from bridge.feishu.inbound import RetryLater
-from bridge.feishu.models import CardAction, CardActionReply, InboundMessage
+from bridge.feishu.models import CardAction, CardActionReply, InboundMessage, MessageRecall
 from bridge.store.port import Store
 
 log = logging.getLogger(__name__)
@@ -32,6 +32,9 @@ class MessageSink(Protocol):
         """Post the one polite refusal for a sender or chat outside the allow-lists."""
 
     async def card_action(self, action: CardAction) -> CardActionReply: ...
+
+    def recall(self, conversation_key: str, message_id: str) -> None:
+        """A journaled message was recalled (returns at once)."""
 
 
 @dataclass(frozen=True)
@@ -105,6 +108,20 @@ class Receiver:
     async def on_card_action(self, action: CardAction) -> CardActionReply:
         self._count("card_action")
         return await self._sink.card_action(action)
+
+    async def on_recall(self, recall: MessageRecall) -> None:
+        if not await self._store.claim_event(recall.event_id, None, self._clock()):
+            log.info("duplicate recall event %s ignored", recall.event_id)
+            self._count("duplicate")
+            return
+        journaled = await self._store.message(recall.message_id)
+        if journaled is None:
+            # Never taken (filtered, another app's, or already pruned): nothing to undo.
+            log.info("recall of message %s, which the bridge never took", recall.message_id)
+            self._count("recall_unknown")
+            return
+        self._count("recalled")
+        self._sink.recall(journaled.conversation_key, recall.message_id)
 
     # -- middlewares -------------------------------------------------------------------------
 

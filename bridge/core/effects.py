@@ -79,6 +79,16 @@ class PostText:
 
 
 @dataclass(frozen=True)
+class EditText:
+    """Rewrite a line already posted (found by its idempotency key) to a new text, e.g. a
+    queue line whose message was recalled; nothing when it was never posted."""
+
+    posted_key: str
+    key: str
+    params: Params
+
+
+@dataclass(frozen=True)
 class RelayAgentText:
     """The agent's own text (commentary between tool calls, or the final reply)."""
 
@@ -308,6 +318,7 @@ Effect = (
     | AnswerPermission
     | AnswerQuestion
     | PostText
+    | EditText
     | RelayAgentText
     | ShowStatusCard
     | PostApprovalCard

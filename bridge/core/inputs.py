@@ -28,6 +28,14 @@ class UnsupportedMessage:
 
 
 @dataclass(frozen=True)
+class MessageRecalled:
+    """The user took a message back in Feishu: dropped if it waits in the queue, its round
+    stopped if it started the running one; an answered message changes nothing."""
+
+    message_id: str
+
+
+@dataclass(frozen=True)
 class AccessRefused:
     """A message from a sender or chat outside the allow-lists (one refusal per message)."""
 
@@ -240,6 +248,7 @@ CoreEvent = (
     | UserMessage
     | UnsupportedMessage
     | AccessRefused
+    | MessageRecalled
     | MessageRecovered
     | Command
     | SessionOpened

@@ -43,6 +43,7 @@ from bridge.core.inputs import (
     ConfigAnswered,
     ConversationClosed,
     CoreEvent,
+    MessageRecalled,
     MessageRecovered,
     ModesAnswered,
     QuestionAnswered,
@@ -70,6 +71,7 @@ from bridge.core.lifecycle import (
     stop_running,
 )
 from bridge.core.presence import Timings
+from bridge.core.recall import on_recalled
 from bridge.core.state import (
     RECENT_IDS,
     Conversation,
@@ -113,6 +115,8 @@ def _dispatch(ctx: StepContext, event: CoreEvent) -> None:
             _on_message(ctx, event)
         case MessageRecovered():
             _on_recovered(ctx, event)
+        case MessageRecalled():
+            on_recalled(ctx, event)
         case AccessRefused():
             mid = event.message_id
             ctx.emit(PostText("access.refused", {}, mid, f"{mid}:refused"))

@@ -125,6 +125,9 @@ class Engine:
     async def card_action(self, action: CardAction) -> CardActionReply:
         return await self.intake.card_action(action)
 
+    def recall(self, conversation_key: str, message_id: str) -> None:
+        self.intake.recall(conversation_key, message_id)
+
     async def recover(self, before: float) -> None:
         await self.intake.recover(before)
 

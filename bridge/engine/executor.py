@@ -17,6 +17,7 @@ from bridge.core.effects import (
     AskStatus,
     AskSwitch,
     CancelTurn,
+    EditText,
     MarkMessageDone,
     NewSession,
     PostApprovalCard,
@@ -33,6 +34,7 @@ from bridge.core.effects import (
 from bridge.core.inputs import AgentCommands, CardNotShown, ConfigAnswered, ModesAnswered
 from bridge.core.text import Text
 from bridge.engine.actor import ConversationActor, Trace, Work
+from bridge.engine.answers import Answers
 from bridge.engine.card_views import CardViews, PostedCards, approval_status
 from bridge.engine.render import render, render_text
 from bridge.engine.status_cards import StatusCards
@@ -41,7 +43,6 @@ from bridge.engine.trace_buffer import TraceBuffer
 from bridge.engine.turn_runner import TurnRunner
 from bridge.feishu.api import FeishuApi
 from bridge.feishu.errors import BusinessError, FeishuError
-from bridge.feishu.markup import neutralize_mentions
 from bridge.i18n import Translator
 from bridge.ops.metrics import Metrics
 from bridge.runtime.events import model_option
@@ -83,6 +84,7 @@ class EffectExecutor:
         self._switches = switches
         self._status_cards = status_cards
         self.traces = TraceBuffer(store, clock)
+        self._answers = Answers(feishu=feishu, store=store, clock=clock)
         self._started: dict[str, float] = {}  # turns this process started, and when
         self._clock = clock
         self._ack_emoji = ack_emoji
@@ -101,11 +103,13 @@ class EffectExecutor:
                 await self._store.set_message_state(message_id, MessageState.DONE, self._clock())
             case PostText(key, params, reply_to, idem, footer=footer):
                 text = self._footed(render(self._t, key, params), footer)
-                await self._post_text(actor, reply_to, text, idem)
+                await self._answers.post_text(actor, reply_to, text, idem)
                 if self._metrics:
                     self._metrics.lines.labels(key).inc()
+            case EditText(posted_key, key, params):
+                await self._edit_text(posted_key, render(self._t, key, params))
             case RelayAgentText(text, reply_to, idem, footer=footer):
-                await self._post_text(actor, reply_to, self._footed(text, footer), idem)
+                await self._answers.post_answer(actor, reply_to, self._footed(text, footer), idem)
             case StartTurn():
                 await self._start_turn(actor, work)
             case CancelTurn(_, session_id):
@@ -204,16 +208,14 @@ class EffectExecutor:
         # Written behind, in one statement at the turn's end (see trace_buffer.py).
         await self.traces.add(turn_id, kind, detail)
 
-    async def _post_text(
-        self, actor: ConversationActor, reply_to: str, text: str, idem: str
-    ) -> None:
-        if await self._store.sent(idem) is not None:
-            log.info("skipped a post already sent before a restart (%s)", idem)
-            return
-        # Agent words and tool titles are data: they never mention anyone.
-        safe = neutralize_mentions(text)
-        ids = await self._feishu.reply_text(reply_to, safe, uuid=idem, in_thread=actor.in_thread)
-        await self._store.mark_sent(idem, ids, self._clock())
+    async def _edit_text(self, posted_key: str, text: str) -> None:
+        ids = await self._store.sent(posted_key)
+        if not ids:
+            return  # never posted (e.g. the bridge restarted before it went out)
+        try:
+            await self._feishu.edit_text(ids[0], text)
+        except FeishuError as exc:
+            log.warning("could not edit a posted line (%s)", exc)
 
     async def _post_card(
         self, actor: ConversationActor, work: PostApprovalCard | PostQuestion

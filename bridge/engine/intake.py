@@ -12,6 +12,7 @@ from bridge.core.inputs import (
     AccessRefused,
     ApprovalClicked,
     Command,
+    MessageRecalled,
     MessageRecovered,
     QuestionAnswered,
     TurnInterruptedByRestart,
@@ -67,6 +68,9 @@ class Intake:
             actor.in_thread = True  # answer inside the topic thread, not in the main chat
         text = message.text if message.message_type in TEXT_TYPES else ""
         actor.feed(classify(message.message_id, message.sender_open_id, text))
+
+    def recall(self, conversation_key: str, message_id: str) -> None:
+        self._conversations.get(conversation_key).feed(MessageRecalled(message_id))
 
     def refuse(self, message: InboundMessage) -> None:
         self._conversations.get(message.conversation_key).feed(AccessRefused(message.message_id))

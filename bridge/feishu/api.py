@@ -33,6 +33,9 @@ class FeishuApi(Protocol):
     async def update_card(self, message_id: str, card: dict[str, Any]) -> None:
         """PATCH an interactive card sent by the bot."""
 
+    async def edit_text(self, message_id: str, text: str) -> None:
+        """PUT a new text into a text message the bot sent (Feishu's message edit)."""
+
     # Card entities (CardKit): the live status card. `sequence` grows with every change.
     async def create_card(self, card: dict[str, Any]) -> str:
         """Create a card entity from card JSON 2.0; returns its card_id."""

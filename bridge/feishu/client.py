@@ -225,6 +225,11 @@ class FeishuClient(CardKitCalls):
         path = f"{_MESSAGES}/{quote(message_id, safe='')}"
         await self._request("update_card", "PATCH", path, body={"content": _json(card)})
 
+    async def edit_text(self, message_id: str, text: str) -> None:
+        path = f"{_MESSAGES}/{quote(message_id, safe='')}"
+        body = {"msg_type": "text", "content": _json({"text": text})}
+        await self._request("edit_text", "PUT", path, body=body)
+
     # --- reactions (best effort) ------------------------------------------------------
 
     async def add_reaction(self, message_id: str, emoji_type: str) -> str | None:

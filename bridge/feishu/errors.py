@@ -17,6 +17,8 @@ import httpx
 RATE_LIMIT_CODES = frozenset({99991400, 230020, 11232})
 # Invalid / expired tenant or app access token: refetch the token and try once more.
 TOKEN_INVALID_CODES = frozenset(range(99991663, 99991669))
+# The message a reply or an edit names was recalled by its sender.
+MESSAGE_RECALLED = 230011
 
 LOG_ID_HEADER = "x-tt-logid"
 RATE_LIMIT_RESET_HEADER = "x-ogw-ratelimit-reset"

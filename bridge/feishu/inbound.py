@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from bridge.feishu.models import CardAction, CardActionReply, InboundMessage
+from bridge.feishu.models import CardAction, CardActionReply, InboundMessage, MessageRecall
 
 
 class RetryLater(Exception):
@@ -20,3 +20,7 @@ class InboundHandler(Protocol):
 
     async def on_card_action(self, action: CardAction) -> CardActionReply:
         """Decide a button click; must return within Feishu's 3-second callback limit."""
+
+    async def on_recall(self, recall: MessageRecall) -> None:
+        """A message was recalled: drop it if it waits, stop the round it started. Returns
+        in milliseconds; never raises for bad input."""

@@ -40,7 +40,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any, Final, TypeVar
 
 from bridge.feishu.inbound import InboundHandler, RetryLater
-from bridge.feishu.models import CardAction, CardActionReply, InboundMessage
+from bridge.feishu.models import CardAction, CardActionReply, InboundMessage, MessageRecall
 from bridge.feishu.parse import EventParseError, IgnoredEvent, decode_json, parse_event
 from bridge.feishu.sdk_logs import WEBSOCKETS_LOGGER, LarkLogFilter, RedactFilter
 
@@ -281,6 +281,7 @@ class LongConnection:
             lark_oapi.EventDispatcherHandler.builder("", "")
             .register_p2_im_message_receive_v1(self.on_sdk_message)
             .register_p2_card_action_trigger(self.on_sdk_card_action)
+            .register_p2_im_message_recalled_v1(self.on_sdk_recall)
             .build()
         )
         # At least INFO: the connect / disconnect lines are how `state` is tracked.
@@ -337,6 +338,17 @@ class LongConnection:
             )
             raise
 
+    def on_sdk_recall(self, data: Any) -> None:
+        """The SDK callback for `im.message.recalled_v1` (runs on the SDK thread)."""
+        event = self._parse(data)
+        if not isinstance(event, MessageRecall):
+            return
+        try:
+            self._call_main(self._handler.on_recall(event), cancel_late=False)
+        except Exception:
+            log.exception("feishu long connection: on_recall failed, event_id=%s", event.event_id)
+            raise
+
     def on_sdk_card_action(self, data: Any) -> Any:
         """The SDK callback for `card.action.trigger`; returns P2CardActionTriggerResponse."""
         event = self._parse(data)
@@ -353,7 +365,7 @@ class LongConnection:
             raise
         return reply_to_sdk(reply)
 
-    def _parse(self, data: Any) -> InboundMessage | CardAction | None:
+    def _parse(self, data: Any) -> InboundMessage | CardAction | MessageRecall | None:
         try:
             event = parse_event(
                 sdk_to_payload(data), bot_open_id=self._bot_open_id(), bot_name=self._bot_name()
@@ -364,7 +376,7 @@ class LongConnection:
         if isinstance(event, IgnoredEvent):
             log.info("feishu long connection: ignored %s (%s)", event.event_type, event.reason)
             return None
-        if isinstance(event, InboundMessage | CardAction):
+        if isinstance(event, InboundMessage | CardAction | MessageRecall):
             return event
         log.info("feishu long connection: ignored url_verification")
         return None

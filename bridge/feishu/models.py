@@ -47,6 +47,15 @@ class InboundMessage(_Frozen):
         return self.chat_id
 
 
+class MessageRecall(_Frozen):
+    """One `im.message.recalled_v1` event: a message was taken back in its chat."""
+
+    event_id: str
+    message_id: str
+    chat_id: str = ""
+    recall_type: str = ""  # message_owner, group_owner, group_manager, enterprise_manager
+
+
 class CardAction(_Frozen):
     """One `card.action.trigger` callback (a button click on an interactive card)."""
 

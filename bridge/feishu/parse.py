@@ -35,10 +35,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from bridge.feishu.content import is_bot, message_text
 from bridge.feishu.errors import EventParseError
-from bridge.feishu.models import CardAction, InboundMessage, Mention
+from bridge.feishu.models import CardAction, InboundMessage, Mention, MessageRecall
 
 MESSAGE_RECEIVE: Final = "im.message.receive_v1"
 CARD_ACTION_TRIGGER: Final = "card.action.trigger"
+MESSAGE_RECALLED: Final = "im.message.recalled_v1"
 URL_VERIFICATION: Final = "url_verification"
 
 
@@ -61,7 +62,7 @@ class IgnoredEvent(BaseModel):
     event_id: str | None = None
 
 
-ParsedEvent = InboundMessage | CardAction | UrlVerification | IgnoredEvent
+ParsedEvent = InboundMessage | MessageRecall | CardAction | UrlVerification | IgnoredEvent
 
 
 # --- wire models (tolerant: unknown fields ignored, everything optional that may be absent) ---
@@ -113,6 +114,12 @@ class _Message(_Wire):
 class _MessageEvent(_Wire):
     sender: _Sender = Field(default_factory=_Sender)
     message: _Message
+
+
+class _RecallEvent(_Wire):
+    message_id: str = ""
+    chat_id: str = ""
+    recall_type: str = ""
 
 
 class _Operator(_Wire):
@@ -239,6 +246,8 @@ def parse_event(
         return _message(header, event, bot_open_id=bot_open_id, bot_name=bot_name)
     if header.event_type == CARD_ACTION_TRIGGER:
         return _card_action(header, event)
+    if header.event_type == MESSAGE_RECALLED:
+        return _recall(header, event)
     return IgnoredEvent(
         event_type=header.event_type,
         reason="event type not handled",
@@ -282,6 +291,20 @@ def _message(
         mentions_bot=bool(bot_keys),
         create_time_ms=_int_or_zero(msg.create_time),
         app_id=header.app_id or None,
+    )
+
+
+def _recall(header: _Header, raw_event: Any) -> MessageRecall:
+    event = _validate(_RecallEvent, raw_event, "event")
+    if not header.event_id:
+        raise EventParseError("header.event_id is missing")
+    if not event.message_id:
+        raise EventParseError("event.message_id is missing")
+    return MessageRecall(
+        event_id=header.event_id,
+        message_id=event.message_id,
+        chat_id=event.chat_id,
+        recall_type=event.recall_type,
     )
 
 
@@ -349,6 +372,7 @@ def _int_or_zero(value: str | int | None) -> int:
 __all__ = [
     "CARD_ACTION_TRIGGER",
     "MAX_DEPTH",
+    "MESSAGE_RECALLED",
     "MESSAGE_RECEIVE",
     "URL_VERIFICATION",
     "EventParseError",  # defined in errors.py; re-exported for the intake modules

@@ -43,7 +43,7 @@ from aiohttp import web
 
 from bridge.feishu import crypto
 from bridge.feishu.inbound import InboundHandler, RetryLater
-from bridge.feishu.models import CardAction, InboundMessage
+from bridge.feishu.models import CardAction, InboundMessage, MessageRecall
 from bridge.feishu.parse import (
     EventParseError,
     IgnoredEvent,
@@ -161,7 +161,18 @@ class FeishuEventEndpoint:
             return _json({})
         if isinstance(event, InboundMessage):
             return await self._message(event)
+        if isinstance(event, MessageRecall):
+            return await self._recall(event)
         return await self._card_action(event)
+
+    async def _recall(self, recall: MessageRecall) -> web.Response:
+        try:
+            await asyncio.wait_for(self._handler.on_recall(recall), self._deadline)
+        except Exception:
+            # Redelivered later; the receiver's event claim keeps a second one harmless.
+            log.exception("feishu webhook: on_recall failed, event_id=%s", recall.event_id)
+            return _error(500, "handler_failed")
+        return _json({})
 
     def _decrypt(self, payload: dict[str, Any]) -> dict[str, Any]:
         encrypted = payload.get("encrypt")

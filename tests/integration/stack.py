@@ -66,7 +66,12 @@ class Stack:
         shown = []
         for message in self.bot(chat_id):
             if message.msg_type == "interactive":
-                header = (message.data or {}).get("header", {}).get("title", {})
+                data = message.data or {}
+                header = data.get("header", {}).get("title", {})
+                if not header:  # a rich answer: its markdown, as the user reads it
+                    elements = data.get("body", {}).get("elements", [])
+                    shown.append("\n\n".join(str(e.get("content", "")) for e in elements))
+                    continue
                 shown.append(f"[card] {header.get('content', '')}")
             else:
                 shown.append(message.text or "")

@@ -10,6 +10,7 @@ class AcceptingSink:
 
     def __init__(self) -> None:
         self.accepted: list[str] = []
+        self.recalled: list[tuple[str, str]] = []
 
     def accept(self, message: InboundMessage) -> None:
         self.accepted.append(message.message_id)
@@ -19,3 +20,6 @@ class AcceptingSink:
 
     async def card_action(self, action: CardAction) -> CardActionReply:
         raise AssertionError("no card here")
+
+    def recall(self, conversation_key: str, message_id: str) -> None:
+        self.recalled.append((conversation_key, message_id))

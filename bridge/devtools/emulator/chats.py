@@ -147,6 +147,8 @@ class ChatWorld:
         parent = self.messages.get(message_id)
         if parent is None:
             raise codes.MESSAGE_INVALID_PARAM.with_detail(f"invalid message_id: {message_id}")
+        if parent.recalled:
+            raise codes.MESSAGE_RECALLED
         chat = self.chats[parent.chat_id]
         in_thread = bool(body.get("reply_in_thread")) or parent.thread_id is not None
         thread_id = (parent.thread_id or new_id("omt_")) if in_thread else None
@@ -167,6 +169,26 @@ class ChatWorld:
             raise codes.MESSAGE_INVALID_PARAM.with_detail("the bot did not send this card")
         self._check_content("interactive", content)
         return self.replace_card(message_id, content)
+
+    def edit_text(self, message_id: str, body: Mapping[str, Any]) -> ChatMessage:
+        """PUT /im/v1/messages/{message_id}: the bot edits a text it sent."""
+        current = self.messages.get(message_id)
+        if current is None:
+            raise codes.MESSAGE_INVALID_PARAM.with_detail(f"invalid message_id: {message_id}")
+        if current.sender_type != "app" or current.msg_type != "text":
+            raise codes.MESSAGE_INVALID_PARAM.with_detail("only the bot's own texts are edited")
+        if body.get("msg_type") != "text" or not isinstance(body.get("content"), str):
+            raise codes.FIELD_VALIDATION_FAILED.with_detail("msg_type text and content needed")
+        content = str(body["content"])
+        self._check_content("text", content)
+        return self.replace_card(message_id, content)
+
+    def recall(self, message_id: str) -> ChatMessage:
+        """The sender takes a message back."""
+        recalled = replace(self.messages[message_id], recalled=True, update_time_ms=now_ms())
+        self.messages[message_id] = recalled
+        self._on_change()
+        return recalled
 
     def replace_card(self, message_id: str, content: str) -> ChatMessage:
         updated = replace(

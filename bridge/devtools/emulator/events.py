@@ -74,6 +74,28 @@ def message_receive(
     }
 
 
+def message_recalled(
+    message: ChatMessage, *, token: str, app_id: str, tenant_key: str
+) -> dict[str, Any]:
+    """`im.message.recalled_v1` for a message its sender took back."""
+    return {
+        "schema": "2.0",
+        "header": _header(
+            "im.message.recalled_v1",
+            token=token,
+            app_id=app_id,
+            tenant_key=tenant_key,
+            create_ms=message.update_time_ms,
+        ),
+        "event": {
+            "message_id": message.message_id,
+            "chat_id": message.chat_id,
+            "recall_time": str(message.update_time_ms),
+            "recall_type": "message_owner",
+        },
+    }
+
+
 def card_action(
     *,
     message: ChatMessage,

@@ -68,6 +68,7 @@ class ChatMessage:
     uuid: str | None = None
     updated: bool = False
     mentions: tuple[Mapping[str, Any], ...] = ()
+    recalled: bool = False  # taken back by its sender: replies to it fail with 230011
 
     @property
     def data(self) -> Any:

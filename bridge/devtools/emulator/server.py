@@ -83,6 +83,7 @@ class OpenApi:
             _Route("POST", re.compile(r"/open-apis/im/v1/messages"), self._send),
             _Route("POST", re.compile(message + "/reply"), self._reply),
             _Route("PATCH", re.compile(message), self._patch),
+            _Route("PUT", re.compile(message), self._edit),
             _Route("POST", re.compile(message + "/reactions"), self._react),
             _Route(
                 "DELETE",
@@ -244,6 +245,10 @@ class OpenApi:
     def _patch(self, api: ApiRequest) -> Answer:
         self._world.patch_card(api.params["message_id"], self._body(api))
         return _ok()
+
+    def _edit(self, api: ApiRequest) -> Answer:
+        message = self._world.edit_text(api.params["message_id"], self._body(api))
+        return _ok(message_data(message, self._world.tenant_key))
 
     def _react(self, api: ApiRequest) -> Answer:
         reaction = self._world.add_reaction(api.params["message_id"], self._body(api))

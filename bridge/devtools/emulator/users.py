@@ -118,6 +118,22 @@ class UserSide:
             first_attempt=attempt,
         )
 
+    async def recall_message(self, message_id: str) -> DeliveredEvent:
+        """The user takes a message back: it is marked recalled in the chat (replies to it
+        fail) and `im.message.recalled_v1` is pushed."""
+        message = self._world.recall(message_id)
+        payload = events.message_recalled(
+            message, token=self.verification_token, app_id=self.app_id, tenant_key=self.tenant_key
+        )
+        attempt = await self._delivery.push(payload)
+        return DeliveredEvent(
+            event_id=payload["header"]["event_id"],
+            message_id=message.message_id,
+            chat_id=message.chat_id,
+            payload=payload,
+            first_attempt=attempt,
+        )
+
     async def redeliver(self, event_id: str) -> DeliveryAttempt:
         """Push an already-sent event again, as Feishu's redelivery does (same event_id)."""
         return await self._delivery.redeliver(event_id)

@@ -158,6 +158,8 @@ class ScriptedAgent(SessionMethods):
             await self._say(session, rest)
         elif word == "echo":
             await self._say(session, f"echo: {rest}")
+        elif word == "md":
+            await self._say(session, rest.replace("\\n", "\n"))
         elif word == "think":
             await self._update(
                 sid, {"sessionUpdate": "agent_thought_chunk", "content": text_block(rest)}

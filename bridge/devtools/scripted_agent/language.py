@@ -4,6 +4,7 @@ from __future__ import annotations
 
 SCENARIOS: dict[str, str] = {
     "say": "say TEXT — reply with TEXT",
+    "md": "md TEXT — reply with TEXT, each `\\n` in it a line break (Markdown answers)",
     "think": "think TEXT — a thought chunk",
     "stream": "stream N [DELAY_MS] — N message chunks `c0 c1 …`, DELAY_MS apart",
     "tool": "tool TITLE — a tool call: pending → in_progress → completed",

@@ -1,0 +1,89 @@
+"""Posting lines and the agent's answers: each once (the outbox), mentions neutralized, an
+answer with Markdown as rich cards, and a reply whose message was recalled sent to the chat.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from bridge.engine.actor import ConversationActor
+from bridge.feishu.api import FeishuApi
+from bridge.feishu.errors import MESSAGE_RECALLED, BusinessError
+from bridge.feishu.markup import neutralize_mentions
+from bridge.feishu.rich import answer_card, answer_parts
+from bridge.store.port import Store
+
+log = logging.getLogger(__name__)
+
+MAX_CARDS = 10  # as many as a text reply's parts; a longer answer goes as text (and is cut)
+
+
+class Answers:
+    def __init__(self, *, feishu: FeishuApi, store: Store, clock: Callable[[], float]) -> None:
+        self._feishu = feishu
+        self._store = store
+        self._clock = clock
+
+    async def post_text(
+        self, actor: ConversationActor, reply_to: str, text: str, idem: str
+    ) -> None:
+        """A line (or a plain answer) as text messages."""
+        if await self._already_sent(idem):
+            return
+        # Agent words and tool titles are data: they never mention anyone.
+        safe = neutralize_mentions(text)
+        try:
+            ids = await self._feishu.reply_text(
+                reply_to, safe, uuid=idem, in_thread=actor.in_thread
+            )
+        except BusinessError as exc:
+            if exc.code != MESSAGE_RECALLED:
+                raise
+            # The user took that message back: the line goes to the chat itself instead.
+            ids = await self._feishu.send_text(_chat_of(actor), safe, uuid=f"{idem}:chat")
+        await self._store.mark_sent(idem, ids, self._clock())
+
+    async def post_answer(
+        self, actor: ConversationActor, reply_to: str, text: str, idem: str
+    ) -> None:
+        """The agent's answer: rich cards when it has Markdown, else text."""
+        parts = answer_parts(text)
+        if parts is None or len(parts) > MAX_CARDS or await self._already_sent(idem):
+            await self.post_text(actor, reply_to, text, idem)
+            return
+        ids: list[str] = []
+        try:
+            for number, part in enumerate(parts):
+                # Each part its own idempotency key: a retry after a crash sends only the rest.
+                uuid = f"{idem}:md{number}"
+                ids.append(await self._card(actor, reply_to, answer_card(part), uuid))
+        except BusinessError as exc:
+            if ids:
+                raise  # some parts are out: a text copy would say them twice
+            log.warning("Feishu refused the answer as a card (%s); sending it as text", exc.code)
+            await self.post_text(actor, reply_to, text, idem)
+            return
+        await self._store.mark_sent(idem, ids, self._clock())
+
+    async def _card(
+        self, actor: ConversationActor, reply_to: str, card: dict[str, object], uuid: str
+    ) -> str:
+        try:
+            return await self._feishu.reply_card(
+                reply_to, card, uuid=uuid, in_thread=actor.in_thread
+            )
+        except BusinessError as exc:
+            if exc.code != MESSAGE_RECALLED:
+                raise
+            return await self._feishu.send_card(_chat_of(actor), card, uuid=f"{uuid}:chat")
+
+    async def _already_sent(self, idem: str) -> bool:
+        if await self._store.sent(idem) is not None:
+            log.info("skipped a post already sent before a restart (%s)", idem)
+            return True
+        return False
+
+
+def _chat_of(actor: ConversationActor) -> str:
+    return actor.key.split(":", 1)[0]  # a topic thread's key is "<chat>:<thread>"
