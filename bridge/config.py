@@ -106,6 +106,13 @@ class Settings(BaseSettings):
         description="Named folders a chat can move to with /cd, e.g. `app=/srv/app;docs=/srv/docs`"
         " (the first is the default); unset: the one folder of BRIDGE_WORKDIR.",
     )
+    bridge_max_attachment_mb: int = Field(
+        default=20,
+        ge=1,
+        le=1024,
+        description="Largest image or file (MB) a user may send the agent; past it, one line"
+        " says the limit.",
+    )
     bridge_usage_footer: bool = Field(
         default=False,
         description="End each turn's last message with a line of context use (and cost) when"

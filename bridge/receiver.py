@@ -13,7 +13,14 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from bridge.feishu.inbound import RetryLater
-from bridge.feishu.models import CardAction, CardActionReply, InboundMessage, MessageRecall
+from bridge.feishu.models import (
+    CardAction,
+    CardActionReply,
+    InboundMessage,
+    MessageRecall,
+    refs_for_journal,
+    refs_from_journal,
+)
 from bridge.store.port import Store
 
 log = logging.getLogger(__name__)
@@ -171,6 +178,7 @@ class Receiver:
     async def dedup(self, message: InboundMessage, nxt: Next) -> None:
         # Journaling is the dedup: first-wins on the message id, and the journal is what a
         # restart recovers from, so nothing accepted can be lost between two writes.
+        message = await self._with_quoted(message)
         journaled = await self._store.journal_message(
             message.conversation_key,
             message.message_id,
@@ -178,12 +186,28 @@ class Receiver:
             message.chat_id,
             message.text,
             self._clock(),
+            refs_for_journal(message.attachments),
         )
         if not journaled:
             log.info("duplicate delivery of message %s ignored", message.message_id)
             self._count("duplicate")
             return
         await nxt(message)
+
+    async def _with_quoted(self, message: InboundMessage) -> InboundMessage:
+        """A quote-reply to an image or file the bridge took in this conversation carries
+        that image or file too (fetched from the quoted message)."""
+        if not message.parent_id or message.attachments:
+            return message
+        quoted = await self._store.message(message.parent_id)
+        if quoted is None or quoted.conversation_key != message.conversation_key:
+            return message
+        try:
+            refs = refs_from_journal(quoted.attachments)
+        except ValueError:
+            return message
+        carried = tuple(r.model_copy(update={"from_message": quoted.message_id}) for r in refs)
+        return message.model_copy(update={"attachments": carried}) if carried else message
 
     async def dispatch(self, message: InboundMessage) -> None:
         self._count("accepted")

@@ -241,6 +241,8 @@ def build_service(
                 usage_footer=settings.bridge_usage_footer,
             ),
             routes=routes,
+            attachments_dir=settings.bridge_data_dir / "inbox",
+            max_attachment_mb=settings.bridge_max_attachment_mb,
             ack_emoji=settings.bridge_ack_emoji,
             max_running_turns=settings.bridge_max_running_turns,
             card_interval=settings.bridge_card_update_interval_seconds,

@@ -116,6 +116,7 @@ SECTIONS: list[tuple[str, list[str]]] = [
             "bridge_presence_style",
             "bridge_card_update_interval_seconds",
             "bridge_usage_footer",
+            "bridge_max_attachment_mb",
             "bridge_allowed_users",
             "bridge_allowed_chats",
             "bridge_approvers",
@@ -169,6 +170,9 @@ NOTES = {
     " resolved first, and a path outside every workspace is refused. Each folder is checked like"
     " `BRIDGE_WORKDIR`; the sandbox (`BRIDGE_AGENT_SANDBOX=bwrap`) opens only the workspace the"
     " session is in.",
+    "bridge_max_attachment_mb": "Images and files are fetched through Feishu's message-resource"
+    " API when their turn starts; an image goes to an agent that accepts images as image content,"
+    " anything else is saved in the session's folder under `.feishu/inbox/<message>/` and linked.",
     "bridge_usage_footer": "From ACP `usage_update`; `/status` shows the same figures always.",
     "bridge_max_agents": "Each process serves several conversations.",
     "bridge_sessions_per_agent": (

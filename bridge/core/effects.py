@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from bridge.core.state import Outcome, ToolLine
+from bridge.core.state import Attachment, Outcome, ToolLine
 from bridge.core.text import Params, Text
 from bridge.runtime.events import PermissionOption, PlanEntry, QuestionOption
 
@@ -27,6 +27,7 @@ class StartTurn:
     turn_id: str
     text: str
     session_id: str | None
+    attachments: tuple[Attachment, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -285,6 +286,24 @@ class AskStatus:
 
 
 @dataclass(frozen=True)
+class SendFile:
+    """Post a file of the workspace to the chat (`/send`, or one the agent's answer links),
+    as a reply to `reply_to`; answered by `FileSent`."""
+
+    reply_to: str
+    path: str  # as asked: relative to the conversation's folder, or absolute
+    idempotency_key: str
+
+
+@dataclass(frozen=True)
+class ShowDiffs:
+    """`/diff`: the last round's file changes, as code."""
+
+    message_id: str
+    diffs: tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True)
 class NewSession:
     """Drop the conversation's agent session; the next StartTurn opens a fresh one."""
 
@@ -333,6 +352,8 @@ Effect = (
     | AskConfig
     | AskSwitch
     | AskStatus
+    | SendFile
+    | ShowDiffs
     | RecordTerminal
     | Dropped
 )

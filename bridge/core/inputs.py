@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from bridge.core.effects import CardView
+from bridge.core.state import Attachment
 from bridge.runtime.events import ConfigOption, SessionFacts, SessionModes, TurnEvent
 
 
@@ -16,6 +17,7 @@ class UserMessage:
     message_id: str
     sender: str
     text: str
+    attachments: tuple[Attachment, ...] = ()  # images and files it carries (text may be "")
 
 
 @dataclass(frozen=True)
@@ -25,6 +27,28 @@ class UnsupportedMessage:
 
     message_id: str
     sender: str
+
+
+@dataclass(frozen=True)
+class AttachmentFailed:
+    """An image or file of the turn could not be brought to the agent: over the size limit
+    (`limit_mb`), or Feishu would not hand it over. The turn goes on without it."""
+
+    turn_id: str
+    name: str
+    too_large: bool
+    limit_mb: int = 0
+
+
+@dataclass(frozen=True)
+class FileSent:
+    """How posting a file went: `sent`, or why not — `outside` the workspace, `missing`,
+    `too_large` (`limit_mb`), `failed` (Feishu refused it)."""
+
+    reply_to: str
+    name: str
+    result: str
+    limit_mb: int = 0
 
 
 @dataclass(frozen=True)
@@ -54,6 +78,8 @@ class CommandName(StrEnum):
     CD = "cd"
     SESSIONS = "sessions"
     RESUME = "resume"
+    SEND = "send"
+    DIFF = "diff"
     UNKNOWN = "unknown"
 
 
@@ -249,6 +275,8 @@ CoreEvent = (
     | UnsupportedMessage
     | AccessRefused
     | MessageRecalled
+    | FileSent
+    | AttachmentFailed
     | MessageRecovered
     | Command
     | SessionOpened

@@ -23,8 +23,10 @@ from bridge.core.effects import (
     UpdateApprovalCard,
     UpdateQuestionCard,
 )
+from bridge.core.files import send_offered
 from bridge.core.presence import STOP_REASON_KEYS
 from bridge.core.state import (
+    Attachment,
     ExecState,
     LastTerminal,
     Outcome,
@@ -35,15 +37,21 @@ from bridge.core.text import NOTHING_WRITTEN, Params
 
 
 def start_turn(
-    ctx: StepContext, message_id: str, sender: str, text: str, *, announce: bool
+    ctx: StepContext,
+    message_id: str,
+    sender: str,
+    text: str,
+    *,
+    announce: bool,
+    attachments: tuple[Attachment, ...] = (),
 ) -> None:
     now = ctx.now
     turn = Turn(message_id, message_id, sender, now, last_activity_at=now, last_posted_at=now)
-    ctx.update(turn=turn, state=ExecState.WAITING_RESPONSE)
+    ctx.update(turn=turn, state=ExecState.WAITING_RESPONSE, diffs=())
     if announce and ctx.conv.options.received_text:
         key = f"{message_id}:received"
         ctx.emit(PostText("presence.received", {}, message_id, key, turn_id=turn.turn_id))
-    ctx.emit(StartTurn(turn.turn_id, text, ctx.conv.session_id))
+    ctx.emit(StartTurn(turn.turn_id, text, ctx.conv.session_id, attachments))
 
 
 def stop_running(ctx: StepContext, *, confirm: bool = False) -> bool:
@@ -172,6 +180,7 @@ def finish(
     turn = ctx.turn
     tid, reply_to, end_id = turn.turn_id, turn.message_id, f"{turn.turn_id}:end"
     tail = str(turn.text).strip()
+    send_offered(ctx)  # the files the answer links go before it
     if status_card.finalize(ctx, key, params, end_id):
         pass  # the card ends it, and says what a message must say too
     elif key is None:
@@ -220,7 +229,14 @@ def settle(ctx: StepContext) -> None:
     if ctx.conv.queue:
         head, *rest = ctx.conv.queue
         ctx.update(queue=tuple(rest))
-        start_turn(ctx, head.message_id, head.sender, head.text, announce=False)
+        start_turn(
+            ctx,
+            head.message_id,
+            head.sender,
+            head.text,
+            announce=False,
+            attachments=head.attachments,
+        )
 
 
 def on_session_opened(ctx: StepContext, turn_id: str, session_id: str) -> None:

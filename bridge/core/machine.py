@@ -11,6 +11,7 @@ construction.
 from __future__ import annotations
 
 from bridge.core import status_card
+from bridge.core.attachments import hold, on_attachment_failed, take_held
 from bridge.core.clicks import (
     answer_question,
     may_answer,
@@ -33,16 +34,19 @@ from bridge.core.effects import (
     React,
     RecordTerminal,
 )
+from bridge.core.files import on_diff_command, on_file_sent, on_send_command
 from bridge.core.inputs import (
     AccessRefused,
     AgentCommands,
     ApprovalClicked,
+    AttachmentFailed,
     CardNotShown,
     Command,
     CommandName,
     ConfigAnswered,
     ConversationClosed,
     CoreEvent,
+    FileSent,
     MessageRecalled,
     MessageRecovered,
     ModesAnswered,
@@ -117,6 +121,10 @@ def _dispatch(ctx: StepContext, event: CoreEvent) -> None:
             _on_recovered(ctx, event)
         case MessageRecalled():
             on_recalled(ctx, event)
+        case AttachmentFailed():
+            on_attachment_failed(ctx, event)
+        case FileSent():
+            on_file_sent(ctx, event)
         case AccessRefused():
             mid = event.message_id
             ctx.emit(PostText("access.refused", {}, mid, f"{mid}:refused"))
@@ -206,13 +214,18 @@ def _on_user_message(ctx: StepContext, msg: UserMessage) -> None:
         answer_question(ctx, {conv.question.answer_key: msg.text}, by=msg.sender)
         ctx.emit(MarkMessageDone(msg.message_id))
         return
+    if hold(ctx, msg):
+        return
     if conv.state is ExecState.FINISHING and not ctx.turn.end_posted:
         # A follow-up during the grace window closes the round at once instead of waiting.
         conclude_grace(ctx)
+    attachments = take_held(ctx, msg)
     if ctx.conv.turn is None:
-        start_turn(ctx, msg.message_id, msg.sender, msg.text, announce=True)
+        start_turn(
+            ctx, msg.message_id, msg.sender, msg.text, announce=True, attachments=attachments
+        )
         return
-    queued = QueuedMessage(msg.message_id, msg.sender, msg.text, ctx.now)
+    queued = QueuedMessage(msg.message_id, msg.sender, msg.text, ctx.now, attachments)
     ctx.update(queue=(*ctx.conv.queue, queued))
     key = (
         "presence.queued_approval"
@@ -244,6 +257,10 @@ def _on_command(ctx: StepContext, cmd: Command) -> None:
             ctx.emit(PostText("command.model_not_yours", {}, mid, f"{mid}:model"))
         case CommandName.MODEL | CommandName.CONFIG:
             ctx.emit(AskConfig(mid, ctx.conv.session_id, cmd.name.value, cmd.arg))
+        case CommandName.SEND:
+            on_send_command(ctx, cmd)
+        case CommandName.DIFF:
+            on_diff_command(ctx, cmd)
         case CommandName.AGENT | CommandName.CD | CommandName.SESSIONS | CommandName.RESUME:
             on_switch_command(ctx, cmd)
         case CommandName.STOP | CommandName.NEW if _someone_elses_round(ctx, cmd.sender):

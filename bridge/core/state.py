@@ -67,11 +67,23 @@ class Activity:
 
 
 @dataclass(frozen=True)
+class Attachment:
+    """An image or file a user sent, as Feishu names it (fetched when its turn starts)."""
+
+    message_id: str  # the message it came with: the resource API asks for both
+    kind: str  # image, file, audio, media
+    key: str
+    resource_type: str  # image or file
+    name: str = ""
+
+
+@dataclass(frozen=True)
 class QueuedMessage:
     message_id: str
     sender: str
     text: str
     queued_at: float
+    attachments: tuple[Attachment, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -156,6 +168,7 @@ class Turn:
     card_text: str = ""  # agent text already moved into the card (commentary)
     card_cut: bool = False  # the card already shows the head of an answer longer than it
     tools: tuple[ToolLine, ...] = ()  # the last few tool calls, newest last
+    files: tuple[str, ...] = ()  # files the agent's answer links (file:// URIs), to send
     plan: tuple[PlanEntry, ...] = ()
 
     @property
@@ -198,5 +211,9 @@ class Conversation:
     agent_commands: tuple[str, ...] = ()  # the agent's own slash commands (without "/")
     agent_name: str = ""  # whose commands they are
     usage: Usage | None = None  # context use the agent last reported
+    # The file changes the agent's tools reported in the last round, for /diff: (path, diff).
+    diffs: tuple[tuple[str, str], ...] = ()
+    # Images and files sent without text, by sender: they join that sender's next text.
+    held: tuple[tuple[str, Attachment], ...] = ()
     # Timers the executor holds for us, as (name, at); kept in step with the state.
     timers: tuple[tuple[str, float], ...] = ()

@@ -14,6 +14,7 @@ from bridge.core.effects import (
     PostText,
     RelayAgentText,
 )
+from bridge.core.files import note_diff, note_offered
 from bridge.core.lifecycle import close_pending, confirm_stop, finish, settle
 from bridge.core.state import (
     RUNNING_STATES,
@@ -28,6 +29,8 @@ from bridge.core.state import (
 )
 from bridge.core.text import NOTHING_WRITTEN, Params
 from bridge.runtime.events import (
+    DiffReported,
+    FileOffered,
     MessageChunk,
     PermissionRequested,
     PlanUpdated,
@@ -118,6 +121,10 @@ def on_turn_event(ctx: StepContext, event: TurnEvent) -> None:
             line = presence.plan_progress(event.entries)
             if line is not None and ctx.conv.state in RUNNING_STATES:
                 _progress(ctx, line)
+        case FileOffered():
+            note_offered(ctx, event)
+        case DiffReported():
+            note_diff(ctx, event)
         case PermissionRequested():
             _on_permission(ctx, event)
         case QuestionAsked():

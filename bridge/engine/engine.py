@@ -12,10 +12,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from bridge.core import Options, Timings
 from bridge.core.state import WAITING_USER_STATES
 from bridge.engine.actor import ConversationActor
+from bridge.engine.attachments import Attachments
 from bridge.engine.card_views import CardViews
 from bridge.engine.conversations import Conversations
 from bridge.engine.executor import EffectExecutor
@@ -44,6 +46,8 @@ class EngineConfig:
     card_interval: float = 0.5  # least seconds between two changes of one status card
     # The agents and workspaces a conversation may move between (/agent, /cd).
     routes: Routes = field(default_factory=Routes.single)
+    attachments_dir: Path | None = None  # where a turn's images and files wait (None: none)
+    max_attachment_mb: int = 20
 
 
 class Engine:
@@ -67,6 +71,11 @@ class Engine:
             clock=clock,
             tasks=self._tasks,
             max_running_turns=config.max_running_turns,
+            attachments=Attachments(
+                feishu=feishu, folder=config.attachments_dir, max_mb=config.max_attachment_mb
+            )
+            if config.attachments_dir is not None
+            else None,
             metrics=metrics,
         )
         status_cards = StatusCards(
@@ -88,6 +97,7 @@ class Engine:
             switches=Switches(
                 routes=config.routes, runtime=runtime, store=store, runner=runner, clock=clock
             ),
+            routes=config.routes,
             status_cards=status_cards,
             clock=clock,
             ack_emoji=config.ack_emoji,

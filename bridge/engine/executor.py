@@ -26,6 +26,8 @@ from bridge.core.effects import (
     React,
     RecordTerminal,
     RelayAgentText,
+    SendFile,
+    ShowDiffs,
     ShowStatusCard,
     StartTurn,
     UpdateApprovalCard,
@@ -36,6 +38,7 @@ from bridge.core.text import Text
 from bridge.engine.actor import ConversationActor, Trace, Work
 from bridge.engine.answers import Answers
 from bridge.engine.card_views import CardViews, PostedCards, approval_status
+from bridge.engine.files_out import FilesOut
 from bridge.engine.render import render, render_text
 from bridge.engine.status_cards import StatusCards
 from bridge.engine.switches import Switches
@@ -53,6 +56,7 @@ from bridge.runtime.port import (
     AgentRuntime,
     RuntimeUnavailable,
 )
+from bridge.runtime.router import Routes
 from bridge.store.port import MessageState, Store, TurnOutcome
 
 log = logging.getLogger(__name__)
@@ -69,6 +73,7 @@ class EffectExecutor:
         cards: CardViews,
         runner: TurnRunner,
         switches: Switches,
+        routes: Routes,
         status_cards: StatusCards,
         clock: Callable[[], float],
         ack_emoji: str,
@@ -85,6 +90,9 @@ class EffectExecutor:
         self._status_cards = status_cards
         self.traces = TraceBuffer(store, clock)
         self._answers = Answers(feishu=feishu, store=store, clock=clock)
+        self._files = FilesOut(
+            feishu=feishu, store=store, routes=routes, answers=self._answers, clock=clock
+        )
         self._started: dict[str, float] = {}  # turns this process started, and when
         self._clock = clock
         self._ack_emoji = ack_emoji
@@ -138,6 +146,10 @@ class EffectExecutor:
                 await self._switches.switch(actor, work)
             case AskStatus():
                 await self._switches.status(actor, work)
+            case SendFile():
+                await self._files.send(actor, work)
+            case ShowDiffs():
+                await self._files.diffs(actor, work)
             case RecordTerminal(turn_id, outcome, detail):
                 self._posted.forget_turn(turn_id)
                 await self._record_terminal(turn_id, outcome.value, detail)

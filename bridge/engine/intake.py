@@ -19,13 +19,20 @@ from bridge.core.inputs import (
     UnsupportedMessage,
     UserMessage,
 )
+from bridge.core.state import Attachment
 from bridge.engine.card_views import CardViews
 from bridge.engine.commands import parse_command
 from bridge.engine.conversations import Conversations
 from bridge.engine.render import render
 from bridge.feishu.api import FeishuApi
 from bridge.feishu.cards import APPROVAL, decode_action
-from bridge.feishu.models import CardAction, CardActionReply, InboundMessage
+from bridge.feishu.models import (
+    AttachmentRef,
+    CardAction,
+    CardActionReply,
+    InboundMessage,
+    refs_from_journal,
+)
 from bridge.i18n import Translator
 from bridge.store.port import ApprovalStatus, MessageState, Store
 
@@ -34,12 +41,33 @@ log = logging.getLogger(__name__)
 TEXT_TYPES = frozenset({"text", "post"})
 
 
-def classify(message_id: str, sender: str, text: str) -> UserMessage | Command | UnsupportedMessage:
-    """What a message is to the core: a text for the agent, a command, or neither."""
-    if not text.strip():  # image, file, sticker… (or a text that was only an @-mention)
+def classify(
+    message_id: str, sender: str, text: str, attachments: tuple[Attachment, ...] = ()
+) -> UserMessage | Command | UnsupportedMessage:
+    """What a message is to the core: a text for the agent (with any images and files it
+    carries), a command, or neither."""
+    if attachments and not text.strip().startswith("/"):
+        return UserMessage(message_id, sender, text, attachments)
+    if not text.strip():  # sticker, card… (or a text that was only an @-mention)
         return UnsupportedMessage(message_id, sender)
     command = parse_command(text, message_id=message_id, sender=sender)
     return command or UserMessage(message_id=message_id, sender=sender, text=text)
+
+
+def attachments_of(message_id: str, refs: tuple[AttachmentRef, ...]) -> tuple[Attachment, ...]:
+    return tuple(
+        Attachment(r.from_message or message_id, r.kind, r.key, r.resource_type, r.name)
+        for r in refs
+    )
+
+
+def journaled_attachments(message_id: str, raw: str) -> tuple[Attachment, ...]:
+    try:
+        refs = refs_from_journal(raw)
+    except ValueError:
+        log.warning("message %s: unreadable attachments in the journal", message_id)
+        return ()
+    return attachments_of(message_id, refs)
 
 
 class Intake:
@@ -67,7 +95,8 @@ class Intake:
         if message.thread_id:
             actor.in_thread = True  # answer inside the topic thread, not in the main chat
         text = message.text if message.message_type in TEXT_TYPES else ""
-        actor.feed(classify(message.message_id, message.sender_open_id, text))
+        attachments = attachments_of(message.message_id, message.attachments)
+        actor.feed(classify(message.message_id, message.sender_open_id, text, attachments))
 
     def recall(self, conversation_key: str, message_id: str) -> None:
         self._conversations.get(conversation_key).feed(MessageRecalled(message_id))
@@ -132,5 +161,6 @@ class Intake:
             if message.state is MessageState.INTERRUPTED and message.message_id in interrupted_ids:
                 await self._store.set_message_state(message.message_id, MessageState.DONE, now)
                 continue
-            inner = classify(message.message_id, message.sender_open_id, message.text)
+            attachments = journaled_attachments(message.message_id, message.attachments)
+            inner = classify(message.message_id, message.sender_open_id, message.text, attachments)
             self._conversations.get(message.conversation_key).feed(MessageRecovered(inner))

@@ -19,6 +19,7 @@ from bridge.core.inputs import (
     SessionOpened,
 )
 from bridge.engine.actor import ConversationActor, Trace
+from bridge.engine.attachments import Attachments
 from bridge.engine.tasks import TaskTracker
 from bridge.ops.metrics import Metrics
 from bridge.runtime.events import (
@@ -32,7 +33,7 @@ from bridge.runtime.events import (
     TurnEnded,
     TurnEvent,
 )
-from bridge.runtime.port import AgentRuntime, RuntimeUnavailable
+from bridge.runtime.port import AgentRuntime, PromptFile, RuntimeUnavailable
 from bridge.store.port import SessionRecord, Store
 
 log = logging.getLogger(__name__)
@@ -49,8 +50,10 @@ class TurnRunner:
         clock: Callable[[], float],
         tasks: TaskTracker,
         max_running_turns: int,
+        attachments: Attachments | None = None,
         metrics: Metrics | None = None,
     ) -> None:
+        self._attachments = attachments
         self._runtime = runtime
         self._store = store
         self._clock = clock
@@ -69,17 +72,29 @@ class TurnRunner:
             return
         async with self._slots:
             try:
-                session_id = work.session_id or await self.open_session(actor.key)
-            except RuntimeUnavailable as exc:
-                actor.feed(RuntimeUnavailableAtStart(work.turn_id, exc.reason, exc.limit_reached))
-                return
-            except Exception as exc:  # a bug or a malformed answer must not strand the turn
-                log.exception("opening a session for turn %s failed", work.turn_id)
-                actor.feed(RuntimeUnavailableAtStart(work.turn_id, type(exc).__name__))
-                return
-            answer = actor.feed(SessionOpened(work.turn_id, session_id))
-            if any(isinstance(e, SendPrompt) and e.turn_id == work.turn_id for e in answer):
-                await self._prompt(actor, work, session_id)
+                await self._run_in_slot(actor, work)
+            finally:
+                if self._attachments is not None:
+                    self._attachments.release(work.turn_id)
+
+    async def _run_in_slot(self, actor: ConversationActor, work: StartTurn) -> None:
+        files: list[PromptFile] = []
+        if work.attachments and self._attachments is not None:
+            files, failed = await self._attachments.fetch(work.turn_id, work.attachments)
+            for problem in failed:
+                actor.feed(problem)
+        try:
+            session_id = work.session_id or await self.open_session(actor.key)
+        except RuntimeUnavailable as exc:
+            actor.feed(RuntimeUnavailableAtStart(work.turn_id, exc.reason, exc.limit_reached))
+            return
+        except Exception as exc:  # a bug or a malformed answer must not strand the turn
+            log.exception("opening a session for turn %s failed", work.turn_id)
+            actor.feed(RuntimeUnavailableAtStart(work.turn_id, type(exc).__name__))
+            return
+        answer = actor.feed(SessionOpened(work.turn_id, session_id))
+        if any(isinstance(e, SendPrompt) and e.turn_id == work.turn_id for e in answer):
+            await self._prompt(actor, work, session_id, files)
 
     async def open_session(self, key: str) -> str:
         """The conversation's session: resumed from the store's binding, or a new one."""
@@ -111,7 +126,9 @@ class TurnRunner:
         await self._store.note_session(record)
         return facts
 
-    async def _prompt(self, actor: ConversationActor, work: StartTurn, session_id: str) -> None:
+    async def _prompt(
+        self, actor: ConversationActor, work: StartTurn, session_id: str, files: list[PromptFile]
+    ) -> None:
         ended: list[TurnEvent] = []
 
         def sink(event: TurnEvent) -> None:
@@ -128,7 +145,7 @@ class TurnRunner:
             actor.feed(event)
 
         try:
-            await self._runtime.prompt(session_id, work.text, sink)
+            await self._runtime.prompt(session_id, work.text, sink, files)
         except Exception as exc:
             log.exception("prompt of turn %s raised", work.turn_id)
             if not ended:

@@ -4,7 +4,10 @@ httpx; unit tests use a recording fake with the same signatures."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
+
+from bridge.feishu.resources import Downloaded
 
 
 @dataclass(frozen=True)
@@ -32,6 +35,16 @@ class FeishuApi(Protocol):
 
     async def update_card(self, message_id: str, card: dict[str, Any]) -> None:
         """PATCH an interactive card sent by the bot."""
+
+    async def download_resource(
+        self, message_id: str, key: str, resource_type: str, dest: Path, *, max_bytes: int
+    ) -> Downloaded:
+        """A user's image or file to `dest`; raises `TooLarge` past `max_bytes`."""
+
+    async def upload_and_reply(
+        self, reply_to: str, path: Path, *, uuid: str, in_thread: bool = False
+    ) -> str:
+        """Upload a file (an image as an image) and post it as a reply; its message id."""
 
     async def edit_text(self, message_id: str, text: str) -> None:
         """PUT a new text into a text message the bot sent (Feishu's message edit)."""

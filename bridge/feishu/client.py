@@ -34,6 +34,7 @@ from bridge.feishu.errors import (
     check_response,
 )
 from bridge.feishu.http import CookielessClient
+from bridge.feishu.resources import ResourceCalls
 from bridge.feishu.split import (
     DEFAULT_MAX_BYTES,
     DEFAULT_MAX_CHARS,
@@ -102,7 +103,7 @@ def _data(body: dict[str, Any] | None) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-class FeishuClient(CardKitCalls):
+class FeishuClient(CardKitCalls, ResourceCalls):
     """Implements `bridge.feishu.api.FeishuApi`."""
 
     def __init__(

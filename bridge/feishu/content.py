@@ -9,7 +9,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
 from bridge.feishu.errors import EventParseError
-from bridge.feishu.models import Mention
+from bridge.feishu.models import AttachmentRef, Mention
 
 ALL_PLACEHOLDER: Final = "@_all"
 ALL_TEXT: Final = "@all"
@@ -29,6 +29,52 @@ def message_text(
     if message_type == "post":
         return _flatten_post(_content_object(content), mentions, bot_keys)
     return ""
+
+
+# Message types that are one attachment, and the resource `type` Feishu serves them as.
+_ONE_ATTACHMENT: Final = {"image": "image", "file": "file", "audio": "file", "media": "file"}
+
+
+def message_attachments(message_type: str, content: str) -> tuple[AttachmentRef, ...]:
+    """The images and files a message carries: an image, file, audio or media message is
+    one; a post carries its images and media. Content that does not say is no attachment."""
+    if message_type not in _ONE_ATTACHMENT and message_type != "post":
+        return ()
+    try:
+        value = _content_object(content)
+    except EventParseError:
+        return ()
+    if message_type == "post":
+        found: list[AttachmentRef] = []
+        for paragraph in _post_body(value).get("content") or []:
+            for element in paragraph if isinstance(paragraph, list) else []:
+                ref = _post_attachment(element)
+                if ref is not None:
+                    found.append(ref)
+        return tuple(found)
+    key_field = "image_key" if message_type == "image" else "file_key"
+    key = value.get(key_field)
+    if not isinstance(key, str) or not key:
+        return ()
+    name = value.get("file_name")
+    return (
+        AttachmentRef(
+            kind=message_type,
+            key=key,
+            resource_type=_ONE_ATTACHMENT[message_type],
+            name=name if isinstance(name, str) else "",
+        ),
+    )
+
+
+def _post_attachment(element: Any) -> AttachmentRef | None:
+    if not isinstance(element, Mapping):
+        return None
+    if element.get("tag") == "img" and isinstance(element.get("image_key"), str):
+        return AttachmentRef(kind="image", key=element["image_key"], resource_type="image")
+    if element.get("tag") == "media" and isinstance(element.get("file_key"), str):
+        return AttachmentRef(kind="media", key=element["file_key"], resource_type="file")
+    return None
 
 
 def is_bot(mention: Mention, bot_open_id: str | None, bot_name: str | None) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -15,6 +16,26 @@ class Mention(_Frozen):
     key: str  # the placeholder in the text, e.g. "@_user_1"
     open_id: str | None = None
     name: str = ""
+
+
+class AttachmentRef(_Frozen):
+    """An image or file a message carries, fetched with the message-resource API."""
+
+    kind: str  # image, file, audio, media
+    key: str  # image_key or file_key
+    resource_type: str  # the API's `type`: image or file
+    name: str = ""  # the file's name as sent (files only)
+    from_message: str = ""  # the message that carries it, when not this one (a quote-reply)
+
+
+def refs_for_journal(refs: tuple[AttachmentRef, ...]) -> str:
+    """Attachment refs as the journal keeps them (JSON; "" for none)."""
+    return json.dumps([r.model_dump() for r in refs]) if refs else ""
+
+
+def refs_from_journal(raw: str) -> tuple[AttachmentRef, ...]:
+    """The journal's JSON back as refs; raises ValueError when it is not that."""
+    return tuple(AttachmentRef.model_validate(item) for item in json.loads(raw or "[]"))
 
 
 class InboundMessage(_Frozen):
@@ -34,6 +55,7 @@ class InboundMessage(_Frozen):
     text: str = ""
     mentions: tuple[Mention, ...] = ()
     mentions_bot: bool = False
+    attachments: tuple[AttachmentRef, ...] = ()
     create_time_ms: int = 0
     app_id: str | None = None  # the event header's: the app Feishu delivered it for
 

@@ -33,7 +33,7 @@ from typing import Any, Final, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from bridge.feishu.content import is_bot, message_text
+from bridge.feishu.content import is_bot, message_attachments, message_text
 from bridge.feishu.errors import EventParseError
 from bridge.feishu.models import CardAction, InboundMessage, Mention, MessageRecall
 
@@ -274,6 +274,7 @@ def _message(
     )
     bot_keys = {m.key for m in mentions if is_bot(m, bot_open_id, bot_name)}
     text = message_text(msg.message_type, msg.content, mentions, bot_keys)
+    attachments = message_attachments(msg.message_type, msg.content)
 
     return InboundMessage(
         event_id=header.event_id,
@@ -289,6 +290,7 @@ def _message(
         text=text,
         mentions=mentions,
         mentions_bot=bool(bot_keys),
+        attachments=attachments,
         create_time_ms=_int_or_zero(msg.create_time),
         app_id=header.app_id or None,
     )

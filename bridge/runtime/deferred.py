@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import importlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
 from bridge.runtime.events import ConfigOption, SessionFacts, SessionModes
-from bridge.runtime.port import AgentRuntime, EventSink, SessionHandle
+from bridge.runtime.port import AgentRuntime, EventSink, PromptFile, SessionHandle
 
 ACP_MODULE: Final = "bridge.runtime.acp.runtime"
 
@@ -56,8 +56,10 @@ class DeferredRuntime:
             conversation_key, resume_session_id=resume_session_id, chosen=chosen
         )
 
-    async def prompt(self, session_id: str, text: str, sink: EventSink) -> None:
-        await self.built.prompt(session_id, text, sink)
+    async def prompt(
+        self, session_id: str, text: str, sink: EventSink, files: Sequence[PromptFile] = ()
+    ) -> None:
+        await self.built.prompt(session_id, text, sink, files)
 
     async def cancel(self, session_id: str) -> None:
         await self.built.cancel(session_id)

@@ -154,6 +154,22 @@ class UsageReported(TurnEvent):
 
 
 @dataclass(frozen=True)
+class FileOffered(TurnEvent):
+    """The agent's answer links a file (an ACP resource link): sent to the chat with it."""
+
+    uri: str
+    name: str = ""
+
+
+@dataclass(frozen=True)
+class DiffReported(TurnEvent):
+    """A tool call changed a file (ACP diff content), as a unified diff; shown on /diff."""
+
+    path: str
+    diff: str
+
+
+@dataclass(frozen=True)
 class SessionFacts:
     """What `/status` and `/sessions` show of a session: which agent in which folder, its
     mode, model, title and context use (None: not known or not offered)."""

@@ -7,8 +7,9 @@ given to `prompt`, synchronously and in arrival order.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Final, Protocol
 
 from bridge.runtime.events import ConfigOption, SessionFacts, SessionModes, TurnEvent
@@ -23,6 +24,18 @@ CONFIG_CHOICE: Final = "config:"
 # inside one of the workspaces); unset: the first profile and the first workspace.
 AGENT_CHOICE: Final = "agent"
 WORKSPACE_CHOICE: Final = "workspace"
+
+
+@dataclass(frozen=True)
+class PromptFile:
+    """An image or file the user sent, downloaded for the turn; the runtime reads or
+    copies it (the file is the engine's, removed after the turn)."""
+
+    path: Path
+    kind: str  # image, file, audio, media
+    mime: str
+    name: str  # already a safe file name
+    message_id: str  # the message it came with (its inbox folder)
 
 
 class RuntimeUnavailable(Exception):
@@ -63,9 +76,12 @@ class AgentRuntime(Protocol):
         conversation's `chosen` mode and options are set on it, and again on any session of
         it the runtime opens or reloads later (an agent restart brings its defaults back)."""
 
-    async def prompt(self, session_id: str, text: str, sink: EventSink) -> None:
-        """Run one turn. Emits PromptSent first and exactly one terminal event last
-        (TurnEnded, RuntimeFailed or RuntimeExited); returns after the terminal event."""
+    async def prompt(
+        self, session_id: str, text: str, sink: EventSink, files: Sequence[PromptFile] = ()
+    ) -> None:
+        """Run one turn, with the user's images and files (`files`). Emits PromptSent first
+        and exactly one terminal event last (TurnEnded, RuntimeFailed or RuntimeExited);
+        returns after the terminal event."""
 
     async def cancel(self, session_id: str) -> None:
         """Cancel the running turn (session/cancel); pending requests resolve as cancelled."""

@@ -30,6 +30,7 @@ from bridge.runtime.port import (
     WORKSPACE_CHOICE,
     AgentRuntime,
     EventSink,
+    PromptFile,
     SessionHandle,
 )
 
@@ -136,7 +137,9 @@ class RoutedRuntime:
     def _of(self, session_id: str) -> AgentRuntime:
         return self._owner.get(session_id) or self.default
 
-    async def prompt(self, session_id: str, text: str, sink: EventSink) -> None:
+    async def prompt(
+        self, session_id: str, text: str, sink: EventSink, files: Sequence[PromptFile] = ()
+    ) -> None:
         runtime = self._of(session_id)
 
         def routed(event: TurnEvent) -> None:
@@ -144,7 +147,7 @@ class RoutedRuntime:
                 self._requests[event.request_id] = runtime  # its answer goes back there
             sink(event)
 
-        await runtime.prompt(session_id, text, routed)
+        await runtime.prompt(session_id, text, routed, files)
 
     async def cancel(self, session_id: str) -> None:
         await self._of(session_id).cancel(session_id)

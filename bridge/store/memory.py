@@ -88,6 +88,7 @@ class MemoryStore(AsyncLifecycle):
         chat_id: str,
         text: str,
         now: float,
+        attachments: str = "",
     ) -> bool:
         self._check()
         if message_id in self._messages:
@@ -103,6 +104,7 @@ class MemoryStore(AsyncLifecycle):
             state=MessageState.QUEUED,
             received_at=now,
             updated_at=now,
+            attachments=attachments,
         )
         return True
 

@@ -92,6 +92,7 @@ class JournaledMessage:
     state: MessageState
     received_at: float
     updated_at: float
+    attachments: str = ""  # JSON list of the images and files it carries
 
 
 @dataclass(frozen=True)
@@ -202,8 +203,10 @@ class Store(Protocol):
         chat_id: str,
         text: str,
         now: float,
+        attachments: str = "",
     ) -> bool:
-        """Record a user message as QUEUED; False (and no change) if already journaled."""
+        """Record a user message as QUEUED; False (and no change) if already journaled.
+        `attachments`: the images and files it carries (JSON), so a restart can fetch them."""
 
     async def set_message_state(self, message_id: str, state: MessageState, now: float) -> bool:
         """Move a message along `MESSAGE_TRANSITIONS`; False if unknown or not allowed."""

@@ -158,13 +158,23 @@ class SqliteStore(ConversationChoices, AsyncLifecycle):
         chat_id: str,
         text: str,
         now: float,
+        attachments: str = "",
     ) -> bool:
         return (
             await self._write(
                 "INSERT INTO messages (message_id, conversation_key, sender_open_id, chat_id, "
-                "text, state, received_at, updated_at) VALUES (?, ?, ?, ?, ?, 'queued', ?, ?) "
-                "ON CONFLICT DO NOTHING",
-                (message_id, conversation_key, sender_open_id, chat_id, text, now, now),
+                "text, state, received_at, updated_at, attachments) "
+                "VALUES (?, ?, ?, ?, ?, 'queued', ?, ?, ?) ON CONFLICT DO NOTHING",
+                (
+                    message_id,
+                    conversation_key,
+                    sender_open_id,
+                    chat_id,
+                    text,
+                    now,
+                    now,
+                    attachments,
+                ),
             )
             == 1
         )

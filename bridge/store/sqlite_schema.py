@@ -128,11 +128,16 @@ CREATE TABLE sessions (
 CREATE INDEX sessions_by_activity ON sessions (conversation_key, active_at);
 """
 
-MIGRATIONS: tuple[str, ...] = (_SCHEMA_V1, _SCHEMA_V2, _SCHEMA_V3, _SCHEMA_V4)
+# The images and files a journaled message carries (JSON), fetched again after a restart.
+_SCHEMA_V5 = """
+ALTER TABLE messages ADD COLUMN attachments TEXT NOT NULL DEFAULT '';
+"""
+
+MIGRATIONS: tuple[str, ...] = (_SCHEMA_V1, _SCHEMA_V2, _SCHEMA_V3, _SCHEMA_V4, _SCHEMA_V5)
 
 MESSAGE_COLUMNS = (
     "seq, message_id, conversation_key, sender_open_id, chat_id, text, state, "
-    "received_at, updated_at"
+    "received_at, updated_at, attachments"
 )
 TURN_COLUMNS = "turn_id, conversation_key, message_id, started_at, outcome, finished_at"
 APPROVAL_COLUMNS = (
@@ -162,6 +167,7 @@ def message_of(row: Row) -> JournaledMessage:
         state=MessageState(row[6]),
         received_at=float(row[7]),
         updated_at=float(row[8]),
+        attachments=str(row[9] or ""),
     )
 
 

@@ -168,7 +168,7 @@ async def test_unsupported_message_type_gets_a_polite_reply_and_no_turn(
     styled: Stack,
 ) -> None:
     sent = await styled.say(
-        "", message_type="image", content={"image_key": "img_v2_0123456789abcdef"}
+        "", message_type="sticker", content={"file_key": "file_v2_0123456789abcdef"}
     )
     await styled.wait_text(lambda x: x == t("message.unsupported"))
     await styled.settled()

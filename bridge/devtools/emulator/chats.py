@@ -68,6 +68,7 @@ class ChatWorld:
         self.chats: dict[str, Chat] = {}
         self.messages: dict[str, ChatMessage] = {}  # insertion order = timeline order
         self.reactions: dict[str, Reaction] = {}
+        self.resources: dict[str, tuple[bytes, str]] = {}  # key -> (bytes, mime)
         self._uuids: dict[str, tuple[str, float]] = {}  # uuid -> (message_id, clock())
 
     # --- chats ---------------------------------------------------------------------------
@@ -182,6 +183,25 @@ class ChatWorld:
         content = str(body["content"])
         self._check_content("text", content)
         return self.replace_card(message_id, content)
+
+    def add_resource(self, data: bytes, mime: str, kind: str) -> str:
+        """An image or file a user uploads with a message; its key."""
+        key = new_id("img_v3_" if kind == "image" else "file_v3_")
+        self.resources[key] = (data, mime)
+        return key
+
+    def resource(self, message_id: str, key: str, resource_type: str) -> tuple[bytes, str]:
+        """GET …/messages/{message_id}/resources/{key}?type=image|file."""
+        message = self.messages.get(message_id)
+        if message is None:
+            raise codes.MESSAGE_INVALID_PARAM.with_detail(f"invalid message_id: {message_id}")
+        if resource_type not in ("image", "file"):
+            raise codes.FIELD_VALIDATION_FAILED.with_detail("type must be image or file")
+        if key not in self.resources or key not in message.content:
+            raise codes.RESOURCE_NOT_IN_MESSAGE
+        if key.startswith("img_") != (resource_type == "image"):
+            raise codes.RESOURCE_TYPE_MISMATCH
+        return self.resources[key]
 
     def recall(self, message_id: str) -> ChatMessage:
         """The sender takes a message back."""

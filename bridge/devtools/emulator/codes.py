@@ -65,6 +65,8 @@ MESSAGE_INVALID_PARAM = FeishuError(
 )
 BOT_NOT_IN_CHAT = FeishuError(400, 230002, "The bot can not be outside the group.")
 MESSAGE_RECALLED = FeishuError(400, 230011, "The message is recalled.")
+RESOURCE_NOT_IN_MESSAGE = FeishuError(400, 234003, "File not in msg.")
+RESOURCE_TYPE_MISMATCH = FeishuError(400, 234043, "Unsupported message resource type.")
 MESSAGE_TOO_LONG = FeishuError(400, 230025, "The length of the message content reaches its limit.")
 CARD_CONTENT_FAILED = FeishuError(400, 230099, "Failed to create card content")
 

@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import itertools
 import json
+import mimetypes
 import re
 import secrets
 import time
@@ -39,7 +40,33 @@ class ApiRequest:
     body: Any
 
 
-Answer = tuple[int, dict[str, Any]]
+@dataclass(frozen=True)
+class Upload:
+    """A file part of a multipart upload."""
+
+    filename: str
+    data: bytes
+
+
+async def _form(request: web.Request) -> dict[str, Any]:
+    form: dict[str, Any] = {}
+    for name, value in (await request.post()).items():
+        if isinstance(value, web.FileField):
+            form[name] = Upload(value.filename, value.file.read())
+        else:
+            form[name] = str(value)
+    return form
+
+
+@dataclass(frozen=True)
+class Blob:
+    """A raw answer (a message resource), not a JSON envelope."""
+
+    data: bytes
+    mime: str
+
+
+Answer = tuple[int, dict[str, Any] | Blob]
 Handler = Callable[[ApiRequest], Answer]
 
 
@@ -84,6 +111,7 @@ class OpenApi:
             _Route("POST", re.compile(message + "/reply"), self._reply),
             _Route("PATCH", re.compile(message), self._patch),
             _Route("PUT", re.compile(message), self._edit),
+            _Route("GET", re.compile(message + r"/resources/(?P<key>[^/]+)"), self._resource),
             _Route("POST", re.compile(message + "/reactions"), self._react),
             _Route(
                 "DELETE",
@@ -91,6 +119,8 @@ class OpenApi:
                 self._unreact,
             ),
             _Route("GET", re.compile(r"/open-apis/bot/v3/info"), self._bot),
+            _Route("POST", re.compile(r"/open-apis/im/v1/images"), self._upload_image),
+            _Route("POST", re.compile(r"/open-apis/im/v1/files"), self._upload_file),
             _Route("POST", re.compile(r"/open-apis/cardkit/v1/cards"), self._card_create),
             _Route("PUT", re.compile(card), self._card_update),
             _Route("PUT", re.compile(card + element + "/content"), self._card_content),
@@ -98,9 +128,13 @@ class OpenApi:
         ]
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
-        raw = await request.read()
         body: Any = None
         malformed = False
+        if request.content_type.startswith("multipart/"):
+            raw = b""
+            body = await _form(request)
+        else:
+            raw = await request.read()
         if raw:
             try:
                 body = json.loads(raw)
@@ -128,7 +162,9 @@ class OpenApi:
                 headers={k.lower(): v for k, v in request.headers.items()},
                 body=body,
                 status=status,
-                response=payload,
+                response={"bytes": len(payload.data), "mime": payload.mime}
+                if isinstance(payload, Blob)
+                else payload,
                 at=time.time(),
                 fault=fault.kind.value if fault is not None else None,
             )
@@ -138,11 +174,16 @@ class OpenApi:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._closing.wait(), fault.hold_seconds)
         headers = {"X-Tt-Logid": secrets.token_hex(16).upper(), **extra}
+        if isinstance(payload, Blob):
+            return web.Response(
+                body=payload.data, status=status, headers=headers, content_type=payload.mime
+            )
         return web.json_response(payload, status=status, headers=headers)
 
     # --- pipeline steps ------------------------------------------------------------------
     def _serve(self, api: ApiRequest, authorization: str | None) -> tuple[int, Any, dict[str, str]]:
         route, params = self._resolve(api.method, api.path)
+        payload: dict[str, Any] | Blob
         if route is None:
             status, payload = self._error(
                 codes.NOT_FOUND.with_detail(f"{api.method} {api.path} is not emulated")
@@ -245,6 +286,27 @@ class OpenApi:
     def _patch(self, api: ApiRequest) -> Answer:
         self._world.patch_card(api.params["message_id"], self._body(api))
         return _ok()
+
+    def _upload_image(self, api: ApiRequest) -> Answer:
+        upload = self._body(api).get("image")
+        if not isinstance(upload, Upload) or self._body(api).get("image_type") != "message":
+            raise codes.FIELD_VALIDATION_FAILED.with_detail("image and image_type=message")
+        mime = mimetypes.guess_type(upload.filename)[0] or "application/octet-stream"
+        return _ok({"image_key": self._world.add_resource(upload.data, mime, "image")})
+
+    def _upload_file(self, api: ApiRequest) -> Answer:
+        body = self._body(api)
+        upload = body.get("file")
+        if not isinstance(upload, Upload) or not body.get("file_type") or not body.get("file_name"):
+            raise codes.FIELD_VALIDATION_FAILED.with_detail("file, file_type and file_name")
+        mime = mimetypes.guess_type(upload.filename)[0] or "application/octet-stream"
+        return _ok({"file_key": self._world.add_resource(upload.data, mime, "file")})
+
+    def _resource(self, api: ApiRequest) -> Answer:
+        data, mime = self._world.resource(
+            api.params["message_id"], api.params["key"], api.query.get("type", "")
+        )
+        return 200, Blob(data, mime)
 
     def _edit(self, api: ApiRequest) -> Answer:
         message = self._world.edit_text(api.params["message_id"], self._body(api))

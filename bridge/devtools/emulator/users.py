@@ -118,6 +118,33 @@ class UserSide:
             first_attempt=attempt,
         )
 
+    async def send_user_file(
+        self,
+        data: bytes,
+        *,
+        kind: str = "file",
+        name: str = "report.txt",
+        mime: str = "text/plain",
+        **options: Any,
+    ) -> DeliveredEvent:
+        """A user sends an image (`kind` image), a file, an audio or a video (media): the
+        bytes are uploaded and served by the message-resource API for this message only."""
+        key = self._world.add_resource(data, mime, kind)
+        content: dict[str, Any]
+        if kind == "image":
+            content = {"image_key": key}
+        elif kind == "audio":
+            content = {"file_key": key, "duration": 1000}
+        else:
+            content = {"file_key": key, "file_name": name}
+            if kind == "media":
+                content.update(duration=1000, image_key="")
+        return await self.send_user_message(message_type=kind, content=content, **options)
+
+    def upload_image(self, data: bytes, mime: str = "image/png") -> str:
+        """An image key for a post the test builds itself (`send_user_message` with a post)."""
+        return self._world.add_resource(data, mime, "image")
+
     async def recall_message(self, message_id: str) -> DeliveredEvent:
         """The user takes a message back: it is marked recalled in the chat (replies to it
         fail) and `im.message.recalled_v1` is pushed."""

@@ -48,6 +48,9 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--no-resume", action="store_true", help="do not offer session/resume")
     parser.add_argument("--no-list", action="store_true", help="do not offer session/list")
     parser.add_argument("--name", default="scripted-agent", help="its name (agentInfo, whoami)")
+    parser.add_argument(
+        "--no-images", action="store_true", help="do not accept images as prompt content"
+    )
     return parser.parse_args(argv)
 
 
@@ -70,6 +73,7 @@ def main(argv: list[str] | None = None) -> None:
         resume_session=load and not arguments.no_resume,  # no load: no way back at all
         list_sessions=not arguments.no_list,
         name=arguments.name,
+        images=not arguments.no_images,
     )
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(serve(agent))

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import json
 import os
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from acp.connection import Connection
@@ -16,6 +17,7 @@ from acp.schema import (
     ClientCapabilities,
     Implementation,
     InitializeResponse,
+    PromptCapabilities,
     PromptResponse,
     SessionCapabilities,
     SessionListCapabilities,
@@ -36,6 +38,7 @@ from bridge.devtools.scripted_agent.wire import (
     message_chunk,
     plan_entries,
     probe,
+    received,
     text_block,
 )
 
@@ -52,6 +55,7 @@ class ScriptedAgent(SessionMethods):
         resume_session: bool = True,
         list_sessions: bool = True,
         name: str = "scripted-agent",
+        images: bool = True,
         quirks: frozenset[str] = frozenset(),
     ) -> None:
         self.store = store
@@ -62,6 +66,7 @@ class ScriptedAgent(SessionMethods):
         self.load_enabled = load_session
         self.resume_enabled = resume_session
         self.name = name
+        self.images = images
         self.list_enabled = list_sessions
         self.scenario = scenario
         self.elicitation = False
@@ -80,6 +85,7 @@ class ScriptedAgent(SessionMethods):
             protocol_version=PROTOCOL_VERSION,
             agent_capabilities=AgentCapabilities(
                 load_session=self.load_enabled,
+                prompt_capabilities=PromptCapabilities(image=self.images),
                 session_capabilities=SessionCapabilities(
                     list=SessionListCapabilities() if self.list_enabled else None,
                     resume=SessionResumeCapabilities() if self.resume_enabled else None,
@@ -93,7 +99,7 @@ class ScriptedAgent(SessionMethods):
         if session is None:
             raise RequestError.invalid_params({"details": f"unknown session {session_id}"})
         text = "".join(b.text for b in prompt if isinstance(b, TextContentBlock)).strip()
-        run = asyncio.ensure_future(self._answer(session, text))
+        run = asyncio.ensure_future(self._answer(session, text, received(prompt)))
         if session_id in self.behind:  # cancel-tail: answer with the previous run's result
             previous = self.behind[session_id]
             self.behind[session_id] = run
@@ -111,11 +117,13 @@ class ScriptedAgent(SessionMethods):
             )
         return PromptResponse(stop_reason=reason)  # type: ignore[arg-type]
 
-    async def _answer(self, session: Session, text: str) -> str:
+    async def _answer(self, session: Session, text: str, got: list[str] | None = None) -> str:
         session.cancelled = asyncio.Event()
         session.replies = []
         session.history.append({"role": "user", "text": text})
         self.store.save(session)
+        if got:  # what came besides the text, said first (tests assert on what arrived)
+            await self._say(session, "received: " + "; ".join(got) + "\n")
         try:
             reason = await self._run(session, text)
         except Cancelled:
@@ -158,6 +166,12 @@ class ScriptedAgent(SessionMethods):
             await self._say(session, rest)
         elif word == "echo":
             await self._say(session, f"echo: {rest}")
+        elif word == "link":  # an answer that links a file (ACP resource_link)
+            target = PurePosixPath(session.cwd, rest)  # as the agent names it: no resolving
+            link = {"type": "resource_link", "uri": target.as_uri(), "name": target.name}
+            await self._update(sid, {"sessionUpdate": "agent_message_chunk", "content": link})
+        elif word == "edit":  # a tool call that reports a diff: edit PATH OLD => NEW
+            await self._edit(session, rest)
         elif word == "md":
             await self._say(session, rest.replace("\\n", "\n"))
         elif word == "think":
@@ -235,6 +249,28 @@ class ScriptedAgent(SessionMethods):
             await self._update(
                 sid, {"sessionUpdate": "tool_call_update", "toolCallId": tool_id, "status": status}
             )
+
+    async def _edit(self, session: Session, rest: str) -> None:
+        path, _, change = rest.partition(" ")
+        old, _, new = change.partition(" => ")
+        self.tool_counter += 1
+        diff = {
+            "type": "diff",
+            "path": str(Path(session.cwd, path)),
+            "oldText": old.replace("\\n", "\n") or None,
+            "newText": new.replace("\\n", "\n"),
+        }
+        call = {"sessionUpdate": "tool_call", "toolCallId": f"tool-{self.tool_counter}"}
+        await self._update(
+            session.session_id,
+            {
+                **call,
+                "title": f"Edit {path}",
+                "kind": "edit",
+                "status": "completed",
+                "content": [diff],
+            },
+        )
 
     async def _permission(self, session: Session, title: str) -> str | None:
         self.tool_counter += 1
@@ -354,25 +390,6 @@ class ScriptedAgent(SessionMethods):
         assert self.conn is not None
         result = await self.conn.send_request(method, params)
         return result if isinstance(result, dict) else {}
-
-    async def _announce_commands(self, session_id: str) -> None:
-        commands = [{"name": name, "description": text} for name, text in SCENARIOS.items()]
-        await self._update(
-            session_id,
-            {"sessionUpdate": "available_commands_update", "availableCommands": commands},
-        )
-
-    async def _idle_burst(self, session_id: str) -> None:
-        await self._announce_commands(session_id)
-        await self._update(
-            session_id, {"sessionUpdate": "current_mode_update", "currentModeId": "code"}
-        )
-        await self._update(
-            session_id, {"sessionUpdate": "session_info_update", "title": "Scripted"}
-        )
-        await self._update(
-            session_id, {"sessionUpdate": "agent_message_chunk", "content": text_block("late")}
-        )
 
     def _later(self, delay: float, work: Any) -> None:
         async def run() -> None:

@@ -18,7 +18,7 @@ from acp.schema import (
     SetSessionConfigOptionResponse,
 )
 
-from bridge.devtools.scripted_agent.language import MODELS, MODES
+from bridge.devtools.scripted_agent.language import MODELS, MODES, SCENARIOS
 from bridge.devtools.scripted_agent.sessions import Session, SessionStore
 from bridge.devtools.scripted_agent.wire import config_of, modes_of, text_block
 
@@ -35,9 +35,6 @@ class SessionMethods:
         raise NotImplementedError  # pragma: no cover - ScriptedAgent's
 
     def _later(self, delay: float, work: Any) -> None:
-        raise NotImplementedError  # pragma: no cover - ScriptedAgent's
-
-    async def _announce_commands(self, session_id: str) -> None:
         raise NotImplementedError  # pragma: no cover - ScriptedAgent's
 
     async def new_session(self, cwd: str, **_: Any) -> NewSessionResponse:
@@ -130,3 +127,22 @@ class SessionMethods:
             "cost": {"amount": round(0.01 * prompts, 2), "currency": "USD"},
         }
         await self._update(session.session_id, usage)
+
+    async def _announce_commands(self, session_id: str) -> None:
+        commands = [{"name": name, "description": text} for name, text in SCENARIOS.items()]
+        await self._update(
+            session_id,
+            {"sessionUpdate": "available_commands_update", "availableCommands": commands},
+        )
+
+    async def _idle_burst(self, session_id: str) -> None:
+        await self._announce_commands(session_id)
+        await self._update(
+            session_id, {"sessionUpdate": "current_mode_update", "currentModeId": "code"}
+        )
+        await self._update(
+            session_id, {"sessionUpdate": "session_info_update", "title": "Scripted"}
+        )
+        await self._update(
+            session_id, {"sessionUpdate": "agent_message_chunk", "content": text_block("late")}
+        )

@@ -95,3 +95,20 @@ def config_of(session: Session) -> list[SessionConfigOptionSelect | SessionConfi
         options=values,
     )
     return [model]
+
+
+def received(prompt: list[Any]) -> list[str]:
+    """The prompt's images and links, each in a few words (its text is not repeated)."""
+    import base64
+
+    from acp.schema import ImageContentBlock, ResourceContentBlock
+
+    found: list[str] = []
+    for block in prompt:
+        if isinstance(block, ImageContentBlock):
+            found.append(f"image {block.mime_type} {len(base64.b64decode(block.data))} bytes")
+        elif isinstance(block, ResourceContentBlock):
+            path = block.uri.removeprefix("file://")
+            size = os.path.getsize(path) if os.path.exists(path) else -1
+            found.append(f"link {block.name} {block.uri} {size} bytes")
+    return found

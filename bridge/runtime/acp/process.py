@@ -37,7 +37,6 @@ from acp.schema import (
     PromptResponse,
     SessionModeState,
     SetSessionModeRequest,
-    TextContentBlock,
 )
 from acp.utils import notify_model, request_model, serialize_params
 
@@ -152,6 +151,12 @@ class AgentProcess:
         return bool(self.capabilities and self.capabilities.load_session)
 
     @property
+    def accepts_images(self) -> bool:
+        """`promptCapabilities.image`: images may go as prompt content."""
+        prompt = self.capabilities.prompt_capabilities if self.capabilities else None
+        return bool(prompt and prompt.image)
+
+    @property
     def can_resume(self) -> bool:
         """`session/resume` (unstable): an earlier session back without its replay."""
         offered = self.capabilities.session_capabilities if self.capabilities else None
@@ -221,10 +226,8 @@ class AgentProcess:
         request = SetSessionModeRequest(session_id=session_id, mode_id=mode_id)
         await self.conn.send_request(AGENT_METHODS["session_set_mode"], serialize_params(request))
 
-    async def prompt(self, session_id: str, text: str) -> PromptResponse:
-        request = PromptRequest(
-            session_id=session_id, prompt=[TextContentBlock(type="text", text=text)]
-        )
+    async def prompt(self, session_id: str, blocks: list[Any]) -> PromptResponse:
+        request = PromptRequest(session_id=session_id, prompt=blocks)
         return await request_model(
             self.conn, AGENT_METHODS["session_prompt"], request, PromptResponse
         )

@@ -44,6 +44,7 @@ from bridge.runtime.acp.client import (
     client_capabilities,
     unknown_update_kind,
 )
+from bridge.runtime.acp.content import prompt_blocks
 from bridge.runtime.acp.diagnostics import Diagnostics
 from bridge.runtime.acp.normalize import (
     SESSION_STATE_KINDS,
@@ -54,6 +55,7 @@ from bridge.runtime.acp.normalize import (
     turn_event,
     update_kind,
 )
+from bridge.runtime.acp.offers import offer_events
 from bridge.runtime.acp.pool import AgentPool, PoolLimits
 from bridge.runtime.acp.process import AgentProcess
 from bridge.runtime.acp.requests import (
@@ -73,7 +75,7 @@ from bridge.runtime.events import (
     TurnEvent,
     UsageReported,
 )
-from bridge.runtime.port import EventSink, SessionHandle
+from bridge.runtime.port import EventSink, PromptFile, SessionHandle
 from bridge.runtime.sandbox import SandboxPolicy
 
 if TYPE_CHECKING:
@@ -182,7 +184,9 @@ class AcpRuntime(SessionSettings, Diagnostics):
         """The conversation now works with another agent or workspace (see `Sessions`)."""
         self._sessions.release(conversation_key)
 
-    async def prompt(self, session_id: str, text: str, sink: EventSink) -> None:
+    async def prompt(
+        self, session_id: str, text: str, sink: EventSink, files: Sequence[PromptFile] = ()
+    ) -> None:
         session = self._sessions.get(session_id)
         if session is None:
             raise SessionLost(f"unknown session {session_id}; open a session first")
@@ -198,10 +202,12 @@ class AcpRuntime(SessionSettings, Diagnostics):
         session.prompts += 1
         turn.emit(PromptSent(session_id))
         try:
+            images = process.accepts_images
+            blocks = prompt_blocks(text, files, images=images, cwd=session.cwd)
             await run_prompt(
                 process,
                 turn,
-                text,
+                blocks,
                 exited=self._pool.exited,
                 shutdown_timeout=self._shutdown_timeout,
             )
@@ -333,6 +339,8 @@ class AcpRuntime(SessionSettings, Diagnostics):
         if event is not None:
             turn.updates += 1
             turn.emit(event)
+        for offer in offer_events(session_id, update):
+            turn.emit(offer)
 
     async def on_permission(
         self,

@@ -51,7 +51,7 @@ class AcpTurn:
 async def run_prompt(
     process: AgentProcess,
     turn: AcpTurn,
-    text: str,
+    blocks: list[Any],
     *,
     exited: Callable[[AgentProcess, str], RuntimeExited],
     shutdown_timeout: float,
@@ -60,7 +60,7 @@ async def run_prompt(
 
     An error answer to a cancelled prompt counts as the `cancelled` stop reason (the spec
     asks agents not to do that, but some do)."""
-    request = asyncio.ensure_future(process.prompt(turn.session_id, text))
+    request = asyncio.ensure_future(process.prompt(turn.session_id, blocks))
     try:
         watched: list[asyncio.Future[Any]] = [request, process.exited]
         await asyncio.wait(watched, return_when=asyncio.FIRST_COMPLETED)

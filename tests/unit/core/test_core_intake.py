@@ -28,11 +28,11 @@ STOP = Command(CommandName.STOP, "c1", ALICE, "/stop")
 
 
 def test_an_unsupported_message_is_acked_answered_politely_and_marked_done() -> None:
-    out = Driver().feed(UnsupportedMessage("img1", ALICE))
+    out = Driver().feed(UnsupportedMessage("stk1", ALICE))
     assert out == [
-        React("img1"),
-        PostText("message.unsupported", {}, "img1", "img1:unsupported"),
-        MarkMessageDone("img1"),
+        React("stk1"),
+        PostText("message.unsupported", {}, "stk1", "stk1:unsupported"),
+        MarkMessageDone("stk1"),
     ]
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,7 +19,7 @@ from bridge.feishu.api import BotInfo
 from bridge.feishu.models import CardAction, InboundMessage
 from bridge.i18n import Translator
 from bridge.runtime.events import PromptSent, SessionFacts, StopReason, TurnEnded, TurnEvent
-from bridge.runtime.port import EventSink, RuntimeUnavailable, SessionHandle
+from bridge.runtime.port import EventSink, PromptFile, RuntimeUnavailable, SessionHandle
 from bridge.store import MemoryStore
 
 T = Translator("zh_CN")
@@ -160,7 +160,9 @@ class FakeRuntime:
             return SessionHandle(resume_session_id, loaded=True)
         return SessionHandle(f"sess_{next(self._sessions)}", loaded=False)
 
-    async def prompt(self, session_id: str, text: str, sink: EventSink) -> None:
+    async def prompt(
+        self, session_id: str, text: str, sink: EventSink, files: Sequence[PromptFile] = ()
+    ) -> None:
         self.calls.append(("prompt", session_id, text))
         turn = FakeTurn(session_id, text)
         sink(PromptSent(session_id))

@@ -1,0 +1,73 @@
+"""Fetching a turn's images and files from Feishu before its prompt: each streamed to the
+bridge's data folder under the size limit, named safely, handed to the runtime, and removed
+once the turn is over. One that cannot come is reported to the core (one line), and the
+turn goes on without it."""
+
+from __future__ import annotations
+
+import logging
+import mimetypes
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+
+from bridge.core.inputs import AttachmentFailed
+from bridge.core.state import Attachment
+from bridge.feishu.api import FeishuApi
+from bridge.feishu.errors import FeishuError
+from bridge.feishu.resources import TooLarge
+from bridge.runtime.port import PromptFile
+
+log = logging.getLogger(__name__)
+
+MB = 1024 * 1024
+
+
+class Attachments:
+    def __init__(self, *, feishu: FeishuApi, folder: Path, max_mb: int) -> None:
+        self._feishu = feishu
+        self._folder = folder
+        self._max_mb = max_mb
+
+    async def fetch(
+        self, turn_id: str, wanted: Sequence[Attachment]
+    ) -> tuple[list[PromptFile], list[AttachmentFailed]]:
+        files: list[PromptFile] = []
+        failed: list[AttachmentFailed] = []
+        if not wanted:
+            return files, failed
+        folder = self._folder / safe_name(turn_id)
+        folder.mkdir(parents=True, exist_ok=True)
+        for number, item in enumerate(wanted, start=1):
+            name = safe_name(item.name) if item.name else f"{item.kind}-{number}"
+            dest = folder / f"{number}-{name}"
+            try:
+                got = await self._feishu.download_resource(
+                    item.message_id,
+                    item.key,
+                    item.resource_type,
+                    dest,
+                    max_bytes=self._max_mb * MB,
+                )
+            except TooLarge:
+                failed.append(AttachmentFailed(turn_id, name, True, self._max_mb))
+                continue
+            except (FeishuError, OSError) as exc:
+                log.warning("could not fetch an attachment of turn %s (%s)", turn_id, exc)
+                failed.append(AttachmentFailed(turn_id, name, False))
+                continue
+            mime = got.mime or mimetypes.guess_type(name)[0] or "application/octet-stream"
+            if not item.name:  # an image has no name of its own: one from its type
+                name += mimetypes.guess_extension(mime) or ""
+            files.append(PromptFile(dest, item.kind, mime, name, item.message_id))
+        return files, failed
+
+    def release(self, turn_id: str) -> None:
+        shutil.rmtree(self._folder / safe_name(turn_id), ignore_errors=True)
+
+
+def safe_name(name: str) -> str:
+    """A file name that is only a name: no folder, no `..`, no control characters."""
+    base = name.replace("\\", "/").rsplit("/", 1)[-1]
+    cleaned = "".join(c if c.isalnum() or c in "._-" else "_" for c in base).strip("._")
+    return cleaned[:100] or "attachment"
