@@ -7,13 +7,17 @@ other Feishu call happen in the conversation's actor, after the webhook has answ
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from bridge.feishu.content import message_attachments
+from bridge.feishu.errors import FeishuError
 from bridge.feishu.inbound import RetryLater
 from bridge.feishu.models import (
+    AttachmentRef,
     CardAction,
     CardActionReply,
     InboundMessage,
@@ -24,6 +28,10 @@ from bridge.feishu.models import (
 from bridge.store.port import Store
 
 log = logging.getLogger(__name__)
+
+# A quoted message's content, asked of Feishu inside the intake's 3-second budget.
+QUOTE_LOOKUP_SECONDS = 1.0
+QuotedContent = Callable[[str], Awaitable[tuple[str, str] | None]]
 
 Next = Callable[[InboundMessage], Awaitable[None]]
 Middleware = Callable[[InboundMessage, Next], Awaitable[None]]
@@ -89,7 +97,9 @@ class Receiver:
         count: Callable[[str], None] = lambda fate: None,
         app_id: str | None = None,
         max_event_age: float = 0.0,
+        quoted_content: QuotedContent | None = None,
     ) -> None:
+        self._quoted_content = quoted_content
         self._count = count
         self._app_id = app_id
         self._max_event_age = max_event_age
@@ -200,14 +210,28 @@ class Receiver:
         if not message.parent_id or message.attachments:
             return message
         quoted = await self._store.message(message.parent_id)
-        if quoted is None or quoted.conversation_key != message.conversation_key:
+        if quoted is not None and quoted.conversation_key != message.conversation_key:
             return message
         try:
-            refs = refs_from_journal(quoted.attachments)
+            if quoted is not None:
+                refs = refs_from_journal(quoted.attachments)
+            else:  # not one the bridge took (a group image without @bot): ask Feishu
+                refs = await self._quoted_refs(message.parent_id)
         except ValueError:
             return message
-        carried = tuple(r.model_copy(update={"from_message": quoted.message_id}) for r in refs)
+        carried = tuple(r.model_copy(update={"from_message": message.parent_id}) for r in refs)
         return message.model_copy(update={"attachments": carried}) if carried else message
+
+    async def _quoted_refs(self, message_id: str) -> tuple[AttachmentRef, ...]:
+        if self._quoted_content is None:
+            return ()
+        try:
+            async with asyncio.timeout(QUOTE_LOOKUP_SECONDS):
+                found = await self._quoted_content(message_id)
+        except (TimeoutError, FeishuError) as exc:
+            log.info("quoted message %s not looked up (%s)", message_id, type(exc).__name__)
+            return ()
+        return message_attachments(*found) if found is not None else ()
 
     async def dispatch(self, message: InboundMessage) -> None:
         self._count("accepted")

@@ -265,6 +265,7 @@ def build_service(
         count=lambda fate: metrics.inbound.labels(fate).inc(),
         app_id=settings.feishu_app_id,
         max_event_age=settings.bridge_max_event_age_seconds,
+        quoted_content=feishu.message_content,
     )
     readiness = Readiness(clock)
     feishu_app = _feishu_app(settings, receiver, bot, readiness)

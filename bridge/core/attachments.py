@@ -19,10 +19,9 @@ def hold(ctx: StepContext, msg: UserMessage) -> bool:
     ctx.update(held=held)
     mine = sum(1 for sender, _ in held if sender == msg.sender)
     mid = msg.message_id
-    ctx.emit(
-        PostText("attachment.held", {"count": mine}, mid, f"{mid}:held"),
-        MarkMessageDone(mid),  # it runs with the next text's message
-    )
+    # Not marked done: a restart finds it in the journal and holds it again (the line,
+    # already posted, is not posted twice); it is done when a text takes it.
+    ctx.emit(PostText("attachment.held", {"count": mine}, mid, f"{mid}:held"))
     return True
 
 
@@ -31,8 +30,14 @@ def take_held(ctx: StepContext, msg: UserMessage) -> tuple[Attachment, ...]:
     mine = tuple(a for sender, a in ctx.conv.held if sender == msg.sender)
     if mine:
         ctx.update(held=tuple(h for h in ctx.conv.held if h[0] != msg.sender))
+        for held_id in dict.fromkeys(a.message_id for a in mine):
+            ctx.emit(MarkMessageDone(held_id))
     # A quote-reply to a held image carries it a second time: once is enough.
     return tuple({(a.message_id, a.key): a for a in (*mine, *msg.attachments)}.values())
+
+
+def is_attachment_only(msg: object) -> bool:
+    return isinstance(msg, UserMessage) and not msg.text.strip() and bool(msg.attachments)
 
 
 def on_attachment_failed(ctx: StepContext, event: AttachmentFailed) -> None:

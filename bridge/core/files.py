@@ -8,6 +8,8 @@ changes the agent's tools reported in the last round, never pushed unasked.
 
 from __future__ import annotations
 
+import re
+
 from bridge.core.context import StepContext
 from bridge.core.effects import PostText, SendFile, ShowDiffs
 from bridge.core.inputs import Command, FileSent
@@ -52,8 +54,15 @@ def note_diff(ctx: StepContext, event: DiffReported) -> None:
     ctx.update(diffs=(*kept, (event.path, event.diff))[-MAX_DIFFS:])
 
 
+# A file the agent marks in its answer: a Markdown link to a file:// address.
+_MARKED = re.compile(r"\]\((file://[^)\s]+)\)")
+
+
 def send_offered(ctx: StepContext) -> None:
-    """At a turn's end: the files its answer linked, posted before the answer."""
+    """At a turn's end: the files its answer linked (resource links, and file:// links in
+    its text), posted before the answer."""
     turn = ctx.turn
-    for number, uri in enumerate(turn.files[:MAX_FILES]):
+    marked = _MARKED.findall(str(turn.text))
+    files = tuple(dict.fromkeys((*turn.files, *marked)))
+    for number, uri in enumerate(files[:MAX_FILES]):
         ctx.emit(SendFile(turn.message_id, uri, f"{turn.turn_id}:file{number}"))

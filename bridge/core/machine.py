@@ -11,7 +11,7 @@ construction.
 from __future__ import annotations
 
 from bridge.core import status_card
-from bridge.core.attachments import hold, on_attachment_failed, take_held
+from bridge.core.attachments import hold, is_attachment_only, on_attachment_failed, take_held
 from bridge.core.clicks import (
     answer_question,
     may_answer,
@@ -189,8 +189,9 @@ def _on_recovered(ctx: StepContext, event: MessageRecovered) -> None:
     """A message the last process took and never finished: said to be picked up again (and
     whether it waits behind another), then handled as if it had just arrived."""
     mid = event.message.message_id
-    key = "recovery.resumed" if ctx.conv.turn is None else "recovery.resumed_queued"
-    ctx.emit(PostText(key, {}, mid, f"{mid}:resumed"))
+    if not is_attachment_only(event.message):  # a held image is held again, silently
+        key = "recovery.resumed" if ctx.conv.turn is None else "recovery.resumed_queued"
+        ctx.emit(PostText(key, {}, mid, f"{mid}:resumed"))
     _on_message(ctx, event.message)
 
 

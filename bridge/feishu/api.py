@@ -41,6 +41,9 @@ class FeishuApi(Protocol):
     ) -> Downloaded:
         """A user's image or file to `dest`; raises `TooLarge` past `max_bytes`."""
 
+    async def message_content(self, message_id: str) -> tuple[str, str] | None:
+        """(msg_type, content) of a message (a quoted one); None when Feishu will not say."""
+
     async def upload_and_reply(
         self, reply_to: str, path: Path, *, uuid: str, in_thread: bool = False
     ) -> str:

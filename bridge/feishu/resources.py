@@ -47,6 +47,8 @@ class _Client(Protocol):
         self, op: str, path: str, body: dict[str, Any], *, chat: bool = False
     ) -> Awaitable[str]: ...
 
+    def _request(self, op: str, method: str, path: str) -> Awaitable[dict[str, Any]]: ...
+
 
 IMAGE_LIMIT: Final = 10 * 1024 * 1024  # Feishu's limits for an uploaded image and file
 FILE_LIMIT: Final = 30 * 1024 * 1024
@@ -105,6 +107,20 @@ class ResourceCalls:
             raise
         partial.replace(dest)
         return Downloaded(size, mime)
+
+    async def message_content(self: _Client, message_id: str) -> tuple[str, str] | None:
+        """(msg_type, content) of a message in a chat the bot is in; None when Feishu will
+        not say (recalled, not visible to the bot)."""
+        data = await self._request("get_message", "GET", f"{MESSAGES}/{quote(message_id, safe='')}")
+        items = (data.get("data") or {}).get("items") or []
+        if not items or not isinstance(items[0], dict):
+            return None
+        item = items[0]
+        content = (item.get("body") or {}).get("content")
+        msg_type = item.get("msg_type")
+        if not isinstance(content, str) or not isinstance(msg_type, str):
+            return None
+        return msg_type, content
 
     async def upload_and_reply(
         self: _Client, reply_to: str, path: Path, *, uuid: str, in_thread: bool = False

@@ -11,6 +11,7 @@ from pathlib import Path
 from bridge.demo import scripted_agent_command
 from bridge.i18n import Translator
 from tests.integration.stack import Stack, running_stack
+from tests.integration.test_faults_and_restart import _crash_and_restart
 
 T = Translator("zh_CN")
 PNG = b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 4  # 1,032 bytes
@@ -128,3 +129,35 @@ def fetched_from(stack: Stack) -> list[tuple[str, str]]:
         for c in stack.emu.calls(RESOURCES, "GET")
         if "/resources/" in c.path
     ]
+
+
+async def test_a_quote_reply_in_a_group_to_an_image_the_bot_never_took_carries_it(
+    tmp_path: Path,
+) -> None:
+    async with running_stack(tmp_path / "bridge") as stack:
+        # Posted in the group without @bot: the bridge ignores it (it was not for the bot).
+        image = await stack.emu.send_user_file(
+            PNG, kind="image", mime="image/png", chat_type="group"
+        )
+        group = image.chat_id
+        await stack.say(
+            "say that one", chat_type="group", mention_bot=True, parent_id=image.message_id
+        )
+        answer = await stack.wait_text(lambda t: t.endswith("that one"), chat_id=group)
+        assert answer == "received: image image/png 1032 bytes\nthat one"
+        looked_up = stack.emu.calls(f"{RESOURCES}{image.message_id}", "GET")
+        assert [c.path.endswith(image.message_id) for c in looked_up] == [True, False]
+
+
+async def test_a_held_image_survives_a_bridge_restart(tmp_path: Path) -> None:
+    async with running_stack(tmp_path / "bridge") as stack:
+        await stack.emu.send_user_file(PNG, kind="image", mime="image/png")
+        await stack.wait_text(lambda t: t == T("attachment.held", count=1))
+        await stack.demo.service.engine.wait_idle()
+        await _crash_and_restart(stack)
+        await stack.say("say still there?")
+        answer = await stack.wait_text(lambda t: t.endswith("still there?"))
+        assert answer == "received: image image/png 1032 bytes\nstill there?"
+        await stack.settled()
+        # One held line, no "picked up again" line for the image.
+        assert stack.texts() == [T("attachment.held", count=1), answer]

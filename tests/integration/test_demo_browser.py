@@ -166,3 +166,45 @@ async def test_the_live_status_card_in_the_chat_page(tmp_path: Path) -> None:
         await expect(card).not_to_contain_text(t("presence.running_hint"))
         await expect(page.locator(".msg.bot")).to_have_count(1)  # one card, no lines
         await page.screenshot(path=str(CARD_SHOTS[1]), full_page=True)
+
+
+ATTACH_SHOT = REPO_ROOT / "artifacts" / "attachment.png"
+
+
+async def test_an_image_attached_in_the_chat_page_reaches_the_agent(tmp_path: Path) -> None:
+    """The page's 📎 sends a real PNG from disk; the agent says it received it as an image;
+    the 撤回 button recalls a queued message, which never runs."""
+    _need_browser()
+    from playwright.async_api import expect
+
+    expect.set_options(timeout=TIMEOUT_MS)
+    png = tmp_path / "screenshot.png"
+    png.write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 2)  # 520 bytes
+    t = Translator("zh_CN")
+    async with chat_page(tmp_path, {"bridge_locale": "zh_CN"}) as page:
+        await page.locator("#attach").set_input_files(str(png))
+        bot = page.locator(".msg.bot .bubble")
+        await expect(bot.filter(has_text=t("attachment.held", count=1))).to_have_count(1)
+        await page.locator("#composer").fill("say what is in it")
+        await page.locator("#send").click()
+        received = bot.filter(has_text="received: image image/png 520 bytes")
+        await expect(received).to_have_count(1)
+        await expect(bot.filter(has_text=re.compile("what is in it$"))).to_have_count(1)
+
+        # A round that hangs, a second message queued behind it, recalled from the page.
+        await page.locator("#composer").fill("hang")
+        await page.locator("#send").click()
+        await expect(bot.filter(has_text=t("presence.running_hint"))).to_have_count(0)
+        await page.locator("#composer").fill("say never")
+        await page.locator("#send").click()
+        queued = page.locator(".msg.user").filter(has_text="say never")
+        await expect(bot.filter(has_text=t("presence.queued", position=1))).to_have_count(1)
+        await queued.locator(".recall").click()
+        await expect(page.locator(".bubble.recalled")).to_have_count(1)
+        await expect(bot.filter(has_text=t("presence.recalled_queued"))).to_have_count(1)
+        ATTACH_SHOT.parent.mkdir(parents=True, exist_ok=True)
+        await page.screenshot(path=str(ATTACH_SHOT), full_page=True)
+        await page.locator("#composer").fill("/stop")
+        await page.locator("#send").click()
+        await expect(bot.filter(has_text=t("presence.stopped"))).to_have_count(1)
+        await expect(bot.filter(has_text="never")).to_have_count(0)

@@ -89,3 +89,15 @@ async def test_diff_shows_the_last_rounds_changes_only_when_asked(stack: Stack) 
     await stack.settled()
     await stack.say("/diff")
     await stack.wait_text(lambda t: t == T("command.diff_none"))
+
+
+async def test_a_file_the_answer_marks_with_a_file_link_goes_with_it(stack: Stack) -> None:
+    work = stack.demo.service.settings.bridge_workdir.resolve()
+    report = (work / "out" / "report.csv").as_uri()
+    await stack.say(f"md The numbers: [report.csv]({report}) and **more**.")
+    await stack.emu.wait_for(lambda: any(m.msg_type == "interactive" for m in stack.bot()))
+    await stack.settled()
+    assert [m.msg_type for m in stack.bot()] == ["file", "interactive"]
+    # In the answer the link stays words with its address; no link to a local file.
+    assert report in stack.texts()[1]
+    assert "](file:" not in stack.texts()[1]

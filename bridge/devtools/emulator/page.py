@@ -36,6 +36,8 @@ def add_routes(app: web.Application, emulator: FeishuEmulator) -> None:
     app.router.add_get("/_emulator/timeline", _timeline)
     app.router.add_post("/_emulator/send", _send)
     app.router.add_post("/_emulator/click", _click)
+    app.router.add_post("/_emulator/attach", _attach)
+    app.router.add_post("/_emulator/recall", _recall)
 
 
 def _emulator(request: web.Request) -> FeishuEmulator:
@@ -121,6 +123,31 @@ async def _send(request: web.Request) -> web.Response:
     )
 
 
+async def _attach(request: web.Request) -> web.Response:
+    """The page's 📎: a file from the user's disk, sent as an image or a file message."""
+    emu = _emulator(request)
+    form = await request.post()
+    upload = form.get("file")
+    if not isinstance(upload, web.FileField):
+        raise web.HTTPBadRequest(text="a file is required")
+    mime = upload.content_type or "application/octet-stream"
+    kind = "image" if mime.startswith("image/") else "file"
+    chat_type = "group" if form.get("chat_type") == "group" else "p2p"
+    delivered = await emu.send_user_file(
+        upload.file.read(), kind=kind, name=upload.filename, mime=mime, chat_type=chat_type
+    )
+    return web.json_response({"message_id": delivered.message_id, "kind": kind})
+
+
+async def _recall(request: web.Request) -> web.Response:
+    emu = _emulator(request)
+    message_id = str((await _json(request)).get("message_id", ""))
+    if message_id not in {m.message_id for m in emu.messages(sender_type="user")}:
+        raise web.HTTPBadRequest(text="only a user's own message can be recalled")
+    await emu.recall_message(message_id)
+    return web.json_response({"recalled": message_id})
+
+
 async def _click(request: web.Request) -> web.Response:
     emu = _emulator(request)
     body = await _json(request)
@@ -145,6 +172,7 @@ async def _json(request: web.Request) -> dict[str, Any]:
 
 
 _MENTION_KEY = re.compile(r"@_user_\d+")
+_ATTACHMENT_LABELS = {"image": "图片", "file": "文件", "audio": "语音", "media": "视频"}
 
 
 def _message_json(
@@ -154,6 +182,9 @@ def _message_json(
     if text is not None:
         keys = {str(m.get("key")): str(m.get("name", "")) for m in message.mentions}
         text = _MENTION_KEY.sub(lambda k: "@" + keys.get(k.group(0), k.group(0)), text)
+    elif message.msg_type in _ATTACHMENT_LABELS:
+        data = message.data if isinstance(message.data, dict) else {}
+        text = f"[{_ATTACHMENT_LABELS[message.msg_type]}] {data.get('file_name', '')}".strip()
     elif message.msg_type not in ("interactive",):
         text = f"[{message.msg_type}] {message.content}"
     return {
@@ -166,6 +197,7 @@ def _message_json(
         "parent_id": message.parent_id,
         "thread_id": message.thread_id,
         "updated": message.updated,
+        "recalled": message.recalled,
         "create_time_ms": message.create_time_ms,
         "reactions": [r.emoji_type for r in emu.reactions(message.message_id)],
     }

@@ -111,6 +111,7 @@ class OpenApi:
             _Route("POST", re.compile(message + "/reply"), self._reply),
             _Route("PATCH", re.compile(message), self._patch),
             _Route("PUT", re.compile(message), self._edit),
+            _Route("GET", re.compile(message), self._get_message),
             _Route("GET", re.compile(message + r"/resources/(?P<key>[^/]+)"), self._resource),
             _Route("POST", re.compile(message + "/reactions"), self._react),
             _Route(
@@ -301,6 +302,12 @@ class OpenApi:
             raise codes.FIELD_VALIDATION_FAILED.with_detail("file, file_type and file_name")
         mime = mimetypes.guess_type(upload.filename)[0] or "application/octet-stream"
         return _ok({"file_key": self._world.add_resource(upload.data, mime, "file")})
+
+    def _get_message(self, api: ApiRequest) -> Answer:
+        found = self._world.messages.get(api.params["message_id"])
+        if found is None or found.recalled:
+            raise codes.MESSAGE_INVALID_PARAM.with_detail("message not found")
+        return _ok({"items": [message_data(found, self._world.tenant_key)]})
 
     def _resource(self, api: ApiRequest) -> Answer:
         data, mime = self._world.resource(

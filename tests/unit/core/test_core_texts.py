@@ -66,25 +66,6 @@ def test_every_key_named_in_the_core_source_exists() -> None:
     assert missing == []
 
 
-_ALLOWED = {"__future__", "collections", "dataclasses", "enum", "math", "typing", "bridge"}
-
-
-def test_the_core_imports_nothing_with_io() -> None:
-    for path in CORE.glob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.Import):
-                names = [alias.name for alias in node.names]
-            elif isinstance(node, ast.ImportFrom):
-                names = [node.module or ""]
-            else:
-                continue
-            for name in names:
-                assert name.split(".")[0] in _ALLOWED, (path.name, name)
-                if name.startswith("bridge."):
-                    allowed = name.startswith("bridge.core") or name == "bridge.runtime.events"
-                    assert allowed, (path.name, name)
-
-
 def test_time_left_rounds_up_and_time_passed_rounds_down() -> None:
     from bridge.core.text import Text, format_elapsed
 

@@ -162,10 +162,18 @@ function renderMessage(message, byId) {
   if (message.card) {
     node.appendChild(renderCard(message.card, message.message_id));
     if (message.updated) node.appendChild(el("div", "updated", "已更新"));
+  } else if (message.recalled) {
+    node.appendChild(el("div", "bubble recalled", "此消息已撤回"));
   } else {
     const bubble = el("div", "bubble");
     inline(message.text || "", bubble, false);
     node.appendChild(bubble);
+  }
+  if (side === "user" && !message.recalled) {
+    const recall = el("button", "recall", "撤回");
+    recall.type = "button";
+    recall.addEventListener("click", () => post("/_emulator/recall", { message_id: message.message_id }));
+    node.appendChild(recall);
   }
   if (message.reactions.length) {
     const row = el("div", "reactions");
@@ -241,6 +249,26 @@ async function send() {
   }
 }
 
+async function post(url, body) {
+  const response = await fetch(url, {
+    method: "POST",
+    headers: { "Content-Type": "application/json" },
+    body: JSON.stringify(body),
+  });
+  if (!response.ok) showToast({ type: "error", content: await response.text() });
+}
+
+async function attach(input) {
+  const file = input.files[0];
+  if (!file) return;
+  const form = new FormData();
+  form.append("file", file, file.name);
+  form.append("chat_type", state.chatType);
+  input.value = "";
+  const response = await fetch("/_emulator/attach", { method: "POST", body: form });
+  if (!response.ok) showToast({ type: "error", content: await response.text() });
+}
+
 async function main() {
   const info = await (await fetch("/_emulator/state")).json();
   state.chats = info.chats;
@@ -257,6 +285,7 @@ async function main() {
   document.querySelectorAll("input[name=chat-type]").forEach((radio) =>
     radio.addEventListener("change", () => switchChat(radio.value)));
   $("#composer-form").addEventListener("submit", (event) => { event.preventDefault(); send(); });
+  $("#attach").addEventListener("change", (event) => attach(event.target));
   $("#composer").addEventListener("keydown", (event) => {
     if (event.key === "Enter" && !event.shiftKey) { event.preventDefault(); send(); }
   });
