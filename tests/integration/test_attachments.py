@@ -18,9 +18,10 @@ PNG = b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 4  # 1,032 bytes
 RESOURCES = "/open-apis/im/v1/messages/"
 
 
-def fetched(stack: Stack) -> list[tuple[str, str]]:
+def fetched(stack: Stack) -> list[tuple[str, str, str]]:
+    """The resources the bridge downloaded: (message id, key, type)."""
     return [
-        (c.path.rsplit("/", 1)[-1], c.query.get("type", ""))
+        (c.path.split("/")[5], c.path.rsplit("/", 1)[-1], c.query.get("type", ""))
         for c in stack.emu.calls(RESOURCES, "GET")
         if "/resources/" in c.path
     ]
@@ -38,7 +39,7 @@ async def test_an_image_with_text_reaches_an_image_capable_agent_as_image_conten
         await stack.say("", message_type="post", content=post)
         answer = await stack.wait_text(lambda t: t.startswith("received:"))
         assert answer == "received: image image/png 1032 bytes\nlook"
-        assert fetched(stack) == [(key, "image")]
+        assert [(k, kind) for _, k, kind in fetched(stack)] == [(key, "image")]
 
 
 async def test_an_image_sent_alone_is_held_and_joins_the_next_text(tmp_path: Path) -> None:
@@ -107,7 +108,7 @@ async def test_audio_and_video_are_files_to_the_agent(tmp_path: Path) -> None:
         answer = await stack.wait_text(lambda t: t.startswith("received:"))
         assert answer.count("link ") == 2
         assert "clip.mp4" in answer
-        assert [kind for _, kind in fetched(stack)] == ["file", "file"]
+        assert [kind for _, _, kind in fetched(stack)] == ["file", "file"]
 
 
 async def test_a_quote_reply_to_an_image_carries_it(tmp_path: Path) -> None:
@@ -120,15 +121,7 @@ async def test_a_quote_reply_to_an_image_carries_it(tmp_path: Path) -> None:
         await stack.say("say again, that one", parent_id=image.message_id)
         answer = await stack.wait_text(lambda t: t.endswith("again, that one"))
         assert answer == "received: image image/png 1032 bytes\nagain, that one"
-        assert [message for message, _ in fetched_from(stack)] == [image.message_id] * 2
-
-
-def fetched_from(stack: Stack) -> list[tuple[str, str]]:
-    return [
-        (c.path.split("/")[5], c.path.rsplit("/", 1)[-1])
-        for c in stack.emu.calls(RESOURCES, "GET")
-        if "/resources/" in c.path
-    ]
+        assert [message for message, _, _ in fetched(stack)] == [image.message_id] * 2
 
 
 async def test_a_quote_reply_in_a_group_to_an_image_the_bot_never_took_carries_it(

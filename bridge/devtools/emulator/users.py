@@ -17,6 +17,7 @@ from bridge.devtools.emulator.chats import ChatWorld
 from bridge.devtools.emulator.delivery import EventDelivery
 from bridge.devtools.emulator.records import (
     CardCallbackResult,
+    ChatMessage,
     DeliveredEvent,
     DeliveryAttempt,
     Envelope,
@@ -109,14 +110,7 @@ class UserSide:
             union_id=self._derived_id("on_", sender),
             user_id=self._derived_id("", sender)[:8],
         )
-        attempt = await self._delivery.push(payload)
-        return DeliveredEvent(
-            event_id=payload["header"]["event_id"],
-            message_id=message.message_id,
-            chat_id=message.chat_id,
-            payload=payload,
-            first_attempt=attempt,
-        )
+        return await self._push(payload, message)
 
     async def send_user_file(
         self,
@@ -152,6 +146,10 @@ class UserSide:
         payload = events.message_recalled(
             message, token=self.verification_token, app_id=self.app_id, tenant_key=self.tenant_key
         )
+        return await self._push(payload, message)
+
+    async def _push(self, payload: dict[str, Any], message: ChatMessage) -> DeliveredEvent:
+        """Push an event about `message`; returns after the first attempt."""
         attempt = await self._delivery.push(payload)
         return DeliveredEvent(
             event_id=payload["header"]["event_id"],
