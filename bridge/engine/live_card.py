@@ -14,6 +14,7 @@ from bridge.core.effects import CardPhase, CardView
 from bridge.core.text import format_elapsed
 from bridge.engine.render import render, render_text
 from bridge.feishu.markup import markdown_literal
+from bridge.feishu.rich import answer_parts
 from bridge.i18n import Translator
 
 ANSWER: Final = "answer"  # the element CardKit streams into
@@ -36,7 +37,9 @@ _TOOL_STATES: Final = ("pending", "in_progress", "completed", "failed")
 
 
 def answer_markdown(text: str) -> str:
-    return markdown_literal(text)
+    """The answer in the card: its Markdown as card markdown (rich.py), else its words."""
+    parts = answer_parts(text)
+    return parts[0] if parts is not None and len(parts) == 1 else markdown_literal(text)
 
 
 def _markdown(element_id: str, content: str) -> dict[str, Any]:

@@ -223,3 +223,10 @@ async def test_the_usage_footer_is_the_cards_last_line(tmp_path: Path) -> None:
         assert element(card, "usage") == footer
         assert card["body"]["elements"][-1]["element_id"] == "usage"
         assert plain_texts(stack) == []
+
+
+async def test_a_markdown_answer_is_laid_out_in_the_card(stack: Stack) -> None:
+    await stack.say("tool Build\n" + r"md ## Done\n\n- built `app`\n\n```sh\nmake\n```")
+    await stack.settled()
+    card = final_card(stack)
+    assert element(card, "answer") == "### Done\n\n- built `app`\n\n```sh\nmake\n```"
