@@ -90,8 +90,12 @@ async def serve_relay(port: int, domain: str, app_id: str, secret: str) -> None:
 # --- the load ------------------------------------------------------------------------------
 
 
+# `--progress`: a turn whose agent reports ten tool calls before its one-line answer.
+PROGRESS_TURN = "\n".join(f"tool step {i}" for i in range(10)) + "\nsay done"
+
+
 async def load(
-    emu: object, chats: list[str], n: int, rate: float, users: list[str]
+    emu: object, chats: list[str], n: int, rate: float, users: list[str], text: str = ""
 ) -> list[tuple[str, float]]:
     """Push `n` messages at `rate`; (message id, when Feishu started pushing it) each."""
     start = time.perf_counter()
@@ -99,7 +103,7 @@ async def load(
     for i in range(n):
         await asyncio.sleep(max(0.0, start + i / rate - time.perf_counter()))
         chat, user = chats[i % len(chats)], users[i % len(users)]
-        send = emu.send_user_message(f"hello {i}", chat_id=chat, sender_open_id=user)  # type: ignore[attr-defined]
+        send = emu.send_user_message(text or f"hello {i}", chat_id=chat, sender_open_id=user)  # type: ignore[attr-defined]
         pushes.append(asyncio.create_task(send))
     out = []
     for push in pushes:
@@ -154,7 +158,8 @@ async def measure(
         await asyncio.sleep(1.0)
     before = cpu_s(process.pid)
     agents_before = sum(cpu_s(p) for p in children(process.pid))
-    sent = await load(emu, chats, args.n, args.rate, users)
+    text = PROGRESS_TURN if args.progress and wait_replies else ""
+    sent = await load(emu, chats, args.n, args.rate, users, text)
     await _settle(emu, sent, wait_replies)
     used = cpu_s(process.pid) - before
     agents = sum(cpu_s(p) for p in children(process.pid)) - agents_before
@@ -194,6 +199,9 @@ async def main() -> None:
     parser.add_argument("--chats", type=int, default=20)
     parser.add_argument(
         "--profile", metavar="FILE", help="py-spy record the bridge during its load (raw)"
+    )
+    parser.add_argument(
+        "--progress", action="store_true", help="the bridge's turn: ten tool calls, then the answer"
     )
     parser.add_argument("--serve", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args()

@@ -39,6 +39,8 @@ from bridge.store.port import SessionRecord, Store
 log = logging.getLogger(__name__)
 
 _ENDINGS = (TurnEnded, RuntimeFailed, RuntimeExited)
+# A session's last activity is written at most this often (and whenever its title changes).
+NOTE_EVERY_SECONDS = 60.0
 
 
 class TurnRunner:
@@ -54,6 +56,7 @@ class TurnRunner:
         metrics: Metrics | None = None,
     ) -> None:
         self._attachments = attachments
+        self._noted: dict[str, tuple[str, float]] = {}  # session id -> (title, when) noted
         self._runtime = runtime
         self._store = store
         self._clock = clock
@@ -112,6 +115,7 @@ class TurnRunner:
         session_id = await self._store.session_for(key)
         if session_id is not None:
             await self.remember(key, session_id)
+            self._noted.pop(session_id, None)  # back to it later: its next turn is written
         await self._store.unbind(key)
 
     async def remember(self, key: str, session_id: str) -> SessionFacts | None:
@@ -122,6 +126,10 @@ class TurnRunner:
             return None
         now = self._clock()
         title = facts.title or ""
+        noted = self._noted.get(session_id)
+        if noted is not None and noted[0] == title and now - noted[1] < NOTE_EVERY_SECONDS:
+            return facts  # /sessions shows minutes: a write a turn would buy nothing
+        self._noted[session_id] = (title, now)
         record = SessionRecord(key, session_id, facts.agent, facts.folder, title, now, now)
         await self._store.note_session(record)
         return facts

@@ -12,7 +12,7 @@ from bridge.runtime.events import (
     PermissionRequested,
     ToolCallStarted,
 )
-from bridge.store.port import MessageState
+from bridge.store.port import MessageState, SessionRecord
 from tests.unit.engine.engine_fakes import ACK, CHAT, Call, Harness, T
 
 OPTIONS = (
@@ -135,3 +135,28 @@ async def test_past_the_running_turns_limit_a_turn_is_told_at_once(harness: Harn
     assert ("reply_text", other) in harness.feishu.ops()
     assert harness.feishu.texts() == [T("presence.runtime_busy")]
     assert [c[2] for c in harness.runtime.calls if c[0] == "prompt"] == ["one"]
+
+
+async def test_a_sessions_activity_is_written_once_a_minute_not_once_a_turn(
+    harness: Harness,
+) -> None:
+    writes: list[float] = []
+    note = harness.store.note_session
+
+    async def counted(record: SessionRecord) -> None:
+        writes.append(record.active_at)
+        await note(record)
+
+    harness.store.note_session = counted  # type: ignore[method-assign]
+    for number, text in enumerate(("one", "two", "three"), start=1):
+        await harness.say(text)
+        (await harness.runtime.turn(number)).end()
+        await harness.idle()
+    assert len(writes) == 1  # opened; the next two turns within the minute write nothing
+    harness.clock += 61
+    await harness.say("four")
+    (await harness.runtime.turn(4)).end()
+    await harness.idle()
+    assert len(writes) == 2
+    (listed,) = await harness.store.sessions_of(CHAT)
+    assert listed.active_at == harness.clock
