@@ -15,6 +15,7 @@ from urllib.parse import urlsplit
 from pydantic import ValidationError
 
 from bridge.config import Settings
+from bridge.paths import within
 from bridge.runtime.sandbox import SandboxPolicy, probe
 
 # Examples shown next to a problem; they never contain a real secret.
@@ -108,7 +109,7 @@ def _root_problems(settings: Settings, root: Path) -> list[ConfigProblem]:
     ]
     for code, path in held:
         folder = path.resolve()
-        if folder == root or root in folder.parents:
+        if within(folder, root):
             found.append(ConfigProblem(field, code, {"folder": str(folder)}))
     return found
 

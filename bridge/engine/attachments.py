@@ -16,6 +16,7 @@ from bridge.core.state import Attachment
 from bridge.feishu.api import FeishuApi
 from bridge.feishu.errors import FeishuError
 from bridge.feishu.resources import TooLarge
+from bridge.paths import safe_name
 from bridge.runtime.port import PromptFile
 
 log = logging.getLogger(__name__)
@@ -64,10 +65,3 @@ class Attachments:
 
     def release(self, turn_id: str) -> None:
         shutil.rmtree(self._folder / safe_name(turn_id), ignore_errors=True)
-
-
-def safe_name(name: str) -> str:
-    """A file name that is only a name: no folder, no `..`, no control characters."""
-    base = name.replace("\\", "/").rsplit("/", 1)[-1]
-    cleaned = "".join(c if c.isalnum() or c in "._-" else "_" for c in base).strip("._")
-    return cleaned[:100] or "attachment"

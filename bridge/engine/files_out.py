@@ -17,6 +17,7 @@ from bridge.engine.answers import Answers
 from bridge.feishu.api import FeishuApi
 from bridge.feishu.errors import FeishuError
 from bridge.feishu.resources import FILE_LIMIT, IMAGE_LIMIT, IMAGE_TYPES
+from bridge.paths import within
 from bridge.runtime.router import Routes
 from bridge.store.port import Store
 
@@ -85,7 +86,7 @@ def _resolve(folder: Path, asked: str) -> Path:
 
 def _refusal(root: Path, target: Path) -> tuple[str, int] | None:
     """Why the file cannot go, and the limit where size is why; None when it can."""
-    if not (target == root or root in target.parents):
+    if not within(target, root):
         return "outside", 0
     if not target.is_file():
         return "missing", 0

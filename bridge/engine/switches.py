@@ -99,7 +99,7 @@ class Switches:
         named = dict(self._routes.workspaces).get(work.choice)
         # Symlinks and `..` resolved before the check: the real folder must be inside a root.
         target = named or (folder / work.choice).resolve()
-        if not any(target == root or root in target.parents for _, root in self._routes.workspaces):
+        if self._routes.root_of(target) is None:
             return answer(SwitchResult.OUTSIDE)
         if not target.is_dir():
             return answer(SwitchResult.UNKNOWN)

@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from bridge.paths import within
 from bridge.runtime.events import (
     ConfigOption,
     PermissionRequested,
@@ -71,13 +72,15 @@ class Routes:
         """(workspace root, working folder) of the conversation: its choice while it is
         still inside a configured workspace, else the first workspace."""
         wanted = chosen.get(WORKSPACE_CHOICE)
-        if wanted:
-            path = Path(wanted)
-            for _, root in self.workspaces:
-                if path == root or root in path.parents:
-                    return root, path
+        root = self.root_of(Path(wanted)) if wanted else None
+        if wanted and root is not None:
+            return root, Path(wanted)
         root = self.workspaces[0][1]
         return root, root
+
+    def root_of(self, path: Path) -> Path | None:
+        """The workspace `path` (resolved) lies in; None when it is in none."""
+        return next((root for _, root in self.workspaces if within(path, root)), None)
 
     def workspace_name(self, root: Path) -> str:
         return next((name for name, folder in self.workspaces if folder == root), root.name)

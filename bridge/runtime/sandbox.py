@@ -24,6 +24,8 @@ from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
+from bridge.paths import within
+
 if TYPE_CHECKING:
     from bridge.config import Settings
 
@@ -50,10 +52,6 @@ def path_kind(path: Path) -> PathKind:
     return None
 
 
-def _within(path: Path, folder: Path) -> bool:
-    return path == folder or folder in path.parents
-
-
 @dataclass(frozen=True)
 class SandboxPolicy:
     """Where the agent works (`workdir`), what it must never see (`hidden`: the data folder,
@@ -68,7 +66,7 @@ class SandboxPolicy:
         for hidden in self.hidden:
             # A writable ancestor lets the agent rename the folder away and put its own in
             # its place (a `.env` the bridge reads at its next start): refused, not mounted.
-            if _within(hidden, self.workdir):
+            if within(hidden, self.workdir):
                 raise ValueError(f"the agent's workdir {self.workdir} holds hidden {hidden}")
 
     @property
@@ -77,7 +75,7 @@ class SandboxPolicy:
         holds a hidden path; then it is a private tmpfs, for the same reason as the workdir."""
         if self.home is None:
             return None
-        if any(_within(hidden, self.home) for hidden in self.hidden):
+        if any(within(hidden, self.home) for hidden in self.hidden):
             return Mount.PRIVATE
         return Mount.WRITABLE
 
@@ -107,7 +105,7 @@ class SandboxPolicy:
         deepest: Mount | None = None
         depth = -1
         for mount_path, mount in mounts:
-            if _within(path, mount_path) and len(mount_path.parts) > depth:
+            if within(path, mount_path) and len(mount_path.parts) > depth:
                 deepest, depth = mount, len(mount_path.parts)
         return deepest is None or deepest is Mount.WRITABLE
 
@@ -170,7 +168,7 @@ class SandboxPolicy:
         others = [
             root
             for _, root in settings.workspace_roots
-            if not (_within(root, workdir) or _within(workdir, root))
+            if not (within(root, workdir) or within(workdir, root))
         ]
         hidden = [settings.bridge_data_dir, cwd or Path.cwd(), *extra, *others]
         return cls(

@@ -16,6 +16,7 @@ from typing import Any
 
 from acp.schema import ImageContentBlock, ResourceContentBlock, TextContentBlock
 
+from bridge.paths import safe_name, within
 from bridge.runtime.port import PromptFile
 
 INBOX = Path(".feishu") / "inbox"
@@ -46,14 +47,9 @@ def prompt_blocks(text: str, files: Sequence[PromptFile], *, images: bool, cwd: 
 
 
 def _inbox_path(cwd: Path, file: PromptFile) -> Path:
-    folder = (cwd / INBOX / _safe(file.message_id)).resolve()
-    target = (folder / _safe(file.name)).resolve()
+    folder = (cwd / INBOX / safe_name(file.message_id)).resolve()
+    target = (folder / safe_name(file.name)).resolve()
     root = cwd.resolve()
-    if root not in target.parents:
+    if target == root or not within(target, root):
         raise ValueError("an attachment would land outside the workspace")
     return target
-
-
-def _safe(name: str) -> str:
-    cleaned = "".join(c if c.isalnum() or c in "._-" else "_" for c in name).strip("._")
-    return cleaned[:100] or "attachment"
