@@ -29,8 +29,12 @@ class Answers:
         self, actor: ConversationActor, reply_to: str, text: str, idem: str
     ) -> None:
         """A line (or a plain answer) as text messages."""
-        if await self._already_sent(idem):
-            return
+        if not await self._already_sent(idem):
+            await self._send_text(actor, reply_to, text, idem)
+
+    async def _send_text(
+        self, actor: ConversationActor, reply_to: str, text: str, idem: str
+    ) -> None:
         # Agent words and tool titles are data: they never mention anyone.
         safe = neutralize_mentions(text)
         try:
@@ -48,9 +52,11 @@ class Answers:
         self, actor: ConversationActor, reply_to: str, text: str, idem: str
     ) -> None:
         """The agent's answer: rich cards when it has Markdown, else text."""
+        if await self._already_sent(idem):
+            return
         parts = answer_parts(text)
-        if parts is None or len(parts) > MAX_CARDS or await self._already_sent(idem):
-            await self.post_text(actor, reply_to, text, idem)
+        if parts is None or len(parts) > MAX_CARDS:
+            await self._send_text(actor, reply_to, text, idem)
             return
         ids: list[str] = []
         try:
@@ -62,7 +68,7 @@ class Answers:
             if ids:
                 raise  # some parts are out: a text copy would say them twice
             log.warning("Feishu refused the answer as a card (%s); sending it as text", exc.code)
-            await self.post_text(actor, reply_to, text, idem)
+            await self._send_text(actor, reply_to, text, idem)
             return
         await self._store.mark_sent(idem, ids, self._clock())
 

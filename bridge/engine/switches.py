@@ -112,7 +112,7 @@ class Switches:
         records = await self._titled(await self._store.sessions_of(key, SESSIONS_LISTED))
         bound = await self._store.session_for(key)
         entries = tuple(
-            f"{n}. {r.title or r.session_id[:12]} · {r.agent} · {Path(r.folder).name or r.folder}"
+            f"{n}. {_title(r)} · {r.agent} · {Path(r.folder).name or r.folder}"
             f" · {time.strftime('%m-%d %H:%M', time.localtime(r.active_at))}"
             + (" ◀" if r.session_id == bound else "")
             for n, r in enumerate(records, start=1)
@@ -130,7 +130,7 @@ class Switches:
         if not 1 <= number <= len(records):
             return answer(SwitchResult.UNKNOWN)
         record = records[number - 1]
-        title = record.title or record.session_id[:12]
+        title = _title(record)
         if record.session_id == bound:
             return answer(SwitchResult.SAME, title)
         await self._move(key, {AGENT_CHOICE: record.agent, WORKSPACE_CHOICE: record.folder})
@@ -158,3 +158,8 @@ class Switches:
         await self._runner.leave(key)
         for name, value in choices.items():
             await self._store.set_preference(key, name, value, now)
+
+
+def _title(record: SessionRecord) -> str:
+    """A session as the user reads it: its title, or the start of its id without one."""
+    return record.title or record.session_id[:12]

@@ -159,13 +159,16 @@ class AgentProcess:
     @property
     def can_resume(self) -> bool:
         """`session/resume` (unstable): an earlier session back without its replay."""
-        offered = self.capabilities.session_capabilities if self.capabilities else None
-        return bool(offered and offered.resume is not None)
+        return self._offers("resume")
 
     @property
     def can_list(self) -> bool:
+        return self._offers("list")
+
+    def _offers(self, name: str) -> bool:
+        """The agent declares the session capability `name` (`{}` means offered)."""
         offered = self.capabilities.session_capabilities if self.capabilities else None
-        return bool(offered and offered.list is not None)
+        return getattr(offered, name, None) is not None
 
     async def list_sessions(self, cwd: str) -> dict[str, str]:
         """`session/list` for one folder: the titles the agent keeps, by session id (the
