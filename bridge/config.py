@@ -311,12 +311,16 @@ class Settings(BaseSettings):
 
 
 _LAUNCHERS = re.compile(r"(python[0-9.]*|node|npx|uvx|bunx|pnpx)")
+_RUNS_AFTER_DASHES = re.compile(r"python[0-9.]*|uv|unshare|env")
 _WRAPPERS = frozenset({"unshare", "env", "nice", "ionice", "stdbuf", "setsid", "firejail"})
 
 
 def _profile_name(argv: list[str]) -> str:
     """The one agent's name when BRIDGE_AGENTS is unset: its program, or for a launcher
     (`python -m pkg.agent`, `npx @scope/agent-acp@1.2`) the program it launches."""
+    if _RUNS_AFTER_DASHES.fullmatch(Path(argv[0]).name) and "--" in argv[:-1]:
+        # `python -m some.wrapper … -- agent`, `uv run -- agent`: the agent follows `--`.
+        argv = argv[argv.index("--") + 1 :]
     while len(argv) > 1 and Path(argv[0]).name in _WRAPPERS:
         # `unshare -rn agent`, `env A=1 agent`: the agent is what the wrapper runs.
         argv = argv[1:]

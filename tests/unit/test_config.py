@@ -466,6 +466,10 @@ def test_agent_profiles_and_workspaces_are_named_lists_and_the_first_is_the_defa
         ("python -m bridge.devtools.scripted_agent", "scripted_agent"),
         ("npx -y @zed-industries/claude-code-acp@0.16.2", "claude-code-acp"),
         ("/usr/bin/python3 /x/echo_agent.py", "echo_agent"),
+        # The offline rig's wrapper (found with the real agents): the agent follows `--`.
+        ("unshare -rn python -m bridge.devtools.fake_model -- /x/claude-acp", "claude-acp"),
+        ("uv run -- qwen --acp", "qwen"),
+        ("npx -y @x/agent -- --flag", "agent"),  # npx passes what follows `--` to the agent
     ],
 )
 def test_the_one_agent_is_named_after_the_program_it_runs(command: str, name: str) -> None:

@@ -190,6 +190,18 @@ def test_permission_event_maps_every_option_kind() -> None:
         ({"locations": [{"path": "/src/x.py"}]}, "/src/x.py"),
         ({"content": [{"type": "content", "content": text("about to run")}]}, "about to run"),
         ({"raw_input": "opaque"}, None),
+        # A write shows the file, then what will be in it (Claude Code's Write, Qwen's
+        # write_file); an edit its new text; an ACP diff wins over the raw arguments.
+        ({"raw_input": {"file_path": "/w/a.txt", "content": "hi\n"}}, "/w/a.txt\n\nhi\n"),
+        ({"raw_input": {"file_path": "/w/a.py", "new_string": "x = 2"}}, "/w/a.py\n\nx = 2"),
+        (
+            {
+                "raw_input": {"file_path": "/w/a.txt", "content": "raw"},
+                "content": [{"type": "diff", "path": "/w/a.txt", "newText": "new"}],
+            },
+            "/w/a.txt\n\nnew",
+        ),
+        ({"raw_input": {"command": "ls", "content": "ls"}}, "ls"),
     ],
 )
 def test_permission_detail(fields: dict[str, Any], detail: str | None) -> None:

@@ -153,7 +153,32 @@ def permission_event(
 
 
 def permission_detail(tool_call: ToolCallUpdate) -> str | None:
-    """What the approver needs to see: the command, the file, or the first text content."""
+    """What the approver needs to see: the command, the file, or the first text content;
+    for a file write or edit, the file and then the text that will be written."""
+    target = _permission_target(tool_call)
+    written = _written_text(tool_call)
+    if target and written and written.strip() != target.strip():
+        return f"{target}\n\n{written}"[:_DETAIL_MAX]
+    return target
+
+
+def _written_text(tool_call: ToolCallUpdate) -> str | None:
+    """The new text of a write or edit: an ACP diff's new text (Claude Code, Qwen Code), else
+    the tool's own `content` / `new_string` argument."""
+    for item in tool_call.content or ():
+        new_text = getattr(item, "new_text", None)
+        if getattr(item, "type", None) == "diff" and isinstance(new_text, str):
+            return new_text
+    raw = tool_call.raw_input
+    if isinstance(raw, Mapping):
+        for key in ("content", "new_string", "newString"):
+            value = raw.get(key)
+            if isinstance(value, str) and value.strip():
+                return value
+    return None
+
+
+def _permission_target(tool_call: ToolCallUpdate) -> str | None:
     raw = tool_call.raw_input
     if isinstance(raw, Mapping):
         for key in _DETAIL_KEYS:
