@@ -6,7 +6,8 @@ thing remembered is the Feishu message id of each posted card, kept until its tu
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
+from collections.abc import Sequence
 from typing import Any
 
 from bridge.core.effects import (
@@ -54,9 +55,7 @@ class CardViews:
 
     def open_card(self, work: PostApprovalCard | PostQuestion) -> dict[str, Any]:
         if isinstance(work, PostApprovalCard):
-            choices = [
-                Choice(o.option_id, self._option_label(o), o.kind.value) for o in work.options
-            ]
+            choices = self._approval_choices(work.options)
             return approval_card(
                 self._t,
                 request_id=work.request_id,
@@ -72,9 +71,7 @@ class CardViews:
         """What is left when Feishu refuses the full card (too large, too many elements)."""
         if isinstance(work, PostApprovalCard):
             kind, header = APPROVAL, "card.approval.header"
-            choices = [
-                Choice(o.option_id, self._option_label(o), o.kind.value) for o in work.options
-            ]
+            choices = self._approval_choices(work.options)
         else:
             kind, header = QUESTION, "card.question.header"
             choices = [Choice(o.value, o.label) for o in work.options]
@@ -108,9 +105,21 @@ class CardViews:
             self._t, title=title, detail=None, outcome_key="card.approval.expired_restart"
         )
 
-    def _option_label(self, option: PermissionOption) -> str:
+    def _approval_choices(self, options: Sequence[PermissionOption]) -> list[Choice]:
+        kinds = Counter(o.kind for o in options)
+        return [
+            Choice(o.option_id, self._option_label(o, named=kinds[o.kind] > 1), o.kind.value)
+            for o in options
+        ]
+
+    def _option_label(self, option: PermissionOption, *, named: bool = False) -> str:
         # Buttons in the user's language by what they do; the agent's own wording varies.
-        return self._t(f"card.approval.option.{option.kind.value}")
+        # Where two options do the same kind of thing (Claude Code's plan exit offers several
+        # "always" ones), the agent's words tell them apart.
+        label = self._t(f"card.approval.option.{option.kind.value}")
+        if named and option.name.strip():
+            return self._t("card.approval.option_named", label=label, name=option.name.strip())
+        return label
 
 
 def approval_status(work: UpdateApprovalCard) -> ApprovalStatus:
