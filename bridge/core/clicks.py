@@ -24,6 +24,7 @@ from bridge.core.inputs import (
 )
 from bridge.core.lifecycle import resume
 from bridge.core.state import Conversation
+from bridge.runtime.events import PermissionKind
 
 
 def may_answer(conv: Conversation, operator: str, *, approval: bool = False) -> bool:
@@ -90,6 +91,8 @@ def on_approval_clicked(ctx: StepContext, event: ApprovalClicked) -> None:
     )
     rest = tuple(a for a in conv.approvals if a is not approval)
     ctx.update(approvals=rest)
+    if option.kind in (PermissionKind.REJECT_ONCE, PermissionKind.REJECT_ALWAYS):
+        ctx.update_turn(rejected=True)
     if not rest:
         resume(ctx)
 

@@ -155,6 +155,7 @@ class Turn:
     recovering_since: float | None = None
     stop_requested_at: float | None = None  # /stop sent to the agent, not yet confirmed
     stopping_said: bool = False  # the "still stopping" line went out
+    rejected: bool = False  # the user refused a step: an agent may end the round for it
     # Terminal part: set once (first terminal wins).
     outcome: Outcome | None = None
     stop_reason: StopReason | None = None

@@ -320,14 +320,24 @@ def _on_question(ctx: StepContext, event: QuestionAsked) -> None:
     status_card.refresh(ctx)
 
 
+REJECTED = "presence.ended_rejected"
+
+
 def _on_turn_ended(ctx: StepContext, event: TurnEnded) -> None:
     close_pending(ctx, CardStatus.CANCELLED, answer=False)  # a returned prompt asks nothing
     ctx.update_turn(last_activity_at=ctx.now, runtime_done=True)
     reason = event.stop_reason
+    turn = ctx.turn
+    # A refused step may end the round with nothing more said (Qwen Code: an empty end_turn;
+    # Codex: `cancelled`, its only way to refuse a file change): the user is told it ended
+    # because of their refusal, not that they stopped it or that it simply ended.
+    refused = turn.rejected and turn.stop_requested_at is None
     if reason is StopReason.END_TURN:
-        finish(ctx, Outcome.COMPLETED, None, detail=reason.value)
+        quiet = refused and not str(turn.text).strip()
+        finish(ctx, Outcome.COMPLETED, REJECTED if quiet else None, detail=reason.value)
     elif reason is StopReason.CANCELLED:
-        finish(ctx, Outcome.CANCELLED, "presence.stopped", detail=reason.value)
+        key = REJECTED if refused else "presence.stopped"
+        finish(ctx, Outcome.CANCELLED, key, detail=reason.value)
     else:
         # Non-final ending: hold the end line for the grace window (first terminal is now).
         ctx.update_turn(

@@ -6,6 +6,7 @@ import logging
 from typing import Any
 
 import pytest
+from acp.exceptions import RequestError
 from acp.schema import (
     AgentMessageChunk,
     AgentPlanUpdate,
@@ -22,7 +23,7 @@ from acp.schema import (
     UserMessageChunk,
 )
 
-from bridge.runtime.acp.client import unknown_update_kind
+from bridge.runtime.acp.client import BridgeClient, build_handler, unknown_update_kind
 from bridge.runtime.acp.normalize import (
     KNOWN_UPDATE_KINDS,
     SESSION_STATE_KINDS,
@@ -352,3 +353,22 @@ def test_stderr_logging_is_rate_limited(caplog: pytest.LogCaptureFixture) -> Non
     messages = [r.getMessage() for r in caplog.records]
     assert messages == ["agent: a", "agent: b", "agent: 2 stderr lines not logged", "agent: e"]
     assert len(tail.lines) == 5  # the tail keeps every line, only the log is limited
+
+
+# --- methods outside ACP ------------------------------------------------------------------------
+
+
+async def test_an_agents_own_methods_are_ignored_quietly(caplog: pytest.LogCaptureFixture) -> None:
+    """Qwen Code sends `qwen/notify/session/prompt-suggestion` after every turn and asks
+    `craft/drainMidTurnQueue` after tool runs (found with the real agent): neither is ACP. A
+    notification is dropped, a request answered "method not found"; nothing is logged as an
+    error (the SDK's router logged each one with a traceback)."""
+    caplog.set_level(logging.DEBUG)
+    handle = build_handler(BridgeClient(host=None, generation=0))  # type: ignore[arg-type]
+    params = {"sessionId": SID, "suggestion": "run the tests"}
+    assert await handle("qwen/notify/session/prompt-suggestion", params, True) is None
+    with pytest.raises(RequestError) as refused:
+        await handle("craft/drainMidTurnQueue", {"sessionId": SID}, False)
+    assert refused.value.code == -32601
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert "run the tests" not in caplog.text  # what the agent sent is never logged

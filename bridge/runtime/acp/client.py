@@ -119,9 +119,21 @@ def build_handler(client: BridgeClient) -> MethodHandler:
     async def handle(method: str, params: Any | None, is_notification: bool) -> Any:
         if is_notification and _unknown_kind(method, params) is not None:
             return None
+        if method not in _CLIENT_METHODS and not method.startswith("_"):
+            # An agent's own protocol additions without ACP's `_` prefix (Qwen Code's
+            # `qwen/notify/session/prompt-suggestion` after every turn, its
+            # `craft/drainMidTurnQueue` request): the SDK would log each one as an error.
+            logger.debug("agent sent %s %s, not ACP: ignored", _KIND[is_notification], method)
+            if is_notification:
+                return None
+            raise RequestError.method_not_found(method)
         return await router(method, params, is_notification)
 
     return handle
+
+
+_CLIENT_METHODS = frozenset(CLIENT_METHODS.values())
+_KIND = {True: "notification", False: "request"}
 
 
 def unknown_update_kind(message: dict[str, Any]) -> str | None:

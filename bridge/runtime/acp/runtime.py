@@ -335,6 +335,7 @@ class AcpRuntime(SessionSettings, Diagnostics):
                 self.late_updates += 1
                 logger.info("dropped a late %s (session %s)", update_kind(update), session_id)
             return
+        turn.note_tool_call(update)
         event = turn_event(session_id, update)
         if event is not None:
             turn.updates += 1
@@ -370,7 +371,7 @@ class AcpRuntime(SessionSettings, Diagnostics):
         else:
             option_ids = frozenset(o.option_id for o in options)
             pending = PermissionRequest(request_id, session_id, future, option_ids=option_ids)
-            event = permission_event(session_id, request_id, tool_call, options)
+            event = permission_event(session_id, request_id, turn.completed(tool_call), options)
         return await self._wait_answer(turn, pending, event)
 
     async def on_elicitation(

@@ -7,10 +7,11 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from acp.exceptions import RequestError
+from acp.schema import ToolCallProgress, ToolCallStart, ToolCallUpdate
 from pydantic import ValidationError
 
 from bridge.runtime.acp.pool import describe_error
@@ -32,6 +33,37 @@ class AcpTurn:
     # `end_turn` is the cancelled turn's leftover, not this prompt's answer.
     suspect_tail: bool = False
     released: asyncio.Future[None] | None = None  # set by cancel(): stop waiting
+    # What each tool call of this prompt said it will do (content, raw input), for a
+    # permission request that names the call but leaves that out (Codex).
+    tool_calls: dict[str, ToolCallUpdate] = field(default_factory=dict)
+
+    def note_tool_call(self, update: Any) -> None:
+        if not isinstance(update, ToolCallStart | ToolCallProgress):
+            return
+        known = self.tool_calls.get(update.tool_call_id)
+        content = update.content or (known.content if known else None)
+        raw_input = update.raw_input
+        if raw_input is None and known is not None:
+            raw_input = known.raw_input
+        if content or raw_input is not None:
+            self.tool_calls[update.tool_call_id] = ToolCallUpdate(
+                tool_call_id=update.tool_call_id, content=content, raw_input=raw_input
+            )
+
+    def completed(self, tool_call: ToolCallUpdate) -> ToolCallUpdate:
+        """The request's tool call, with what the call itself said where the request is
+        silent (ACP: a request's tool call is an update of the call announced before)."""
+        known = self.tool_calls.get(tool_call.tool_call_id)
+        if known is None:
+            return tool_call
+        return tool_call.model_copy(
+            update={
+                "content": tool_call.content or known.content,
+                "raw_input": tool_call.raw_input
+                if tool_call.raw_input is not None
+                else known.raw_input,
+            }
+        )
 
     def emit(self, event: TurnEvent) -> None:
         if self.done:

@@ -274,3 +274,37 @@ def test_a_card_feishu_refused_cancels_the_request_and_ends_the_round() -> None:
     assert [(p.key, p.final) for p in of_type(out, PostText)] == [("presence.card_failed", True)]
     assert of_type(out, RecordTerminal)[0].outcome is Outcome.FAILED
     assert d.conv.approvals == ()
+
+
+# --- a refused step that ends the round ---------------------------------------------------------
+
+
+def test_a_round_the_agent_ends_after_a_refusal_says_so() -> None:
+    """Found with the real agents: Codex answers a refused file change by ending the round
+    `cancelled` (it has no "refuse and go on" for a write), Qwen Code by an empty end_turn.
+    Neither is a /stop, nor a round that simply had nothing to say."""
+    d = approval_pending()
+    d.feed(ApprovalClicked("r1", "reject", ALICE), at=20.0)
+    out = d.feed(TurnEnded(SID, StopReason.CANCELLED), at=21.0)
+    assert keys(out) == ["presence.ended_rejected"]
+    assert d.conv.last_terminal is not None
+    assert d.conv.last_terminal.outcome is Outcome.CANCELLED
+
+    d = approval_pending()
+    d.feed(ApprovalClicked("r1", "reject", ALICE), at=20.0)
+    assert keys(d.feed(TurnEnded(SID, StopReason.END_TURN), at=21.0)) == ["presence.ended_rejected"]
+
+
+def test_after_a_refusal_an_answer_or_a_stop_is_what_the_user_sees() -> None:
+    d = approval_pending()
+    d.feed(ApprovalClicked("r1", "reject", ALICE), at=20.0)
+    d.feed(MessageChunk(SID, "Understood, I left the build alone."), at=21.0)
+    out = d.feed(TurnEnded(SID, StopReason.END_TURN), at=22.0)
+    assert keys(out) == ["<reply>"]  # the agent's answer ends the round
+    assert [str(p.text) for p in of_type(out, RelayAgentText)] == [
+        "Understood, I left the build alone."
+    ]
+
+    d = approval_pending()
+    d.feed(ApprovalClicked("r1", "allow", ALICE), at=20.0)
+    assert keys(d.feed(TurnEnded(SID, StopReason.CANCELLED), at=21.0)) == ["presence.stopped"]

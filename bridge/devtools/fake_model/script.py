@@ -1,0 +1,79 @@
+"""What the scripted model does in a turn: decided by the user's last words. Pure."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+LONG_LINE = "line {n:04d}: the quick brown fox jumps over the lazy dog"
+_WRITE = re.compile(r"\bWRITE (\S+) (.+)", re.DOTALL)
+_LONG = re.compile(r"\bLONG (\d{1,5})\b")
+_HANG = re.compile(r"\bHANG\b")
+_ECHO = re.compile(r"\bECHO (\S+)")
+HELLO = "hello from the scripted model"
+
+
+@dataclass(frozen=True)
+class Say:
+    """A plain answer."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class Write:
+    """Call the agent's file-write tool with this path and content."""
+
+    path: str
+    content: str
+
+
+@dataclass(frozen=True)
+class Hang:
+    """Begin an answer and never finish it (the client must cancel or die)."""
+
+    text: str = "working on it"
+
+
+Turn = Say | Write | Hang
+
+
+def plan(user_text: str, *, tools: bool) -> Turn:
+    """The model's turn for the user's latest words. Without tools on offer (an agent's side
+    request: a title, a summary) every turn is a plain answer."""
+    if tools and (write := _WRITE.search(user_text)):
+        content = write.group(2).strip().split("\n", 1)[0]
+        return Write(write.group(1), content)
+    if long := _LONG.search(user_text):
+        return Say(long_text(int(long.group(1))))
+    if _HANG.search(user_text):
+        return Hang()
+    if echo := _ECHO.search(user_text):
+        return Say(f"echo: {echo.group(1)}")
+    return Say(HELLO)
+
+
+def write_tool(tools: dict[str, set[str]]) -> tuple[str, str] | None:
+    """Which offered tool writes a file, and its path argument: the first whose parameters
+    hold `content` and a path (Claude Code's `Write`, Qwen Code's `write_file`)."""
+    for name, params in tools.items():
+        if "content" in params:
+            for key in ("file_path", "absolute_path", "path"):
+                if key in params:
+                    return name, key
+    return None
+
+
+def after_tool(result: str) -> Say:
+    """The answer once the tool's result is back: it says what the tool reported."""
+    first = " ".join(result.split())[:160]
+    return Say(f"the tool said: {first}")
+
+
+def long_text(lines: int) -> str:
+    return "\n".join(LONG_LINE.format(n=n) for n in range(1, lines + 1))
+
+
+def pieces(text: str, size: int = 24) -> list[str]:
+    """The text as the stream's deltas (a long answer arrives in many small pieces)."""
+    return [text[i : i + size] for i in range(0, len(text), size)] or [""]
