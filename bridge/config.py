@@ -77,6 +77,12 @@ class Settings(BaseSettings):
     bridge_data_dir: Path = Field(
         default_factory=_default_data_dir, description="Folder holding the SQLite store."
     )
+    bridge_database_url: SecretStr | None = Field(
+        default=None,
+        description="PostgreSQL database of the store instead of the SQLite file, e.g."
+        " `postgresql://bridge:<password>@db.internal:5432/bridge` (a secret: it holds the"
+        " password); unset: SQLite in BRIDGE_DATA_DIR.",
+    )
     bridge_locale: Literal["zh_CN", "en_US"] = Field(
         default="zh_CN", description="Language of every text the bridge shows."
     )
@@ -231,6 +237,7 @@ class Settings(BaseSettings):
         "feishu_encrypt_key",
         "feishu_verification_token",
         "bridge_ops_token",
+        "bridge_database_url",
         mode="before",
     )
     @classmethod
@@ -247,6 +254,17 @@ class Settings(BaseSettings):
         if isinstance(value, str) and not value.strip():
             return _default_data_dir() if info.field_name == "bridge_data_dir" else Path.cwd()
         return value
+
+    @field_validator("bridge_database_url")
+    @classmethod
+    def _database_url(cls, value: SecretStr | None) -> SecretStr | None:
+        # The message never quotes the value: it holds a password.
+        if value is None:
+            return None
+        url = value.get_secret_value().strip()
+        if not url.startswith(("postgresql://", "postgres://")):
+            raise ValueError("must be a URL starting with postgresql:// or postgres://")
+        return SecretStr(url)
 
     @field_validator("feishu_domain")
     @classmethod

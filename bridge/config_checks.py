@@ -22,6 +22,7 @@ from bridge.runtime.sandbox import SandboxPolicy, probe
 EXAMPLES: dict[str, str] = {
     "FEISHU_APP_ID": "cli_a1b2c3d4e5f6",
     "FEISHU_APP_SECRET": "<the App Secret from the developer console>",
+    "BRIDGE_DATABASE_URL": "postgresql://bridge:<password>@db.internal:5432/bridge",
     "FEISHU_DOMAIN": "https://open.feishu.cn",
     "FEISHU_EVENT_MODE": "websocket",
     "FEISHU_ENCRYPT_KEY": "<the Encrypt Key from Events and Callbacks>",

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote, urlsplit
 
 from aiohttp import web
 from pydantic import SecretStr
@@ -197,6 +198,29 @@ def _secret(value: SecretStr | None) -> str | None:
     return value.get_secret_value() if value is not None else None
 
 
+def _store(settings: Settings) -> Store:
+    """PostgreSQL when BRIDGE_DATABASE_URL is set (psycopg is imported only then), else the
+    SQLite file in the data folder."""
+    url = _secret(settings.bridge_database_url)
+    if url is None:
+        return SqliteStore(settings.db_path)
+    from bridge.store.postgres import PostgresStore
+
+    return PostgresStore(url)
+
+
+def _url_secrets(url: SecretStr | None) -> list[str]:
+    """The database URL and its password (as written and decoded), to mask in the logs."""
+    if url is None:
+        return []
+    value = url.get_secret_value()
+    try:
+        password = urlsplit(value).password or ""
+    except ValueError:
+        password = ""
+    return [value, password, unquote(password)]
+
+
 def build_service(
     settings: Settings,
     *,
@@ -212,7 +236,7 @@ def build_service(
         raise UnsafeConfiguration(problems)
     translator = Translator(settings.bridge_locale)
     projection = Projection(clock=clock)
-    store: Store = SqliteStore(settings.db_path)
+    store = _store(settings)
     if feishu is None:
         feishu = FeishuClient(
             settings.feishu_app_id or "",
@@ -371,7 +395,7 @@ async def run_service(settings: Settings) -> int:
             settings.bridge_ops_token,
         )
         if s is not None
-    ]
+    ] + _url_secrets(settings.bridge_database_url)
     configure_logging(settings.bridge_log_level, secrets)
     service = build_service(settings)
     await service.start()

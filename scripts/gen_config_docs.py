@@ -82,6 +82,7 @@ SECTIONS: list[tuple[str, list[str]]] = [
             "bridge_host",
             "bridge_port",
             "bridge_data_dir",
+            "bridge_database_url",
             "bridge_locale",
             "bridge_log_level",
             "bridge_ack_emoji",

@@ -1,4 +1,5 @@
-"""The `Store` contract, run against SqliteStore and MemoryStore alike (see conftest)."""
+"""The `Store` contract, run against SqliteStore, PostgresStore and MemoryStore alike (see
+conftest)."""
 
 from __future__ import annotations
 

@@ -1,0 +1,69 @@
+"""What a conversation chose and had, in PostgreSQL: its choices of agent, folder, mode and
+options (`preferences`), and the sessions it has had (`sessions`). Mixed into
+`PostgresStore`; each method is one statement, like the rest of the store (the twin of
+sqlite_choices.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from bridge.store.port import SessionRecord
+
+_SESSION_COLUMNS = "conversation_key, session_id, agent, folder, title, started_at, active_at"
+
+
+class PostgresConversationChoices:
+    async def _write(self, sql: str, params: Iterable[Any] = ()) -> int:
+        raise NotImplementedError  # pragma: no cover - PostgresStore's
+
+    async def _all(self, sql: str, params: Iterable[Any] = ()) -> list[tuple[Any, ...]]:
+        raise NotImplementedError  # pragma: no cover - PostgresStore's
+
+    async def set_preference(
+        self, conversation_key: str, name: str, value: str, now: float
+    ) -> None:
+        await self._write(
+            "INSERT INTO preferences (conversation_key, name, value, set_at)"
+            " VALUES (%s, %s, %s, %s)"
+            " ON CONFLICT (conversation_key, name) DO UPDATE"
+            " SET value = excluded.value, set_at = excluded.set_at",
+            (conversation_key, name, value, now),
+        )
+
+    async def preferences(self, conversation_key: str) -> dict[str, str]:
+        rows = await self._all(
+            "SELECT name, value FROM preferences WHERE conversation_key = %s", (conversation_key,)
+        )
+        return {str(row[0]): str(row[1]) for row in rows}
+
+    async def note_session(self, record: SessionRecord) -> None:
+        await self._write(
+            f"INSERT INTO sessions AS s ({_SESSION_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s)"
+            " ON CONFLICT (conversation_key, session_id) DO UPDATE"
+            " SET agent = excluded.agent, folder = excluded.folder,"
+            " title = CASE WHEN excluded.title = '' THEN s.title ELSE excluded.title END,"
+            " active_at = GREATEST(s.active_at, excluded.active_at)",
+            (
+                record.conversation_key,
+                record.session_id,
+                record.agent,
+                record.folder,
+                record.title,
+                record.started_at,
+                record.active_at,
+            ),
+        )
+
+    async def sessions_of(self, conversation_key: str, limit: int = 20) -> list[SessionRecord]:
+        rows = await self._all(
+            f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE conversation_key = %s"
+            " ORDER BY active_at DESC, started_at DESC LIMIT %s",
+            (conversation_key, limit),
+        )
+        return [
+            SessionRecord(
+                str(r[0]), str(r[1]), str(r[2]), str(r[3]), str(r[4]), float(r[5]), float(r[6])
+            )
+            for r in rows
+        ]
