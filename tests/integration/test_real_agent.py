@@ -23,7 +23,6 @@ import os
 import shlex
 import shutil
 import signal
-import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
@@ -47,6 +46,7 @@ from bridge.runtime.events import (
     TurnEvent,
 )
 from bridge.runtime.port import RuntimeUnavailable, SessionHandle
+from tests.integration.model_agents import netns_works
 from tests.integration.stack import running_stack
 
 pytestmark = pytest.mark.real_agent
@@ -143,17 +143,7 @@ BY_NAME = {agent.name: agent for agent in AGENTS}
 E2E = [a for a in AGENTS if a.name in ("sdk-echo-agent", "claude-code-acp")]
 
 
-def _netns_works() -> bool:
-    if not sys.platform.startswith("linux") or shutil.which("unshare") is None:
-        return False
-    try:
-        done = subprocess.run(["unshare", "-rn", "true"], capture_output=True, timeout=5)
-    except (OSError, subprocess.SubprocessError):
-        return False
-    return done.returncode == 0
-
-
-OFFLINE_PREFIX: tuple[str, ...] = ("unshare", "-rn") if _netns_works() else ()
+OFFLINE_PREFIX: tuple[str, ...] = ("unshare", "-rn") if netns_works() else ()
 # The runtime starts every agent in its own process group (pgid == pid), so what an agent
 # leaves running after close() can be seen here. gemini relaunches itself as a child.
 LINUX = sys.platform.startswith("linux")

@@ -19,21 +19,11 @@ _ids = itertools.count(1)
 _REMINDER = re.compile(r"<system-reminder>.*?</system-reminder>", re.DOTALL)
 
 
-def _text_of(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    return "\n".join(
-        str(part.get("text", ""))
-        for part in content or []
-        if isinstance(part, dict) and part.get("type") == "text"
-    )
-
-
 def _words(message: dict[str, Any]) -> str:
     """What a user message says, without the context an agent wraps around the user's words
     (Qwen Code sends its skills, workspace and deferred tools as `<system-reminder>` parts of
     the first user message)."""
-    return _REMINDER.sub("", _text_of(message.get("content"))).strip()
+    return _REMINDER.sub("", script.text_of(message.get("content"))).strip()
 
 
 def _turn(body: dict[str, Any]) -> tuple[script.Turn, tuple[str, str] | None]:
@@ -48,7 +38,7 @@ def _turn(body: dict[str, Any]) -> tuple[script.Turn, tuple[str, str] | None]:
     # only (context an agent adds between turns) decides nothing.
     for message in reversed(messages):
         if message.get("role") == "tool":
-            return script.after_tool(_text_of(message.get("content"))), None
+            return script.after_tool(script.text_of(message.get("content"))), None
         if message.get("role") == "user" and (said := _words(message)):
             return script.plan(said, tools=writer is not None), writer
     return script.plan("", tools=writer is not None), writer

@@ -13,14 +13,8 @@ from bridge.devtools.fake_model import script, sse
 _ids = itertools.count(1)
 
 
-def _text_of(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    return "\n".join(
-        str(part.get("text", ""))
-        for part in content or []
-        if isinstance(part, dict) and part.get("type") in ("input_text", "output_text", "text")
-    )
+def _words(content: Any) -> str:
+    return script.text_of(content, ("input_text", "output_text", "text"))
 
 
 def _patch(path: str, content: str) -> str:
@@ -69,9 +63,7 @@ def _turn(body: dict[str, Any]) -> tuple[script.Turn, dict[str, Any] | None]:
         output = last.get("output")
         text = output if isinstance(output, str) else json.dumps(output)
         return script.after_tool(text), None
-    said = next(
-        (_text_of(i.get("content")) for i in reversed(items) if i.get("role") == "user"), ""
-    )
+    said = next((_words(i.get("content")) for i in reversed(items) if i.get("role") == "user"), "")
     tools = {str(t.get("name")): t for t in body.get("tools") or [] if isinstance(t, dict)}
     writes = "apply_patch" in tools or any(name in tools for name in _SHELLS)
     turn = script.plan(said, tools=writes)

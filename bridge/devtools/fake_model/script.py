@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 
 LONG_LINE = "line {n:04d}: the quick brown fox jumps over the lazy dog"
 _WRITE = re.compile(r"\bWRITE (\S+) (.+)", re.DOTALL)
@@ -72,6 +73,17 @@ def after_tool(result: str) -> Say:
 
 def long_text(lines: int) -> str:
     return "\n".join(LONG_LINE.format(n=n) for n in range(1, lines + 1))
+
+
+def text_of(content: Any, kinds: tuple[str, ...] = ("text",)) -> str:
+    """The words in a message's content: a string, or the parts of the given types."""
+    if isinstance(content, str):
+        return content
+    return "\n".join(
+        str(part.get("text", ""))
+        for part in content or []
+        if isinstance(part, dict) and part.get("type") in kinds
+    )
 
 
 def pieces(text: str, size: int = 24) -> list[str]:
