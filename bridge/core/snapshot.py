@@ -9,6 +9,35 @@ from bridge.core.presence import STATUS_KEYS, activity_text
 from bridge.core.state import Conversation, ExecState
 from bridge.core.text import Params, format_elapsed
 
+# The run lifecycle's phase (seeds 002/004), shown statically: never guessed. `unsynced`: the
+# bridge cannot vouch for the runtime (the agent is restarting, its session reloading).
+PHASES: dict[ExecState, str] = {
+    ExecState.IDLE: "idle",
+    ExecState.WAITING_RESPONSE: "executing",
+    ExecState.STREAMING: "executing",
+    ExecState.WAITING_APPROVAL: "executing",
+    ExecState.WAITING_REPLY: "executing",
+    ExecState.STALE: "executing",
+    ExecState.FINISHING: "finishing",
+    ExecState.CANCELLING: "cancelling",
+    ExecState.RECOVERING: "unsynced",
+    ExecState.CLOSED: "closed",
+}
+# Whose move it is: the agent's (working, or owing a confirmation), the user's (an approval,
+# a reply, or simply their next message), the bridge's (restarting the agent), or nobody's.
+NEXT_MOVES: dict[ExecState, str] = {
+    ExecState.IDLE: "user",
+    ExecState.WAITING_RESPONSE: "agent",
+    ExecState.STREAMING: "agent",
+    ExecState.WAITING_APPROVAL: "user",
+    ExecState.WAITING_REPLY: "user",
+    ExecState.STALE: "agent",
+    ExecState.FINISHING: "agent",
+    ExecState.CANCELLING: "agent",
+    ExecState.RECOVERING: "bridge",
+    ExecState.CLOSED: "nobody",
+}
+
 
 def snapshot(conv: Conversation) -> dict[str, object]:
     """A JSON-ready view of the execution state; holds no message text. Ages (elapsed,
@@ -19,6 +48,8 @@ def snapshot(conv: Conversation) -> dict[str, object]:
     last = conv.last_terminal
     return {
         "state": conv.state.value,
+        "phase": _phase(conv),
+        "next_move": NEXT_MOVES[conv.state],
         "session_id": conv.session_id,
         "turn_id": turn.turn_id if turn else None,
         "requester": turn.requester if turn else None,
@@ -53,6 +84,13 @@ def snapshot(conv: Conversation) -> dict[str, object]:
             else None
         ),
     }
+
+
+def _phase(conv: Conversation) -> str:
+    turn = conv.turn
+    if turn is not None and turn.stop_requested_at is not None and not turn.terminal:
+        return "cancelling"  # a stop was asked for and has not landed yet
+    return PHASES[conv.state]
 
 
 def status_line(conv: Conversation, now: float) -> tuple[str, Params]:

@@ -6,13 +6,14 @@ import pytest
 
 from bridge.core.effects import AskStatus, MarkMessageDone, PostText, React, StartTurn
 from bridge.core.inputs import Command, CommandName, StatusAnswered
-from bridge.core.snapshot import snapshot
+from bridge.core.snapshot import NEXT_MOVES, PHASES, snapshot
 from bridge.core.state import RUNNING_STATES, ExecState
 from bridge.core.text import Text, format_elapsed
 from bridge.runtime.events import (
     PermissionKind,
     PermissionOption,
     PermissionRequested,
+    RuntimeExited,
     SessionFacts,
     StopReason,
     ToolCallStarted,
@@ -129,6 +130,7 @@ def test_snapshot_of_a_running_turn() -> None:
     d.message("m2", at=115.0)
     snap = snapshot(d.conv)
     assert snap["state"] == "streaming"
+    assert (snap["phase"], snap["next_move"]) == ("executing", "agent")
     assert snap["turn_id"] == "m1"
     assert snap["session_id"] == SID
     assert snap["started_at"] == 100.0
@@ -147,6 +149,7 @@ def test_snapshot_after_the_end_keeps_the_last_outcome() -> None:
     d.feed(TurnEnded(SID, StopReason.END_TURN), at=5.0)
     snap = snapshot(d.conv)
     assert snap["state"] == "idle"
+    assert (snap["phase"], snap["next_move"]) == ("idle", "user")
     assert snap["turn_id"] is None
     assert snap["last_terminal"] == {"turn_id": "m1", "outcome": "completed", "ended_at": 5.0}
 
@@ -184,3 +187,34 @@ def test_the_requester_can_stop_their_own_round() -> None:
     d.feed(command(CommandName.STOP), at=5.0)
     out = d.feed(TurnEnded(SID, StopReason.CANCELLED), at=5.1)
     assert "presence.stopped" in [p.key for p in of_type(out, PostText)]
+
+
+def test_every_state_has_a_phase_and_a_next_move() -> None:
+    assert set(PHASES) == set(ExecState) == set(NEXT_MOVES)
+    assert set(PHASES.values()) == {
+        "idle",
+        "executing",
+        "finishing",
+        "cancelling",
+        "closed",
+        "unsynced",
+    }
+
+
+def test_the_phase_says_cancelling_from_the_stop_until_it_lands() -> None:
+    d = Driver()
+    d.start(at=1.0)
+    d.feed(ToolCallStarted(SID, "t1", "Read"), at=2.0)
+    d.feed(command(CommandName.STOP), at=3.0)
+    snap = snapshot(d.conv)
+    assert (snap["phase"], snap["next_move"]) == ("cancelling", "agent")
+    d.feed(TurnEnded(SID, StopReason.CANCELLED), at=4.0)
+    assert snapshot(d.conv)["phase"] == "idle"
+
+
+def test_an_agent_restarting_is_unsynced_and_the_bridges_move() -> None:
+    d = Driver()
+    d.start(at=1.0)
+    d.feed(RuntimeExited(SID, returncode=-9), at=2.0)
+    snap = snapshot(d.conv)
+    assert (snap["state"], snap["phase"], snap["next_move"]) == ("recovering", "unsynced", "bridge")
