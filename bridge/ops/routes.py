@@ -8,12 +8,14 @@ GET /events          SSE of `runtime_state` frames; a `lagged` frame when frames
                      an explicit `end` frame on shutdown
 GET /turns/{turn_id} one turn's outcome and timeline (what was shown when; never any text)
 GET /metrics         Prometheus text format
+GET /console         the operator console: a static HTML shell and its script, no data (below)
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable
+from importlib import resources
 from typing import Any
 
 from aiohttp import web
@@ -24,6 +26,32 @@ from bridge.ops.projection import TERMINAL, Projection
 
 StatusProvider = Callable[[], dict[str, Any]]
 TurnView = Callable[[str], Awaitable[dict[str, object] | None]]
+
+
+# The console's files: served without the token (a browser cannot send a header when it
+# navigates, and the URL must not carry the token into access logs). They hold no data and no
+# secret; the page reads the token from its URL fragment (never sent to the server) or a
+# password field, and every data call it makes (`/events`, `/turns/{id}`) carries
+# `Authorization: Bearer`, so the data stays behind the token (access.py `OPEN_PATHS`).
+CONSOLE_FILES = {
+    "/console": ("index.html", "text/html"),
+    "/console/console.js": ("console.js", "text/javascript"),
+}
+CONSOLE_HEADERS = {
+    # Same-origin script only, no inline script, no outside asset; connections to this origin.
+    "Content-Security-Policy": (
+        "default-src 'none'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
+        "connect-src 'self'; img-src 'self'; base-uri 'none'; form-action 'none'; "
+        "frame-ancestors 'none'"
+    ),
+    "Referrer-Policy": "no-referrer",
+    "X-Content-Type-Options": "nosniff",
+    "Cache-Control": "no-store",
+}
+
+
+def _console_asset(name: str) -> str:
+    return resources.files("bridge.ops").joinpath("console", name).read_text("utf-8")
 
 
 def _sse(event: str, data: dict[str, Any]) -> bytes:
@@ -87,8 +115,18 @@ def ops_routes(
     async def metrics_view(_: web.Request) -> web.Response:
         return web.Response(body=metrics.render(), headers={"Content-Type": CONTENT_TYPE})
 
+    async def console(request: web.Request) -> web.Response:
+        name, content_type = CONSOLE_FILES[request.path]
+        return web.Response(
+            text=_console_asset(name),
+            content_type=content_type,
+            charset="utf-8",
+            headers=CONSOLE_HEADERS,
+        )
+
     return [
         *health_routes(ready),
+        *(web.get(path, console) for path in CONSOLE_FILES),
         web.get("/metrics", metrics_view),
         web.get("/turns/{turn_id}", turn),
         web.get("/status", status_view),

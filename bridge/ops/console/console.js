@@ -1,0 +1,227 @@
+// The operator console. Live from GET /events, read with fetch() and a streaming body reader
+// (EventSource cannot send the Authorization header the operator API requires); no polling.
+// Every value shown comes from the bridge or the agent and is untrusted: it is put in the
+// page with textContent only, never innerHTML.
+"use strict";
+
+const KEY = "feishu-bridge-ops-token";
+const USER_STATES = new Set(["waiting_approval", "waiting_reply"]);
+const conversations = new Map(); // key -> snapshot (with revision)
+let epoch = null;
+let selected = null;
+let stream = null; // AbortController of the current /events read
+
+function $(id) { return document.getElementById(id); }
+
+function el(tag, text, cls) {
+  const node = document.createElement(tag);
+  if (text !== undefined && text !== null) node.textContent = String(text);
+  if (cls) node.className = cls;
+  return node;
+}
+
+function takeToken() {
+  // `#token=…`: a fragment never reaches the server, so never an access log. It is moved to
+  // sessionStorage and removed from the address bar.
+  const match = /(?:^#|&)token=([^&]*)/.exec(location.hash);
+  if (match) {
+    sessionStorage.setItem(KEY, decodeURIComponent(match[1]));
+    history.replaceState(null, "", location.pathname + location.search);
+  }
+  return sessionStorage.getItem(KEY) || "";
+}
+
+function headers() {
+  const token = sessionStorage.getItem(KEY) || "";
+  const h = { "X-Bridge-Client-Id": "console" };
+  if (token) h.Authorization = "Bearer " + token;
+  return h;
+}
+
+function setStatus(text, cls) {
+  const status = $("status");
+  status.textContent = text;
+  status.className = cls || "";
+}
+
+// Who moves next: the bridge says (`next_move`); derived from the state if it does not.
+function nextMove(snap) {
+  if (snap.next_move) return snap.next_move;
+  if (USER_STATES.has(snap.state)) return "user";
+  if (snap.state === "idle" || snap.state === "closed") return "nobody";
+  return "agent";
+}
+
+// When the current state began, in the bridge's clock (seconds since the epoch).
+function stateSince(snap) {
+  if (snap.state === "waiting_approval" && snap.pending_approval) return snap.pending_approval.asked_at;
+  if (snap.state === "waiting_reply" && snap.pending_question) return snap.pending_question.asked_at;
+  if (snap.state === "idle" && snap.last_terminal) return snap.last_terminal.ended_at;
+  return snap.started_at;
+}
+
+function duration(seconds) {
+  if (seconds === null || seconds === undefined || !isFinite(seconds)) return "–";
+  const s = Math.max(0, Math.floor(seconds));
+  if (s < 60) return s + "s";
+  if (s < 3600) return Math.floor(s / 60) + "m " + (s % 60) + "s";
+  return Math.floor(s / 3600) + "h " + Math.floor((s % 3600) / 60) + "m";
+}
+
+function elapsedCell(since, now) {
+  const td = el("td", since ? duration(now - since) : "–", "elapsed");
+  if (since) td.dataset.since = String(since);
+  return td;
+}
+
+function tick() {
+  const now = Date.now() / 1000;
+  for (const td of document.querySelectorAll("td.elapsed[data-since]")) {
+    td.textContent = duration(now - Number(td.dataset.since));
+  }
+}
+
+function render() {
+  const rows = $("rows");
+  const now = Date.now() / 1000;
+  rows.replaceChildren();
+  for (const [key, snap] of [...conversations.entries()].sort()) {
+    const tr = el("tr", null, "conversation" + (key === selected ? " selected" : ""));
+    tr.dataset.conversation = key;
+    const since = stateSince(snap);
+    const move = nextMove(snap);
+    const approval = snap.pending_approval;
+    const activity = snap.last_activity;
+    tr.append(
+      el("td", key),
+      el("td", snap.state, "state"),
+      elapsedCell(since, now),
+      el("td", move, "next-move next-" + move),
+      el("td", snap.queue_length ?? 0, "queue"),
+      el("td", approval ? approval.title + (approval.count > 1 ? " (+" + (approval.count - 1) + ")" : "") : "", "approval"),
+      el("td", activity ? activity.kind + ": " + (activity.title || "") : "", "activity"),
+    );
+    tr.addEventListener("click", () => showTurn(key));
+    rows.append(tr);
+  }
+  $("empty").hidden = conversations.size > 0;
+}
+
+function applySnapshot(data) {
+  epoch = data.projection_epoch;
+  conversations.clear();
+  for (const [key, snap] of Object.entries(data.conversations || {})) conversations.set(key, snap);
+  render();
+}
+
+function applyFrame(frame) {
+  if (frame.projection_epoch !== epoch) return; // from another run: a fresh snapshot follows
+  const known = conversations.get(frame.conversation);
+  if (known && known.revision >= frame.revision) return; // stale or duplicate
+  conversations.set(frame.conversation, { revision: frame.revision, ...frame.snapshot });
+  render();
+  if (frame.conversation === selected) showTurn(selected);
+}
+
+function onEvent(name, data) {
+  if (name === "snapshot") applySnapshot(data);
+  else if (name === "runtime_state") applyFrame(data);
+  else if (name === "lagged") reconnect("lagged, resyncing"); // frames were lost: start over
+  else if (name === "end") reconnect("bridge stopped, reconnecting");
+}
+
+// SSE framing: `event: <name>` and `data: <json>` lines, a blank line ends a frame.
+async function readEvents(signal) {
+  const response = await fetch("/events", { headers: headers(), signal, cache: "no-store" });
+  if (response.status === 401) {
+    setStatus("wrong or missing token", "error");
+    return false;
+  }
+  if (!response.ok) throw new Error("HTTP " + response.status);
+  setStatus("live", "live");
+  const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
+  let buffer = "";
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) return true;
+    buffer += value.replace(/\r\n/g, "\n");
+    let end;
+    while ((end = buffer.indexOf("\n\n")) >= 0) {
+      const block = buffer.slice(0, end);
+      buffer = buffer.slice(end + 2);
+      let name = "message";
+      const data = [];
+      for (const line of block.split("\n")) {
+        if (line.startsWith("event:")) name = line.slice(6).trim();
+        else if (line.startsWith("data:")) data.push(line.slice(5).replace(/^ /, ""));
+      }
+      if (data.length) onEvent(name, JSON.parse(data.join("\n")));
+    }
+  }
+}
+
+function reconnect(why) {
+  if (why) setStatus(why, "");
+  if (stream) stream.abort();
+  const controller = new AbortController();
+  stream = controller;
+  (async () => {
+    let delay = 500;
+    while (!controller.signal.aborted) {
+      try {
+        const again = await readEvents(controller.signal);
+        if (!again) return;
+        setStatus("disconnected, reconnecting", "error");
+      } catch (err) {
+        if (controller.signal.aborted) return;
+        setStatus("disconnected, reconnecting", "error");
+      }
+      await new Promise((r) => setTimeout(r, delay));
+      delay = Math.min(delay * 2, 10000);
+    }
+  })();
+}
+
+async function showTurn(key) {
+  selected = key;
+  render();
+  const snap = conversations.get(key);
+  const turnId = snap && (snap.turn_id || (snap.last_terminal && snap.last_terminal.turn_id));
+  const section = $("turn");
+  section.hidden = false;
+  $("turn-id").textContent = turnId || "(no turn yet)";
+  $("turn-outcome").textContent = "";
+  const timeline = $("timeline");
+  if (!turnId) { timeline.replaceChildren(); return; }
+  const response = await fetch("/turns/" + encodeURIComponent(turnId), { headers: headers(), cache: "no-store" });
+  if (selected !== key) return;
+  if (!response.ok) {
+    $("turn-outcome").textContent = response.status === 401 ? "wrong or missing token" : "HTTP " + response.status;
+    timeline.replaceChildren();
+    return;
+  }
+  const turn = await response.json();
+  $("turn-outcome").textContent = turn.outcome ? "outcome: " + turn.outcome : "running";
+  timeline.replaceChildren(...(turn.trace || []).map((entry) => {
+    const tr = el("tr", null, "trace");
+    tr.append(
+      el("td", new Date(entry.at * 1000).toISOString().slice(11, 23)),
+      el("td", (entry.at - turn.started_at).toFixed(3)),
+      el("td", entry.kind, "kind"),
+      el("td", typeof entry.detail === "string" ? entry.detail : JSON.stringify(entry.detail ?? "")),
+    );
+    return tr;
+  }));
+}
+
+$("auth").addEventListener("submit", (event) => {
+  event.preventDefault();
+  const value = $("token").value;
+  if (value) sessionStorage.setItem(KEY, value);
+  $("token").value = "";
+  reconnect("connecting");
+});
+
+takeToken();
+reconnect("connecting");
+setInterval(tick, 1000); // the "in state for" column counts up

@@ -1,0 +1,126 @@
+"""The operator console (`GET /console`) in a real headless Chromium, against the running
+stack with an operator token: the token from the URL fragment, the conversation listed after
+a user message, its row changing live (from `/events`, no reload) when the scripted agent asks
+for an approval, and a click showing the turn's timeline. Plus, without a browser: the shell
+holds no data and the data routes still need the token.
+
+Same browser rules as test_demo_browser.py (Debian's chromium, skipped without it unless CI).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.integration.stack import running_stack
+from tests.integration.test_demo_browser import CHROMIUM, CHROMIUM_ARGS, REPO_ROOT, _need_browser
+
+TOKEN = "ops-console-t0ken-<b>&'\""  # markup in it: must still work from the fragment
+SCREENSHOT = REPO_ROOT / "artifacts" / "console.png"
+TIMEOUT_MS = 5_000
+APPROVAL_PROMPT = "permission Delete build/"
+
+
+@pytest.mark.browser
+async def test_the_console_shows_conversations_live_and_a_turn_timeline(tmp_path: Path) -> None:
+    _need_browser()
+    from urllib.parse import quote
+
+    from playwright.async_api import async_playwright, expect
+
+    expect.set_options(timeout=TIMEOUT_MS)
+    settings = {"bridge_ops_token": TOKEN}
+    async with (
+        running_stack(tmp_path / "bridge", settings=settings) as stack,
+        async_playwright() as pw,
+    ):
+        browser = await pw.chromium.launch(
+            executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True
+        )
+        try:
+            page = await browser.new_page(viewport={"width": 1200, "height": 800})
+            page.set_default_timeout(TIMEOUT_MS)
+            requests: list[str] = []
+            page.on("request", lambda r: requests.append(r.url))
+            await page.goto(
+                f"{stack.ops_url}/console#token={quote(TOKEN, safe='')}",
+                wait_until="domcontentloaded",
+            )
+            await expect(page.locator("#status")).to_have_text("live")
+            assert "#" not in page.url  # the token left the address bar
+            await expect(page.locator("#empty")).to_be_visible()
+
+            await stack.say("say hello")
+            await stack.settled()
+            row = page.locator("tr.conversation").filter(has_text=stack.chat)
+            await expect(row).to_have_count(1)
+            await expect(row.locator(".state")).to_have_text("idle")
+
+            sent = await stack.say(APPROVAL_PROMPT)
+            await expect(row.locator(".state")).to_have_text("waiting_approval")
+            await expect(row.locator(".next-move")).to_have_text("user")
+            await expect(row.locator(".approval")).to_contain_text("Delete build/")
+            await expect(row.locator(".queue")).to_have_text("0")
+
+            await row.click()
+            await expect(page.locator("#turn-id")).to_have_text(sent.message_id)
+            kinds = page.locator("#timeline .kind")
+            await expect(kinds.filter(has_text="permission")).to_have_count(1)
+            await expect(kinds.filter(has_text="approval_card")).to_have_count(1)
+            assert (await kinds.first.inner_text()) == "start"
+
+            SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
+            await page.screenshot(path=str(SCREENSHOT), full_page=True)
+            # Same origin only, and the token never in a URL the page asked for.
+            assert all(u.startswith(stack.ops_url) for u in requests), requests
+            assert not any("token" in u for u in requests), requests
+            assert await page.evaluate("() => Object.keys(sessionStorage)") == [
+                "feishu-bridge-ops-token"
+            ]
+        finally:
+            await browser.close()
+
+
+OPS_DATA_ROUTES = ["/status", "/runtime-states", "/events", "/turns/om_x", "/metrics"]
+
+
+async def test_the_console_shell_holds_no_data_and_data_routes_need_the_token(
+    tmp_path: Path,
+) -> None:
+    async with (
+        running_stack(tmp_path / "bridge", settings={"bridge_ops_token": TOKEN}) as stack,
+        httpx.AsyncClient(trust_env=False, timeout=5.0) as http,
+    ):
+        await stack.say("say hello")
+        await stack.settled()
+        shell = await http.get(f"{stack.ops_url}/console")
+        script = await http.get(f"{stack.ops_url}/console/console.js")
+        # Behind the token like every route (a browser still gets the data-free shell to
+        # render, and its script); with the token, a plain 200.
+        assert (shell.status_code, script.status_code) == (401, 200)
+        good = {"Authorization": f"Bearer {TOKEN}"}
+        assert (await http.get(f"{stack.ops_url}/console", headers=good)).status_code == 200
+        assert shell.headers["Content-Type"].startswith("text/html")
+        assert script.headers["Content-Type"].startswith("text/javascript")
+        csp = shell.headers["Content-Security-Policy"]
+        assert "script-src 'self'" in csp
+        assert "connect-src 'self'" in csp
+        assert shell.headers["Cache-Control"] == "no-store"
+        for body in (shell.text, script.text):
+            assert stack.chat not in body  # no conversation, no state, no secret
+            assert TOKEN not in body
+            assert "http://" not in body
+            assert "https://" not in body  # no outside asset
+        for sink in (".innerHTML", ".outerHTML", "insertAdjacentHTML", "document.write"):
+            assert sink not in script.text, sink  # data goes in with textContent only
+        for path in OPS_DATA_ROUTES:
+            response = await http.get(f"{stack.ops_url}{path}")
+            assert response.status_code == 401, path
+            assert stack.chat not in response.text
+        states = await http.get(f"{stack.ops_url}/runtime-states", headers=good)
+        assert stack.chat in states.json()["conversations"]
+        # Only the shell is open: nothing under it, and the Feishu port serves none of it.
+        assert (await http.get(f"{stack.ops_url}/console/other.js")).status_code == 401
+        assert (await http.get(f"{stack.feishu_url}/console")).status_code == 404
