@@ -15,6 +15,7 @@ from bridge.core.effects import (
 )
 from bridge.core.lifecycle import abandon, cancel, conclude_grace, finish
 from bridge.core.state import (
+    Ending,
     ExecState,
     Outcome,
 )
@@ -47,7 +48,13 @@ def _stale(ctx: StepContext) -> None:
 
 def _stale_limit(ctx: StepContext) -> None:
     # Silent for a second window: end the round ourselves (the cancel is bounded too).
-    cancel(ctx, Outcome.TIMED_OUT, "presence.stalled_ended", detail="no sign of life")
+    cancel(
+        ctx,
+        Outcome.TIMED_OUT,
+        "presence.stalled_ended",
+        detail="no sign of life",
+        ending=Ending.DEADLINE,
+    )
 
 
 def _cancel_notice(ctx: StepContext) -> None:
@@ -56,11 +63,22 @@ def _cancel_notice(ctx: StepContext) -> None:
 
 
 def _cancel_limit(ctx: StepContext) -> None:
-    abandon(ctx, "presence.stop_forced", detail="the agent never confirmed the stop")
+    abandon(
+        ctx,
+        "presence.stop_forced",
+        detail="the agent never confirmed the stop",
+        ending=Ending.USER_STOP,
+    )
 
 
 def _recovery_timeout(ctx: StepContext) -> None:
-    finish(ctx, Outcome.FAILED, "presence.unrecoverable", detail="recovery timed out")
+    finish(
+        ctx,
+        Outcome.FAILED,
+        "presence.unrecoverable",
+        detail="recovery timed out",
+        ending=Ending.DEADLINE,
+    )
 
 
 def _approval_timeout(ctx: StepContext) -> None:
@@ -71,6 +89,7 @@ def _approval_timeout(ctx: StepContext) -> None:
         "presence.approval_timed_out",
         {"waited": waited},
         detail="approval timed out",
+        ending=Ending.APPROVAL_TIMEOUT,
         cards=CardStatus.EXPIRED,
     )
 
@@ -85,6 +104,7 @@ def _reply_timeout(ctx: StepContext) -> None:
         "presence.reply_timed_out",
         {"waited": waited},
         detail="reply timed out",
+        ending=Ending.REPLY_TIMEOUT,
         cards=CardStatus.EXPIRED,
     )
 
@@ -112,7 +132,12 @@ def _reply_reminder(ctx: StepContext) -> None:
 
 def _drain_timeout(ctx: StepContext) -> None:
     ctx.out.append(Dropped("runtime never confirmed the cancel", "TimerFired", ctx.turn.turn_id))
-    abandon(ctx, "presence.stop_forced", detail="the agent never confirmed the cancel")
+    abandon(
+        ctx,
+        "presence.stop_forced",
+        detail="the agent never confirmed the cancel",
+        ending=Ending.USER_STOP,
+    )
 
 
 def _flush_progress(ctx: StepContext) -> None:

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from bridge.core.state import Attachment, Outcome, ToolLine
+from bridge.core.state import Attachment, Ending, Outcome, ToolLine
 from bridge.core.text import Params, Text
 from bridge.runtime.events import PermissionOption, PlanEntry, QuestionOption
 
@@ -314,6 +314,7 @@ class RecordTerminal:
 
     turn_id: str
     outcome: Outcome
+    ending: Ending
     detail: str = ""  # stop reason or fault reason, for operators (never shown to users)
 
 

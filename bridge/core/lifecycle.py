@@ -27,6 +27,7 @@ from bridge.core.files import send_offered
 from bridge.core.presence import STOP_REASON_KEYS
 from bridge.core.state import (
     Attachment,
+    Ending,
     ExecState,
     LastTerminal,
     Outcome,
@@ -68,7 +69,13 @@ def stop_running(ctx: StepContext, *, confirm: bool = False) -> bool:
         if confirm and on_the_wire and ctx.conv.state is not ExecState.RECOVERING:
             request_stop(ctx)
         else:
-            cancel(ctx, Outcome.CANCELLED, "presence.stopped", detail="stopped by user")
+            cancel(
+                ctx,
+                Outcome.CANCELLED,
+                "presence.stopped",
+                detail="stopped by user",
+                ending=Ending.USER_STOP,
+            )
         return True
     if not turn.end_posted:
         conclude_grace(ctx)  # the runtime already returned; just close the round now
@@ -88,10 +95,10 @@ def request_stop(ctx: StepContext) -> None:
 def confirm_stop(ctx: StepContext, detail: str) -> None:
     """The agent answered the cancelled prompt: the round is stopped, whatever it said."""
     ctx.update_turn(runtime_done=True)
-    finish(ctx, Outcome.CANCELLED, "presence.stopped", detail=detail)
+    finish(ctx, Outcome.CANCELLED, "presence.stopped", detail=detail, ending=Ending.USER_STOP)
 
 
-def abandon(ctx: StepContext, key: str, *, detail: str) -> None:
+def abandon(ctx: StepContext, key: str, *, detail: str, ending: Ending) -> None:
     """The agent never confirmed a cancel: end the round on our side and have its process
     restarted if it is still running the prompt, so nothing waits on it any longer."""
     turn = ctx.turn
@@ -101,7 +108,7 @@ def abandon(ctx: StepContext, key: str, *, detail: str) -> None:
     if turn.end_posted:
         settle(ctx)
     else:
-        finish(ctx, Outcome.CANCELLED, key, detail=detail)
+        finish(ctx, Outcome.CANCELLED, key, detail=detail, ending=ending)
 
 
 def resume(ctx: StepContext) -> None:
@@ -152,6 +159,7 @@ def cancel(
     params: Params | None = None,
     *,
     detail: str,
+    ending: Ending,
     cards: CardStatus = CardStatus.CANCELLED,
 ) -> None:
     """End the turn from our side; the runtime is told, and its late events are dropped."""
@@ -160,7 +168,7 @@ def cancel(
     close_pending(ctx, cards, answer=alive)
     if alive:
         ctx.emit(CancelTurn(turn.turn_id, turn.session_id))
-    finish(ctx, outcome, key, params, detail=detail)
+    finish(ctx, outcome, key, params, detail=detail, ending=ending)
 
 
 def finish(
@@ -170,6 +178,7 @@ def finish(
     params: Params | None = None,
     *,
     detail: str,
+    ending: Ending,
 ) -> None:
     """Post the turn's one end signal, record its terminal, and move on.
 
@@ -194,9 +203,11 @@ def finish(
         ctx.emit(PostText(key, dict(params or {}), reply_to, end_id, True, tid, footer(ctx)))
     ctx.update_turn(text=NOTHING_WRITTEN, pending_progress=None)
     final_outcome = ctx.turn.outcome or outcome
-    ctx.emit(RecordTerminal(turn.turn_id, final_outcome, detail))
+    final_ending = ctx.turn.ending or ending
+    ctx.emit(RecordTerminal(turn.turn_id, final_outcome, final_ending, detail))
     ctx.update_turn(
         outcome=final_outcome,
+        ending=final_ending,
         detail=detail,
         ended_at=ctx.now if ctx.turn.ended_at is None else ctx.turn.ended_at,
         end_posted=True,
@@ -208,7 +219,8 @@ def conclude_grace(ctx: StepContext) -> None:
     turn = ctx.turn
     assert turn.outcome is not None, "only in a grace window"
     assert turn.stop_reason is not None, "only in a grace window"
-    finish(ctx, turn.outcome, STOP_REASON_KEYS[turn.stop_reason], detail=turn.detail)
+    ending = turn.ending or Ending.COMPLETED
+    finish(ctx, turn.outcome, STOP_REASON_KEYS[turn.stop_reason], detail=turn.detail, ending=ending)
 
 
 def settle(ctx: StepContext) -> None:
@@ -224,7 +236,7 @@ def settle(ctx: StepContext) -> None:
     ctx.update(
         turn=None,
         state=ExecState.IDLE,
-        last_terminal=LastTerminal(turn.turn_id, turn.outcome, ended_at),
+        last_terminal=LastTerminal(turn.turn_id, turn.outcome, ended_at, turn.ending),
     )
     if ctx.conv.queue:
         head, *rest = ctx.conv.queue

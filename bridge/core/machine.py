@@ -79,6 +79,7 @@ from bridge.core.recall import on_recalled
 from bridge.core.state import (
     RECENT_IDS,
     Conversation,
+    Ending,
     ExecState,
     Outcome,
     QueuedMessage,
@@ -330,14 +331,16 @@ def _on_runtime_restarted(ctx: StepContext, event: RuntimeRestarted) -> None:
         return
     # A reloaded session keeps the history, but an ACP prompt cut mid-way does not go on.
     key = "presence.unrecoverable" if event.reloaded else "presence.unrecoverable_context_lost"
-    finish(ctx, Outcome.INTERRUPTED, key, detail="runtime restarted")
+    finish(ctx, Outcome.INTERRUPTED, key, detail="runtime restarted", ending=Ending.AGENT_EXIT)
 
 
 def _on_restart_failed(ctx: StepContext, event: RuntimeRestartFailed) -> None:
     if ctx.conv.turn is None or ctx.conv.state is not ExecState.RECOVERING:
         ctx.drop(event, "no turn to recover")
         return
-    finish(ctx, Outcome.FAILED, "presence.unrecoverable", detail=event.reason)
+    finish(
+        ctx, Outcome.FAILED, "presence.unrecoverable", detail=event.reason, ending=Ending.AGENT_EXIT
+    )
 
 
 def _on_unavailable_at_start(ctx: StepContext, event: RuntimeUnavailableAtStart) -> None:
@@ -355,7 +358,7 @@ def _on_unavailable_at_start(ctx: StepContext, event: RuntimeUnavailableAtStart)
     # Never pretend to be thinking: the fault line is the end signal, no hint follows.
     key = "presence.runtime_busy" if event.limit_reached else "presence.runtime_unavailable"
     ctx.update_turn(runtime_done=True)
-    finish(ctx, Outcome.FAILED, key, detail=event.reason)
+    finish(ctx, Outcome.FAILED, key, detail=event.reason, ending=Ending.AGENT_ERROR)
 
 
 def _on_card_not_shown(ctx: StepContext, event: CardNotShown) -> None:
@@ -368,7 +371,13 @@ def _on_card_not_shown(ctx: StepContext, event: CardNotShown) -> None:
         ctx.drop(event, "request no longer pending")
         return
     # Nobody can answer a card nobody sees: the request is refused and the round ends.
-    cancel(ctx, Outcome.FAILED, "presence.card_failed", detail="Feishu refused the card")
+    cancel(
+        ctx,
+        Outcome.FAILED,
+        "presence.card_failed",
+        detail="Feishu refused the card",
+        ending=Ending.FEISHU_REFUSED,
+    )
 
 
 def _on_interrupted_by_restart(ctx: StepContext, event: TurnInterruptedByRestart) -> None:
@@ -379,7 +388,9 @@ def _on_interrupted_by_restart(ctx: StepContext, event: TurnInterruptedByRestart
         PostText(
             "presence.unrecoverable", {}, event.message_id, f"{event.turn_id}:end", final=True
         ),
-        RecordTerminal(event.turn_id, Outcome.INTERRUPTED, "bridge restarted"),
+        RecordTerminal(
+            event.turn_id, Outcome.INTERRUPTED, Ending.BRIDGE_SHUTDOWN, "bridge restarted"
+        ),
     )
 
 
@@ -393,5 +404,9 @@ def _on_closed(ctx: StepContext) -> None:
                 status_card.interrupted_by_restart(ctx, turn.turn_id, turn.message_id)
             if alive:
                 ctx.emit(CancelTurn(turn.turn_id, turn.session_id))
-            ctx.emit(RecordTerminal(turn.turn_id, Outcome.INTERRUPTED, "conversation closed"))
+            ctx.emit(
+                RecordTerminal(
+                    turn.turn_id, Outcome.INTERRUPTED, Ending.CLOSED, "conversation closed"
+                )
+            )
     ctx.update(state=ExecState.CLOSED, turn=None, queue=(), approvals=(), question=None)

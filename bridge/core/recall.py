@@ -12,7 +12,7 @@ from bridge.core.context import StepContext
 from bridge.core.effects import EditText, MarkMessageDone
 from bridge.core.inputs import MessageRecalled
 from bridge.core.lifecycle import cancel
-from bridge.core.state import Outcome
+from bridge.core.state import Ending, Outcome
 
 
 def on_recalled(ctx: StepContext, event: MessageRecalled) -> None:
@@ -27,6 +27,12 @@ def on_recalled(ctx: StepContext, event: MessageRecalled) -> None:
         return
     turn = ctx.conv.turn
     if turn is not None and turn.message_id == mid and not turn.terminal:
-        cancel(ctx, Outcome.CANCELLED, "presence.recalled", detail="recalled by the user")
+        cancel(
+            ctx,
+            Outcome.CANCELLED,
+            "presence.recalled",
+            detail="recalled by the user",
+            ending=Ending.RECALL,
+        )
         return
     ctx.drop(event, "recalled message already answered or not held")

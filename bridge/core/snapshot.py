@@ -79,7 +79,12 @@ def snapshot(conv: Conversation) -> dict[str, object]:
             else None
         ),
         "last_terminal": (
-            {"turn_id": last.turn_id, "outcome": last.outcome.value, "ended_at": last.ended_at}
+            {
+                "turn_id": last.turn_id,
+                "outcome": last.outcome.value,
+                "ending": last.ending.value if last.ending else None,
+                "ended_at": last.ended_at,
+            }
             if last
             else None
         ),

@@ -158,6 +158,7 @@ class Turn:
     rejected: bool = False  # the user refused a step: an agent may end the round for it
     # Terminal part: set once (first terminal wins).
     outcome: Outcome | None = None
+    ending: Ending | None = None
     stop_reason: StopReason | None = None
     detail: str = ""
     ended_at: float | None = None
@@ -177,11 +178,30 @@ class Turn:
         return self.outcome is not None
 
 
+class Ending(StrEnum):
+    """Why a turn ended (seed 004's typed endings), beside its outcome: for operators, in
+    snapshots, traces, metrics and /turns/{id}."""
+
+    COMPLETED = "completed"  # the agent answered and ended its turn
+    REFUSED = "refused"  # the user refused a step and the agent ended the round for it
+    USER_STOP = "user_stop"  # /stop (confirmed by the agent, or forced when it never did)
+    APPROVAL_TIMEOUT = "approval_timeout"
+    REPLY_TIMEOUT = "reply_timeout"
+    DEADLINE = "deadline"  # the bridge's own limits: silence, a recovery that never came back
+    AGENT_EXIT = "agent_exit"  # the agent process died
+    AGENT_ERROR = "agent_error"  # the agent answered the prompt with an error, or cancelled
+    BRIDGE_SHUTDOWN = "bridge_shutdown"  # the bridge stopped or restarted mid-turn
+    RECALL = "recall"  # the user recalled the message being answered
+    FEISHU_REFUSED = "feishu_refused"  # Feishu refused the card the round needed
+    CLOSED = "closed"  # the conversation was closed
+
+
 @dataclass(frozen=True)
 class LastTerminal:
     turn_id: str
     outcome: Outcome
     ended_at: float
+    ending: Ending | None = None
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ from bridge.core.state import (
     RUNNING_STATES,
     Activity,
     ActivityKind,
+    Ending,
     ExecState,
     Outcome,
     PendingApproval,
@@ -133,7 +134,13 @@ def on_turn_event(ctx: StepContext, event: TurnEvent) -> None:
             _on_turn_ended(ctx, event)
         case RuntimeFailed():
             ctx.update_turn(runtime_done=True)  # the prompt returned, with an error
-            finish(ctx, Outcome.FAILED, "presence.unrecoverable", detail=event.reason)
+            finish(
+                ctx,
+                Outcome.FAILED,
+                "presence.unrecoverable",
+                detail=event.reason,
+                ending=Ending.AGENT_ERROR,
+            )
         case RuntimeExited():
             _on_runtime_exited(ctx, event)
         case _:
@@ -334,14 +341,22 @@ def _on_turn_ended(ctx: StepContext, event: TurnEnded) -> None:
     refused = turn.rejected and turn.stop_requested_at is None
     if reason is StopReason.END_TURN:
         quiet = refused and not str(turn.text).strip()
-        finish(ctx, Outcome.COMPLETED, REJECTED if quiet else None, detail=reason.value)
+        ending = Ending.REFUSED if quiet else Ending.COMPLETED
+        finish(
+            ctx, Outcome.COMPLETED, REJECTED if quiet else None, detail=reason.value, ending=ending
+        )
     elif reason is StopReason.CANCELLED:
         key = REJECTED if refused else "presence.stopped"
-        finish(ctx, Outcome.CANCELLED, key, detail=reason.value)
+        # Cancelled with no /stop and no refusal: the agent gave up the prompt on its own.
+        ending = Ending.REFUSED if refused else Ending.AGENT_ERROR
+        if turn.stop_requested_at is not None:
+            ending = Ending.USER_STOP
+        finish(ctx, Outcome.CANCELLED, key, detail=reason.value, ending=ending)
     else:
         # Non-final ending: hold the end line for the grace window (first terminal is now).
         ctx.update_turn(
             outcome=Outcome.COMPLETED,
+            ending=Ending.COMPLETED,
             stop_reason=reason,
             detail=reason.value,
             ended_at=ctx.now,
@@ -354,7 +369,9 @@ def _on_runtime_exited(ctx: StepContext, event: RuntimeExited) -> None:
     close_pending(ctx, CardStatus.CANCELLED, answer=False)  # the process that asked is gone
     detail = f"runtime exited (returncode={event.returncode}, signal={event.signal})"
     if not event.restarting:
-        finish(ctx, Outcome.FAILED, "presence.unrecoverable", detail=detail)
+        finish(
+            ctx, Outcome.FAILED, "presence.unrecoverable", detail=detail, ending=Ending.AGENT_EXIT
+        )
         return
     flush_commentary(ctx)
     ctx.update_turn(runtime_done=True, recovering_since=ctx.now, pending_progress=None)

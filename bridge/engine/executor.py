@@ -150,9 +150,9 @@ class EffectExecutor:
                 await self._files.send(actor, work)
             case ShowDiffs():
                 await self._files.diffs(actor, work)
-            case RecordTerminal(turn_id, outcome, detail):
+            case RecordTerminal(turn_id, outcome, ending, detail):
                 self._posted.forget_turn(turn_id)
-                await self._record_terminal(turn_id, outcome.value, detail)
+                await self._record_terminal(turn_id, outcome.value, ending.value, detail)
                 await self._after_round(actor)
             case Trace(turn_id, kind, detail):
                 await self._trace(turn_id, kind, detail)
@@ -284,13 +284,14 @@ class EffectExecutor:
         if message_id is not None:
             await self._feishu.update_card(message_id, self._cards.closed_card(work))
 
-    async def _record_terminal(self, turn_id: str, outcome: str, detail: str) -> None:
+    async def _record_terminal(self, turn_id: str, outcome: str, ending: str, detail: str) -> None:
         now = self._clock()
         started = self._started.pop(turn_id, None)
         if await self._store.finish_turn(turn_id, TurnOutcome(outcome), now):
-            await self.traces.add(turn_id, "terminal", f"{outcome} {detail}".strip(), now)
+            # "<outcome> <ending>: <detail>": /turns/{id} reads the typed ending back from it.
+            await self.traces.add(turn_id, "terminal", f"{outcome} {ending}: {detail}", now)
             if self._metrics:
-                self._metrics.turns.labels(outcome).inc()
+                self._metrics.turns.labels(outcome, ending).inc()
                 if started is None:  # a turn of an earlier process
                     turn = await self._store.turn(turn_id)
                     started = turn.started_at if turn is not None else None

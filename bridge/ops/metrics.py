@@ -73,7 +73,10 @@ class Metrics:
             registry=self.registry,
         )
         self.turns = Counter(
-            "bridge_turns_total", "Finished turns by outcome.", ["outcome"], registry=self.registry
+            "bridge_turns_total",
+            "Finished turns by outcome and typed ending (why they ended).",
+            ["outcome", "ending"],
+            registry=self.registry,
         )
         self.turn_seconds = Histogram(
             "bridge_turn_duration_seconds",

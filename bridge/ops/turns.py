@@ -22,14 +22,22 @@ async def turn_view(
     turn = await store.turn(turn_id)
     if turn is None:
         return None
+    trace = [*await store.trace_for(turn_id), *pending(turn_id)]
     return {
         "turn_id": turn.turn_id,
         "conversation": turn.conversation_key,
         "started_at": turn.started_at,
         "outcome": turn.outcome.value if turn.outcome else None,
+        "ending": _ending(trace),
         "finished_at": turn.finished_at,
-        "trace": [
-            {"at": e.at, "kind": e.kind, "detail": e.detail}
-            for e in [*await store.trace_for(turn_id), *pending(turn_id)]
-        ],
+        "trace": [{"at": e.at, "kind": e.kind, "detail": e.detail} for e in trace],
     }
+
+
+def _ending(trace: list[TraceEntry]) -> str | None:
+    """The typed ending from the terminal entry (`<outcome> <ending>: <detail>`)."""
+    for entry in trace:
+        if entry.kind == "terminal":
+            words = entry.detail.split(":", 1)[0].split()
+            return words[1] if len(words) > 1 else None
+    return None

@@ -364,7 +364,7 @@ async def test_stop_during_hang_posts_one_stopped_line_and_records_one_outcome(
     assert [e.kind for e in trace].count("terminal") == 1
     # The agent's own `cancelled` answer is what ended the round.
     assert [e.detail for e in trace if e.kind == "terminal"] == [
-        "cancelled stopped by user (agent said cancelled)"
+        "cancelled user_stop: stopped by user (agent said cancelled)"
     ]
     _assert_no_duplicate_posts(stack)
 

@@ -30,6 +30,7 @@ async def test_turn_timeline_records_what_happened_without_any_text(stack: Stack
         missing = await http.get(f"{base(stack)}/turns/om_nope")
     assert missing.status_code == 404
     assert found["outcome"] == "completed"
+    assert found["ending"] == "completed"  # the typed ending, read back from the trace
     kinds = [e["kind"] for e in found["trace"]]
     assert kinds[:3] == ["start", "prompt_sent", "tool"]
     assert kinds[-3:] == ["turn_ended", "end", "terminal"]
@@ -78,7 +79,7 @@ async def test_metrics_count_turns_lines_and_duplicates(stack: Stack) -> None:
     body = response.text
     assert 'bridge_inbound_events_total{fate="accepted"} 1.0' in body
     assert 'bridge_inbound_events_total{fate="duplicate"} 1.0' in body
-    assert 'bridge_turns_total{outcome="completed"} 1.0' in body
+    assert 'bridge_turns_total{ending="completed",outcome="completed"} 1.0' in body
     assert 'bridge_status_lines_total{key="presence.ended_empty"} 1.0' in body
     assert "bridge_turn_duration_seconds_count 1.0" in body
     assert 'bridge_conversations{state="idle"} 1.0' in body

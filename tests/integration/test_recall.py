@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from bridge.i18n import Translator
@@ -58,6 +59,12 @@ async def test_recalling_the_running_rounds_message_stops_it_with_one_line_in_th
     posted = next(m for m in stack.bot() if m.text == line)
     assert posted.parent_id is None  # sent to the chat: the recalled message takes no reply
     assert stack.texts().count(line) == 1
+    # Operators see why it ended: the typed ending, in the snapshot and in /turns/{id}.
+    state = await stack.runtime_state()
+    assert state["last_terminal"]["ending"] == "recall"
+    async with httpx.AsyncClient(trust_env=False) as http:
+        turn = (await http.get(f"{stack.ops_url}/turns/{running.message_id}")).json()
+    assert (turn["outcome"], turn["ending"]) == ("cancelled", "recall")
     await stack.say("after")
     await stack.wait_text(lambda t: t == "echo: after")
 

@@ -151,7 +151,12 @@ def test_snapshot_after_the_end_keeps_the_last_outcome() -> None:
     assert snap["state"] == "idle"
     assert (snap["phase"], snap["next_move"]) == ("idle", "user")
     assert snap["turn_id"] is None
-    assert snap["last_terminal"] == {"turn_id": "m1", "outcome": "completed", "ended_at": 5.0}
+    assert snap["last_terminal"] == {
+        "turn_id": "m1",
+        "outcome": "completed",
+        "ending": "completed",
+        "ended_at": 5.0,
+    }
 
 
 @pytest.mark.parametrize(

@@ -18,7 +18,7 @@ from bridge.core.effects import (
     StartTurn,
 )
 from bridge.core.inputs import Command, CommandName
-from bridge.core.state import ExecState, Outcome
+from bridge.core.state import Ending, ExecState, Outcome
 from bridge.runtime.events import (
     MessageChunk,
     PermissionKind,
@@ -56,7 +56,9 @@ def test_non_final_stop_reasons_get_their_own_line_after_the_grace_window(
     out = d.advance(5.0)
     assert keys(out) == ["<reply>", key]
     assert [p.final for p in posts(out)] == [False, True]
-    assert of_type(out, RecordTerminal) == [RecordTerminal("m1", Outcome.COMPLETED, reason.value)]
+    assert of_type(out, RecordTerminal) == [
+        RecordTerminal("m1", Outcome.COMPLETED, Ending.COMPLETED, reason.value)
+    ]
     assert d.conv.state is ExecState.IDLE
 
 
@@ -127,7 +129,9 @@ def test_stop_cancels_the_running_turn_and_says_so() -> None:
     assert body == [
         RelayAgentText("half a thought", "m1", "m1:reply:1", turn_id="m1"),
         PostText("presence.stopped", {}, "m1", "m1:end", final=True, turn_id="m1"),
-        RecordTerminal("m1", Outcome.CANCELLED, "stopped by user (agent said cancelled)"),
+        RecordTerminal(
+            "m1", Outcome.CANCELLED, Ending.USER_STOP, "stopped by user (agent said cancelled)"
+        ),
     ]
     assert d.conv.state is ExecState.IDLE
 

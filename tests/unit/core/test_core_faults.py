@@ -18,7 +18,7 @@ from bridge.core.inputs import (
     TurnInterruptedByRestart,
     UserMessage,
 )
-from bridge.core.state import Activity, ActivityKind, ExecState, Outcome
+from bridge.core.state import Activity, ActivityKind, Ending, ExecState, Outcome
 from bridge.core.text import Text
 from bridge.runtime.events import (
     MessageChunk,
@@ -42,7 +42,9 @@ def test_runtime_unavailable_at_start_gets_a_fault_line_never_a_running_hint() -
     assert [(p.key, p.final) for p in of_type(out, PostText)] == [
         ("presence.runtime_unavailable", True)
     ]
-    assert of_type(out, RecordTerminal) == [RecordTerminal("m1", Outcome.FAILED, "spawn failed")]
+    assert of_type(out, RecordTerminal) == [
+        RecordTerminal("m1", Outcome.FAILED, Ending.AGENT_ERROR, "spawn failed")
+    ]
     assert keys(d.advance(1000.0)) == []
     assert d.conv.state is ExecState.IDLE
 
@@ -157,7 +159,7 @@ def test_a_turn_cut_by_a_bridge_restart_is_reported_under_its_end_key() -> None:
     out = d.feed(TurnInterruptedByRestart("m7", "m7", "ou_alice"), at=0.0)
     assert out == [
         PostText("presence.unrecoverable", {}, "m7", "m7:end", final=True),
-        RecordTerminal("m7", Outcome.INTERRUPTED, "bridge restarted"),
+        RecordTerminal("m7", Outcome.INTERRUPTED, Ending.BRIDGE_SHUTDOWN, "bridge restarted"),
     ]
 
 

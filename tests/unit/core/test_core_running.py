@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from bridge.core.effects import PostText, RecordTerminal, RelayAgentText, StartTurn
-from bridge.core.state import Conversation, ExecState, Options, Outcome
+from bridge.core.state import Conversation, Ending, ExecState, Options, Outcome
 from bridge.core.text import Text
 from bridge.runtime.events import (
     MessageChunk,
@@ -159,7 +159,9 @@ def test_the_final_reply_is_the_text_after_the_last_tool_and_ends_the_round() ->
     ]
     reply = of_type(out, RelayAgentText)[0]
     assert (reply.text, reply.idempotency_key) == ("Found it: line 42.", "m1:end")
-    assert of_type(out, RecordTerminal) == [RecordTerminal("m1", Outcome.COMPLETED, "end_turn")]
+    assert of_type(out, RecordTerminal) == [
+        RecordTerminal("m1", Outcome.COMPLETED, Ending.COMPLETED, "end_turn")
+    ]
     assert d.conv.state is ExecState.IDLE
 
 

@@ -19,7 +19,7 @@ from bridge.core.effects import (
     UpdateQuestionCard,
 )
 from bridge.core.inputs import ApprovalClicked, QuestionAnswered, UserMessage
-from bridge.core.state import Conversation, ExecState, Options, Outcome
+from bridge.core.state import Conversation, Ending, ExecState, Options, Outcome
 from bridge.core.text import Text
 from bridge.runtime.events import (
     MessageChunk,
@@ -154,7 +154,7 @@ def test_approval_timeout_expires_the_card_cancels_the_turn_and_tells_the_user()
             final=True,
             turn_id="m1",
         ),
-        RecordTerminal("m1", Outcome.TIMED_OUT, "approval timed out"),
+        RecordTerminal("m1", Outcome.TIMED_OUT, Ending.APPROVAL_TIMEOUT, "approval timed out"),
     ]
     # The runtime's cancelled ending lands later: logged, never posted.
     late = d.feed(TurnEnded(SID, StopReason.CANCELLED), at=1811.0)
@@ -289,6 +289,7 @@ def test_a_round_the_agent_ends_after_a_refusal_says_so() -> None:
     assert keys(out) == ["presence.ended_rejected"]
     assert d.conv.last_terminal is not None
     assert d.conv.last_terminal.outcome is Outcome.CANCELLED
+    assert d.conv.last_terminal.ending is Ending.REFUSED  # its typed ending, for operators
 
     d = approval_pending()
     d.feed(ApprovalClicked("r1", "reject", ALICE), at=20.0)
@@ -308,3 +309,6 @@ def test_after_a_refusal_an_answer_or_a_stop_is_what_the_user_sees() -> None:
     d = approval_pending()
     d.feed(ApprovalClicked("r1", "allow", ALICE), at=20.0)
     assert keys(d.feed(TurnEnded(SID, StopReason.CANCELLED), at=21.0)) == ["presence.stopped"]
+    # Nobody stopped it and nothing was refused: the agent gave the prompt up on its own.
+    assert d.conv.last_terminal is not None
+    assert d.conv.last_terminal.ending is Ending.AGENT_ERROR
