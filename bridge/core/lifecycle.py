@@ -219,8 +219,14 @@ def conclude_grace(ctx: StepContext) -> None:
     turn = ctx.turn
     assert turn.outcome is not None, "only in a grace window"
     assert turn.stop_reason is not None, "only in a grace window"
-    ending = turn.ending or Ending.COMPLETED
-    finish(ctx, turn.outcome, STOP_REASON_KEYS[turn.stop_reason], detail=turn.detail, ending=ending)
+    assert turn.ending is not None, "only in a grace window"
+    finish(
+        ctx,
+        turn.outcome,
+        STOP_REASON_KEYS[turn.stop_reason],
+        detail=turn.detail,
+        ending=turn.ending,
+    )
 
 
 def settle(ctx: StepContext) -> None:

@@ -347,10 +347,10 @@ def _on_turn_ended(ctx: StepContext, event: TurnEnded) -> None:
         )
     elif reason is StopReason.CANCELLED:
         key = REJECTED if refused else "presence.stopped"
-        # Cancelled with no /stop and no refusal: the agent gave up the prompt on its own.
-        ending = Ending.REFUSED if refused else Ending.AGENT_ERROR
         if turn.stop_requested_at is not None:
             ending = Ending.USER_STOP
+        else:  # no /stop: a refusal ended it, or the agent gave the prompt up on its own
+            ending = Ending.REFUSED if refused else Ending.AGENT_ERROR
         finish(ctx, Outcome.CANCELLED, key, detail=reason.value, ending=ending)
     else:
         # Non-final ending: hold the end line for the grace window (first terminal is now).

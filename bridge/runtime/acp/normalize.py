@@ -19,6 +19,7 @@ from acp.schema import (
     ElicitationMultiSelectPropertySchema,
     ElicitationSchema,
     ElicitationStringPropertySchema,
+    FileEditToolCallContent,
     PermissionOption,
     PlanUpdateItems,
     TextContentBlock,
@@ -166,9 +167,8 @@ def _written_text(tool_call: ToolCallUpdate) -> str | None:
     """The new text of a write or edit: an ACP diff's new text (Claude Code, Qwen Code), else
     the tool's own `content` / `new_string` argument."""
     for item in tool_call.content or ():
-        new_text = getattr(item, "new_text", None)
-        if getattr(item, "type", None) == "diff" and isinstance(new_text, str):
-            return new_text
+        if isinstance(item, FileEditToolCallContent):
+            return item.new_text
     raw = tool_call.raw_input
     if isinstance(raw, Mapping):
         for key in ("content", "new_string", "newString"):

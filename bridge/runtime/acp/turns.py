@@ -40,14 +40,10 @@ class AcpTurn:
     def note_tool_call(self, update: Any) -> None:
         if not isinstance(update, ToolCallStart | ToolCallProgress):
             return
-        known = self.tool_calls.get(update.tool_call_id)
-        content = update.content or (known.content if known else None)
-        raw_input = update.raw_input
-        if raw_input is None and known is not None:
-            raw_input = known.raw_input
-        if content or raw_input is not None:
+        said = _filled(update, self.tool_calls.get(update.tool_call_id))
+        if said["content"] or said["raw_input"] is not None:
             self.tool_calls[update.tool_call_id] = ToolCallUpdate(
-                tool_call_id=update.tool_call_id, content=content, raw_input=raw_input
+                tool_call_id=update.tool_call_id, **said
             )
 
     def completed(self, tool_call: ToolCallUpdate) -> ToolCallUpdate:
@@ -56,14 +52,7 @@ class AcpTurn:
         known = self.tool_calls.get(tool_call.tool_call_id)
         if known is None:
             return tool_call
-        return tool_call.model_copy(
-            update={
-                "content": tool_call.content or known.content,
-                "raw_input": tool_call.raw_input
-                if tool_call.raw_input is not None
-                else known.raw_input,
-            }
-        )
+        return tool_call.model_copy(update=_filled(tool_call, known))
 
     def emit(self, event: TurnEvent) -> None:
         if self.done:
@@ -78,6 +67,18 @@ class AcpTurn:
         if not self.done:
             self.emit(event)
             self.done = True
+
+
+def _filled(
+    update: ToolCallStart | ToolCallProgress | ToolCallUpdate, known: ToolCallUpdate | None
+) -> dict[str, Any]:
+    """A tool call's content and raw input: the update's where it has them, else the known."""
+    if known is None:
+        return {"content": update.content, "raw_input": update.raw_input}
+    return {
+        "content": update.content or known.content,
+        "raw_input": known.raw_input if update.raw_input is None else update.raw_input,
+    }
 
 
 async def run_prompt(
