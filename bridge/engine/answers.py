@@ -26,10 +26,12 @@ class Answers:
         self._clock = clock
 
     async def post_text(
-        self, actor: ConversationActor, reply_to: str, text: str, idem: str
+        self, actor: ConversationActor, reply_to: str, text: str, idem: str, *, fresh: bool = False
     ) -> None:
-        """A line (or a plain answer) as text messages."""
-        if not await self._already_sent(idem):
+        """A line (or a plain answer) as text messages. `fresh`: its turn began in this
+        process, so nothing of it went out before a restart and the outbox need not be read
+        (each post of a turn has its own key)."""
+        if fresh or not await self._already_sent(idem):
             await self._send_text(actor, reply_to, text, idem)
 
     async def _send_text(
@@ -49,10 +51,11 @@ class Answers:
         await self._store.mark_sent(idem, ids, self._clock())
 
     async def post_answer(
-        self, actor: ConversationActor, reply_to: str, text: str, idem: str
+        self, actor: ConversationActor, reply_to: str, text: str, idem: str, *, fresh: bool = False
     ) -> None:
-        """The agent's answer: rich cards when it has Markdown, else text."""
-        if await self._already_sent(idem):
+        """The agent's answer: rich cards when it has Markdown, else text (`fresh`: as in
+        `post_text`)."""
+        if not fresh and await self._already_sent(idem):
             return
         parts = answer_parts(text)
         if parts is None or len(parts) > MAX_CARDS:

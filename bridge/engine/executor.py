@@ -93,7 +93,8 @@ class EffectExecutor:
         self._files = FilesOut(
             feishu=feishu, store=store, routes=routes, answers=self._answers, clock=clock
         )
-        self._started: dict[str, float] = {}  # turns this process started, and when
+        # Turns this process started, and when: nothing of theirs went out before a restart.
+        self._started: dict[str, float] = {}
         self._clock = clock
         self._ack_emoji = ack_emoji
         self._metrics = metrics
@@ -109,15 +110,18 @@ class EffectExecutor:
                 await self._feishu.add_reaction(message_id, self._ack_emoji)
             case MarkMessageDone(message_id):
                 await self._store.set_message_state(message_id, MessageState.DONE, self._clock())
-            case PostText(key, params, reply_to, idem, footer=footer):
+            case PostText(key, params, reply_to, idem, turn_id=turn_id, footer=footer):
                 text = self._footed(render(self._t, key, params), footer)
-                await self._answers.post_text(actor, reply_to, text, idem)
+                fresh = turn_id in self._started
+                await self._answers.post_text(actor, reply_to, text, idem, fresh=fresh)
                 if self._metrics:
                     self._metrics.lines.labels(key).inc()
             case EditText(posted_key, key, params):
                 await self._edit_text(posted_key, render(self._t, key, params))
-            case RelayAgentText(text, reply_to, idem, footer=footer):
-                await self._answers.post_answer(actor, reply_to, self._footed(text, footer), idem)
+            case RelayAgentText(text, reply_to, idem, turn_id=turn_id, footer=footer):
+                text = self._footed(text, footer)
+                fresh = turn_id in self._started
+                await self._answers.post_answer(actor, reply_to, text, idem, fresh=fresh)
             case StartTurn():
                 await self._start_turn(actor, work)
             case CancelTurn(_, session_id):
@@ -287,7 +291,8 @@ class EffectExecutor:
     async def _record_terminal(self, turn_id: str, outcome: str, ending: str, detail: str) -> None:
         now = self._clock()
         started = self._started.pop(turn_id, None)
-        if await self._store.finish_turn(turn_id, TurnOutcome(outcome), now):
+        # The turn's message is the one it answers (a turn's id is its message's id).
+        if await self._store.end_turn(turn_id, turn_id, TurnOutcome(outcome), now):
             # "<outcome> <ending>: <detail>": /turns/{id} reads the typed ending back from it.
             await self.traces.add(turn_id, "terminal", f"{outcome} {ending}: {detail}", now)
             if self._metrics:
@@ -297,15 +302,13 @@ class EffectExecutor:
                     started = turn.started_at if turn is not None else None
                 if started is not None:
                     self._metrics.turn_seconds.observe(max(0.0, now - started))
-        await self._store.set_message_state(turn_id, MessageState.DONE, now)
         await self.traces.flush()
 
     async def _start_turn(self, actor: ConversationActor, work: StartTurn) -> None:
         now = self._clock()
-        if await self._store.start_turn(work.turn_id, actor.key, work.turn_id, now):
+        if await self._store.begin_turn(work.turn_id, actor.key, work.turn_id, now):
             self._started[work.turn_id] = now
             await self.traces.add(work.turn_id, "start", "", now)
-        await self._store.set_message_state(work.turn_id, MessageState.RUNNING, now)
         self._runner.start(actor, work)
 
 

@@ -183,6 +183,20 @@ class MemoryStore(AsyncLifecycle):
         self._turns[turn_id] = replace(current, outcome=outcome, finished_at=now)
         return True
 
+    async def begin_turn(
+        self, turn_id: str, conversation_key: str, message_id: str, now: float
+    ) -> bool:
+        started = await self.start_turn(turn_id, conversation_key, message_id, now)
+        await self.set_message_state(message_id, MessageState.RUNNING, now)
+        return started
+
+    async def end_turn(
+        self, turn_id: str, message_id: str, outcome: TurnOutcome, now: float
+    ) -> bool:
+        finished = await self.finish_turn(turn_id, outcome, now)
+        await self.set_message_state(message_id, MessageState.DONE, now)
+        return finished
+
     async def turn(self, turn_id: str) -> Turn | None:
         self._check()
         return self._turns.get(turn_id)

@@ -257,6 +257,18 @@ class Store(Protocol):
     async def finish_turn(self, turn_id: str, outcome: TurnOutcome, now: float) -> bool:
         """First terminal wins: True only if the turn existed and had no outcome yet."""
 
+    async def begin_turn(
+        self, turn_id: str, conversation_key: str, message_id: str, now: float
+    ) -> bool:
+        """`start_turn`, and its message marked running (`set_message_state`), as one atomic
+        step in one round trip; the result is `start_turn`'s (False: the turn existed)."""
+
+    async def end_turn(
+        self, turn_id: str, message_id: str, outcome: TurnOutcome, now: float
+    ) -> bool:
+        """`finish_turn`, and the turn's message marked done, as one atomic step in one round
+        trip; the result is `finish_turn`'s (the message is marked done either way)."""
+
     async def turn(self, turn_id: str) -> Turn | None: ...
 
     async def running_turns(self) -> list[Turn]:

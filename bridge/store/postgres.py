@@ -196,17 +196,7 @@ class PostgresStore(PostgresConversationChoices, PostgresApprovals, AsyncLifecyc
 
     async def set_message_state(self, message_id: str, state: MessageState, now: float) -> bool:
         self._conn()
-        sources = sorted(MESSAGE_TRANSITIONS[MessageState(state)])
-        if not sources:
-            return False
-        return (
-            await self._write(
-                "UPDATE messages SET state = %s, updated_at = %s "
-                "WHERE message_id = %s AND state = ANY(%s)",
-                (MessageState(state).value, now, message_id, [s.value for s in sources]),
-            )
-            == 1
-        )
+        return await self._write(_STATE_UPDATE, _state_params(message_id, state, now)) == 1
 
     async def interrupt_running_messages(self, now: float) -> int:
         return await self._write(
@@ -283,6 +273,45 @@ class PostgresStore(PostgresConversationChoices, PostgresApprovals, AsyncLifecyc
             == 1
         )
 
+    # Two tables in one statement: data-modifying CTEs all run, to completion, atomically.
+
+    async def begin_turn(
+        self, turn_id: str, conversation_key: str, message_id: str, now: float
+    ) -> bool:
+        row = await self._one(
+            "WITH started AS ("
+            " INSERT INTO turns (turn_id, conversation_key, message_id, started_at)"
+            " VALUES (%s, %s, %s, %s) ON CONFLICT DO NOTHING RETURNING 1),"
+            f" moved AS ({_STATE_UPDATE} RETURNING 1) "
+            "SELECT count(*) FROM started",
+            (
+                turn_id,
+                conversation_key,
+                message_id,
+                now,
+                *_state_params(message_id, MessageState.RUNNING, now),
+            ),
+        )
+        return row is not None and int(row[0]) == 1
+
+    async def end_turn(
+        self, turn_id: str, message_id: str, outcome: TurnOutcome, now: float
+    ) -> bool:
+        row = await self._one(
+            "WITH finished AS ("
+            " UPDATE turns SET outcome = %s, finished_at = %s"
+            " WHERE turn_id = %s AND outcome IS NULL RETURNING 1),"
+            f" moved AS ({_STATE_UPDATE} RETURNING 1) "
+            "SELECT count(*) FROM finished",
+            (
+                TurnOutcome(outcome).value,
+                now,
+                turn_id,
+                *_state_params(message_id, MessageState.DONE, now),
+            ),
+        )
+        return row is not None and int(row[0]) == 1
+
     async def turn(self, turn_id: str) -> Turn | None:
         row = await self._one(f"SELECT {TURN_COLUMNS} FROM turns WHERE turn_id = %s", (turn_id,))
         return None if row is None else turn_of(row)
@@ -357,3 +386,14 @@ class PostgresStore(PostgresConversationChoices, PostgresApprovals, AsyncLifecyc
 
 if TYPE_CHECKING:
     _conforms: type[Store] = PostgresStore
+
+
+# A message moves to a state only from the states allowed to reach it (none: no row matches).
+_STATE_UPDATE = (
+    "UPDATE messages SET state = %s, updated_at = %s WHERE message_id = %s AND state = ANY(%s)"
+)
+
+
+def _state_params(message_id: str, state: MessageState, now: float) -> tuple[Any, ...]:
+    sources = sorted(MESSAGE_TRANSITIONS[MessageState(state)])
+    return (MessageState(state).value, now, message_id, [s.value for s in sources])

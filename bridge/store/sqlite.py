@@ -9,8 +9,10 @@ statement, so no two coroutines can interleave inside a write. First-wins claims
 `INSERT ... ON CONFLICT DO NOTHING` (only uniqueness conflicts are absorbed; CHECK and
 foreign-key violations still raise) and first-terminal-wins updates are
 `UPDATE ... WHERE <not yet decided>`; the caller learns who won from the row count.
-The only explicit transactions are the migrations, applied in `open()` before the store is
-shared. Pruning is one DELETE per table, each atomic on its own.
+The explicit transactions are the migrations, applied in `open()` before the store is
+shared, and the two steps of a turn that write two tables (`begin_turn`, `end_turn`): each
+is one function run on the connection's thread (`_transaction`), so nothing interleaves
+and it costs one thread hop, not four. Pruning is one DELETE per table, each atomic on its own.
 
 Schema changes: append a script to `MIGRATIONS` in sqlite_schema.py, never edit a released
 one. Each script runs in its own transaction together with its `schema_version` row.
@@ -22,15 +24,14 @@ import asyncio
 import json
 import os
 import sqlite3
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import aiosqlite
 
 from bridge.store.port import (
     DEFAULT_RETENTION_SECONDS,
-    MESSAGE_TRANSITIONS,
     Approval,
     ApprovalStatus,
     AsyncLifecycle,
@@ -41,25 +42,24 @@ from bridge.store.port import (
     StoreError,
     TraceEntry,
     TraceRecord,
-    Turn,
-    TurnOutcome,
     UnknownTurn,
 )
 from bridge.store.sqlite_choices import ConversationChoices
 from bridge.store.sqlite_schema import (
     APPROVAL_COLUMNS,
     MESSAGE_COLUMNS,
-    TURN_COLUMNS,
     approval_of,
     connection_settings,
     is_foreign_key_error,
     message_of,
     migrate,
-    turn_of,
 )
+from bridge.store.sqlite_turns import TurnRecords, state_update
+
+_T = TypeVar("_T")
 
 
-class SqliteStore(ConversationChoices, AsyncLifecycle):
+class SqliteStore(TurnRecords, ConversationChoices, AsyncLifecycle):
     """The `Store` over one SQLite file. Use as `async with SqliteStore(path) as store:`."""
 
     def __init__(
@@ -128,6 +128,28 @@ class SqliteStore(ConversationChoices, AsyncLifecycle):
         cursor = await self._conn().execute(sql, tuple(params))
         return int(cursor.rowcount)
 
+    async def _transaction(self, work: Callable[[sqlite3.Connection], _T]) -> _T:
+        """Several statements as one transaction in ONE hop: `work` runs on aiosqlite's
+        worker thread against the sqlite3 connection, through the queue every aiosqlite call
+        goes through (`Connection._execute`; version pinned in pyproject.toml). Nothing else
+        runs on that connection meanwhile. Keep `work` to a few short statements: no I/O
+        and no await happen inside it."""
+        conn = self._conn()
+
+        def run() -> _T:
+            db = conn._conn
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                result = work(db)
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+            db.execute("COMMIT")
+            return result
+
+        result: _T = await conn._execute(run)  # type: ignore[no-untyped-call]
+        return result
+
     async def _one(self, sql: str, params: Iterable[Any] = ()) -> sqlite3.Row | None:
         rows = await self._all(sql, params)
         return rows[0] if rows else None
@@ -181,18 +203,8 @@ class SqliteStore(ConversationChoices, AsyncLifecycle):
 
     async def set_message_state(self, message_id: str, state: MessageState, now: float) -> bool:
         self._conn()
-        sources = sorted(MESSAGE_TRANSITIONS[MessageState(state)])
-        if not sources:
-            return False
-        marks = ", ".join("?" for _ in sources)
-        return (
-            await self._write(
-                f"UPDATE messages SET state = ?, updated_at = ? "
-                f"WHERE message_id = ? AND state IN ({marks})",
-                (MessageState(state).value, now, message_id, *(s.value for s in sources)),
-            )
-            == 1
-        )
+        update = state_update(message_id, state, now)
+        return update is not None and await self._write(*update) == 1
 
     async def interrupt_running_messages(self, now: float) -> int:
         return await self._write(
@@ -243,41 +255,6 @@ class SqliteStore(ConversationChoices, AsyncLifecycle):
             )
             == 1
         )
-
-    # -- 4. turns ----------------------------------------------------------------------------
-
-    async def start_turn(
-        self, turn_id: str, conversation_key: str, message_id: str, now: float
-    ) -> bool:
-        return (
-            await self._write(
-                "INSERT INTO turns (turn_id, conversation_key, message_id, started_at) "
-                "VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",
-                (turn_id, conversation_key, message_id, now),
-            )
-            == 1
-        )
-
-    async def finish_turn(self, turn_id: str, outcome: TurnOutcome, now: float) -> bool:
-        # First terminal wins: the WHERE clause makes the check and the set one atomic step.
-        return (
-            await self._write(
-                "UPDATE turns SET outcome = ?, finished_at = ? "
-                "WHERE turn_id = ? AND outcome IS NULL",
-                (TurnOutcome(outcome).value, now, turn_id),
-            )
-            == 1
-        )
-
-    async def turn(self, turn_id: str) -> Turn | None:
-        row = await self._one(f"SELECT {TURN_COLUMNS} FROM turns WHERE turn_id = ?", (turn_id,))
-        return None if row is None else turn_of(row)
-
-    async def running_turns(self) -> list[Turn]:
-        rows = await self._all(
-            f"SELECT {TURN_COLUMNS} FROM turns WHERE outcome IS NULL ORDER BY seq"
-        )
-        return [turn_of(row) for row in rows]
 
     # -- 5. trace timeline -------------------------------------------------------------------
 

@@ -221,6 +221,40 @@ async def test_concurrent_terminals_have_exactly_one_winner(store: Store) -> Non
     assert t.outcome is outcomes[results.index(True)]
 
 
+async def test_begin_and_end_turn_move_the_message_with_the_turn(store: Store) -> None:
+    await _journal(store, "A", "m1", T0)
+    assert await store.begin_turn("m1", "A", "m1", T0 + 1)
+    message = await store.message("m1")
+    assert message is not None
+    assert message.state is MessageState.RUNNING
+    assert [t.turn_id for t in await store.running_turns()] == ["m1"]
+    # A replay after a restart: the turn exists (False), the message runs again.
+    await store.interrupt_running_messages(T0 + 2)
+    assert not await store.begin_turn("m1", "A", "m1", T0 + 3)
+    message = await store.message("m1")
+    assert message is not None
+    assert message.state is MessageState.RUNNING
+    assert await store.end_turn("m1", "m1", TurnOutcome.COMPLETED, T0 + 4)
+    assert not await store.end_turn("m1", "m1", TurnOutcome.FAILED, T0 + 5)  # first wins
+    turn, message = await store.turn("m1"), await store.message("m1")
+    assert turn is not None
+    assert (turn.outcome, turn.finished_at) == (TurnOutcome.COMPLETED, T0 + 4)
+    assert message is not None
+    assert (message.state, message.updated_at) == (MessageState.DONE, T0 + 4)
+    assert await store.running_turns() == []
+
+
+async def test_concurrent_end_turns_have_exactly_one_winner(store: Store) -> None:
+    await _journal(store, "A", "m1", T0)
+    await store.begin_turn("m1", "A", "m1", T0)
+    outcomes = [TurnOutcome.COMPLETED, TurnOutcome.FAILED, TurnOutcome.CANCELLED] * 4
+    results = await asyncio.gather(*(store.end_turn("m1", "m1", o, T0 + 1) for o in outcomes))
+    assert results.count(True) == 1
+    turn = await store.turn("m1")
+    assert turn is not None
+    assert turn.outcome is outcomes[results.index(True)]
+
+
 async def test_finish_unknown_turn_is_false(store: Store) -> None:
     assert not await store.finish_turn("nope", TurnOutcome.COMPLETED, T0)
     assert await store.turn("nope") is None
