@@ -1,16 +1,20 @@
 """The bridge against a bare relay, side by side in one run, both as their own processes,
 against the local Feishu emulator (webhook mode, encrypted and signed events).
 
-    python bench/relay_bench.py [--n 300] [--rate 50] [--chats 20]
+    python bench/relay_bench.py [--n 300] [--rate 50] [--chats 20] [--loop uvloop|asyncio]
 
 The bare relay does what every Feishu bot must and nothing else: verify the signature,
 decrypt, check the token, parse, answer 200, and add one reaction over a kept-alive session.
 The bridge does the simplest whole turn: the ack reaction, the agent's one-line answer (the
-scripted agent, its CPU counted apart), the reply.
+scripted agent, its CPU counted apart), the reply; then, on the same process, a turn whose
+agent reports ten tool calls before its answer (the progress row). Both run on the same
+event loop (`--loop`, the bridge's BRIDGE_EVENT_LOOP).
 
 Messages are pushed at `--rate` per second, round-robin over `--chats` private chats. For
-each process it prints its own CPU (user + system, from /proc) per message, the ack latency
-(the emulator's push → reaction POST) p50 / p99, and the bridge's figures ÷ the relay's.
+each process it prints the time from spawn to a healthy `/healthz`, its resident memory
+then, its own CPU (user + system, from /proc) per message, the ack latency (the emulator's
+push -> reaction POST) p50 / p99, whether every message was acked exactly once (and, for the
+bridge, answered exactly once), and the bridge's figures / the relay's.
 """
 
 from __future__ import annotations
@@ -22,12 +26,13 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.spawned import BRIDGE, bridge_env, cpu_s, free_port, wait_healthy  # noqa: E402
+from bench.spawned import BRIDGE, bridge_env, cpu_s, free_port, rss_mib, wait_healthy  # noqa: E402
 
 ENCRYPT_KEY = "bench-encrypt-key"
 TOKEN = "bench-verification-token"
@@ -130,12 +135,15 @@ async def measure(
     process: subprocess.Popen[bytes],
     emu: object,
     args: argparse.Namespace,
+    *,
     wait_replies: bool,
+    text: str = "",
+    warm: bool = True,
 ) -> dict[str, float]:
-    users = [f"ou_bench_{i}" for i in range(args.chats)]
+    users = [f"ou_bench_{name}_{i}" for i in range(args.chats)]
     chats = [emu.open_chat("p2p", user_open_id=u) for u in users]  # type: ignore[attr-defined]
-    warm = await load(emu, chats, args.chats, args.rate, users)  # agents start, pools warm
-    await _settle(emu, warm, wait_replies)
+    if warm:  # agents start, pools warm
+        await _settle(emu, await load(emu, chats, args.chats, args.rate, users), wait_replies)
     spy = None
     if name == "bridge" and args.profile:
         spy = subprocess.Popen(  # noqa: ASYNC220 - started once, not on a hot path
@@ -158,7 +166,6 @@ async def measure(
         await asyncio.sleep(1.0)
     before = cpu_s(process.pid)
     agents_before = sum(cpu_s(p) for p in children(process.pid))
-    text = PROGRESS_TURN if args.progress and wait_replies else ""
     sent = await load(emu, chats, args.n, args.rate, users, text)
     await _settle(emu, sent, wait_replies)
     used = cpu_s(process.pid) - before
@@ -167,19 +174,22 @@ async def measure(
         spy.send_signal(2)  # SIGINT: py-spy writes its file
         spy.wait(timeout=30)
     acks = ack_ms(emu, sent)
-    result = {
+    ids = {m for m, _ in sent}
+    return {
         "cpu": used * 1000 / args.n,
         "agents": agents * 1000 / args.n,
         "ack50": pct(acks, 0.5),
         "ack99": pct(acks, 0.99),
-        "acked": len(acks),
+        "acked_once": _once(emu, ids, "/reactions"),
+        "answered_once": _once(emu, ids, "/reply") if wait_replies else float("nan"),
     }
-    print(
-        f"{name:7} CPU {result['cpu']:.2f} ms/message (agents apart: {result['agents']:.2f}),"
-        f" ack p50 {result['ack50']:.1f} ms, p99 {result['ack99']:.1f} ms,"
-        f" {result['acked']}/{args.n} acked"
-    )
-    return result
+
+
+def _once(emu: object, ids: set[str], kind: str) -> int:
+    """How many of `ids` got exactly one call of `kind` (a reaction, a reply)."""
+    calls = emu.calls("/open-apis/im/v1/messages/", method="POST")  # type: ignore[attr-defined]
+    counts = Counter(c.path.split("/")[-2] for c in calls if c.path.endswith(kind))
+    return sum(1 for m in ids if counts[m] == 1)
 
 
 async def _settle(emu: object, sent: list[tuple[str, float]], wait_replies: bool) -> None:
@@ -189,31 +199,41 @@ async def _settle(emu: object, sent: list[tuple[str, float]], wait_replies: bool
         seen = {c.path.split("/")[-2] for c in calls if c.path.endswith(kind)}
         return all(m in seen for m, _ in sent)
 
-    await emu.wait_for(done, timeout=120)  # type: ignore[attr-defined]
+    await emu.wait_for(done, timeout=300)  # type: ignore[attr-defined]
 
 
-async def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--n", type=int, default=300)
-    parser.add_argument("--rate", type=float, default=50.0)
-    parser.add_argument("--chats", type=int, default=20)
-    parser.add_argument(
-        "--profile", metavar="FILE", help="py-spy record the bridge during its load (raw)"
+async def started(command: list[str], env: dict[str, str] | None, port: int) -> Spawned:
+    """Spawn, then wait for a healthy /healthz: (process, ms to healthy, RSS MiB then)."""
+    began = time.perf_counter()
+    process = subprocess.Popen(command, env=env)  # noqa: ASYNC220 - the spawn is what is timed
+    await wait_healthy(port, process)
+    return process, (time.perf_counter() - began) * 1000, rss_mib(process.pid)
+
+
+Spawned = tuple[subprocess.Popen[bytes], float, float]
+
+
+def row(name: str, start: tuple[float, float] | None, r: dict[str, float], n: int) -> str:
+    boot = f"start {start[0]:5.0f} ms, RSS {start[1]:4.0f} MiB | " if start else " " * 31 + "| "
+    answered = (
+        ""
+        if r["answered_once"] != r["answered_once"]
+        else (f", answered once {r['answered_once']:.0f}/{n}")
     )
-    parser.add_argument(
-        "--progress", action="store_true", help="the bridge's turn: ten tool calls, then the answer"
+    return (
+        f"{name:16} {boot}CPU {r['cpu']:5.2f} ms/msg (agents apart: {r['agents']:.2f}),"
+        f" ack p50 {r['ack50']:5.1f} ms, p99 {r['ack99']:6.1f} ms,"
+        f" acked once {r['acked_once']:.0f}/{n}{answered}"
     )
-    parser.add_argument("--serve", nargs=4, help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    if args.serve:
-        port, domain, app_id, secret = args.serve
-        await serve_relay(int(port), domain, app_id, secret)
-        return
 
+
+async def main(args: argparse.Namespace) -> None:
     from bridge.devtools.emulator import FeishuEmulator
 
-    print(f"{args.n} messages at {args.rate:.0f}/s over {args.chats} chats, each process alone")
-    results = {}
+    print(
+        f"{args.n} messages at {args.rate:.0f}/s over {args.chats} chats, each process alone,"
+        f" on {args.loop}"
+    )
     async with FeishuEmulator(encrypt_key=ENCRYPT_KEY, verification_token=TOKEN) as emu:
         with tempfile.TemporaryDirectory() as folder:
             port = free_port()
@@ -225,35 +245,60 @@ async def main() -> None:
                 BRIDGE_ALLOW_ALL="true",
                 BRIDGE_MAX_AGENTS="2",
                 BRIDGE_LOG_LEVEL="WARNING",
+                BRIDGE_EVENT_LOOP=args.loop,
             )
             await asyncio.to_thread(Path(folder, "work").mkdir)
-            bridge = subprocess.Popen(  # noqa: ASYNC220 - started once, not on a hot path
-                [str(BRIDGE), "run"], env=env, cwd=folder
-            )
+            bridge, *bridge_start = await started([str(BRIDGE), "run"], env, port)
             try:
-                await wait_healthy(port, bridge)
                 emu.webhook_url = f"http://127.0.0.1:{port}/feishu/events"
-                results["bridge"] = await measure("bridge", bridge, emu, args, wait_replies=True)
+                simple = await measure("bridge", bridge, emu, args, wait_replies=True)
+                progress = await measure(
+                    "progress", bridge, emu, args, wait_replies=True, text=PROGRESS_TURN
+                )
             finally:
                 bridge.terminate()
                 bridge.wait(timeout=20)
         port = free_port()
-        relay = subprocess.Popen(  # noqa: ASYNC220 - started once, not on a hot path
-            [sys.executable, __file__, "--serve", str(port), emu.url, emu.app_id, emu.app_secret]
+        serve = [sys.executable, __file__, "--loop", args.loop, "--serve", str(port)]
+        relay, *relay_start = await started(
+            [*serve, emu.url, emu.app_id, emu.app_secret], None, port
         )
         try:
-            await wait_healthy(port, relay)
             emu.webhook_url = f"http://127.0.0.1:{port}/feishu/events"
-            results["relay"] = await measure("relay", relay, emu, args, wait_replies=False)
+            bare = await measure("relay", relay, emu, args, wait_replies=False)
         finally:
             relay.terminate()
             relay.wait(timeout=20)
-    b, r = results["bridge"], results["relay"]
+    print(row("bridge", (bridge_start[0], bridge_start[1]), simple, args.n))
+    print(row("bridge, 10 tools", None, progress, args.n))
+    print(row("relay", (relay_start[0], relay_start[1]), bare, args.n))
     print(
-        f"bridge / relay: CPU {b['cpu'] / r['cpu']:.1f}×, ack p50 {b['ack50'] / r['ack50']:.1f}×,"
-        f" p99 {b['ack99'] / r['ack99']:.1f}×"
+        f"bridge / relay: CPU {simple['cpu'] / bare['cpu']:.1f}× (10 tools:"
+        f" {progress['cpu'] / bare['cpu']:.1f}×), ack p50 {simple['ack50'] / bare['ack50']:.1f}×,"
+        f" p99 {simple['ack99'] / bare['ack99']:.1f}×"
     )
 
 
+def parse() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--n", type=int, default=300)
+    parser.add_argument("--rate", type=float, default=50.0)
+    parser.add_argument("--chats", type=int, default=20)
+    parser.add_argument("--loop", choices=("uvloop", "asyncio"), default="uvloop")
+    parser.add_argument(
+        "--profile", metavar="FILE", help="py-spy record the bridge during its load (raw)"
+    )
+    parser.add_argument("--serve", nargs=4, help=argparse.SUPPRESS)
+    return parser.parse_args()
+
+
 if __name__ == "__main__":
-    asyncio.run(main())
+    from bridge.loops import loop_factory
+
+    arguments = parse()
+    with asyncio.Runner(loop_factory=loop_factory(arguments.loop)) as runner:
+        if arguments.serve:
+            port, domain, app_id, secret = arguments.serve
+            runner.run(serve_relay(int(port), domain, app_id, secret))
+        else:
+            runner.run(main(arguments))

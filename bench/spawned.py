@@ -25,6 +25,18 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def rss_mib(pid: int) -> float:
+    """Resident memory of a process, MiB (nan when it is gone)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return float("nan")
+    for line in status.splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
 def cpu_s(pid: int) -> float:
     """User + system CPU seconds of a process (0 when it is gone)."""
     try:

@@ -23,15 +23,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.spawned import BRIDGE, bridge_env, free_port, wait_healthy  # noqa: E402
+from bench.spawned import BRIDGE, bridge_env, free_port, rss_mib, wait_healthy  # noqa: E402
 from bridge.devtools.emulator import FeishuEmulator  # noqa: E402
-
-
-def _rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
 
 
 async def one_run(emu: FeishuEmulator, folder: Path) -> tuple[float, float]:
@@ -45,7 +38,7 @@ async def one_run(emu: FeishuEmulator, folder: Path) -> tuple[float, float]:
     try:
         await wait_healthy(port, process)
         elapsed = time.perf_counter() - started
-        return elapsed, _rss_mib(process.pid)
+        return elapsed, rss_mib(process.pid)
     finally:
         process.terminate()
         process.wait(timeout=10)

@@ -15,6 +15,7 @@ from typing import TextIO
 from bridge.config import Settings
 from bridge.config_checks import ConfigProblem, check_for_run
 from bridge.i18n import DEFAULT_LOCALE, LOCALES, Translator
+from bridge.loops import loop_factory
 from bridge.runtime.sandbox import forbid_environ_reading
 
 EXIT_CONFIG = 2
@@ -63,7 +64,8 @@ def cmd_run(_: argparse.Namespace) -> int:
         return EXIT_CONFIG
     from bridge.service import run_service
 
-    return asyncio.run(run_service(settings))
+    with asyncio.Runner(loop_factory=loop_factory(settings.bridge_event_loop)) as runner:
+        return runner.run(run_service(settings))
 
 
 def cmd_demo(args: argparse.Namespace) -> int:

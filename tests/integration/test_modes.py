@@ -82,8 +82,12 @@ async def test_the_agents_own_commands_are_listed_and_passed_through(stack: Stac
     await stack.say("say warm")  # the agent announces its commands with its session
     await stack.wait_text(lambda t: t == "warm")
     await stack.settled()
-    # The announcement comes a moment after session/new, as real agents send it: on a busy
-    # machine it may land after the first answer.
+    # The announcement comes a moment after session/new, as real agents send it, and the
+    # bridge learns it at a round's end: it may land after the first round has ended, so a
+    # second round makes sure it is known.
+    await stack.say("say again")
+    await stack.wait_text(lambda t: t == "again")
+    await stack.settled()
     engine = stack.demo.service.engine
     async with asyncio.timeout(15):
         while not engine.conversations[stack.chat].conv.agent_commands:  # noqa: ASYNC110

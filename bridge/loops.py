@@ -1,0 +1,27 @@
+"""The event loop `feishu-bridge run` runs on (`BRIDGE_EVENT_LOOP`).
+
+uvloop by default: the bridge is many small hops (a store call, a Feishu call, an ACP frame
+per step), and libuv's loop makes each wake-up and socket write cheaper. Python's own loop
+stays fully supported (the test suite runs in-process on it)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+log = logging.getLogger(__name__)
+
+LoopFactory = Callable[[], asyncio.AbstractEventLoop]
+
+
+def loop_factory(choice: str) -> LoopFactory | None:
+    """The factory for `asyncio.Runner`; None means asyncio's own loop."""
+    if choice != "uvloop":
+        return None
+    try:
+        import uvloop
+    except ImportError:
+        log.warning("BRIDGE_EVENT_LOOP=uvloop but uvloop is not installed: running on asyncio")
+        return None
+    return uvloop.new_event_loop

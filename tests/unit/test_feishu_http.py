@@ -1,0 +1,130 @@
+"""The HTTP client under FeishuClient, against a real socket server on 127.0.0.1: calls beyond
+its connections wait outside httpcore, and an idle connection the server closed is not used
+again. Also the event loop choice of `feishu-bridge run`."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+import pytest
+
+from bridge.feishu import http
+from bridge.feishu.http import CookielessClient
+from bridge.loops import loop_factory
+
+OK = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Type: text/plain\r\n\r\nok"
+
+
+@dataclass
+class Server:
+    """Minimal HTTP/1.1 keep-alive server: counts connections and how many are busy at
+    once; `hold` keeps answers back until set; `close_after_next` closes the connection
+    after its next answer, as a server does at its keep-alive timeout."""
+
+    port: int = 0
+    connections: int = 0
+    busy: int = 0
+    most_busy: int = 0
+    hold: asyncio.Event = field(default_factory=asyncio.Event)
+    four_busy: asyncio.Event = field(default_factory=asyncio.Event)
+    close_after_next: bool = False
+    closed: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        try:
+            while await reader.readuntil(b"\r\n\r\n"):
+                self.busy += 1
+                self.most_busy = max(self.most_busy, self.busy)
+                if self.busy == 4:
+                    self.four_busy.set()
+                await self.hold.wait()
+                self.busy -= 1
+                writer.write(OK)
+                await writer.drain()
+                if self.close_after_next:
+                    self.close_after_next = False
+                    writer.close()
+                    await writer.wait_closed()
+                    self.closed.set()
+                    return
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+
+@pytest.fixture
+async def server() -> AsyncIterator[Server]:
+    state = Server()
+    listener = await asyncio.start_server(state.handle, "127.0.0.1", 0)
+    state.port = listener.sockets[0].getsockname()[1]
+    async with listener:
+        yield state
+
+
+async def test_calls_beyond_the_connections_wait_their_turn_and_all_succeed(
+    server: Server,
+) -> None:
+    async with CookielessClient(
+        base_url=f"http://127.0.0.1:{server.port}", max_connections=4
+    ) as client:
+        calls = [asyncio.create_task(client.get("/x")) for _ in range(40)]
+        await server.four_busy.wait()  # four reached the server; the rest must be waiting
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert server.busy == 4
+        server.hold.set()
+        answers = await asyncio.gather(*calls)
+    assert [a.text for a in answers] == ["ok"] * 40
+    assert server.most_busy == 4
+    assert server.connections == 4  # kept alive and reused, none churned
+
+
+async def test_an_idle_connection_the_server_closed_is_not_used_again(
+    server: Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(http, "FRESH_SECONDS", 0.0)  # check every idle connection
+    server.hold.set()
+    async with CookielessClient(
+        base_url=f"http://127.0.0.1:{server.port}", max_connections=2
+    ) as client:
+        server.close_after_next = True
+        assert (await client.get("/first")).text == "ok"
+        await server.closed.wait()
+        assert (await client.get("/second")).text == "ok"  # on a new connection, no error
+    assert server.connections == 2
+
+
+async def test_a_connection_that_just_carried_a_call_is_not_polled(
+    server: Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    polled: list[object] = []
+    real = http.readable
+    monkeypatch.setattr(http, "readable", lambda sock: polled.append(sock) or real(sock))
+    server.hold.set()
+    async with CookielessClient(base_url=f"http://127.0.0.1:{server.port}") as client:
+        for _ in range(5):
+            assert (await client.get("/x")).text == "ok"
+        assert polled == []  # within FRESH_SECONDS of its last call
+        monkeypatch.setattr(http, "FRESH_SECONDS", 0.0)
+        assert (await client.get("/x")).text == "ok"
+        assert len(polled) >= 1
+    assert server.connections == 1
+
+
+def test_the_bridge_runs_on_uvloop_unless_told_otherwise(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    import uvloop
+
+    assert loop_factory("uvloop") is uvloop.new_event_loop
+    assert loop_factory("asyncio") is None
+    monkeypatch.setitem(sys.modules, "uvloop", None)  # not installed
+    with caplog.at_level(logging.WARNING, logger="bridge.loops"):
+        assert loop_factory("uvloop") is None
+    assert "uvloop is not installed" in caplog.text
