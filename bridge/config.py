@@ -19,8 +19,18 @@ from pydantic import (
     SecretStr,
     ValidationInfo,
     field_validator,
+    model_validator,
 )
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from bridge.config_schedules import (
+    SCHEDULES_HELP,
+    TIMEZONE_HELP,
+    ScheduleEntry,
+    check_intervals,
+    check_timezone,
+    schedules_from_env,
+)
 
 FEISHU_DOMAIN = "https://open.feishu.cn"
 LARK_DOMAIN = "https://open.larksuite.com"
@@ -211,6 +221,18 @@ class Settings(BaseSettings):
         description="Turns that may run at once (at most one per conversation).",
     )
 
+    # --- Scheduled prompts -------------------------------------------------------------------
+    bridge_timezone: str = Field(default="", description=TIMEZONE_HELP)
+    bridge_schedule_min_interval_seconds: float = Field(
+        default=60.0,
+        gt=0,
+        description="The shortest interval `/every` (and BRIDGE_SCHEDULES) accepts; also how"
+        " often a skipped scheduled prompt is looked at again besides the idle moment.",
+    )
+    bridge_schedules: Annotated[tuple[ScheduleEntry, ...], NoDecode] = Field(
+        default=(), description=SCHEDULES_HELP
+    )
+
     # --- Who can reach the agent, who can approve -------------------------------------------
     bridge_allow_all: bool = Field(
         default=False,
@@ -286,6 +308,21 @@ class Settings(BaseSettings):
         if isinstance(value, str):
             return tuple(item.strip() for item in value.split(",") if item.strip())
         return value
+
+    @field_validator("bridge_timezone")
+    @classmethod
+    def _timezone(cls, value: str) -> str:
+        return check_timezone(value)
+
+    @field_validator("bridge_schedules", mode="before")
+    @classmethod
+    def _schedules(cls, value: Any) -> Any:
+        return schedules_from_env(value)
+
+    @model_validator(mode="after")
+    def _schedules_not_too_often(self) -> Settings:
+        check_intervals(self.bridge_schedules, self.bridge_schedule_min_interval_seconds)
+        return self
 
     @field_validator("bridge_agent_command")
     @classmethod

@@ -172,6 +172,9 @@ class ScheduleAnswered:
     params: tuple[tuple[str, str | int], ...] = ()
 
 
+ScheduleInput = ScheduleDue | ScheduledRun | ScheduleAnswered
+
+
 @dataclass(frozen=True)
 class TimerFired:
     """A timer set with `SetTimer` went off. The machine re-checks every deadline against

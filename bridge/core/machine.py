@@ -28,7 +28,6 @@ from bridge.core.effects import (
     CancelTurn,
     CardStatus,
     Effect,
-    ManageSchedules,
     MarkMessageDone,
     NewSession,
     PostText,
@@ -55,9 +54,7 @@ from bridge.core.inputs import (
     RuntimeRestarted,
     RuntimeRestartFailed,
     RuntimeUnavailableAtStart,
-    ScheduleAnswered,
-    ScheduledRun,
-    ScheduleDue,
+    ScheduleInput,
     SessionOpened,
     StatusAnswered,
     StatusCardFailed,
@@ -80,7 +77,7 @@ from bridge.core.lifecycle import (
 )
 from bridge.core.presence import Timings
 from bridge.core.recall import on_recalled
-from bridge.core.schedule_steps import on_schedule_answered, on_schedule_due, on_scheduled_run
+from bridge.core.schedule_steps import on_schedule_command, on_schedule_input
 from bridge.core.state import (
     RECENT_IDS,
     Conversation,
@@ -142,16 +139,8 @@ def _dispatch(ctx: StepContext, event: CoreEvent) -> None:
             on_question_answered(ctx, event)
         case TimerFired() | Tick():
             on_clock(ctx)
-        case ScheduleDue():
-            on_schedule_due(ctx, event)
-        case ScheduledRun():
-            if event.message_id in ctx.conv.recent_message_ids:
-                ctx.drop(event, "duplicate message")
-                return
-            _remember(ctx, event.message_id)
-            on_scheduled_run(ctx, event)
-        case ScheduleAnswered():
-            on_schedule_answered(ctx, event)
+        case _ if isinstance(event, ScheduleInput):
+            on_schedule_input(ctx, event)
         case RuntimeUnavailableAtStart():
             _on_unavailable_at_start(ctx, event)
         case CardNotShown():
@@ -275,8 +264,7 @@ def _on_command(ctx: StepContext, cmd: Command) -> None:
         case CommandName.MODEL | CommandName.CONFIG:
             ctx.emit(AskConfig(mid, ctx.conv.session_id, cmd.name.value, cmd.arg))
         case CommandName.EVERY | CommandName.AT | CommandName.SCHEDULES | CommandName.UNSCHEDULE:
-            manage_all = cmd.sender in ctx.conv.options.approvers
-            ctx.emit(ManageSchedules(mid, cmd.sender, cmd.name.value, cmd.arg, manage_all))
+            on_schedule_command(ctx, cmd)
         case CommandName.SEND:
             on_send_command(ctx, cmd)
         case CommandName.DIFF:

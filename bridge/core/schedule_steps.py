@@ -5,11 +5,39 @@ from __future__ import annotations
 
 from bridge.core.context import StepContext
 from bridge.core.deadlines import on_clock
-from bridge.core.effects import AnnounceSchedule, PostText, ScheduleSkipped
-from bridge.core.inputs import ScheduleAnswered, ScheduledRun, ScheduleDue
+from bridge.core.effects import AnnounceSchedule, ManageSchedules, PostText, ScheduleSkipped
+from bridge.core.inputs import (
+    Command,
+    ScheduleAnswered,
+    ScheduledRun,
+    ScheduleDue,
+    ScheduleInput,
+)
 from bridge.core.lifecycle import start_turn
 from bridge.core.schedules import Gate, excerpt, gate
-from bridge.core.state import QueuedMessage
+from bridge.core.state import RECENT_IDS, QueuedMessage
+
+
+def on_schedule_input(ctx: StepContext, event: ScheduleInput) -> None:
+    match event:
+        case ScheduleDue():
+            on_schedule_due(ctx, event)
+        case ScheduledRun() if event.message_id in ctx.conv.recent_message_ids:
+            ctx.drop(event, "duplicate message")
+        case ScheduledRun():
+            recent = (*ctx.conv.recent_message_ids, event.message_id)[-RECENT_IDS:]
+            ctx.update(recent_message_ids=recent)
+            on_scheduled_run(ctx, event)
+        case ScheduleAnswered():
+            on_schedule_answered(ctx, event)
+
+
+def on_schedule_command(ctx: StepContext, cmd: Command) -> None:
+    """/every, /at, /schedules, /unschedule: the engine does them against the store. Anyone
+    the allow-lists let in may add one (its runs are theirs); removing is for the creator,
+    or for a configured approver (`manage_all`)."""
+    manage_all = cmd.sender in ctx.conv.options.approvers
+    ctx.emit(ManageSchedules(cmd.message_id, cmd.sender, cmd.name.value, cmd.arg, manage_all))
 
 
 def on_schedule_due(ctx: StepContext, event: ScheduleDue) -> None:

@@ -1,19 +1,17 @@
-"""Scheduled prompts (seed 000): when one may run, and the clock arithmetic of /every and /at.
+"""Scheduled prompts (seed 000): when one may run, and the interval arithmetic of /every.
 
-Pure: the caller passes `now` (and a timezone for wall-clock times). The gate reads the one
-truth source, the conversation's execution state, in the seed's order: an open stream or a
-prompt in flight is busy; a person being waited on is busy until the wait's timeout, past
-which the wait is stale and the run is allowed; the grace window and a landing stop are
-busy; a runtime the bridge cannot vouch for is busy. "The agent process is alive" is never
-a reason either way.
+Pure: the caller passes `now` (wall-clock times, /at, are the engine's: schedule_times.py).
+The gate reads the one truth source, the conversation's execution state, in the seed's
+order: an open stream or a prompt in flight is busy; a person being waited on is busy until
+the wait's timeout, past which the wait is stale and the run is allowed; the grace window
+and a landing stop are busy; a runtime the bridge cannot vouch for is busy. "The agent
+process is alive" is never a reason either way.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
-from datetime import datetime, timedelta, tzinfo
 from enum import StrEnum
 
 from bridge.core import presence
@@ -76,7 +74,7 @@ def excerpt(prompt: str, limit: int = EXCERPT) -> str:
 
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "d": 86400.0}
 _INTERVAL = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|min|m|h|d)$")
-_CLOCK = re.compile(r"^([01]?\d|2[0-3]):([0-5]\d)$")
+CLOCK = re.compile(r"^([01]?\d|2[0-3]):([0-5]\d)$")
 _TIME_OF_DAY = re.compile(r"\d{1,2}:\d{2}(:\d{2})?([+-]\d{2}:?\d{2}|Z)?")  # of an ISO time
 MAX_INTERVAL = 366 * 86400.0
 
@@ -98,31 +96,6 @@ def format_interval(seconds: float) -> str:
     return f"{round(seconds * 1000)}ms"
 
 
-def parse_at(text: str, now: float, zone: tzinfo) -> float | None:
-    """`HH:MM` (its next occurrence after `now`, in `zone`) or an ISO date-time (`zone`
-    unless it names its own offset) → seconds since the epoch; None if unreadable or past."""
-    text = text.strip()
-    found = _CLOCK.match(text)
-    if found is not None:
-        today = datetime.fromtimestamp(now, zone)
-        at = today.replace(
-            hour=int(found.group(1)), minute=int(found.group(2)), second=0, microsecond=0
-        )
-        if at.timestamp() <= now:
-            at = (today + timedelta(days=1)).replace(
-                hour=at.hour, minute=at.minute, second=0, microsecond=0
-            )
-        return at.timestamp()
-    try:
-        when = datetime.fromisoformat(text)
-    except ValueError:
-        return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=zone)
-    stamp = when.timestamp()
-    return stamp if stamp > now else None
-
-
 def next_after(due_at: float, every: float, now: float) -> float:
     """The first occurrence of the grid `due_at + k·every` strictly after `now`: however
     many occurrences passed (a busy hour, a bridge that was down), one run covers them."""
@@ -131,23 +104,12 @@ def next_after(due_at: float, every: float, now: float) -> float:
     return due_at + (math.floor((now - due_at) / every) + 1) * every
 
 
-@dataclass(frozen=True)
-class Request:
-    """A parsed `/every <interval> <prompt>` or `/at <time> <prompt>`."""
-
-    every: float | None  # seconds, for /every
-    at: float | None  # epoch seconds, for /at
-    prompt: str
-
-
 def split_request(arg: str) -> tuple[str, str]:
     """`<when> <prompt>` → (when, prompt); an ISO date-time with a space keeps its time."""
     head, _, rest = arg.strip().partition(" ")
     rest = rest.strip()
     if re.fullmatch(r"\d{4}-\d{2}-\d{2}", head):
         clock, _, after = rest.partition(" ")
-        if _CLOCK.match(clock) or re.fullmatch(
-            r"\d{1,2}:\d{2}(:\d{2})?([+-]\d{2}:?\d{2}|Z)?", clock
-        ):
+        if _TIME_OF_DAY.fullmatch(clock):
             return f"{head}T{clock}", after.strip()
     return head, rest

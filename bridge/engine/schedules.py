@@ -17,7 +17,9 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, tzinfo
+from zoneinfo import ZoneInfo
 
+from bridge.config import Settings
 from bridge.core.effects import AnnounceSchedule, ManageSchedules, ScheduleSkipped
 from bridge.core.inputs import (
     CommandName,
@@ -30,12 +32,12 @@ from bridge.core.schedules import (
     excerpt,
     format_interval,
     next_after,
-    parse_at,
     parse_interval,
     split_request,
 )
 from bridge.engine.actor import ConversationActor
 from bridge.engine.conversations import Conversations
+from bridge.engine.schedule_times import parse_at
 from bridge.feishu.api import FeishuApi
 from bridge.feishu.markup import neutralize_mentions
 from bridge.i18n import Translator
@@ -70,6 +72,25 @@ class ScheduleSettings:
     zone: tzinfo | None = None  # wall-clock times (/at 09:30, lists); None: the host's
     configured: tuple[ConfiguredSchedule, ...] = ()
     retry: float | None = None  # re-check a skipped schedule this often (None: min_interval)
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> ScheduleSettings:
+        zone = ZoneInfo(settings.bridge_timezone) if settings.bridge_timezone else None
+        configured = []
+        for entry in settings.bridge_schedules:
+            at = None
+            if entry.at is not None:
+                when = datetime.fromisoformat(entry.at)
+                if when.tzinfo is None:
+                    when = when.replace(tzinfo=zone) if zone else when.astimezone()
+                at = when.timestamp()
+            every = entry.every_seconds
+            configured.append(ConfiguredSchedule(entry.chat_id, entry.prompt, every, at))
+        return cls(
+            min_interval=settings.bridge_schedule_min_interval_seconds,
+            zone=zone,
+            configured=tuple(configured),
+        )
 
 
 class Scheduler:

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from bridge.store.memory_schedules import MemorySchedules
 from bridge.store.port import (
     DEFAULT_RETENTION_SECONDS,
     MESSAGE_TRANSITIONS,
@@ -22,8 +23,6 @@ from bridge.store.port import (
     AsyncLifecycle,
     JournaledMessage,
     MessageState,
-    Schedule,
-    ScheduleKind,
     SessionRecord,
     Store,
     StoreClosed,
@@ -35,8 +34,9 @@ from bridge.store.port import (
 )
 
 
-class MemoryStore(AsyncLifecycle):
+class MemoryStore(MemorySchedules, AsyncLifecycle):
     def __init__(self, *, retention_seconds: float = DEFAULT_RETENTION_SECONDS) -> None:
+        super().__init__()
         self.retention_seconds = retention_seconds
         self._open = False
         self._events: dict[str, float] = {}  # event id -> seen at
@@ -49,8 +49,6 @@ class MemoryStore(AsyncLifecycle):
         self._traces: dict[str, list[TraceEntry]] = {}
         self._approvals: dict[str, Approval] = {}
         self._outbox: dict[str, tuple[tuple[str, ...], float]] = {}
-        self._schedules: dict[int, Schedule] = {}
-        self._schedule_seq = 0
         self._message_seq = 0
         self._trace_seq = 0
 
@@ -283,77 +281,6 @@ class MemoryStore(AsyncLifecycle):
         self._check()
         entry = self._outbox.get(idempotency_key)
         return None if entry is None else list(entry[0])
-
-    # -- 8. schedules -------------------------------------------------------------------------
-
-    async def add_schedule(
-        self,
-        conversation_key: str,
-        chat_id: str,
-        creator_open_id: str,
-        kind: ScheduleKind,
-        every_seconds: float | None,
-        prompt: str,
-        next_due_at: float,
-        now: float,
-        *,
-        anchor_message_id: str = "",
-        config_key: str = "",
-    ) -> Schedule | None:
-        self._check()
-        if config_key and any(s.config_key == config_key for s in self._schedules.values()):
-            return None
-        self._schedule_seq += 1
-        record = Schedule(
-            schedule_id=self._schedule_seq,
-            conversation_key=conversation_key,
-            chat_id=chat_id,
-            creator_open_id=creator_open_id,
-            kind=ScheduleKind(kind),
-            every_seconds=every_seconds,
-            prompt=prompt,
-            next_due_at=next_due_at,
-            created_at=now,
-            anchor_message_id=anchor_message_id,
-            config_key=config_key,
-        )
-        self._schedules[record.schedule_id] = record
-        return record
-
-    async def schedule(self, schedule_id: int) -> Schedule | None:
-        self._check()
-        return self._schedules.get(schedule_id)
-
-    async def schedules(self, conversation_key: str | None = None) -> list[Schedule]:
-        self._check()
-        return sorted(
-            (
-                s
-                for s in self._schedules.values()
-                if conversation_key is None or s.conversation_key == conversation_key
-            ),
-            key=lambda s: s.schedule_id,
-        )
-
-    async def remove_schedule(self, schedule_id: int) -> bool:
-        self._check()
-        return self._schedules.pop(schedule_id, None) is not None
-
-    async def note_schedule_run(self, schedule_id: int, ran_at: float, next_due_at: float) -> bool:
-        self._check()
-        known = self._schedules.get(schedule_id)
-        if known is None:
-            return False
-        self._schedules[schedule_id] = replace(known, last_run_at=ran_at, next_due_at=next_due_at)
-        return True
-
-    async def note_schedule_skip(self, schedule_id: int, reason: str, at: float) -> bool:
-        self._check()
-        known = self._schedules.get(schedule_id)
-        if known is None:
-            return False
-        self._schedules[schedule_id] = replace(known, last_skip_at=at, last_skip_reason=reason)
-        return True
 
     # -- housekeeping ------------------------------------------------------------------------
 

@@ -22,11 +22,11 @@ from bridge.core.schedules import (
     format_interval,
     gate,
     next_after,
-    parse_at,
     parse_interval,
     split_request,
 )
 from bridge.core.state import Conversation, ExecState, Options
+from bridge.engine.schedule_times import parse_at
 from bridge.runtime.events import (
     PermissionKind,
     PermissionOption,
