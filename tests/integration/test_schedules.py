@@ -23,18 +23,19 @@ async def test_a_schedule_due_during_a_round_runs_once_when_the_chat_is_idle(
         assert re.search(r"每 500ms", added)
         await stack.say("sleep 1600")  # a round that runs through three occurrences
         header = T("schedule.header", number=1, prompt="say tick")
-        await stack.wait_text(lambda t: t == header, within=10.0)
+        await stack.wait_text(lambda t: t == "tick", within=10.0)  # the run: a round
+        texts = stack.texts()
+        assert texts.count(header) == 1  # three occurrences passed meanwhile: one run
+        assert texts.index(T("presence.ended_empty")) < texts.index(header)
+        assert texts.index(header) < texts.index("tick")
+        (record,) = await stack.demo.service.store.schedules()
+        assert record.last_skip_reason == "running"
+        assert record.last_run_at is not None
+        assert record.next_due_at > record.last_run_at  # the next occurrence, not a backlog
+        rendered = stack.demo.service.metrics.render().decode()
+        assert 'bridge_schedule_runs_total{fate="skipped_running"}' in rendered
+
         await stack.say("/unschedule 1")
         await stack.wait_text(lambda t: t == T("schedule.removed", number=1))
         await stack.settled()
-
-        texts = stack.texts()
-        assert texts.count(header) == 1  # three missed occurrences, one run
-        assert texts.index(header) > texts.index(T("presence.ended_empty"))
-        assert texts[texts.index(header) + 1] == "tick"  # the run is an ordinary round
-        store = stack.demo.service.store
-        assert await store.schedules() == []
-        # The skip was seen as it happened (metrics: skipped while the round ran).
-        rendered = stack.demo.service.metrics.render().decode()
-        assert 'bridge_schedule_runs_total{fate="skipped_running"}' in rendered
-        assert 'bridge_schedule_runs_total{fate="ran"} 1.0' in rendered
+        assert await stack.demo.service.store.schedules() == []
