@@ -14,13 +14,27 @@ from typing import Annotated, Any, Literal
 
 import platformdirs
 from pydantic import (
+    AfterValidator,
     AliasChoices,
+    BeforeValidator,
     Field,
     SecretStr,
     ValidationInfo,
     field_validator,
+    model_validator,
 )
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from bridge.config_schedules import (
+    MIN_INTERVAL_HELP,
+    SCHEDULES_HELP,
+    TIMEZONE_HELP,
+    ScheduleEntry,
+    check_intervals,
+    check_timezone,
+    schedules_from_env,
+)
+from bridge.loops import EVENT_LOOP_HELP
 
 FEISHU_DOMAIN = "https://open.feishu.cn"
 LARK_DOMAIN = "https://open.larksuite.com"
@@ -90,11 +104,7 @@ class Settings(BaseSettings):
         default="INFO", description="Log level."
     )
     bridge_event_loop: Literal["uvloop", "asyncio"] = Field(
-        default="uvloop",
-        description="The event loop the bridge runs on: uvloop (libuv; about a fifth less CPU"
-        " per message in bench/relay_bench.py) or Python's own asyncio loop. Without uvloop"
-        " installed (it is a dependency on Linux and macOS) the bridge says so in its log and"
-        " runs on asyncio.",
+        default="uvloop", description=EVENT_LOOP_HELP
     )
     bridge_ack_emoji: str = Field(
         default="OnIt", min_length=1, description="Feishu emoji_type of the ack reaction."
@@ -218,6 +228,19 @@ class Settings(BaseSettings):
         description="Turns that may run at once (at most one per conversation).",
     )
 
+    # --- Scheduled prompts -------------------------------------------------------------------
+    bridge_timezone: Annotated[str, AfterValidator(check_timezone)] = Field(
+        default="", description=TIMEZONE_HELP
+    )
+    bridge_schedule_min_interval_seconds: float = Field(
+        default=60.0,
+        gt=0,
+        description=MIN_INTERVAL_HELP,
+    )
+    bridge_schedules: Annotated[
+        tuple[ScheduleEntry, ...], NoDecode, BeforeValidator(schedules_from_env)
+    ] = Field(default=(), description=SCHEDULES_HELP)
+
     # --- Who can reach the agent, who can approve -------------------------------------------
     bridge_allow_all: bool = Field(
         default=False,
@@ -293,6 +316,11 @@ class Settings(BaseSettings):
         if isinstance(value, str):
             return tuple(item.strip() for item in value.split(",") if item.strip())
         return value
+
+    @model_validator(mode="after")
+    def _schedules_not_too_often(self) -> Settings:
+        check_intervals(self.bridge_schedules, self.bridge_schedule_min_interval_seconds)
+        return self
 
     @field_validator("bridge_agent_command")
     @classmethod

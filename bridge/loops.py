@@ -12,6 +12,12 @@ from collections.abc import Callable
 
 log = logging.getLogger(__name__)
 
+EVENT_LOOP_HELP = (
+    "The event loop the bridge runs on: uvloop (libuv; less CPU per message, see"
+    " bench/relay_bench.py) or Python's own asyncio loop. Without uvloop installed (it is a"
+    " dependency on Linux and macOS) the bridge says so in its log and runs on asyncio."
+)
+
 LoopFactory = Callable[[], asyncio.AbstractEventLoop]
 
 

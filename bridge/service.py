@@ -26,6 +26,7 @@ from bridge.config import Settings
 from bridge.config_checks import ConfigProblem, describe_access, exposure_problems
 from bridge.core import Options, PresenceStyle, Timings
 from bridge.engine.engine import Engine, EngineConfig
+from bridge.engine.schedules import ScheduleSettings
 from bridge.feishu.api import FeishuApi
 from bridge.feishu.client import FeishuClient
 from bridge.feishu.longconn import ConnectionState, LongConnection
@@ -121,6 +122,7 @@ class BridgeService:
         await self.ops_listener.start()
         await self._identify()
         await self.engine.recover(before=self.readiness.started_at)
+        await self.engine.start_schedules()  # one that came due while down runs once
         # Retention: journaled prompts, seen events and finished turns older than 7 days go.
         await self._prune()
         self._pruner = asyncio.create_task(self._prune_forever())
@@ -270,6 +272,7 @@ def build_service(
             ack_emoji=settings.bridge_ack_emoji,
             max_running_turns=settings.bridge_max_running_turns,
             card_interval=settings.bridge_card_update_interval_seconds,
+            schedules=ScheduleSettings.from_settings(settings),
         ),
         clock=clock,
         publish=projection.publish,

@@ -125,6 +125,10 @@ SECTIONS: list[tuple[str, list[str]]] = [
         ],
     ),
     (
+        "Scheduled prompts",
+        ["bridge_timezone", "bridge_schedule_min_interval_seconds", "bridge_schedules"],
+    ),
+    (
         "Who can reach the agent",
         ["bridge_allow_all", "bridge_requester_may_approve", "bridge_max_event_age_seconds"],
     ),
@@ -237,6 +241,14 @@ NOTES = {
         "Feishu allows 10 updates a second per card; chunks arriving faster are merged into "
         "the next update."
     ),
+    "bridge_schedules": (
+        "Read and checked at start (a bad entry stops the bridge with the entry's problem). "
+        "Each runs in its chat as a turn of nobody in particular: only a configured approver "
+        "may answer its approvals. It runs only when the chat is idle, like `/every`, and "
+        "cannot be removed with `/unschedule`: change this setting. The chat commands:"
+        " [user-quickstart.md](user-quickstart.md)."
+    ),
+    "bridge_timezone": "`/at 09:30` means the next 09:30 in this zone.",
     "bridge_max_running_turns": (
         "A message beyond the limit waits for a free place, showing only the reaction. "
         "The old name `BRIDGE_MAX_CONVERSATIONS` is still read (the new name wins)."
@@ -271,6 +283,9 @@ MORE_EXAMPLES = {
     "BRIDGE_MAX_RUNNING_TURNS": "32",
     "BRIDGE_ALLOW_ALL": "true",
     "BRIDGE_REQUESTER_MAY_APPROVE": "false",
+    "BRIDGE_TIMEZONE": "Asia/Shanghai",
+    "BRIDGE_SCHEDULE_MIN_INTERVAL_SECONDS": "300",
+    "BRIDGE_SCHEDULES": '[{"chat_id":"oc_7a8b9c","every":"1d","prompt":"汇总昨天的提交"}]',
     "BRIDGE_OPS_HOST": "127.0.0.1",
     "BRIDGE_OPS_PORT": "8081",
 }
@@ -301,6 +316,8 @@ def _kind(name: str, info: FieldInfo) -> str:
         kind = "path"
     elif name in ("bridge_agents", "bridge_workspaces"):
         kind = "`name=value;…` list"
+    elif name == "bridge_schedules":
+        kind = "JSON list"
     elif get_origin(annotation) is tuple:
         kind = "comma-separated list"
     else:
@@ -340,7 +357,7 @@ def _default(name: str, info: FieldInfo) -> str:
         return _code(SECRET)
     if isinstance(value, bool):
         return _code(str(value).lower())
-    if isinstance(value, tuple):
+    if isinstance(value, tuple) or value == "":
         return "empty" if not value else _code(",".join(value))
     return _code(str(value))
 

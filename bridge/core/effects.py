@@ -304,6 +304,40 @@ class ShowDiffs:
 
 
 @dataclass(frozen=True)
+class ManageSchedules:
+    """/every, /at, /schedules, /unschedule: done by the engine against the store, answered
+    with `ScheduleAnswered`. `manage_all`: the sender may remove anyone's schedule (an
+    approver); others only their own."""
+
+    message_id: str
+    sender: str
+    command: str  # the CommandName's value
+    arg: str
+    manage_all: bool = False
+
+
+@dataclass(frozen=True)
+class AnnounceSchedule:
+    """A due schedule may run: record the run, post its one-line header (`key`, `params`)
+    to the conversation, then report `ScheduledRun` with the header's message id."""
+
+    schedule_id: int
+    requester: str
+    prompt: str = field(repr=False)
+    key: str = "schedule.header"
+    params: Mapping[str, str | int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ScheduleSkipped:
+    """A due schedule may not run now (`reason`, a `Gate` value): recorded, and tried again
+    at the conversation's next idle moment."""
+
+    schedule_id: int
+    reason: str
+
+
+@dataclass(frozen=True)
 class NewSession:
     """Drop the conversation's agent session; the next StartTurn opens a fresh one."""
 
@@ -349,6 +383,9 @@ Effect = (
     | SetTimer
     | ClearTimer
     | NewSession
+    | ManageSchedules
+    | AnnounceSchedule
+    | ScheduleSkipped
     | AskModes
     | AskConfig
     | AskSwitch

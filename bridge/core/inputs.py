@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 
 from bridge.core.effects import CardView
@@ -80,6 +80,10 @@ class CommandName(StrEnum):
     RESUME = "resume"
     SEND = "send"
     DIFF = "diff"
+    EVERY = "every"
+    AT = "at"
+    SCHEDULES = "schedules"
+    UNSCHEDULE = "unschedule"
     UNKNOWN = "unknown"
 
 
@@ -119,6 +123,56 @@ class SessionOpened:
 
     turn_id: str
     session_id: str
+
+
+@dataclass(frozen=True)
+class ScheduleDue:
+    """A schedule's occurrence came due (or is still due and the conversation just went
+    idle). The core runs the gate (core/schedules.py): `AnnounceSchedule` when it may run,
+    `ScheduleSkipped` with the reason when it may not."""
+
+    schedule_id: int
+    requester: str  # whose turn the run is: the schedule's creator
+    prompt: str = field(repr=False)
+
+
+@dataclass(frozen=True)
+class ScheduledRun:
+    """A schedule's header line is posted (`message_id`): the run is a turn answering it,
+    on behalf of `requester`. Queued behind a round that began meanwhile, never a reply."""
+
+    message_id: str
+    schedule_id: int
+    requester: str
+    text: str = field(repr=False)
+
+
+class ScheduleResult(StrEnum):
+    """How /every, /at, /schedules or /unschedule went (the engine did the store's part)."""
+
+    ADDED = "added"
+    LISTED = "listed"
+    EMPTY = "empty"
+    REMOVED = "removed"
+    NOT_FOUND = "not_found"
+    NOT_YOURS = "not_yours"
+    CONFIGURED = "configured"  # an operator's schedule: changed in the configuration only
+    BAD_INTERVAL = "bad_interval"
+    TOO_SHORT = "too_short"
+    BAD_TIME = "bad_time"
+    NO_PROMPT = "no_prompt"
+    TOO_MANY = "too_many"
+    UNSCHEDULE_USAGE = "unschedule_usage"
+
+
+@dataclass(frozen=True)
+class ScheduleAnswered:
+    message_id: str
+    result: ScheduleResult
+    params: tuple[tuple[str, str | int], ...] = ()
+
+
+ScheduleInput = ScheduleDue | ScheduledRun | ScheduleAnswered
 
 
 @dataclass(frozen=True)
@@ -284,6 +338,9 @@ CoreEvent = (
     | QuestionAnswered
     | TimerFired
     | Tick
+    | ScheduleDue
+    | ScheduledRun
+    | ScheduleAnswered
     | RuntimeUnavailableAtStart
     | CardNotShown
     | StatusCardFailed

@@ -54,6 +54,7 @@ from bridge.core.inputs import (
     RuntimeRestarted,
     RuntimeRestartFailed,
     RuntimeUnavailableAtStart,
+    ScheduleInput,
     SessionOpened,
     StatusAnswered,
     StatusCardFailed,
@@ -76,6 +77,7 @@ from bridge.core.lifecycle import (
 )
 from bridge.core.presence import Timings
 from bridge.core.recall import on_recalled
+from bridge.core.schedule_steps import on_schedule_command, on_schedule_input
 from bridge.core.state import (
     RECENT_IDS,
     Conversation,
@@ -137,6 +139,8 @@ def _dispatch(ctx: StepContext, event: CoreEvent) -> None:
             on_question_answered(ctx, event)
         case TimerFired() | Tick():
             on_clock(ctx)
+        case _ if isinstance(event, ScheduleInput):
+            on_schedule_input(ctx, event)
         case RuntimeUnavailableAtStart():
             _on_unavailable_at_start(ctx, event)
         case CardNotShown():
@@ -259,6 +263,8 @@ def _on_command(ctx: StepContext, cmd: Command) -> None:
             ctx.emit(PostText("command.model_not_yours", {}, mid, f"{mid}:model"))
         case CommandName.MODEL | CommandName.CONFIG:
             ctx.emit(AskConfig(mid, ctx.conv.session_id, cmd.name.value, cmd.arg))
+        case CommandName.EVERY | CommandName.AT | CommandName.SCHEDULES | CommandName.UNSCHEDULE:
+            on_schedule_command(ctx, cmd)
         case CommandName.SEND:
             on_send_command(ctx, cmd)
         case CommandName.DIFF:

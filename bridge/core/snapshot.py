@@ -48,7 +48,7 @@ def snapshot(conv: Conversation) -> dict[str, object]:
     last = conv.last_terminal
     return {
         "state": conv.state.value,
-        "phase": _phase(conv),
+        "phase": phase(conv),
         "next_move": NEXT_MOVES[conv.state],
         "session_id": conv.session_id,
         "turn_id": turn.turn_id if turn else None,
@@ -91,7 +91,8 @@ def snapshot(conv: Conversation) -> dict[str, object]:
     }
 
 
-def _phase(conv: Conversation) -> str:
+def phase(conv: Conversation) -> str:
+    """The run lifecycle's phase (`PHASES`, with a stop still landing read as cancelling)."""
     turn = conv.turn
     if turn is not None and turn.stop_requested_at is not None and not turn.terminal:
         return "cancelling"  # a stop was asked for and has not landed yet

@@ -22,6 +22,7 @@ from bridge.engine.card_views import CardViews
 from bridge.engine.conversations import Conversations
 from bridge.engine.executor import EffectExecutor
 from bridge.engine.intake import Intake
+from bridge.engine.schedules import Scheduler, ScheduleSettings
 from bridge.engine.status_cards import StatusCards
 from bridge.engine.switches import Switches
 from bridge.engine.tasks import TaskTracker
@@ -48,6 +49,7 @@ class EngineConfig:
     routes: Routes = field(default_factory=Routes.single)
     attachments_dir: Path | None = None  # where a turn's images and files wait (None: none)
     max_attachment_mb: int = 20
+    schedules: ScheduleSettings = field(default_factory=ScheduleSettings)
 
 
 class Engine:
@@ -64,6 +66,7 @@ class Engine:
         metrics: Metrics | None = None,
     ) -> None:
         self._tasks = TaskTracker("engine")
+        self._publish = publish
         cards = CardViews(translator, requester_may_approve=config.options.requester_may_approve)
         runner = TurnRunner(
             runtime=runtime,
@@ -87,6 +90,14 @@ class Engine:
             interval=config.card_interval,
             metrics=metrics,
         )
+        self.schedules = Scheduler(
+            store=store,
+            feishu=feishu,
+            translator=translator,
+            clock=clock,
+            settings=config.schedules,
+            metrics=metrics,
+        )
         self.executor = EffectExecutor(
             feishu=feishu,
             runtime=runtime,
@@ -99,6 +110,7 @@ class Engine:
             ),
             routes=config.routes,
             status_cards=status_cards,
+            schedules=self.schedules,
             clock=clock,
             ack_emoji=config.ack_emoji,
             metrics=metrics,
@@ -108,9 +120,10 @@ class Engine:
             timings=config.timings,
             clock=clock,
             perform=self.executor.perform,
-            publish=publish,
+            publish=self._published,
             tasks=self._tasks,
         )
+        self.schedules.bind(self._conversations)
         self._store = store
         self.intake = Intake(
             conversations=self._conversations,
@@ -120,6 +133,11 @@ class Engine:
             cards=cards,
             clock=clock,
         )
+
+    def _published(self, key: str, snapshot: dict[str, object]) -> None:
+        # A conversation that just went idle may owe a scheduled prompt (seed 000).
+        self._publish(key, snapshot)
+        self.schedules.on_snapshot(key, snapshot)
 
     @property
     def conversations(self) -> dict[str, ConversationActor]:
@@ -141,6 +159,10 @@ class Engine:
     async def recover(self, before: float) -> None:
         await self.intake.recover(before)
 
+    async def start_schedules(self) -> None:
+        """Load the scheduled prompts and start their clock (after `recover`)."""
+        await self.schedules.start()
+
     async def drain(self, grace: float) -> None:
         """Let running turns finish within `grace`; a turn waiting for a person cannot, so it
         is cut at once (its card is expired and its user told at the next start)."""
@@ -150,6 +172,7 @@ class Engine:
             if actor.conv.turn is not None and actor.conv.state in WAITING_USER_STATES
         }
         self._tasks.cancel(waiting)
+        self.schedules.close()
         for actor in self._conversations:
             actor.close()
         await self._tasks.drain(grace)

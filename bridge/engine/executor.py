@@ -10,6 +10,7 @@ from collections.abc import Callable
 
 from bridge.core.effects import (
     AbandonTurn,
+    AnnounceSchedule,
     AnswerPermission,
     AnswerQuestion,
     AskConfig,
@@ -18,6 +19,7 @@ from bridge.core.effects import (
     AskSwitch,
     CancelTurn,
     EditText,
+    ManageSchedules,
     MarkMessageDone,
     NewSession,
     PostApprovalCard,
@@ -26,6 +28,7 @@ from bridge.core.effects import (
     React,
     RecordTerminal,
     RelayAgentText,
+    ScheduleSkipped,
     SendFile,
     ShowDiffs,
     ShowStatusCard,
@@ -40,6 +43,7 @@ from bridge.engine.answers import Answers
 from bridge.engine.card_views import CardViews, PostedCards, approval_status
 from bridge.engine.files_out import FilesOut
 from bridge.engine.render import render, render_text
+from bridge.engine.schedules import Scheduler
 from bridge.engine.status_cards import StatusCards
 from bridge.engine.switches import Switches
 from bridge.engine.trace_buffer import TraceBuffer
@@ -75,10 +79,12 @@ class EffectExecutor:
         switches: Switches,
         routes: Routes,
         status_cards: StatusCards,
+        schedules: Scheduler,
         clock: Callable[[], float],
         ack_emoji: str,
         metrics: Metrics | None = None,
     ) -> None:
+        self._schedules = schedules
         self._feishu = feishu
         self._runtime = runtime
         self._store = store
@@ -154,6 +160,12 @@ class EffectExecutor:
                 await self._files.send(actor, work)
             case ShowDiffs():
                 await self._files.diffs(actor, work)
+            case ManageSchedules():
+                await self._schedules.manage(actor, work)
+            case AnnounceSchedule():
+                await self._schedules.announce(actor, work)
+            case ScheduleSkipped():
+                await self._schedules.skipped(work)
             case RecordTerminal(turn_id, outcome, ending, detail):
                 self._posted.forget_turn(turn_id)
                 await self._record_terminal(turn_id, outcome.value, ending.value, detail)

@@ -103,6 +103,13 @@ class Metrics:
             ["call"],
             registry=self.registry,
         )
+        self.schedule_runs = Counter(
+            "bridge_schedule_runs_total",
+            "Due scheduled prompts by fate: ran, or skipped_<reason> (running, waiting_on_user,"
+            " finishing, cancelling, unsynced, closed) and tried again at the next idle moment.",
+            ["fate"],
+            registry=self.registry,
+        )
         self.runtime_exits = Counter(
             "bridge_runtime_exits_total",
             "Agent processes that died under a running turn.",

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from bridge.store.memory_schedules import MemorySchedules
 from bridge.store.port import (
     DEFAULT_RETENTION_SECONDS,
     MESSAGE_TRANSITIONS,
@@ -33,8 +34,9 @@ from bridge.store.port import (
 )
 
 
-class MemoryStore(AsyncLifecycle):
+class MemoryStore(MemorySchedules, AsyncLifecycle):
     def __init__(self, *, retention_seconds: float = DEFAULT_RETENTION_SECONDS) -> None:
+        super().__init__()
         self.retention_seconds = retention_seconds
         self._open = False
         self._events: dict[str, float] = {}  # event id -> seen at

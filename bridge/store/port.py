@@ -145,6 +145,35 @@ class SessionRecord:
     active_at: float  # the end of its last round (or when it was opened)
 
 
+class ScheduleKind(StrEnum):
+    EVERY = "every"  # repeats every `every_seconds`
+    AT = "at"  # once, at `next_due_at`; removed after it runs
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """A prompt the bridge sends a conversation on a clock (/every, /at, BRIDGE_SCHEDULES).
+
+    `next_due_at` is the next occurrence; while it lies in the past the schedule is *due*:
+    it runs once at the conversation's next idle moment, however many occurrences passed
+    meanwhile (they are never stacked)."""
+
+    schedule_id: int  # the number users see (/schedules, /unschedule <n>)
+    conversation_key: str
+    chat_id: str
+    creator_open_id: str  # whose turn a run is ("" for an operator's schedule)
+    kind: ScheduleKind
+    every_seconds: float | None  # EVERY only
+    prompt: str = field(repr=False)  # a prompt: data, never logged
+    next_due_at: float
+    created_at: float
+    anchor_message_id: str = ""  # the command's message: a topic thread's run replies there
+    config_key: str = ""  # an operator's schedule (BRIDGE_SCHEDULES): its stable key
+    last_run_at: float | None = None
+    last_skip_at: float | None = None
+    last_skip_reason: str = ""  # why it last could not run (running, waiting_on_user, …)
+
+
 class AsyncLifecycle:
     """`async with store:` for any store: open on entry, close on exit."""
 
@@ -319,10 +348,45 @@ class Store(Protocol):
     async def sent(self, idempotency_key: str) -> list[str] | None:
         """The message ids posted under this key, or None if it was never marked."""
 
+    # -- 8. schedules -------------------------------------------------------------------------
+
+    async def add_schedule(
+        self,
+        conversation_key: str,
+        chat_id: str,
+        creator_open_id: str,
+        kind: ScheduleKind,
+        every_seconds: float | None,
+        prompt: str,
+        next_due_at: float,
+        now: float,
+        *,
+        anchor_message_id: str = "",
+        config_key: str = "",
+    ) -> Schedule | None:
+        """Record a schedule and return it with its new number (numbers are never reused).
+        With a `config_key` already recorded: None, and nothing changes (first wins)."""
+
+    async def schedule(self, schedule_id: int) -> Schedule | None: ...
+
+    async def schedules(self, conversation_key: str | None = None) -> list[Schedule]:
+        """Every schedule (or one conversation's), by number."""
+
+    async def remove_schedule(self, schedule_id: int) -> bool:
+        """Forget a schedule; False if there was none."""
+
+    async def note_schedule_run(self, schedule_id: int, ran_at: float, next_due_at: float) -> bool:
+        """The schedule ran at `ran_at`; its next occurrence is `next_due_at`. False if
+        unknown."""
+
+    async def note_schedule_skip(self, schedule_id: int, reason: str, at: float) -> bool:
+        """The schedule was due at `at` but the conversation was not idle (`reason`); it stays
+        due. False if unknown."""
+
     # -- housekeeping ------------------------------------------------------------------------
 
     async def prune(self, now: float) -> int:
         """Drop what is older than the retention: seen events, DONE messages, finished turns
         (with their traces and approvals), decided approvals, outbox marks. Never touches
-        bindings or anything unfinished. Returns the number of records removed, not
+        bindings, schedules or anything unfinished. Returns the number of records removed, not
         counting the trace entries and approvals that went with their turn."""

@@ -133,7 +133,37 @@ _SCHEMA_V5 = """
 ALTER TABLE messages ADD COLUMN attachments TEXT NOT NULL DEFAULT '';
 """
 
-MIGRATIONS: tuple[str, ...] = (_SCHEMA_V1, _SCHEMA_V2, _SCHEMA_V3, _SCHEMA_V4, _SCHEMA_V5)
+# Prompts sent on a clock (/every, /at, BRIDGE_SCHEDULES); `next_due_at` in the past: due.
+_SCHEMA_V6 = """
+CREATE TABLE schedules (
+    schedule_id       INTEGER PRIMARY KEY AUTOINCREMENT,   -- the number users see, never reused
+    conversation_key  TEXT NOT NULL,
+    chat_id           TEXT NOT NULL,
+    creator_open_id   TEXT NOT NULL,                       -- '' for an operator's schedule
+    kind              TEXT NOT NULL CHECK (kind IN ('every', 'at')),
+    every_seconds     REAL,
+    prompt            TEXT NOT NULL,
+    next_due_at       REAL NOT NULL,
+    created_at        REAL NOT NULL,
+    anchor_message_id TEXT NOT NULL DEFAULT '',
+    config_key        TEXT NOT NULL DEFAULT '',            -- BRIDGE_SCHEDULES entry's key
+    last_run_at       REAL,
+    last_skip_at      REAL,
+    last_skip_reason  TEXT NOT NULL DEFAULT '',
+    CHECK ((kind = 'every') = (every_seconds IS NOT NULL))
+);
+CREATE UNIQUE INDEX schedules_by_config_key ON schedules (config_key) WHERE config_key <> '';
+CREATE INDEX schedules_by_conversation ON schedules (conversation_key, schedule_id);
+"""
+
+MIGRATIONS: tuple[str, ...] = (
+    _SCHEMA_V1,
+    _SCHEMA_V2,
+    _SCHEMA_V3,
+    _SCHEMA_V4,
+    _SCHEMA_V5,
+    _SCHEMA_V6,
+)
 
 MESSAGE_COLUMNS = (
     "seq, message_id, conversation_key, sender_open_id, chat_id, text, state, "

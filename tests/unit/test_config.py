@@ -475,3 +475,37 @@ def test_agent_profiles_and_workspaces_are_named_lists_and_the_first_is_the_defa
 def test_the_one_agent_is_named_after_the_program_it_runs(command: str, name: str) -> None:
     settings = Settings(_env_file=None, bridge_agent_command=command)  # type: ignore[call-arg]
     assert settings.agent_profiles[0][0] == name
+
+
+def test_operator_schedules_are_read_from_json(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(
+        "BRIDGE_SCHEDULES",
+        '[{"chat_id": "oc_1", "every": "1h", "prompt": "build"},'
+        ' {"chat_id": "oc_2", "at": "2030-06-01T09:30", "prompt": "ship"}]',
+    )
+    every, once = Settings(_env_file=None).bridge_schedules  # type: ignore[call-arg]
+    assert (every.chat_id, every.every_seconds, once.at) == ("oc_1", 3600.0, "2030-06-01T09:30")
+
+
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [
+        ("not json", "JSON list"),
+        ('{"chat_id": "oc_1"}', "JSON list"),
+        ('[{"chat_id": "oc_1", "prompt": "x"}]', "exactly one of"),
+        ('[{"chat_id": "oc_1", "every": "soon", "prompt": "x"}]', "interval like"),
+        ('[{"chat_id": "oc_1", "at": "9am", "prompt": "x"}]', "ISO date-time"),
+        ('[{"chat_id": "oc_1", "every": "10s", "prompt": "x"}]', "shorter than"),
+    ],
+)
+def test_a_bad_operator_schedule_stops_the_start_with_its_problem(
+    monkeypatch: pytest.MonkeyPatch, value: str, problem: str
+) -> None:
+    monkeypatch.setenv("BRIDGE_SCHEDULES", value)
+    with pytest.raises(ValidationError, match=problem):
+        Settings(_env_file=None)  # type: ignore[call-arg]
+
+
+def test_an_unknown_time_zone_is_refused() -> None:
+    with pytest.raises(ValidationError, match="unknown time zone"):
+        Settings(_env_file=None, bridge_timezone="Mars/Olympus")  # type: ignore[call-arg]

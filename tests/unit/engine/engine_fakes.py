@@ -236,20 +236,28 @@ class Harness:
             publish=lambda key, snapshot: None,
         )
 
-    async def say(self, text: str, *, chat: str = CHAT, message_id: str | None = None) -> str:
+    async def say(
+        self,
+        text: str,
+        *,
+        chat: str = CHAT,
+        message_id: str | None = None,
+        sender: str = ALICE,
+        chat_type: str = "p2p",
+    ) -> str:
         message_id = message_id or f"om_user_{next(self._ids)}"
         message = InboundMessage(
             event_id=f"ev_{message_id}",
             message_id=message_id,
             chat_id=chat,
-            chat_type="p2p",
-            sender_open_id=ALICE,
+            chat_type=chat_type,
+            sender_open_id=sender,
             message_type="text",
             text=text,
         )
         # The receiver journals before it hands over; recovery reads the journal.
         assert await self.store.journal_message(
-            message.conversation_key, message_id, ALICE, chat, text, self.clock
+            message.conversation_key, message_id, sender, chat, text, self.clock
         )
         self.engine.accept(message)
         return message_id

@@ -11,6 +11,8 @@ import pytest
 from bridge.store import (
     ApprovalStatus,
     MessageState,
+    Schedule,
+    ScheduleKind,
     SessionRecord,
     Store,
     StoreClosed,
@@ -523,3 +525,88 @@ async def test_closed_store_refuses_use_and_can_reopen(store: Store) -> None:
         assert await store.claim_event("ev", None, T0)
     with pytest.raises(StoreClosed):
         await store.running_turns()
+
+
+# -- 8. schedules --------------------------------------------------------------------------
+
+
+async def _every(store: Store, conv: str = "oc_a", *, config_key: str = "") -> Schedule | None:
+    return await store.add_schedule(
+        conv,
+        conv,
+        "ou_alice",
+        ScheduleKind.EVERY,
+        3600.0,
+        "check the build",
+        T0 + 3600,
+        T0,
+        anchor_message_id="om_cmd",
+        config_key=config_key,
+    )
+
+
+async def test_schedules_are_numbered_listed_per_conversation_and_survive_restart(
+    store: Store, restart: Restart
+) -> None:
+    first = await _every(store)
+    assert first is not None
+    assert first.schedule_id >= 1
+    assert first.kind is ScheduleKind.EVERY
+    assert first.every_seconds == 3600.0
+    assert (first.prompt, first.next_due_at, first.created_at) == ("check the build", T0 + 3600, T0)
+    assert (first.anchor_message_id, first.config_key, first.last_run_at) == ("om_cmd", "", None)
+    once = await store.add_schedule(
+        "oc_b", "oc_b", "ou_bob", ScheduleKind.AT, None, "deploy", T0 + 60, T0
+    )
+    assert once is not None
+    assert once.schedule_id > first.schedule_id
+    assert once.every_seconds is None
+
+    store = await restart()
+    assert [s.schedule_id for s in await store.schedules()] == [
+        first.schedule_id,
+        once.schedule_id,
+    ]
+    assert await store.schedules("oc_a") == [first]
+    assert await store.schedule(once.schedule_id) == once
+    assert await store.schedule(999) is None
+    assert "check the build" not in repr(first)  # a prompt is never logged
+
+
+async def test_schedule_runs_and_skips_are_recorded(store: Store) -> None:
+    made = await _every(store)
+    assert made is not None
+    sid = made.schedule_id
+    assert await store.note_schedule_skip(sid, "running", T0 + 3600)
+    assert await store.note_schedule_run(sid, T0 + 3700, T0 + 7200)
+    got = await store.schedule(sid)
+    assert got is not None
+    assert (got.last_skip_at, got.last_skip_reason) == (T0 + 3600, "running")
+    assert (got.last_run_at, got.next_due_at) == (T0 + 3700, T0 + 7200)
+    assert not await store.note_schedule_run(999, T0, T0)
+    assert not await store.note_schedule_skip(999, "running", T0)
+
+
+async def test_removed_schedules_are_gone_and_their_numbers_not_reused(store: Store) -> None:
+    first = await _every(store)
+    assert first is not None
+    assert await store.remove_schedule(first.schedule_id)
+    assert not await store.remove_schedule(first.schedule_id)
+    assert await store.schedules() == []
+    second = await _every(store)
+    assert second is not None
+    assert second.schedule_id > first.schedule_id
+
+
+async def test_an_operator_schedule_is_recorded_once_by_its_key(store: Store) -> None:
+    first = await _every(store, config_key="cfg:1")
+    assert first is not None
+    assert first.config_key == "cfg:1"
+    assert await _every(store, config_key="cfg:1") is None
+    assert len(await store.schedules()) == 1
+
+
+async def test_prune_keeps_schedules(store: Store) -> None:
+    made = await _every(store)
+    await store.prune(T0 + 10 * RETENTION)
+    assert await store.schedules() == [made]

@@ -1,0 +1,373 @@
+"""Scheduled prompts (/every, /at, BRIDGE_SCHEDULES): the clock that makes them due, the
+store that keeps them, and the effects the core asks of them.
+
+When a schedule is due the conversation's core decides (its gate reads the execution state,
+core/schedules.py): the run is announced, or skipped with a reason. A skipped schedule stays
+due and is tried again when the conversation's snapshot next says idle (and, as a safety
+net, every `retry` seconds); occurrences that pass meanwhile are not stacked: one run, then
+the next occurrence after it. A restart finds due schedules in the store and runs each once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, tzinfo
+from zoneinfo import ZoneInfo
+
+from bridge.config import Settings
+from bridge.core.effects import AnnounceSchedule, ManageSchedules, ScheduleSkipped
+from bridge.core.inputs import (
+    CommandName,
+    ScheduleAnswered,
+    ScheduledRun,
+    ScheduleDue,
+    ScheduleResult,
+)
+from bridge.core.schedules import (
+    excerpt,
+    format_interval,
+    next_after,
+    parse_interval,
+    split_request,
+)
+from bridge.engine.actor import ConversationActor
+from bridge.engine.conversations import Conversations
+from bridge.engine.schedule_times import parse_at
+from bridge.feishu.api import FeishuApi
+from bridge.feishu.markup import neutralize_mentions
+from bridge.i18n import Translator
+from bridge.ops.metrics import Metrics
+from bridge.store.port import Schedule, ScheduleKind, Store
+
+log = logging.getLogger(__name__)
+
+MAX_PER_CONVERSATION = 20
+
+
+@dataclass(frozen=True)
+class ConfiguredSchedule:
+    """One entry of BRIDGE_SCHEDULES: a repeating (`every`, seconds) or one-time (`at`, epoch
+    seconds) prompt an operator set for a chat."""
+
+    chat_id: str
+    prompt: str = field(repr=False)
+    every: float | None = None
+    at: float | None = None
+
+    @property
+    def key(self) -> str:
+        """Stable across restarts while the entry is unchanged (its store record's key)."""
+        raw = json.dumps([self.chat_id, self.every, self.at, self.prompt], ensure_ascii=False)
+        return "cfg:" + hashlib.sha256(raw.encode()).hexdigest()[:24]
+
+
+@dataclass(frozen=True)
+class ScheduleSettings:
+    min_interval: float = 60.0  # the shortest /every a user may ask for
+    zone: tzinfo | None = None  # wall-clock times (/at 09:30, lists); None: the host's
+    configured: tuple[ConfiguredSchedule, ...] = ()
+    retry: float | None = None  # re-check a skipped schedule this often (None: min_interval)
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> ScheduleSettings:
+        zone = ZoneInfo(settings.bridge_timezone) if settings.bridge_timezone else None
+        configured = []
+        for entry in settings.bridge_schedules:
+            at = None
+            if entry.at is not None:
+                when = datetime.fromisoformat(entry.at)
+                if when.tzinfo is None:
+                    when = when.replace(tzinfo=zone) if zone else when.astimezone()
+                at = when.timestamp()
+            every = entry.every_seconds
+            configured.append(ConfiguredSchedule(entry.chat_id, entry.prompt, every, at))
+        return cls(
+            min_interval=settings.bridge_schedule_min_interval_seconds,
+            zone=zone,
+            configured=tuple(configured),
+        )
+
+
+class Scheduler:
+    def __init__(
+        self,
+        *,
+        store: Store,
+        feishu: FeishuApi,
+        translator: Translator,
+        clock: Callable[[], float],
+        settings: ScheduleSettings,
+        metrics: Metrics | None = None,
+    ) -> None:
+        self._store = store
+        self._feishu = feishu
+        self._t = translator
+        self._clock = clock
+        self._settings = settings
+        self._metrics = metrics
+        self._conversations: Conversations | None = None
+        self._cache: dict[int, Schedule] = {}  # every live schedule, as the store holds it
+        self._next: dict[int, float] = {}  # announced runs: the next occurrence to record
+        self._timer: asyncio.TimerHandle | None = None
+        self._poked = False
+        self._started = False
+
+    def bind(self, conversations: Conversations) -> None:
+        self._conversations = conversations
+
+    # -- the clock -------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Load the schedules (adding the configured ones, dropping configured ones no longer
+        configured) and arm the clock. A schedule that came due while the bridge was down
+        is due now: it runs once, at the conversation's first idle moment."""
+        now = self._clock()
+        wanted = {c.key: c for c in self._settings.configured}
+        for known in await self._store.schedules():
+            if known.config_key and known.config_key not in wanted:
+                await self._store.remove_schedule(known.schedule_id)
+        for key, entry in wanted.items():
+            await self._add_configured(key, entry, now)
+        self._cache = {s.schedule_id: s for s in await self._store.schedules()}
+        self._started = True
+        self.check()
+
+    async def _add_configured(self, key: str, entry: ConfiguredSchedule, now: float) -> None:
+        if entry.every is not None:
+            kind, due = ScheduleKind.EVERY, now + entry.every
+        elif entry.at is not None and entry.at > now:
+            kind, due = ScheduleKind.AT, entry.at
+        else:
+            return  # a one-time schedule already past (it ran, or was set for the past)
+        await self._store.add_schedule(
+            entry.chat_id, entry.chat_id, "", kind, entry.every, entry.prompt, due, now,
+            config_key=key,
+        )  # fmt: skip
+
+    def close(self) -> None:
+        self._started = False
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def check(self) -> None:
+        """Try every due schedule (in number order), then arm the clock for the next."""
+        self._poked = False
+        if not self._started:
+            return
+        now = self._clock()
+        for schedule in sorted(self._cache.values(), key=lambda s: s.schedule_id):
+            if schedule.next_due_at <= now and schedule.schedule_id not in self._next:
+                self._try(schedule, now)
+        self._arm(now)
+
+    def _arm(self, now: float) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        waiting = [s.next_due_at for s in self._cache.values() if s.schedule_id not in self._next]
+        if not waiting:
+            return
+        retry = self._settings.retry or self._settings.min_interval
+        at = min(due if due > now else now + retry for due in waiting)
+        loop = asyncio.get_running_loop()
+        self._timer = loop.call_later(max(0.0, at - self._clock()), self.check)
+
+    def on_snapshot(self, key: str, snapshot: dict[str, object]) -> None:
+        """A conversation's state changed: when it is idle and owes a due schedule, try
+        soon (not inside the step that published it)."""
+        if self._poked or snapshot.get("phase") != "idle":
+            return
+        now = self._clock()
+        if any(
+            s.conversation_key == key and s.next_due_at <= now and s.schedule_id not in self._next
+            for s in self._cache.values()
+        ):
+            self._poked = True
+            asyncio.get_running_loop().call_soon(self.check)
+
+    def _try(self, schedule: Schedule, now: float) -> None:
+        assert self._conversations is not None, "bind() first"
+        actor = self._conversations.get(schedule.conversation_key)
+        effects = actor.feed(
+            ScheduleDue(schedule.schedule_id, schedule.creator_open_id, schedule.prompt)
+        )
+        if any(isinstance(e, AnnounceSchedule) for e in effects):
+            # Decided: from now on the run is in flight; nothing fires it a second time.
+            every = schedule.every_seconds
+            self._next[schedule.schedule_id] = (
+                next_after(schedule.next_due_at, every, now) if every is not None else -1.0
+            )
+
+    # -- effects -----------------------------------------------------------------------------
+
+    async def announce(self, actor: ConversationActor, work: AnnounceSchedule) -> None:
+        """Record the run first (a crash after it loses one run, never posts two), then the
+        header, then the run itself as a turn answering the header."""
+        sid = work.schedule_id
+        schedule = self._cache.get(sid)
+        following = self._next.pop(sid, None)
+        if schedule is None or following is None:
+            return  # removed meanwhile
+        now = self._clock()
+        if following < 0:
+            await self._store.remove_schedule(sid)
+            self._cache.pop(sid, None)
+        else:
+            await self._store.note_schedule_run(sid, now, following)
+            self._cache[sid] = replace(schedule, last_run_at=now, next_due_at=following)
+        self._count("ran")
+        log.info("schedule %d runs in %s", sid, actor.key)
+        text = neutralize_mentions(self._t(work.key, **dict(work.params)))
+        idem = f"schedule:{sid}:{schedule.next_due_at:.3f}"
+        if ":" in actor.key and schedule.anchor_message_id:  # a topic thread: answer inside it
+            ids = await self._feishu.reply_text(
+                schedule.anchor_message_id, text, uuid=idem, in_thread=True
+            )
+        else:
+            ids = await self._feishu.send_text(schedule.chat_id, text, uuid=idem)
+        await self._store.mark_sent(idem, ids, now)
+        actor.feed(ScheduledRun(ids[0], sid, work.requester, work.prompt))
+        self._arm(self._clock())
+
+    async def skipped(self, work: ScheduleSkipped) -> None:
+        now = self._clock()
+        await self._store.note_schedule_skip(work.schedule_id, work.reason, now)
+        known = self._cache.get(work.schedule_id)
+        if known is not None:
+            self._cache[work.schedule_id] = replace(
+                known, last_skip_at=now, last_skip_reason=work.reason
+            )
+        self._count(f"skipped_{work.reason}")
+        log.info("schedule %d skipped: %s", work.schedule_id, work.reason)
+
+    def _count(self, fate: str) -> None:
+        if self._metrics is not None:
+            self._metrics.schedule_runs.labels(fate).inc()
+
+    async def manage(self, actor: ConversationActor, work: ManageSchedules) -> None:
+        result, params = await self._manage(actor, work)
+        actor.feed(ScheduleAnswered(work.message_id, result, tuple(params.items())))
+
+    async def _manage(
+        self, actor: ConversationActor, work: ManageSchedules
+    ) -> tuple[ScheduleResult, dict[str, str | int]]:
+        match work.command:
+            case CommandName.SCHEDULES.value:
+                return self._listing(await self._store.schedules(actor.key))
+            case CommandName.UNSCHEDULE.value:
+                return await self._unschedule(actor, work)
+            case _:
+                return await self._add(actor, work)
+
+    async def _add(
+        self, actor: ConversationActor, work: ManageSchedules
+    ) -> tuple[ScheduleResult, dict[str, str | int]]:
+        now = self._clock()
+        when, prompt = split_request(work.arg)
+        if not when or not prompt:
+            return ScheduleResult.NO_PROMPT, {}
+        every: float | None = None
+        if work.command == CommandName.EVERY.value:
+            every = parse_interval(when)
+            if every is None:
+                return ScheduleResult.BAD_INTERVAL, {"interval": when}
+            if every < self._settings.min_interval:
+                return ScheduleResult.TOO_SHORT, {
+                    "minimum": format_interval(self._settings.min_interval)
+                }
+            kind, due = ScheduleKind.EVERY, now + every
+        else:
+            at = parse_at(when, now, self._zone())
+            if at is None:
+                return ScheduleResult.BAD_TIME, {"time": when, "zone": self._zone_name()}
+            kind, due = ScheduleKind.AT, at
+        if len(await self._store.schedules(actor.key)) >= MAX_PER_CONVERSATION:
+            return ScheduleResult.TOO_MANY, {"limit": MAX_PER_CONVERSATION}
+        made = await self._store.add_schedule(
+            actor.key,
+            actor.key.split(":", 1)[0],
+            work.sender,
+            kind,
+            every,
+            prompt,
+            due,
+            now,
+            anchor_message_id=work.message_id,
+        )
+        assert made is not None, "only a configured schedule can collide"
+        self._cache[made.schedule_id] = made
+        self._arm(now)
+        return ScheduleResult.ADDED, {
+            "number": made.schedule_id,
+            "when": self._when(made),
+            "next": self._time(made.next_due_at),
+        }
+
+    async def _unschedule(
+        self, actor: ConversationActor, work: ManageSchedules
+    ) -> tuple[ScheduleResult, dict[str, str | int]]:
+        number = work.arg.strip().lstrip("#")
+        if not number.isdigit():
+            return ScheduleResult.UNSCHEDULE_USAGE, {}
+        found = await self._store.schedule(int(number))
+        if found is None or found.conversation_key != actor.key:
+            return ScheduleResult.NOT_FOUND, {"number": number}
+        params: dict[str, str | int] = {"number": found.schedule_id}
+        if found.config_key:
+            return ScheduleResult.CONFIGURED, params
+        if found.creator_open_id != work.sender and not work.manage_all:
+            return ScheduleResult.NOT_YOURS, params
+        await self._store.remove_schedule(found.schedule_id)
+        self._cache.pop(found.schedule_id, None)
+        self._next.pop(found.schedule_id, None)
+        return ScheduleResult.REMOVED, params
+
+    # -- texts -------------------------------------------------------------------------------
+
+    def _listing(self, schedules: list[Schedule]) -> tuple[ScheduleResult, dict[str, str | int]]:
+        if not schedules:
+            return ScheduleResult.EMPTY, {}
+        now = self._clock()
+        lines = [self._entry(s, now) for s in schedules]
+        return ScheduleResult.LISTED, {"entries": "\n".join(lines)}
+
+    def _entry(self, s: Schedule, now: float) -> str:
+        last = ""
+        if s.last_run_at is not None:
+            last += self._t("schedule.last_run", at=self._time(s.last_run_at))
+        if s.last_skip_at is not None and (s.last_run_at is None or s.last_skip_at > s.last_run_at):
+            reason = self._t(f"schedule.reason.{s.last_skip_reason}")
+            last += self._t("schedule.last_skip", at=self._time(s.last_skip_at), reason=reason)
+        upcoming = (
+            self._t("schedule.due_now") if s.next_due_at <= now else self._time(s.next_due_at)
+        )
+        return self._t(
+            "schedule.entry",
+            number=s.schedule_id,
+            when=self._when(s),
+            prompt=neutralize_mentions(excerpt(s.prompt)),
+            next=upcoming,
+            by=self._t("schedule.by_operator") if s.config_key else "",
+            last=last,
+        )
+
+    def _when(self, s: Schedule) -> str:
+        if s.every_seconds is not None:
+            return self._t("schedule.when_every", interval=format_interval(s.every_seconds))
+        return self._t("schedule.when_at", at=self._time(s.next_due_at))
+
+    def _zone(self) -> tzinfo:
+        zone = self._settings.zone
+        return zone if zone is not None else datetime.now().astimezone().tzinfo or UTC
+
+    def _zone_name(self) -> str:
+        return str(self._zone())
+
+    def _time(self, at: float) -> str:
+        return datetime.fromtimestamp(at, self._zone()).strftime("%Y-%m-%d %H:%M")

@@ -1,0 +1,41 @@
+"""Scheduled prompts over the real stack (emulator + bridge + scripted ACP agent): a schedule
+that comes due while a round runs is skipped with its reason and runs once, under its
+header, when the chat is idle again; missed occurrences are not stacked."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from bridge.i18n import Translator
+from tests.integration.stack import running_stack
+
+T = Translator("zh_CN")
+SETTINGS: dict[str, object] = {"bridge_schedule_min_interval_seconds": 0.1}
+
+
+async def test_a_schedule_due_during_a_round_runs_once_when_the_chat_is_idle(
+    tmp_path: Path,
+) -> None:
+    async with running_stack(tmp_path, settings=SETTINGS) as stack:
+        await stack.say("/every 500ms say tick")
+        added = await stack.wait_text(lambda t: t.startswith("已添加定时任务 #1"))
+        assert re.search(r"每 500ms", added)
+        await stack.say("sleep 1600")  # a round that runs through three occurrences
+        header = T("schedule.header", number=1, prompt="say tick")
+        await stack.wait_text(lambda t: t == "tick", within=10.0)  # the run: a round
+        texts = stack.texts()
+        assert texts.count(header) == 1  # three occurrences passed meanwhile: one run
+        assert texts.index(T("presence.ended_empty")) < texts.index(header)
+        assert texts.index(header) < texts.index("tick")
+        (record,) = await stack.demo.service.store.schedules()
+        assert record.last_skip_reason == "running"
+        assert record.last_run_at is not None
+        assert record.next_due_at > record.last_run_at  # the next occurrence, not a backlog
+        rendered = stack.demo.service.metrics.render().decode()
+        assert 'bridge_schedule_runs_total{fate="skipped_running"}' in rendered
+
+        await stack.say("/unschedule 1")
+        await stack.wait_text(lambda t: t == T("schedule.removed", number=1))
+        await stack.settled()
+        assert await stack.demo.service.store.schedules() == []
