@@ -269,6 +269,12 @@ class ConversationClosed:
     reason: str = ""
 
 
+@dataclass(frozen=True)
+class SessionCloseRequested:
+    """An operator ends the conversation's agent session (the operator API), like /new but
+    without a chat line; only between rounds (the API refuses it while a turn runs)."""
+
+
 CoreEvent = (
     TurnEvent
     | UserMessage
@@ -296,4 +302,5 @@ CoreEvent = (
     | RuntimeRestartFailed
     | TurnInterruptedByRestart
     | ConversationClosed
+    | SessionCloseRequested
 )

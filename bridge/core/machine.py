@@ -54,6 +54,7 @@ from bridge.core.inputs import (
     RuntimeRestarted,
     RuntimeRestartFailed,
     RuntimeUnavailableAtStart,
+    SessionCloseRequested,
     SessionOpened,
     StatusAnswered,
     StatusCardFailed,
@@ -85,7 +86,7 @@ from bridge.core.state import (
     QueuedMessage,
 )
 from bridge.core.status_lines import status_lines
-from bridge.core.switch_lines import on_switch_command, switch_lines
+from bridge.core.switch_lines import on_session_close, on_switch_command, switch_lines
 from bridge.core.text import Params
 from bridge.core.turn_events import on_turn_event, refuse_request
 from bridge.runtime.events import TurnEvent, UsageReported
@@ -163,6 +164,8 @@ def _dispatch(ctx: StepContext, event: CoreEvent) -> None:
             _on_interrupted_by_restart(ctx, event)
         case ConversationClosed():
             _on_closed(ctx)
+        case SessionCloseRequested():
+            on_session_close(ctx, event)
         case TurnEvent():
             on_turn_event(ctx, event)
 
