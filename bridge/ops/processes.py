@@ -24,7 +24,8 @@ _FIELDS = (
 
 def process_view(runtime: Mapping[str, Any], agent: str, workspace: str) -> list[dict[str, Any]]:
     """Flatten the runtime's view: with several routes each route's agents, else the one
-    runtime's, named after the default `agent` profile and `workspace`."""
+    runtime's, named after the default `agent` profile and `workspace`. Slots never started
+    are left out (capacity, not processes)."""
     routes = runtime.get("routes")
     groups = routes if routes else [{"agent": agent, "workspace": workspace, **runtime}]
     return [
@@ -36,6 +37,7 @@ def process_view(runtime: Mapping[str, Any], agent: str, workspace: str) -> list
         }
         for group in groups
         for row in group.get("agents", [])
+        if row.get("state") != "not_started"
     ]
 
 
