@@ -11,7 +11,7 @@ import asyncio
 import logging
 import signal
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -35,13 +35,15 @@ from bridge.listener import Listener
 from bridge.logs import configure_logging
 from bridge.ops.access import ops_middlewares
 from bridge.ops.metrics import Metrics
+from bridge.ops.processes import ProcessWatch
 from bridge.ops.projection import Projection
 from bridge.ops.routes import health_routes, ops_routes
+from bridge.ops.sessions import SessionDirectory
 from bridge.ops.turns import turn_view
 from bridge.receiver import AccessPolicy, Receiver
 from bridge.runtime.deferred import DeferredRuntime
 from bridge.runtime.port import AgentRuntime
-from bridge.runtime.router import RoutedRuntime, Routes
+from bridge.runtime.router import Routes, acp_routed
 from bridge.store.port import Store
 from bridge.store.sqlite import SqliteStore
 
@@ -93,6 +95,7 @@ class BridgeService:
     readiness: Readiness
     feishu_listener: Listener
     ops_listener: Listener
+    sessions: SessionDirectory
     longconn: LongConnection | None = None
     bot: BotIdentity = field(default_factory=BotIdentity)
     drain_seconds: float = 10.0
@@ -116,6 +119,7 @@ class BridgeService:
         self.readiness.started_at = self.clock()
         log.info("%s", describe_access(self.settings))
         await self.store.open()
+        await self.sessions.load()  # the operator's display names, into the snapshots
         # The listeners first (healthz says "starting" meanwhile), so a slow Feishu at
         # start-up does not look like a dead process to the orchestrator.
         await self.feishu_listener.start()
@@ -247,10 +251,13 @@ def build_service(
             cut_notice=lambda kept, total: translator("reply.cut", kept=kept, total=total),
         )
     routes = Routes.of(settings.agent_profiles, settings.workspace_roots)
+    watch = ProcessWatch(projection, routes.agents[0][0], routes.workspaces[0][0])
     if runtime is None:
         program = Path(routes.agents[0][1][0]).name
-        build = partial(_acp_runtime, settings, runtime_env, routes)
+        options = {"env": runtime_env, "on_change": watch.changed}
+        build = partial(acp_routed, settings, routes, options)
         runtime = DeferredRuntime(build, program=program)
+    watch.runtime = runtime
     metrics = Metrics(projection, runtime_snapshot=runtime.snapshot)
     engine = Engine(
         feishu=feishu,
@@ -275,8 +282,9 @@ def build_service(
             schedules=ScheduleSettings.from_settings(settings),
         ),
         clock=clock,
-        publish=projection.publish,
+        publish=watch.publish,
         metrics=metrics,
+        session_ended=projection.session_ended,
     )
     bot = BotIdentity()
     receiver = Receiver(
@@ -297,6 +305,7 @@ def build_service(
     readiness = Readiness(clock)
     feishu_app = _feishu_app(settings, receiver, bot, readiness)
     status = partial(_status, settings, readiness, bot, engine, runtime, projection, clock)
+    sessions = SessionDirectory(store, engine, projection, routes, clock)
     ops_app = web.Application(middlewares=ops_middlewares(_secret(settings.bridge_ops_token)))
     ops_app.add_routes(
         ops_routes(
@@ -305,6 +314,7 @@ def build_service(
             status=status,
             turn_view=partial(turn_view, store, pending=engine.executor.traces.pending),
             metrics=metrics,
+            sessions=sessions,
         )
     )
     return BridgeService(
@@ -322,6 +332,7 @@ def build_service(
         ops_listener=Listener("ops", ops_app, settings.bridge_ops_host, settings.bridge_ops_port),
         longconn=readiness.longconn,
         bot=bot,
+        sessions=sessions,
     )
 
 
@@ -353,16 +364,6 @@ def _feishu_app(
         )
     app.add_routes(health_routes(readiness.healthy))
     return app
-
-
-def _acp_runtime(settings: Settings, env: Mapping[str, str] | None, routes: Routes) -> AgentRuntime:
-    """One ACP runtime per agent profile and workspace, built as conversations need them."""
-    from bridge.runtime.acp.runtime import AcpRuntime  # the ACP SDK: loaded after start-up
-
-    def build(argv: Sequence[str], folder: Path) -> AgentRuntime:
-        return AcpRuntime.from_settings(settings, argv=argv, workdir=folder, env=env)
-
-    return RoutedRuntime(routes, build)
 
 
 def _status(

@@ -222,9 +222,9 @@ NOTES = {
         "the requester's."
     ),
     "bridge_ops_host": (
-        "Serves `/status`, `/runtime-states`, `/events`, `/turns/{id}`, `/metrics` and "
-        "`/healthz`. A non-loopback address needs `BRIDGE_OPS_TOKEN` (else the bridge "
-        "refuses to start)."
+        "Serves `/status`, `/runtime-states`, `/events`, `/turns/{id}`, `/metrics`, "
+        "`/sessions`, `/console` and `/healthz`. A non-loopback address needs "
+        "`BRIDGE_OPS_TOKEN` (else the bridge refuses to start)."
     ),
     "bridge_ops_port": "`feishu-bridge status` reads it from here by default.",
     "bridge_ops_token": (

@@ -339,7 +339,10 @@ class ScheduleSkipped:
 
 @dataclass(frozen=True)
 class NewSession:
-    """Drop the conversation's agent session; the next StartTurn opens a fresh one."""
+    """Drop the conversation's agent session; the next StartTurn opens a fresh one.
+    `reason`: who asked (`new`: the /new command; `operator`: the operator API)."""
+
+    reason: str = "new"
 
 
 @dataclass(frozen=True)

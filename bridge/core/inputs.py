@@ -323,6 +323,12 @@ class ConversationClosed:
     reason: str = ""
 
 
+@dataclass(frozen=True)
+class SessionCloseRequested:
+    """An operator ends the conversation's agent session (the operator API), like /new but
+    without a chat line; only between rounds (the API refuses it while a turn runs)."""
+
+
 CoreEvent = (
     TurnEvent
     | UserMessage
@@ -353,4 +359,5 @@ CoreEvent = (
     | RuntimeRestartFailed
     | TurnInterruptedByRestart
     | ConversationClosed
+    | SessionCloseRequested
 )

@@ -18,7 +18,7 @@ from bridge.core.clicks import (
     on_approval_clicked,
     on_question_answered,
 )
-from bridge.core.config_lines import config_lines
+from bridge.core.config_lines import config_lines, mode_lines
 from bridge.core.context import StepContext
 from bridge.core.deadlines import on_clock
 from bridge.core.effects import (
@@ -55,6 +55,7 @@ from bridge.core.inputs import (
     RuntimeRestartFailed,
     RuntimeUnavailableAtStart,
     ScheduleInput,
+    SessionCloseRequested,
     SessionOpened,
     StatusAnswered,
     StatusCardFailed,
@@ -87,8 +88,7 @@ from bridge.core.state import (
     QueuedMessage,
 )
 from bridge.core.status_lines import status_lines
-from bridge.core.switch_lines import on_switch_command, switch_lines
-from bridge.core.text import Params
+from bridge.core.switch_lines import on_session_close, on_switch_command, switch_lines
 from bridge.core.turn_events import on_turn_event, refuse_request
 from bridge.runtime.events import TurnEvent, UsageReported
 
@@ -148,7 +148,7 @@ def _dispatch(ctx: StepContext, event: CoreEvent) -> None:
         case StatusCardFailed():
             status_card.on_card_failed(ctx, event)
         case ModesAnswered():
-            _on_modes(ctx, event)
+            mode_lines(ctx, event)
         case ConfigAnswered():
             config_lines(ctx, event)
         case SwitchAnswered():
@@ -167,6 +167,8 @@ def _dispatch(ctx: StepContext, event: CoreEvent) -> None:
             _on_interrupted_by_restart(ctx, event)
         case ConversationClosed():
             _on_closed(ctx)
+        case SessionCloseRequested():
+            on_session_close(ctx, event)
         case TurnEvent():
             on_turn_event(ctx, event)
 
@@ -283,30 +285,6 @@ def _on_command(ctx: StepContext, cmd: Command) -> None:
             stop_running(ctx)
             ctx.update(session_id=None)
             ctx.emit(NewSession(), PostText("command.new_session", {}, mid, f"{mid}:new"))
-
-
-def _on_modes(ctx: StepContext, event: ModesAnswered) -> None:
-    mid, modes = event.message_id, event.modes
-    idem = f"{mid}:mode"
-    if modes is None:
-        key = "presence.runtime_unavailable" if event.error else "command.mode_unsupported"
-        ctx.emit(PostText(key, {}, mid, idem))
-        return
-    names = {m.mode_id: m.name for m in modes.available}
-    # The agent's own ids and names, one a line (data, not words of ours).
-    listed = "\n".join(f"{m.mode_id} — {m.name}" for m in modes.available)
-    current = modes.current or ""
-    if not event.choice:
-        params: Params = {"current": current, "modes": listed}
-        ctx.emit(PostText("command.mode_list", params, mid, idem))
-    elif event.choice not in names:
-        params = {"mode": event.choice, "modes": listed}
-        ctx.emit(PostText("command.mode_unknown", params, mid, idem))
-    elif event.error is not None:
-        params = {"mode": event.choice, "reason": event.error}
-        ctx.emit(PostText("command.mode_failed", params, mid, idem))
-    else:
-        ctx.emit(PostText("command.mode_set", {"mode": event.choice}, mid, idem))
 
 
 def _agents_own(ctx: StepContext, cmd: Command) -> bool:

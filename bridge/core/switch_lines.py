@@ -11,8 +11,15 @@ from __future__ import annotations
 
 from bridge.core.clicks import may_answer
 from bridge.core.context import StepContext
-from bridge.core.effects import AskSwitch, PostText
-from bridge.core.inputs import Command, CommandName, SwitchAnswered, SwitchResult
+from bridge.core.effects import AskSwitch, NewSession, PostText
+from bridge.core.inputs import (
+    Command,
+    CommandName,
+    SessionCloseRequested,
+    SwitchAnswered,
+    SwitchResult,
+)
+from bridge.core.state import ExecState
 from bridge.core.text import Params
 
 _KIND = {
@@ -55,3 +62,12 @@ def switch_lines(ctx: StepContext, event: SwitchAnswered) -> None:
     else:
         key = f"command.{kind}_{result.value}"
     ctx.emit(PostText(key, params, mid, idem))
+
+
+def on_session_close(ctx: StepContext, event: SessionCloseRequested) -> None:
+    """The operator lets the session go (like /new, no chat line): only between rounds."""
+    if ctx.conv.state is not ExecState.IDLE or ctx.conv.queue:
+        ctx.drop(event, "a round is running")  # never cut from outside; /stop is the way
+        return
+    ctx.update(session_id=None)
+    ctx.emit(NewSession(reason="operator"))

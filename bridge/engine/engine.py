@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bridge.core import Options, Timings
-from bridge.core.state import WAITING_USER_STATES
+from bridge.core.inputs import SessionCloseRequested
+from bridge.core.state import WAITING_USER_STATES, ExecState
 from bridge.engine.actor import ConversationActor
 from bridge.engine.attachments import Attachments
 from bridge.engine.card_views import CardViews
@@ -26,7 +27,7 @@ from bridge.engine.schedules import Scheduler, ScheduleSettings
 from bridge.engine.status_cards import StatusCards
 from bridge.engine.switches import Switches
 from bridge.engine.tasks import TaskTracker
-from bridge.engine.turn_runner import TurnRunner
+from bridge.engine.turn_runner import SessionEnded, TurnRunner
 from bridge.feishu.api import FeishuApi
 from bridge.feishu.models import CardAction, CardActionReply, InboundMessage
 from bridge.i18n import Translator
@@ -64,6 +65,7 @@ class Engine:
         clock: Callable[[], float],
         publish: Callable[[str, dict[str, object]], object],
         metrics: Metrics | None = None,
+        session_ended: SessionEnded | None = None,
     ) -> None:
         self._tasks = TaskTracker("engine")
         self._publish = publish
@@ -80,6 +82,7 @@ class Engine:
             if config.attachments_dir is not None
             else None,
             metrics=metrics,
+            session_ended=session_ended,
         )
         status_cards = StatusCards(
             feishu=feishu,
@@ -155,6 +158,16 @@ class Engine:
 
     def recall(self, conversation_key: str, message_id: str) -> None:
         self.intake.recall(conversation_key, message_id)
+
+    async def close_session(self, key: str) -> bool:
+        """The operator ends the conversation's agent session, like /new without a chat
+        line; False (nothing done) while a round runs or messages wait for one."""
+        actor = self._conversations.get(key)
+        if actor.conv.state is not ExecState.IDLE or actor.conv.queue:
+            return False
+        actor.feed(SessionCloseRequested())
+        await actor.wait_idle()  # unbound when this returns
+        return True
 
     async def recover(self, before: float) -> None:
         await self.intake.recover(before)

@@ -146,8 +146,8 @@ class EffectExecutor:
                 await self._post_card(actor, work)
             case UpdateApprovalCard() | UpdateQuestionCard():
                 await self._update_card(work)
-            case NewSession():
-                await self._runner.leave(actor.key)
+            case NewSession(reason):
+                await self._runner.leave(actor.key, reason)
             case AskModes():
                 await self._ask_modes(actor, work)
             case AskConfig():

@@ -155,7 +155,7 @@ class Switches:
 
     async def _move(self, key: str, choices: dict[str, str]) -> None:
         now = self._clock()
-        await self._runner.leave(key)
+        await self._runner.leave(key, "switched")
         for name, value in choices.items():
             await self._store.set_preference(key, name, value, now)
 

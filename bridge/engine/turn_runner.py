@@ -22,6 +22,7 @@ from bridge.engine.actor import ConversationActor, Trace
 from bridge.engine.attachments import Attachments
 from bridge.engine.tasks import TaskTracker
 from bridge.ops.metrics import Metrics
+from bridge.ops.sessions import agent_choices
 from bridge.runtime.events import (
     PermissionRequested,
     PromptSent,
@@ -42,6 +43,15 @@ _ENDINGS = (TurnEnded, RuntimeFailed, RuntimeExited)
 # A session's last activity is written at most this often (and whenever its title changes).
 NOTE_EVERY_SECONDS = 60.0
 
+# Told when a conversation's agent session ends: (kind, conversation key, session id, reason),
+# kind `session_closed` (let go: /new, a move, the operator) or `session_died` (lost with its
+# agent). The operator stream's terminal frames (`Projection.session_ended`).
+SessionEnded = Callable[[str, str, str, str], object]
+
+
+def _nobody(kind: str, key: str, session_id: str, reason: str) -> None:
+    return None
+
 
 class TurnRunner:
     def __init__(
@@ -54,7 +64,9 @@ class TurnRunner:
         max_running_turns: int,
         attachments: Attachments | None = None,
         metrics: Metrics | None = None,
+        session_ended: SessionEnded | None = None,
     ) -> None:
+        self._session_ended = session_ended or _nobody
         self._attachments = attachments
         self._noted: dict[str, tuple[str, float]] = {}  # session id -> (title, when) noted
         self._runtime = runtime
@@ -102,21 +114,26 @@ class TurnRunner:
     async def open_session(self, key: str) -> str:
         """The conversation's session: resumed from the store's binding, or a new one."""
         resume = await self._store.session_for(key)
-        chosen = await self._store.preferences(key)  # /mode, /model: kept across restarts
+        # /mode, /model, /agent, /cd: kept across restarts (the operator's own names stay here)
+        chosen = agent_choices(await self._store.preferences(key))
         handle = await self._runtime.open_session(key, resume_session_id=resume, chosen=chosen)
+        if resume is not None and handle.session_id != resume:
+            self._session_ended("session_died", key, resume, "not_resumable")
         if handle.session_id != resume:
             await self._store.bind_session(key, handle.session_id, self._clock())
             await self.remember(key, handle.session_id)
         return handle.session_id
 
-    async def leave(self, key: str) -> None:
-        """The conversation lets its session go (/new, /agent, /cd, /resume): recorded once
-        more first, as an agent may tell its title late, then unbound."""
+    async def leave(self, key: str, reason: str = "new") -> None:
+        """The conversation lets its session go (/new, /agent, /cd, /resume, the operator):
+        recorded once more first, as an agent may tell its title late, then unbound."""
         session_id = await self._store.session_for(key)
         if session_id is not None:
             await self.remember(key, session_id)
             self._noted.pop(session_id, None)  # back to it later: its next turn is written
         await self._store.unbind(key)
+        if session_id is not None:
+            self._session_ended("session_closed", key, session_id, reason)
 
     async def remember(self, key: str, session_id: str) -> SessionFacts | None:
         """Record the session among the conversation's (for /sessions): which agent, which
@@ -174,8 +191,11 @@ class TurnRunner:
         try:
             handle = await self._runtime.open_session(actor.key, resume_session_id=session_id)
         except RuntimeUnavailable as exc:
+            self._session_ended("session_died", actor.key, session_id, "restart_failed")
             actor.feed(RuntimeRestartFailed(exc.reason))
             return
+        if handle.session_id != session_id:  # the agent could not reload it: a fresh one
+            self._session_ended("session_died", actor.key, session_id, "agent_exit")
         await self._store.bind_session(actor.key, handle.session_id, self._clock())
         actor.feed(RuntimeRestarted(handle.session_id, reloaded=handle.loaded))
 

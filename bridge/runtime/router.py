@@ -15,7 +15,7 @@ import contextlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bridge.paths import within
 from bridge.runtime.events import (
@@ -34,6 +34,9 @@ from bridge.runtime.port import (
     PromptFile,
     SessionHandle,
 )
+
+if TYPE_CHECKING:
+    from bridge.config import Settings
 
 
 @dataclass(frozen=True)
@@ -224,3 +227,14 @@ def _release(runtime: AgentRuntime, conversation_key: str) -> None:
     release = getattr(runtime, "release", None)
     if release is not None:
         release(conversation_key)
+
+
+def acp_routed(settings: Settings, routes: Routes, options: Mapping[str, Any]) -> RoutedRuntime:
+    """One ACP runtime per agent profile and workspace, built as conversations need them
+    (`options`: the agent's extra environment, the process-change hook)."""
+    from bridge.runtime.acp.runtime import AcpRuntime  # the ACP SDK: loaded after start-up
+
+    def build(argv: Sequence[str], folder: Path) -> AgentRuntime:
+        return AcpRuntime.from_settings(settings, argv=argv, workdir=folder, **options)
+
+    return RoutedRuntime(routes, build)

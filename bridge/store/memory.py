@@ -308,6 +308,10 @@ class MemoryStore(MemorySchedules, AsyncLifecycle):
         self._check()
         return dict(self._preferences.get(conversation_key, {}))
 
+    async def preference_everywhere(self, name: str) -> dict[str, str]:
+        self._check()
+        return {key: chosen[name] for key, chosen in self._preferences.items() if name in chosen}
+
     async def note_session(self, record: SessionRecord) -> None:
         self._check()
         key = (record.conversation_key, record.session_id)

@@ -269,6 +269,9 @@ class Store(Protocol):
     async def preferences(self, conversation_key: str) -> dict[str, str]:
         """The conversation's choices, by name (empty when it made none)."""
 
+    async def preference_everywhere(self, name: str) -> dict[str, str]:
+        """One choice's value in every conversation that made it, by conversation key."""
+
     async def note_session(self, record: SessionRecord) -> None:
         """Record a session of the conversation, or its newer activity; an empty title
         keeps the one recorded, and `started_at` stays the first one's."""

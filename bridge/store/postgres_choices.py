@@ -37,6 +37,12 @@ class PostgresConversationChoices:
         )
         return {str(row[0]): str(row[1]) for row in rows}
 
+    async def preference_everywhere(self, name: str) -> dict[str, str]:
+        rows = await self._all(
+            "SELECT conversation_key, value FROM preferences WHERE name = %s", (name,)
+        )
+        return {str(row[0]): str(row[1]) for row in rows}
+
     async def note_session(self, record: SessionRecord) -> None:
         await self._write(
             f"INSERT INTO sessions AS s ({_SESSION_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s)"

@@ -36,6 +36,12 @@ class ConversationChoices:
         )
         return {str(row[0]): str(row[1]) for row in rows}
 
+    async def preference_everywhere(self, name: str) -> dict[str, str]:
+        rows = await self._all(
+            "SELECT conversation_key, value FROM preferences WHERE name = ?", (name,)
+        )
+        return {str(row[0]): str(row[1]) for row in rows}
+
     async def note_session(self, record: SessionRecord) -> None:
         await self._write(
             f"INSERT INTO sessions ({_SESSION_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)"

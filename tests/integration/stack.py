@@ -106,7 +106,9 @@ class Stack:
                     if all(s["state"] == "idle" and not s["queue_length"] for s in states):
                         await engine.wait_idle()
                         return
-                    await watch.queue.get()
+                    frame = await watch.queue.get()
+                    if frame.event == "client_evicted":  # fell behind a busy stack: again
+                        watch = projection.subscribe("tests")
         except TimeoutError:
             raise AssertionError("conversations did not settle") from None
         finally:

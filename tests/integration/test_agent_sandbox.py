@@ -32,8 +32,7 @@ from bridge.config import Settings
 from bridge.runtime.acp.runtime import AcpRuntime
 from bridge.runtime.events import MessageChunk, TurnEnded, TurnEvent
 from bridge.runtime.port import WORKSPACE_CHOICE
-from bridge.runtime.router import Routes
-from bridge.service import _acp_runtime
+from bridge.runtime.router import Routes, acp_routed
 
 REPO = Path(__file__).resolve().parents[2]
 AGENT = f"{sys.executable} -m bridge.devtools.scripted_agent"
@@ -265,7 +264,7 @@ async def test_a_sandboxed_agent_sees_only_the_workspace_its_session_is_in(site:
         bridge_workspaces=f"app={site.work};docs={docs}",
     )
     routes = Routes.of(settings.agent_profiles, settings.workspace_roots)
-    runtime = _acp_runtime(settings, {"PYTHONPATH": str(REPO)}, routes)
+    runtime = acp_routed(settings, routes, {"env": {"PYTHONPATH": str(REPO)}})
     routes_tried = {
         "read": [str(site.work / "app.py"), str(docs / "secret.md")],
         "write": [str(site.work / "new.py"), str(docs / "guide" / "new.md")],

@@ -1,14 +1,18 @@
 """The operator console (`GET /console`) in a real headless Chromium, against the running
 stack with an operator token: the token from the URL fragment, the conversation listed after
 a user message, its row changing live (from `/events`, no reload) when the scripted agent asks
-for an approval, and a click showing the turn's timeline. Plus, without a browser: the shell
-holds no data and the data routes still need the token.
+for an approval, and a click showing the turn's timeline; then the agent processes panel, an
+operator's display name shown as text, and the agent killed mid-turn showing up live as
+faults and a restart. Plus, without a browser: the shell holds no data and the data routes
+still need the token.
 
 Same browser rules as test_demo_browser.py (Debian's chromium, skipped without it unless CI).
 """
 
 from __future__ import annotations
 
+import os
+import signal
 from pathlib import Path
 
 import httpx
@@ -79,6 +83,39 @@ async def test_the_console_shows_conversations_live_and_a_turn_timeline(tmp_path
             assert await page.evaluate("() => Object.keys(sessionStorage)") == [
                 "feishu-bridge-ops-token"
             ]
+
+            # The agent processes, live: the one serving this turn.
+            process = page.locator("#process-rows tr.process")
+            await expect(process).to_have_count(1)
+            await expect(process.locator(".health")).to_have_text("alive")
+            [agent] = stack.demo.service.runtime.running_processes()
+            await expect(process.locator(".pid")).to_have_text(str(agent.pid))
+            await expect(process.locator(".restarts")).to_have_text("0")
+            await expect(page.locator("#no-fault")).to_be_visible()
+
+            # An operator's display name: shown, as text (markup in it stays text).
+            name = "<b>Release</b> room"
+            async with httpx.AsyncClient(trust_env=False, timeout=5.0) as http:
+                named = await http.patch(
+                    f"{stack.ops_url}/sessions/{stack.chat}",
+                    json={"display_name": name},
+                    headers={"Authorization": f"Bearer {TOKEN}"},
+                )
+            assert named.status_code == 200
+            await expect(row.locator(".name")).to_have_text(name)
+            await expect(row.locator("b")).to_have_count(0)
+
+            # The agent killed mid-turn (waiting for the approval): faults and a restart,
+            # pushed to the open page.
+            os.kill(agent.pid, signal.SIGKILL)
+            faults = page.locator("#fault-rows tr.fault")
+            await expect(faults.filter(has_text="agent_exit")).to_have_count(1)
+            await expect(faults.filter(has_text="turn_interrupted")).to_have_count(1)
+            await expect(faults.filter(has_text=name)).not_to_have_count(0)
+            await expect(row.locator(".state")).to_have_text("idle")
+            await expect(process.locator(".health")).to_have_text("alive")
+            await expect(process.locator(".restarts")).to_have_text("1")
+            await page.screenshot(path=str(tmp_path / "console-faults.png"), full_page=True)
         finally:
             await browser.close()
 

@@ -55,7 +55,11 @@ async def test_events_stream_sends_snapshot_then_versioned_changes(stack: Stack)
                 if not sent:
                     await stack.say("hello")
                     sent = True
-                states = [f[1]["snapshot"]["state"] for f in frames[1:]]  # type: ignore[index]
+                states = [
+                    f[1]["snapshot"]["state"]  # type: ignore[index]
+                    for f in frames[1:]
+                    if f[0] == "runtime_state"
+                ]
                 if "idle" in states and len(states) >= 2:
                     break
     assert frames[0][0] == "snapshot"

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from bridge.ops.projection import TERMINAL, Projection
+from bridge.ops.projection import Frame, Projection, Subscription
 
 
 def test_revision_is_monotonic_and_unchanged_snapshots_are_not_republished() -> None:
@@ -19,14 +19,43 @@ def test_each_process_has_its_own_epoch() -> None:
     assert Projection().epoch != Projection().epoch
 
 
-async def test_a_slow_subscriber_loses_the_oldest_frames_and_is_told() -> None:
+def _queued(sub: Subscription) -> list[Frame]:
+    frames = []
+    while not sub.queue.empty():
+        frames.append(sub.queue.get_nowait())
+    return frames
+
+
+async def test_a_subscriber_that_falls_too_far_behind_is_evicted_with_a_terminal_frame() -> None:
     p = Projection(queue_size=2)
-    sub = p.subscribe()
+    sub = p.subscribe("slow")
+    p.open(sub)
     for n in range(5):
         p.publish("chat", {"n": n})
-    assert sub.dropped == 3
-    kept = [sub.queue.get_nowait(), sub.queue.get_nowait()]
-    assert [f["snapshot"]["n"] for f in kept] == [3, 4]  # type: ignore[index]
+    # Not thinned silently: what was queued goes, one terminal frame says why, and the
+    # subscriber is gone (it reconnects with its last id and gets the rest replayed).
+    [evicted] = _queued(sub)
+    assert evicted.event == "client_evicted"
+    assert evicted.id is None  # its last id stays the last frame it read
+    assert evicted.data["reason"] == "queue_full"
+    assert p.subscribers() == []
+    assert p.publish("chat", {"n": 9}) is not None
+    assert sub.queue.empty()  # nothing after its terminal frame
+
+
+async def test_an_evicted_subscriber_reconnecting_with_its_last_id_gets_the_rest() -> None:
+    p = Projection(queue_size=2)
+    sub = p.subscribe()
+    [snap] = p.open(sub)
+    p.publish("chat", {"n": 0})
+    read = await p.next(sub)
+    for n in range(1, 6):
+        p.publish("chat", {"n": n})
+    assert _queued(sub)[-1].event == "client_evicted"
+    again = p.subscribe()
+    missed = p.open(again, read.id)
+    assert [f.data["snapshot"]["n"] for f in missed] == [1, 2, 3, 4, 5]
+    assert snap.id is not None
 
 
 async def test_close_sends_an_explicit_terminal_frame() -> None:
@@ -34,8 +63,125 @@ async def test_close_sends_an_explicit_terminal_frame() -> None:
     sub = p.subscribe()
     p.publish("chat", {"n": 1})
     p.close()
-    assert sub.queue.get_nowait() is TERMINAL
+    [end] = _queued(sub)
+    assert (end.event, end.data) == ("end", {"projection_epoch": p.epoch})
     assert p.publish("chat", {"n": 2}) is not None  # publishing after close reaches nobody
+
+
+async def test_a_frame_published_between_subscribe_and_snapshot_is_neither_lost_nor_doubled() -> (
+    None
+):
+    p = Projection()
+    p.publish("a", {"n": 0})
+    sub = p.subscribe()
+    p.publish("b", {"n": 1})  # between subscribing and the opening snapshot
+    [snap] = p.open(sub)
+    assert snap.event == "snapshot"
+    assert snap.data["conversations"]["b"]["n"] == 1
+    assert snap.id == f"{p.epoch}:2"
+    p.publish("a", {"n": 2})
+    frame = await p.next(sub)  # the queued "b" frame is covered by the snapshot: skipped
+    assert (frame.event, frame.revision, frame.data["conversation"]) == ("runtime_state", 3, "a")
+    assert sub.queue.empty()
+
+
+async def test_every_ring_frame_has_an_id_and_a_replay_is_exactly_the_missed_frames() -> None:
+    p = Projection(ring_size=4)
+    first = p.subscribe()
+    [snap] = p.open(first)
+    last_read = snap.id
+    for n in range(3):
+        p.publish("chat", {"n": n})
+    replay = p.open(p.subscribe(), last_read)
+    assert [f.revision for f in replay] == [1, 2, 3]
+    assert [f.id for f in replay] == [f"{p.epoch}:{r}" for r in (1, 2, 3)]
+    assert all(f.event == "runtime_state" for f in replay)
+    # Up to date: nothing to replay, no snapshot either.
+    assert p.open(p.subscribe(), f"{p.epoch}:3") == []
+
+
+async def test_a_last_event_id_out_of_the_ring_or_of_another_epoch_gets_a_snapshot() -> None:
+    p = Projection(ring_size=2)
+    for n in range(5):
+        p.publish("chat", {"n": n})
+    for stale in (
+        f"{p.epoch}:1",  # its next frames left the ring
+        f"{p.epoch}:99",  # from the future
+        f"{Projection().epoch}:5",  # another run of the bridge: never replayed across it
+        "5",
+        "garbage",
+    ):
+        [frame] = p.open(p.subscribe(), stale)
+        assert frame.event == "snapshot", stale
+    assert [f.revision for f in p.open(p.subscribe(), f"{p.epoch}:3")] == [4, 5]
+
+
+async def test_session_terminal_frames_are_in_the_stream_and_a_death_is_a_fault() -> None:
+    p = Projection(clock=lambda: 50.0)
+    sub = p.subscribe()
+    p.open(sub)
+    p.session_ended("session_closed", "chat", "s-1", "operator")
+    p.session_ended("session_died", "chat", "s-2", "agent_exit")
+    frames = _queued(sub)
+    assert [f.event for f in frames] == ["session_closed", "session_died", "fault"]
+    assert frames[0].data["conversation"] == "chat"
+    assert (frames[0].data["session_id"], frames[0].data["reason"]) == ("s-1", "operator")
+    assert frames[2].data["fault"] == {
+        "at": 50.0,
+        "conversation": "chat",
+        "kind": "session_died",
+        "detail": "agent_exit",
+    }
+    assert len({f.revision for f in frames}) == 3
+
+
+def test_faults_are_read_from_snapshots_and_kept_bounded() -> None:
+    p = Projection(fault_limit=2, clock=lambda: 7.0)
+    p.publish("chat", {"state": "streaming", "turn_id": "t1", "last_terminal": None})
+    p.publish("chat", {"state": "recovering", "turn_id": "t1", "last_terminal": None})
+    ended = {"turn_id": "t1", "outcome": "interrupted", "ending": "agent_exit", "ended_at": 7.0}
+    p.publish("chat", {"state": "idle", "turn_id": None, "last_terminal": ended})
+    fine = {"turn_id": "t2", "outcome": "completed", "ending": "completed", "ended_at": 8.0}
+    p.publish("chat", {"state": "idle", "turn_id": None, "last_terminal": fine})
+    assert [(f["kind"], f["detail"]) for f in p.snapshot()["faults"]] == [
+        ("recovering", "turn t1"),
+        ("turn_interrupted", "turn t1 agent_exit"),
+    ]
+    p.fault("agent_exit", None, "agent pid 9")
+    assert [f["kind"] for f in p.snapshot()["faults"]] == ["turn_interrupted", "agent_exit"]
+
+
+def test_a_process_seen_alive_and_then_gone_is_a_fault_and_its_view_a_frame() -> None:
+    p = Projection()
+    alive = {"agent": "claude", "workspace": "w", "slot": 0, "pid": 10, "alive": True}
+    assert p.processes([alive]) is not None
+    assert p.processes([alive]) is None  # unchanged: not re-published
+    gone = {**alive, "alive": False, "returncode": -9}
+    frame = p.processes([gone])
+    assert frame is not None
+    assert frame["processes"] == [gone]
+    [fault] = p.snapshot()["faults"]
+    assert (fault["kind"], fault["detail"], fault["conversation"]) == (
+        "agent_exit",
+        "claude pid 10 code -9",
+        None,
+    )
+    assert p.snapshot()["processes"] == [gone]
+
+
+def test_a_display_name_shows_in_the_snapshot_and_is_republished() -> None:
+    p = Projection()
+    p.publish("chat", {"state": "idle"})
+    p.set_display_name("chat", "Release <b>room</b>")
+    assert p.get("chat") == {"state": "idle", "display_name": "Release <b>room</b>"}
+    assert p.revision == 2
+    p.publish("chat", {"state": "idle"})  # the engine's snapshot has no name: still kept
+    assert p.revision == 2
+    p.set_display_name("chat", None)
+    assert p.get("chat") == {"state": "idle"}
+    p.set_display_name("later", "named before its first snapshot")
+    p.publish("later", {"state": "idle"})
+    assert p.get("later") == {"state": "idle", "display_name": "named before its first snapshot"}
 
 
 def test_ages_are_derived_when_read_and_quiet_republishing_is_deduplicated() -> None:

@@ -1,13 +1,19 @@
 // The operator console. Live from GET /events, read with fetch() and a streaming body reader
 // (EventSource cannot send the Authorization header the operator API requires); no polling.
-// Every value shown comes from the bridge or the agent and is untrusted: it is put in the
-// page with textContent only, never innerHTML.
+// A reconnect sends the last frame id read (Last-Event-ID): the bridge replays what was
+// missed, or sends a fresh snapshot when it cannot (restarted, or too long ago).
+// Every value shown comes from the bridge, the agent or an operator (display names) and is
+// untrusted: it is put in the page with textContent only, never innerHTML.
 "use strict";
 
 const KEY = "feishu-bridge-ops-token";
 const USER_STATES = new Set(["waiting_approval", "waiting_reply"]);
+const MAX_FAULTS = 50;
 const conversations = new Map(); // key -> snapshot (with revision)
+let processes = [];
+let faults = []; // oldest first
 let epoch = null;
+let lastId = null; // the id of the last frame read, for Last-Event-ID
 let selected = null;
 let stream = null; // AbortController of the current /events read
 
@@ -36,6 +42,11 @@ function headers() {
   const h = { "X-Bridge-Client-Id": "console" };
   if (token) h.Authorization = "Bearer " + token;
   return h;
+}
+
+function utc(seconds) {
+  if (seconds === null || seconds === undefined) return "–";
+  return new Date(seconds * 1000).toISOString().replace("T", " ").slice(0, 19);
 }
 
 function setStatus(text, cls) {
@@ -92,8 +103,11 @@ function render() {
     const move = nextMove(snap);
     const approval = snap.pending_approval;
     const activity = snap.last_activity;
+    const who = el("td", null, "who");
+    if (snap.display_name) who.append(el("span", snap.display_name, "name"));
+    who.append(el("span", key, snap.display_name ? "muted key" : "key"));
     tr.append(
-      el("td", key),
+      who,
       el("td", snap.state, "state"),
       elapsedCell(since, now),
       el("td", move, "next-move next-" + move),
@@ -107,11 +121,41 @@ function render() {
   $("empty").hidden = conversations.size > 0;
 }
 
+function renderProcesses() {
+  const now = Date.now() / 1000;
+  $("process-rows").replaceChildren(...processes.map((p) => {
+    const tr = el("tr", null, "process");
+    const up = p.alive && p.started_at ? utc(p.started_at) + " (" + duration(now - p.started_at) + ")" : "–";
+    tr.append(
+      el("td", p.agent), el("td", p.workspace), el("td", p.slot), el("td", p.pid ?? "–", "pid"),
+      el("td", p.state, "health proc-" + p.state), el("td", up, "up"), el("td", p.restarts ?? 0, "restarts"),
+      el("td", p.sessions ?? 0), el("td", p.running_turns ?? 0),
+    );
+    return tr;
+  }));
+  $("no-process").hidden = processes.length > 0;
+}
+
+function renderFaults() {
+  $("fault-rows").replaceChildren(...faults.slice().reverse().map((f) => {
+    const tr = el("tr", null, "fault");
+    const named = f.conversation && conversations.get(f.conversation);
+    const who = f.conversation ? (named && named.display_name ? named.display_name + " · " : "") + f.conversation : "(process)";
+    tr.append(el("td", utc(f.at)), el("td", who), el("td", f.kind, "kind"), el("td", f.detail || ""));
+    return tr;
+  }));
+  $("no-fault").hidden = faults.length > 0;
+}
+
 function applySnapshot(data) {
   epoch = data.projection_epoch;
   conversations.clear();
   for (const [key, snap] of Object.entries(data.conversations || {})) conversations.set(key, snap);
+  processes = data.processes || [];
+  faults = (data.faults || []).slice(-MAX_FAULTS);
   render();
+  renderProcesses();
+  renderFaults();
 }
 
 function applyFrame(frame) {
@@ -123,16 +167,28 @@ function applyFrame(frame) {
   if (frame.conversation === selected) showTurn(selected);
 }
 
-function onEvent(name, data) {
+function onEvent(name, data, id) {
+  if (name !== "snapshot" && data.projection_epoch !== epoch) return; // another run's
+  if (id) lastId = id;
   if (name === "snapshot") applySnapshot(data);
   else if (name === "runtime_state") applyFrame(data);
-  else if (name === "lagged") reconnect("lagged, resyncing"); // frames were lost: start over
+  else if (name === "runtime_processes") { processes = data.processes || []; renderProcesses(); }
+  else if (name === "fault") { faults = [...faults, data.fault].slice(-MAX_FAULTS); renderFaults(); }
+  else if (name === "session_closed" || name === "session_died") {
+    const snap = conversations.get(data.conversation);
+    if (snap && snap.session_id === data.session_id) { snap.session_id = null; render(); }
+  }
+  // Fell too far behind: the bridge ended this stream; reading on from the last id read
+  // replays what was missed.
+  else if (name === "client_evicted") setStatus("behind, catching up", "");
   else if (name === "end") reconnect("bridge stopped, reconnecting");
 }
 
 // SSE framing: `event: <name>` and `data: <json>` lines, a blank line ends a frame.
 async function readEvents(signal) {
-  const response = await fetch("/events", { headers: headers(), signal, cache: "no-store" });
+  const h = headers();
+  if (lastId) h["Last-Event-ID"] = lastId;
+  const response = await fetch("/events", { headers: h, signal, cache: "no-store" });
   if (response.status === 401) {
     setStatus("wrong or missing token", "error");
     return false;
@@ -150,12 +206,14 @@ async function readEvents(signal) {
       const block = buffer.slice(0, end);
       buffer = buffer.slice(end + 2);
       let name = "message";
+      let id = null;
       const data = [];
       for (const line of block.split("\n")) {
         if (line.startsWith("event:")) name = line.slice(6).trim();
+        else if (line.startsWith("id:")) id = line.slice(3).trim();
         else if (line.startsWith("data:")) data.push(line.slice(5).replace(/^ /, ""));
       }
-      if (data.length) onEvent(name, JSON.parse(data.join("\n")));
+      if (data.length) onEvent(name, JSON.parse(data.join("\n")), id);
     }
   }
 }
@@ -224,4 +282,4 @@ $("auth").addEventListener("submit", (event) => {
 
 takeToken();
 reconnect("connecting");
-setInterval(tick, 1000); // the "in state for" column counts up
+setInterval(() => { tick(); renderProcesses(); }, 1000); // ages count up (no request)

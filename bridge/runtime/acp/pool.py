@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,10 +57,23 @@ class Slot:
     index: int
     process: AgentProcess | None = None
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    starts: int = 0  # processes started in this slot (the first, then restarts)
+    started_at: float | None = None  # when its current process became ready (wall clock)
+    starting: bool = False
 
     @property
     def alive(self) -> bool:
         return self.process is not None and self.process.alive
+
+    @property
+    def state(self) -> str:
+        """For operators: alive, starting, restarting, exited (restarts on demand), or
+        not_started."""
+        if self.alive:
+            return "alive"
+        if self.starting:
+            return "restarting" if self.starts else "starting"
+        return "exited" if self.process is not None else "not_started"
 
 
 @dataclass(frozen=True)
@@ -91,7 +105,9 @@ class AgentPool:
         handler_for: Callable[[int], MethodHandler],
         observer: StreamObserver,
         on_exit: Callable[[AgentProcess], None],
+        on_change: Callable[[], None] | None = None,
     ) -> None:
+        self._on_change = on_change or (lambda: None)
         self.argv = list(argv)
         self.workdir = workdir
         self._env = env
@@ -140,7 +156,15 @@ class AgentPool:
                 return slot.process
             if self.closing:
                 raise RuntimeUnavailable("the agent runtime is shut down")
-            slot.process = await self._start_with_retry(slot.index)
+            slot.starting = True
+            self._on_change()
+            try:
+                slot.process = await self._start_with_retry(slot.index)
+                slot.starts += 1
+                slot.started_at = time.time()
+            finally:
+                slot.starting = False
+                self._on_change()
             return slot.process
 
     def exited(self, process: AgentProcess, session_id: str) -> RuntimeExited:

@@ -22,7 +22,7 @@ import logging
 import os
 import signal
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -108,7 +108,10 @@ class AcpRuntime(SessionSettings, Diagnostics):
         shutdown_timeout: float = 2.0,
         stderr_lines: int = 200,
         sandbox: SandboxPolicy | None = None,
+        on_change: Callable[[], None] | None = None,
     ) -> None:
+        """`on_change`: told (synchronously) when an agent process starts or exits, so the
+        operator view of the processes is pushed, never polled."""
         if not argv:
             raise ValueError("argv must name a program")
         if max_agents < 1:
@@ -137,7 +140,9 @@ class AcpRuntime(SessionSettings, Diagnostics):
             handler_for=lambda generation: build_handler(BridgeClient(self, generation)),
             observer=self._observe,
             on_exit=self._on_process_exit,
+            on_change=on_change,
         )
+        self._on_change = on_change or (lambda: None)
         self._sessions = Sessions(self._pool)
         self._requests = PendingRequests()
         self.unknown_updates = 0
@@ -294,6 +299,7 @@ class AcpRuntime(SessionSettings, Diagnostics):
         task = asyncio.get_running_loop().create_task(self._close_connection(process))
         process.tasks.add(task)
         task.add_done_callback(process.tasks.discard)
+        self._on_change()
 
     @staticmethod
     async def _close_connection(process: AgentProcess) -> None:

@@ -334,6 +334,18 @@ async def test_preferences_are_kept_per_conversation_and_replaced(store: Store) 
     assert await store.preferences("B") == {"mode": "yolo"}
 
 
+async def test_one_preference_is_read_across_conversations(store: Store) -> None:
+    assert await store.preference_everywhere("ops:display_name") == {}
+    await store.set_preference("A", "ops:display_name", "release chat", T0)
+    await store.set_preference("B", "mode", "yolo", T0)
+    await store.set_preference("C", "ops:display_name", "old", T0)
+    await store.set_preference("C", "ops:display_name", "", T0 + 1)  # cleared: kept as ""
+    assert await store.preference_everywhere("ops:display_name") == {
+        "A": "release chat",
+        "C": "",
+    }
+
+
 async def test_sessions_are_listed_newest_activity_first_and_keep_their_title(
     store: Store,
 ) -> None:
