@@ -189,7 +189,7 @@ class Engine:
         for actor in self._conversations:
             actor.close()
         await self._tasks.drain(grace)
-        await self.executor.traces.flush()
+        await self.executor.traces.close()
 
     async def wait_idle(self) -> None:
         """Until every actor has performed what it was given (tests and shutdown)."""

@@ -314,7 +314,6 @@ class EffectExecutor:
                     started = turn.started_at if turn is not None else None
                 if started is not None:
                     self._metrics.turn_seconds.observe(max(0.0, now - started))
-        await self.traces.flush()
 
     async def _start_turn(self, actor: ConversationActor, work: StartTurn) -> None:
         now = self._clock()

@@ -360,6 +360,7 @@ async def test_stop_during_hang_posts_one_stopped_line_and_records_one_outcome(
     turn = await stack.demo.service.store.turn(sent.message_id)
     assert turn is not None
     assert turn.outcome is TurnOutcome.CANCELLED
+    await stack.demo.service.engine.executor.traces.flush()  # timelines are written behind
     trace = await stack.demo.service.store.trace_for(sent.message_id)
     assert [e.kind for e in trace].count("terminal") == 1
     # The agent's own `cancelled` answer is what ended the round.
