@@ -138,12 +138,14 @@ async def measure(
     *,
     wait_replies: bool,
     text: str = "",
+    answer: str = "echo: hello",  # what the scripted agent's answer to `text` carries
     warm: bool = True,
 ) -> dict[str, float]:
     users = [f"ou_bench_{name}_{i}" for i in range(args.chats)]
     chats = [emu.open_chat("p2p", user_open_id=u) for u in users]  # type: ignore[attr-defined]
     if warm:  # agents start, pools warm
-        await _settle(emu, await load(emu, chats, args.chats, args.rate, users), wait_replies)
+        warmed = await load(emu, chats, args.chats, args.rate, users)
+        await _settle(emu, warmed, wait_replies)
     spy = None
     if name == "bridge" and args.profile:
         spy = subprocess.Popen(  # noqa: ASYNC220 - started once, not on a hot path
@@ -167,7 +169,7 @@ async def measure(
     before = cpu_s(process.pid)
     agents_before = sum(cpu_s(p) for p in children(process.pid))
     sent = await load(emu, chats, args.n, args.rate, users, text)
-    await _settle(emu, sent, wait_replies)
+    await _settle(emu, sent, wait_replies, answer)
     used = cpu_s(process.pid) - before
     agents = sum(cpu_s(p) for p in children(process.pid)) - agents_before
     if spy is not None:
@@ -181,22 +183,36 @@ async def measure(
         "ack50": pct(acks, 0.5),
         "ack99": pct(acks, 0.99),
         "acked_once": _once(emu, ids, "/reactions"),
-        "answered_once": _once(emu, ids, "/reply") if wait_replies else float("nan"),
+        "answered_once": _once(emu, ids, "/reply", answer) if wait_replies else float("nan"),
     }
 
 
-def _once(emu: object, ids: set[str], kind: str) -> int:
-    """How many of `ids` got exactly one call of `kind` (a reaction, a reply)."""
+def _once(emu: object, ids: set[str], kind: str, answer: str | None = None) -> int:
+    """How many of `ids` got exactly one call of `kind` (a reaction; a reply carrying the
+    agent's `answer`, when given: a message that waited for its chat also gets a queued line,
+    and a ten-tool turn its progress lines)."""
     calls = emu.calls("/open-apis/im/v1/messages/", method="POST")  # type: ignore[attr-defined]
-    counts = Counter(c.path.split("/")[-2] for c in calls if c.path.endswith(kind))
+    counts = Counter(
+        c.path.split("/")[-2]
+        for c in calls
+        if c.path.endswith(kind) and (answer is None or answer in json.dumps(c.body))
+    )
     return sum(1 for m in ids if counts[m] == 1)
 
 
-async def _settle(emu: object, sent: list[tuple[str, float]], wait_replies: bool) -> None:
+async def _settle(
+    emu: object, sent: list[tuple[str, float]], wait_replies: bool, answer: str = "echo: hello"
+) -> None:
+    """Until every message has its reaction (the relay) or its answer (the bridge)."""
+
     def done() -> bool:
         calls = emu.calls("/open-apis/im/v1/messages/", method="POST")  # type: ignore[attr-defined]
         kind = "/reply" if wait_replies else "/reactions"
-        seen = {c.path.split("/")[-2] for c in calls if c.path.endswith(kind)}
+        seen = {
+            c.path.split("/")[-2]
+            for c in calls
+            if c.path.endswith(kind) and (not wait_replies or answer in json.dumps(c.body))
+        }
         return all(m in seen for m, _ in sent)
 
     await emu.wait_for(done, timeout=300)  # type: ignore[attr-defined]
@@ -255,7 +271,13 @@ async def main(args: argparse.Namespace) -> None:
                 progress = None
                 if not args.simple:
                     progress = await measure(
-                        "progress", bridge, emu, args, wait_replies=True, text=PROGRESS_TURN
+                        "progress",
+                        bridge,
+                        emu,
+                        args,
+                        wait_replies=True,
+                        text=PROGRESS_TURN,
+                        answer="done",
                     )
             finally:
                 bridge.terminate()

@@ -1,8 +1,13 @@
 """Store throughput on this machine: the inbound hot path (claim_event + journal_message).
 
-Run: python bench/store_bench.py [--n 5000]   (a temporary SQLite file; about 5 s)
+Run: python bench/store_bench.py [--n 5000]   (a temporary SQLite file; about 10 s)
 Each "message" is one claim_event and one journal_message, awaited in sequence, as the
 receiver does; a second pass runs 50 conversations concurrently (aiosqlite serialises them).
+
+Then the store's CPU per simple turn (a message, its answer), this process's user + system
+time: the calls the engine makes today (journal, begin_turn, mark_sent, end_turn; the
+timeline written behind, many turns a statement) beside the eight round trips it made before
+(journal, start_turn, running, sent?, mark_sent, finish_turn, done, the turn's timeline).
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bridge.store import MemoryStore, SqliteStore, Store, TurnOutcome
+from bridge.store import MemoryStore, MessageState, SqliteStore, Store, TurnOutcome
 
 
 async def _sequential(store: Store, n: int, tag: str) -> float:
@@ -50,6 +55,41 @@ async def _turn_cycle(store: Store, n: int) -> float:
     return n / (time.perf_counter() - start)
 
 
+async def _simple_turns(store: Store, n: int, tag: str) -> float:
+    """CPU ms per simple turn, the store calls of today's engine."""
+    cpu = time.process_time()
+    timeline = []
+    for i in range(n):
+        mid, key, at = f"om_{tag}_{i}", f"oc_{i % 20}", float(i)
+        await store.journal_message(key, mid, "ou_x", key, "hello", at)
+        await store.begin_turn(mid, key, mid, at)
+        await store.mark_sent(f"{mid}:reply:1", [f"om_r_{tag}_{i}"], at)
+        await store.end_turn(mid, mid, TurnOutcome.COMPLETED, at)
+        timeline += [(mid, kind, "", at) for kind in ("start", "prompt", "reply", "terminal")]
+        if len(timeline) >= 256:  # the trace buffer's FLUSH_AT
+            await store.trace_many(timeline)
+            timeline = []
+    await store.trace_many(timeline)
+    return (time.process_time() - cpu) * 1000 / n
+
+
+async def _simple_turns_before(store: Store, n: int, tag: str) -> float:
+    """CPU ms per simple turn, the store calls the engine made before issue 18."""
+    cpu = time.process_time()
+    for i in range(n):
+        mid, key, at = f"om_{tag}_{i}", f"oc_{i % 20}", float(i)
+        await store.journal_message(key, mid, "ou_x", key, "hello", at)
+        await store.start_turn(mid, key, mid, at)
+        await store.set_message_state(mid, MessageState.RUNNING, at)
+        await store.sent(f"{mid}:reply:1")
+        await store.mark_sent(f"{mid}:reply:1", [f"om_r_{tag}_{i}"], at)
+        await store.finish_turn(mid, TurnOutcome.COMPLETED, at)
+        await store.set_message_state(mid, MessageState.DONE, at)
+        kinds = ("start", "prompt", "reply", "terminal")
+        await store.trace_many([(mid, kind, "", at) for kind in kinds])
+    return (time.process_time() - cpu) * 1000 / n
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--n", type=int, default=5000, help="messages per pass")
@@ -59,6 +99,8 @@ async def main() -> None:
             seq = await _sequential(sqlite, n, "seq")
             conc = await _concurrent(sqlite, n, "conc")
             turns = await _turn_cycle(sqlite, n // 5)
+            before = await _simple_turns_before(sqlite, n // 5, "before")
+            now = await _simple_turns(sqlite, n // 5, "now")
             settings = await sqlite.settings()
     async with MemoryStore() as memory:
         mem = await _sequential(memory, n, "seq")
@@ -66,8 +108,13 @@ async def main() -> None:
     print(f"  claim_event + journal_message, sequential : {seq:8.0f} msg/s")
     print(f"  claim_event + journal_message, 50 tasks   : {conc:8.0f} msg/s")
     print(f"  start_turn + trace + finish_turn          : {turns:8.0f} turns/s")
+    print(f"  CPU per simple turn, 8 round trips (before): {before:7.2f} ms")
+    print(f"  CPU per simple turn, 4 + timeline behind   : {now:7.2f} ms")
     print(f"MemoryStore claim_event + journal_message   : {mem:8.0f} msg/s")
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    from bridge.loops import loop_factory
+
+    with asyncio.Runner(loop_factory=loop_factory("uvloop")) as runner:  # as the bridge runs
+        runner.run(main())
