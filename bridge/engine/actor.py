@@ -111,7 +111,9 @@ class ConversationActor:
             self._queue.append(work)
         self._idle.clear()
         if self._performer is None or self._performer.done():
-            self._performer = self._tasks.spawn(self._run(), name=f"perform:{self.key}")
+            self._performer = self._tasks.spawn(
+                self._run(), name=f"perform:{self.key}", while_draining=True
+            )
 
     # -- performing --------------------------------------------------------------------------
 

@@ -316,6 +316,10 @@ class EffectExecutor:
                     self._metrics.turn_seconds.observe(max(0.0, now - started))
 
     async def _start_turn(self, actor: ConversationActor, work: StartTurn) -> None:
+        if self._runner.shutting_down:
+            # Left queued in the journal: the next start runs it, as if it had just come.
+            log.info("turn %s not started: the bridge is shutting down", work.turn_id)
+            return
         now = self._clock()
         if await self._store.begin_turn(work.turn_id, actor.key, work.turn_id, now):
             self._started[work.turn_id] = now

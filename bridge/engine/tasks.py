@@ -18,10 +18,19 @@ class TaskTracker:
     def __init__(self, name: str) -> None:
         self._name = name
         self._tasks: set[asyncio.Task[Any]] = set()
-        self._closing = False
+        self._draining = False  # drain() has begun: only work that finishes rounds starts
+        self._closing = False  # drain() is over: nothing starts
 
-    def spawn(self, coro: Coroutine[Any, Any, Any], *, name: str) -> asyncio.Task[Any]:
-        if self._closing:
+    @property
+    def draining(self) -> bool:
+        return self._draining
+
+    def spawn(
+        self, coro: Coroutine[Any, Any, Any], *, name: str, while_draining: bool = False
+    ) -> asyncio.Task[Any]:
+        """`while_draining`: the task finishes what running work produced (an actor
+        performing a round's answer) and may start during the shutdown grace."""
+        if self._closing or (self._draining and not while_draining):
             coro.close()
             raise RuntimeError(f"{self._name} is shutting down")
         task = asyncio.get_running_loop().create_task(coro, name=name)
@@ -46,11 +55,15 @@ class TaskTracker:
         return len(self._tasks)
 
     async def drain(self, grace: float) -> None:
-        """Refuse new tasks, wait up to `grace` seconds for running ones, then cancel the rest."""
+        """Refuse new tasks (but those started `while_draining`), wait up to `grace` seconds
+        for the running ones and any they start, then cancel the rest."""
+        self._draining = True
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + grace
+        while self._tasks and (left := deadline - loop.time()) > 0:
+            await asyncio.wait(set(self._tasks), timeout=left)
         self._closing = True
-        if not self._tasks:
-            return
-        _, pending = await asyncio.wait(set(self._tasks), timeout=grace)
+        pending = set(self._tasks)
         for task in pending:
             task.cancel()
         if pending:

@@ -76,6 +76,11 @@ class TurnRunner:
         self._slots = asyncio.Semaphore(max_running_turns)
         self._metrics = metrics
 
+    @property
+    def shutting_down(self) -> bool:
+        """The bridge is stopping: rounds under way may finish, no new one starts."""
+        return self._tasks.draining
+
     def start(self, actor: ConversationActor, work: StartTurn) -> None:
         self._tasks.spawn(self._run(actor, work), name=f"turn:{work.turn_id}")
 

@@ -160,3 +160,25 @@ async def test_a_sessions_activity_is_written_once_a_minute_not_once_a_turn(
     assert len(writes) == 2
     (listed,) = await harness.store.sessions_of(CHAT)
     assert listed.active_at == harness.clock
+
+
+async def test_a_round_ending_in_the_shutdown_grace_is_answered_and_the_queue_waits(
+    harness: Harness,
+) -> None:
+    first = await harness.say("one")
+    turn = await harness.runtime.turn(1)
+    second = await harness.say("two")  # queued behind the running round
+    await harness.idle()
+    draining = asyncio.create_task(harness.engine.drain(5.0))
+    await asyncio.sleep(0)  # the shutdown has begun; the round is still running
+    turn.emit(MessageChunk(turn.session_id, "done"))
+    turn.end()
+    await draining
+
+    assert Call("reply_text", first, "done") in harness.feishu.calls
+    finished, waiting = await harness.store.message(first), await harness.store.message(second)
+    assert finished is not None
+    assert finished.state is MessageState.DONE
+    assert waiting is not None
+    assert waiting.state is MessageState.QUEUED  # it runs after the restart, not now
+    assert [c[0] for c in harness.runtime.calls].count("prompt") == 1
