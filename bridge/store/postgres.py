@@ -256,62 +256,32 @@ class PostgresStore(PostgresConversationChoices, PostgresApprovals, SqlSchedules
     async def start_turn(
         self, turn_id: str, conversation_key: str, message_id: str, now: float
     ) -> bool:
-        return (
-            await self._write(
-                "INSERT INTO turns (turn_id, conversation_key, message_id, started_at) "
-                "VALUES (%s, %s, %s, %s) ON CONFLICT DO NOTHING",
-                (turn_id, conversation_key, message_id, now),
-            )
-            == 1
-        )
+        return await self._write(_START, (turn_id, conversation_key, message_id, now)) == 1
 
     async def finish_turn(self, turn_id: str, outcome: TurnOutcome, now: float) -> bool:
-        # First terminal wins: the WHERE clause makes the check and the set one atomic step.
-        return (
-            await self._write(
-                "UPDATE turns SET outcome = %s, finished_at = %s "
-                "WHERE turn_id = %s AND outcome IS NULL",
-                (TurnOutcome(outcome).value, now, turn_id),
-            )
-            == 1
-        )
-
-    # Two tables in one statement: data-modifying CTEs all run, to completion, atomically.
+        return await self._write(_FINISH, (TurnOutcome(outcome).value, now, turn_id)) == 1
 
     async def begin_turn(
         self, turn_id: str, conversation_key: str, message_id: str, now: float
     ) -> bool:
-        row = await self._one(
-            "WITH started AS ("
-            " INSERT INTO turns (turn_id, conversation_key, message_id, started_at)"
-            " VALUES (%s, %s, %s, %s) ON CONFLICT DO NOTHING RETURNING 1),"
-            f" moved AS ({_STATE_UPDATE} RETURNING 1) "
-            "SELECT count(*) FROM started",
-            (
-                turn_id,
-                conversation_key,
-                message_id,
-                now,
-                *_state_params(message_id, MessageState.RUNNING, now),
-            ),
-        )
-        return row is not None and int(row[0]) == 1
+        params = (turn_id, conversation_key, message_id, now)
+        return await self._with_message(_START, params, message_id, MessageState.RUNNING, now)
 
     async def end_turn(
         self, turn_id: str, message_id: str, outcome: TurnOutcome, now: float
     ) -> bool:
+        params = (TurnOutcome(outcome).value, now, turn_id)
+        return await self._with_message(_FINISH, params, message_id, MessageState.DONE, now)
+
+    async def _with_message(
+        self, sql: str, params: tuple[Any, ...], message_id: str, state: MessageState, now: float
+    ) -> bool:
+        """`sql` on a turn and the message moved to `state`, in one statement (data-modifying
+        CTEs all run, to completion, atomically); whether `sql` changed the turn."""
         row = await self._one(
-            "WITH finished AS ("
-            " UPDATE turns SET outcome = %s, finished_at = %s"
-            " WHERE turn_id = %s AND outcome IS NULL RETURNING 1),"
-            f" moved AS ({_STATE_UPDATE} RETURNING 1) "
-            "SELECT count(*) FROM finished",
-            (
-                TurnOutcome(outcome).value,
-                now,
-                turn_id,
-                *_state_params(message_id, MessageState.DONE, now),
-            ),
+            f"WITH changed AS ({sql} RETURNING 1), moved AS ({_STATE_UPDATE} RETURNING 1) "
+            "SELECT count(*) FROM changed",
+            (*params, *_state_params(message_id, state, now)),
         )
         return row is not None and int(row[0]) == 1
 
@@ -390,6 +360,13 @@ class PostgresStore(PostgresConversationChoices, PostgresApprovals, SqlSchedules
 if TYPE_CHECKING:
     _conforms: type[Store] = PostgresStore
 
+
+_START = (
+    "INSERT INTO turns (turn_id, conversation_key, message_id, started_at) "
+    "VALUES (%s, %s, %s, %s) ON CONFLICT DO NOTHING"
+)
+# First terminal wins: the WHERE clause makes the check and the set one atomic step.
+_FINISH = "UPDATE turns SET outcome = %s, finished_at = %s WHERE turn_id = %s AND outcome IS NULL"
 
 # A message moves to a state only from the states allowed to reach it (none: no row matches).
 _STATE_UPDATE = (

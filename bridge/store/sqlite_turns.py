@@ -12,6 +12,14 @@ from bridge.store.port import MESSAGE_TRANSITIONS, MessageState, Turn, TurnOutco
 from bridge.store.sqlite_schema import TURN_COLUMNS, turn_of
 
 _T = TypeVar("_T")
+RUNNING, DONE = MessageState.RUNNING, MessageState.DONE
+
+_START = (
+    "INSERT INTO turns (turn_id, conversation_key, message_id, started_at) "
+    "VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING"
+)
+# First terminal wins: the WHERE clause makes the check and the set one atomic step.
+_FINISH = "UPDATE turns SET outcome = ?, finished_at = ? WHERE turn_id = ? AND outcome IS NULL"
 
 
 class TurnRecords:
@@ -30,57 +38,36 @@ class TurnRecords:
     async def start_turn(
         self, turn_id: str, conversation_key: str, message_id: str, now: float
     ) -> bool:
-        return (
-            await self._write(
-                "INSERT INTO turns (turn_id, conversation_key, message_id, started_at) "
-                "VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",
-                (turn_id, conversation_key, message_id, now),
-            )
-            == 1
-        )
+        return await self._write(_START, (turn_id, conversation_key, message_id, now)) == 1
 
     async def finish_turn(self, turn_id: str, outcome: TurnOutcome, now: float) -> bool:
-        # First terminal wins: the WHERE clause makes the check and the set one atomic step.
-        return (
-            await self._write(
-                "UPDATE turns SET outcome = ?, finished_at = ? "
-                "WHERE turn_id = ? AND outcome IS NULL",
-                (TurnOutcome(outcome).value, now, turn_id),
-            )
-            == 1
-        )
+        return await self._write(_FINISH, (TurnOutcome(outcome).value, now, turn_id)) == 1
 
     async def begin_turn(
         self, turn_id: str, conversation_key: str, message_id: str, now: float
     ) -> bool:
         running = state_update(message_id, MessageState.RUNNING, now)
-
-        def run(db: sqlite3.Connection) -> bool:
-            started = db.execute(
-                "INSERT INTO turns (turn_id, conversation_key, message_id, started_at) "
-                "VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",
-                (turn_id, conversation_key, message_id, now),
-            ).rowcount
-            if running is not None:
-                db.execute(*running)
-            return started == 1
-
-        return await self._transaction(run)
+        return await self._with_message(
+            _START, (turn_id, conversation_key, message_id, now), running
+        )
 
     async def end_turn(
         self, turn_id: str, message_id: str, outcome: TurnOutcome, now: float
     ) -> bool:
-        done = state_update(message_id, MessageState.DONE, now)
+        params = (TurnOutcome(outcome).value, now, turn_id)
+        return await self._with_message(_FINISH, params, state_update(message_id, DONE, now))
+
+    async def _with_message(
+        self, sql: str, params: tuple[Any, ...], message: tuple[str, tuple[Any, ...]] | None
+    ) -> bool:
+        """`sql` on a turn and the statement moving its message, as one transaction in one
+        hop; whether `sql` changed the turn."""
 
         def run(db: sqlite3.Connection) -> bool:
-            finished = db.execute(
-                "UPDATE turns SET outcome = ?, finished_at = ? "
-                "WHERE turn_id = ? AND outcome IS NULL",
-                (TurnOutcome(outcome).value, now, turn_id),
-            ).rowcount
-            if done is not None:
-                db.execute(*done)
-            return finished == 1
+            changed = db.execute(sql, params).rowcount
+            if message is not None:
+                db.execute(*message)
+            return changed == 1
 
         return await self._transaction(run)
 
