@@ -7,7 +7,6 @@ The names are the public contract documented in docs/configuration.md.
 
 from __future__ import annotations
 
-import re
 import shlex
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -25,6 +24,13 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from bridge.config_cluster import (
+    INSTANCE_ID_HELP,
+    LEASE_HELP,
+    check_instance_id,
+    default_instance_id,
+)
+from bridge.config_commands import parse_named_list, profile_name, split_command
 from bridge.config_schedules import (
     MIN_INTERVAL_HELP,
     SCHEDULES_HELP,
@@ -43,7 +49,6 @@ _DOMAIN_ALIASES = {"feishu": FEISHU_DOMAIN, "lark": LARK_DOMAIN}
 CommaList = Annotated[tuple[str, ...], NoDecode]
 # `name=value;name=value` (BRIDGE_AGENTS, BRIDGE_WORKSPACES): the first is the default.
 NamedList = Annotated[tuple[tuple[str, str], ...], NoDecode]
-_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,31}")
 
 # Settings renamed: the old name is still read (the new one wins), and documented as such.
 OLD_NAMES: dict[str, str] = {"BRIDGE_MAX_CONVERSATIONS": "BRIDGE_MAX_RUNNING_TURNS"}
@@ -96,6 +101,10 @@ class Settings(BaseSettings):
         description="PostgreSQL database of the store instead of the SQLite file, e.g."
         " `postgresql://bridge:<password>@db.internal:5432/bridge` (a secret: it holds the"
         " password); unset: SQLite in BRIDGE_DATA_DIR.",
+    )
+    bridge_lease_seconds: float = Field(default=15.0, gt=0, description=LEASE_HELP)
+    bridge_instance_id: Annotated[str, AfterValidator(check_instance_id)] = Field(
+        default_factory=default_instance_id, description=INSTANCE_ID_HELP
     )
     bridge_locale: Literal["zh_CN", "en_US"] = Field(
         default="zh_CN", description="Language of every text the bridge shows."
@@ -325,7 +334,7 @@ class Settings(BaseSettings):
     @field_validator("bridge_agent_command")
     @classmethod
     def _command(cls, value: str) -> str:
-        _split_command(value)
+        split_command(value)
         return value
 
     @field_validator("bridge_agents", "bridge_workspaces", mode="before")
@@ -336,7 +345,7 @@ class Settings(BaseSettings):
         pairs = parse_named_list(value)
         if info.field_name == "bridge_agents":
             for _, command in pairs:
-                _split_command(command)
+                split_command(command)
         return pairs
 
     @property
@@ -344,7 +353,7 @@ class Settings(BaseSettings):
         """(name, argv) of every agent a chat may use; the first is the default."""
         if self.bridge_agents:
             return tuple((name, shlex.split(command)) for name, command in self.bridge_agents)
-        return ((_profile_name(self.agent_argv), self.agent_argv),)
+        return ((profile_name(self.agent_argv), self.agent_argv),)
 
     @property
     def workspace_roots(self) -> tuple[tuple[str, Path], ...]:
@@ -361,58 +370,3 @@ class Settings(BaseSettings):
     @property
     def db_path(self) -> Path:
         return self.bridge_data_dir / "bridge.sqlite3"
-
-
-_LAUNCHERS = re.compile(r"(python[0-9.]*|node|npx|uvx|bunx|pnpx)")
-_RUNS_AFTER_DASHES = re.compile(r"python[0-9.]*|uv|unshare|env")
-_WRAPPERS = frozenset({"unshare", "env", "nice", "ionice", "stdbuf", "setsid", "firejail"})
-
-
-def _profile_name(argv: list[str]) -> str:
-    """The one agent's name when BRIDGE_AGENTS is unset: its program, or for a launcher
-    (`python -m pkg.agent`, `npx @scope/agent-acp@1.2`) the program it launches."""
-    if _RUNS_AFTER_DASHES.fullmatch(Path(argv[0]).name) and "--" in argv[:-1]:
-        # `python -m some.wrapper … -- agent`, `uv run -- agent`: the agent follows `--`.
-        argv = argv[argv.index("--") + 1 :]
-    while len(argv) > 1 and Path(argv[0]).name in _WRAPPERS:
-        # `unshare -rn agent`, `env A=1 agent`: the agent is what the wrapper runs.
-        argv = argv[1:]
-        while len(argv) > 1 and (argv[0].startswith("-") or "=" in argv[0]):
-            argv = argv[1:]
-    program = Path(argv[0]).name
-    if not _LAUNCHERS.fullmatch(program):
-        return program
-    rest = argv[1:]
-    if "-m" in rest and rest.index("-m") + 1 < len(rest):
-        return rest[rest.index("-m") + 1].rsplit(".", 1)[-1]
-    launched = next((a for a in rest if not a.startswith("-")), "")
-    base = launched.rstrip("/").rsplit("/", 1)[-1].split("@")[0]
-    return Path(base).stem if base.endswith((".py", ".js", ".mjs")) else base or program
-
-
-def _split_command(value: str) -> list[str]:
-    try:
-        parts = shlex.split(value)
-    except ValueError as exc:
-        raise ValueError(f"cannot be split like a shell command line ({exc})") from exc
-    if not parts:
-        raise ValueError("must name a program")
-    return parts
-
-
-def parse_named_list(value: str) -> tuple[tuple[str, str], ...]:
-    """`name=value;name=value` as pairs, in order; names are short words, each once."""
-    pairs: list[tuple[str, str]] = []
-    for item in value.split(";"):
-        if not item.strip():
-            continue
-        name, sep, rest = item.partition("=")
-        name, rest = name.strip(), rest.strip()
-        if not sep or not rest:
-            raise ValueError(f"`{name or item.strip()}` needs `=` and a value (name=value;…)")
-        if not _NAME.fullmatch(name):
-            raise ValueError(f"`{name}` is not a name (letters, digits, `_.-`, up to 32)")
-        if any(name == seen for seen, _ in pairs):
-            raise ValueError(f"`{name}` is named twice")
-        pairs.append((name, rest))
-    return tuple(pairs)

@@ -88,6 +88,7 @@ SECTIONS: list[tuple[str, list[str]]] = [
             "bridge_ack_emoji",
         ],
     ),
+    ("Several instances", ["bridge_lease_seconds", "bridge_instance_id"]),
     (
         "Agent runtime",
         [
@@ -142,10 +143,14 @@ MACHINE_DEFAULTS = {
         "(on Linux `~/.local/share/feishu-presence-bridge`); the store is `bridge.sqlite3` in it"
     ),
     "bridge_workdir": "the folder the bridge was started from",
+    "bridge_instance_id": "the host name and 6 random hex digits, e.g. `web-1-3fa9c2`",
 }
 
 # What an operator needs beyond the one-line description in Settings (hand-written).
 NOTES = {
+    "bridge_lease_seconds": "Several instances sharing one database are being built (issue 12):"
+    " this setting is checked but not used yet.",
+    "bridge_instance_id": "Checked but not used yet (issue 12).",
     "feishu_app_id": "Required.",
     "feishu_app_secret": "Required.",
     "feishu_event_mode": (
@@ -257,6 +262,7 @@ NOTES = {
 
 # Examples for fields that bridge.config_checks.EXAMPLES does not cover.
 MORE_EXAMPLES = {
+    "BRIDGE_INSTANCE_ID": "bridge-1",
     "BRIDGE_DATA_DIR": "/var/lib/feishu-bridge",
     "BRIDGE_LOG_LEVEL": "DEBUG",
     "BRIDGE_ACK_EMOJI": "OnIt",

@@ -20,6 +20,7 @@ from bridge.store.port import (
     TurnOutcome,
     UnknownTurn,
 )
+from bridge.store.port_cluster import InstanceRecord, Lease, UnownedConversation
 from bridge.store.sqlite import SqliteStore
 
 __all__ = [
@@ -27,7 +28,9 @@ __all__ = [
     "MESSAGE_TRANSITIONS",
     "Approval",
     "ApprovalStatus",
+    "InstanceRecord",
     "JournaledMessage",
+    "Lease",
     "MemoryStore",
     "MessageState",
     "Schedule",
@@ -42,4 +45,5 @@ __all__ = [
     "Turn",
     "TurnOutcome",
     "UnknownTurn",
+    "UnownedConversation",
 ]

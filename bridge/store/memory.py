@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from bridge.store.memory_cluster import MemoryCluster
 from bridge.store.memory_schedules import MemorySchedules
 from bridge.store.port import (
     DEFAULT_RETENTION_SECONDS,
@@ -34,7 +35,7 @@ from bridge.store.port import (
 )
 
 
-class MemoryStore(MemorySchedules, AsyncLifecycle):
+class MemoryStore(MemoryCluster, MemorySchedules, AsyncLifecycle):
     def __init__(self, *, retention_seconds: float = DEFAULT_RETENTION_SECONDS) -> None:
         super().__init__()
         self.retention_seconds = retention_seconds

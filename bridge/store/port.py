@@ -27,6 +27,8 @@ from enum import StrEnum
 from types import TracebackType
 from typing import Protocol, Self
 
+from bridge.store.port_cluster import ClusterStore
+
 DEFAULT_RETENTION_SECONDS = 7 * 24 * 3600.0
 
 
@@ -196,7 +198,7 @@ class AsyncLifecycle:
         await self.close()
 
 
-class Store(Protocol):
+class Store(ClusterStore, Protocol):
     """Persistence port of the bridge. All methods need an open store (else `StoreClosed`)."""
 
     # -- lifecycle ---------------------------------------------------------------------------

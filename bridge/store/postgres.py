@@ -43,6 +43,7 @@ from bridge.store.port import (
 from bridge.store.postgres_approvals import PostgresApprovals
 from bridge.store.postgres_choices import PostgresConversationChoices
 from bridge.store.postgres_schema import migrate, schema_version
+from bridge.store.sql_cluster import SqlCluster
 from bridge.store.sql_schedules import SqlSchedules
 from bridge.store.sqlite_schema import (
     MESSAGE_COLUMNS,
@@ -67,10 +68,12 @@ def redact(url: str) -> str:
         return "postgresql://…"
 
 
-class PostgresStore(PostgresConversationChoices, PostgresApprovals, SqlSchedules, AsyncLifecycle):
+class PostgresStore(
+    PostgresConversationChoices, PostgresApprovals, SqlCluster, SqlSchedules, AsyncLifecycle
+):
     """The `Store` on PostgreSQL. Use as `async with PostgresStore(url) as store:`."""
 
-    _MARK = "%s"  # psycopg's parameter mark (SqlSchedules)
+    _MARK = "%s"  # psycopg's parameter mark (SqlCluster, SqlSchedules)
 
     def __init__(
         self,

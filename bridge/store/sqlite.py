@@ -44,6 +44,7 @@ from bridge.store.port import (
     TraceRecord,
     UnknownTurn,
 )
+from bridge.store.sql_cluster import SqlCluster
 from bridge.store.sql_schedules import SqlSchedules
 from bridge.store.sqlite_choices import ConversationChoices
 from bridge.store.sqlite_schema import (
@@ -60,7 +61,7 @@ from bridge.store.sqlite_turns import TurnRecords, state_update
 _T = TypeVar("_T")
 
 
-class SqliteStore(TurnRecords, ConversationChoices, SqlSchedules, AsyncLifecycle):
+class SqliteStore(TurnRecords, ConversationChoices, SqlCluster, SqlSchedules, AsyncLifecycle):
     """The `Store` over one SQLite file. Use as `async with SqliteStore(path) as store:`."""
 
     def __init__(

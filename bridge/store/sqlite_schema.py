@@ -156,6 +156,26 @@ CREATE UNIQUE INDEX schedules_by_config_key ON schedules (config_key) WHERE conf
 CREATE INDEX schedules_by_conversation ON schedules (conversation_key, schedule_id);
 """
 
+# Leases (owner NULL: released; rows are kept so a fence never goes back) and instances.
+_SCHEMA_V7 = """
+CREATE TABLE leases (
+    conversation_key TEXT PRIMARY KEY,
+    owner            TEXT,
+    fence            INTEGER NOT NULL,
+    expires_at       REAL NOT NULL
+);
+CREATE INDEX leases_by_owner ON leases (owner);
+
+CREATE TABLE instances (
+    instance_id  TEXT PRIMARY KEY,
+    epoch        TEXT NOT NULL,
+    started_at   REAL NOT NULL,
+    heartbeat_at REAL NOT NULL,
+    ops_url      TEXT NOT NULL DEFAULT '',
+    info         TEXT NOT NULL DEFAULT '{}'   -- a JSON object
+);
+"""
+
 MIGRATIONS: tuple[str, ...] = (
     _SCHEMA_V1,
     _SCHEMA_V2,
@@ -163,6 +183,7 @@ MIGRATIONS: tuple[str, ...] = (
     _SCHEMA_V4,
     _SCHEMA_V5,
     _SCHEMA_V6,
+    _SCHEMA_V7,
 )
 
 MESSAGE_COLUMNS = (

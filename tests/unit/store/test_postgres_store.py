@@ -134,3 +134,22 @@ def test_the_sqlite_path_never_imports_psycopg() -> None:
         "sys.exit(sorted(m for m in sys.modules if m.startswith('psycopg')) != [])"
     )
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
+
+
+async def test_two_stores_racing_for_one_lease_get_one_winner(pg_url: str) -> None:
+    async with PostgresStore(pg_url, pool_size=4) as a, PostgresStore(pg_url, pool_size=4) as b:
+        for round_, key in enumerate(("A", "B", "C")):
+            now = T0 + round_
+            claims = [(s, f"{name}{n}") for n in range(6) for s, name in ((a, "a"), (b, "b"))]
+            fences = await asyncio.gather(*(s.claim_lease(key, o, now, 15.0) for s, o in claims))
+            assert [f for f in fences if f is not None] == [1]
+        # Takeover of an expired lease, both bridges at once: one winner, fence 2.
+        later = T0 + 100
+        takeovers = await asyncio.gather(
+            *(s.claim_lease("A", f"t{n}", later, 15.0) for n, s in enumerate([a, b] * 6))
+        )
+        assert [f for f in takeovers if f is not None] == [2]
+        lease = await b.lease_of("A", later)
+        assert lease is not None
+        assert lease.fence == 2
+        assert await a.renew_leases(lease.owner, later + 1, 15.0) == ["A"]

@@ -1,0 +1,211 @@
+"""`LeaseKeeper` on the memory store, with a fake clock and a fake sleep: no test waits."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+import pytest
+
+from bridge.cluster import LeaseKeeper, LossReason
+from bridge.store import Lease, MemoryStore
+
+T0 = 1_700_000_000.0
+TTL = 15.0
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = T0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Harness:
+    def __init__(self, store: MemoryStore, *, ticks: int = 0) -> None:
+        self.store = store
+        self.clock = Clock()
+        self.sleeps: list[float] = []
+        self.lost: list[tuple[str, LossReason]] = []
+        self.ticks = ticks  # run() stops at the sleep after this many
+        self.keeper = LeaseKeeper(
+            store,
+            "me",
+            TTL,
+            on_lost=lambda key, reason: self.lost.append((key, reason)),
+            clock=self.clock,
+            sleep=self.sleep,
+        )
+
+    async def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.clock.now += seconds
+        if len(self.sleeps) > self.ticks:
+            self.keeper.stop()
+
+
+@pytest.fixture
+async def store() -> MemoryStore:
+    store = MemoryStore()
+    await store.open()
+    return store
+
+
+async def test_renews_every_third_of_the_lease_time(store: MemoryStore) -> None:
+    h = Harness(store, ticks=3)
+    assert await h.keeper.acquire("A") == 1
+    await h.keeper.run()
+    assert h.sleeps == [5.0, 5.0, 5.0, 5.0]  # three renewals, stopped at the fourth sleep
+    # The last renewal, 15 s in, pushed the expiry to 30 s: alive past the first expiry.
+    assert await store.lease_of("A", T0 + 20) == Lease("me", 1, T0 + 30)
+    assert h.keeper.owns("A")
+    assert h.lost == []
+
+
+async def test_owns_only_until_the_confirmed_expiry(store: MemoryStore) -> None:
+    h = Harness(store)
+    assert not h.keeper.owns("A")
+    assert await h.keeper.acquire("A") == 1
+    assert h.keeper.owns("A")
+    assert h.keeper.fence("A") == 1
+    h.clock.now = T0 + TTL  # no renewal came through: maybe someone else's by now
+    assert not h.keeper.owns("A")
+    assert await h.keeper.acquire("A") == 1  # nobody took it: the same holding, renewed
+    assert h.keeper.owns("A")
+
+
+async def test_another_instance_cannot_acquire_a_held_lease(store: MemoryStore) -> None:
+    me, other = Harness(store), Harness(store)
+    other.keeper = LeaseKeeper(store, "other", TTL, clock=other.clock)
+    assert await me.keeper.acquire("A") == 1
+    assert await other.keeper.acquire("A") is None
+    assert not other.keeper.owns("A")
+
+
+async def test_a_lease_taken_over_after_expiry_is_reported_lost_once(store: MemoryStore) -> None:
+    h = Harness(store)
+    assert await h.keeper.acquire("A") == 1
+    assert await h.keeper.acquire("B") == 1
+    # This instance stalls past the expiry; another takes A over.
+    h.clock.now = T0 + TTL + 1
+    assert await store.claim_lease("A", "other", h.clock.now, TTL) == 2
+    assert await h.keeper.renew() == ["A"]
+    assert h.lost == [("A", "taken")]
+    assert h.keeper.held() == ["B"]
+    assert h.keeper.owns("B")
+    assert not h.keeper.owns("A")
+    assert await h.keeper.renew() == []
+    assert h.lost == [("A", "taken")]
+    assert await store.lease_of("A", h.clock.now) == Lease("other", 2, T0 + 2 * TTL + 1)
+
+
+async def test_a_failed_acquire_of_a_lease_held_before_reports_it_lost(store: MemoryStore) -> None:
+    h = Harness(store)
+    assert await h.keeper.acquire("A") == 1
+    h.clock.now = T0 + TTL
+    assert await store.claim_lease("A", "other", h.clock.now, TTL) == 2
+    assert await h.keeper.acquire("A") is None
+    assert h.lost == [("A", "taken")]
+
+
+async def test_close_releases_every_lease_for_an_immediate_takeover(store: MemoryStore) -> None:
+    h = Harness(store)
+    for key in ("A", "B"):
+        assert await h.keeper.acquire(key) == 1
+    await h.keeper.close()
+    assert h.keeper.held() == []
+    assert await store.lease_of("A", T0) is None
+    assert await store.claim_lease("A", "other", T0, TTL) == 2  # before the old expiry
+    assert h.lost == []
+
+
+async def test_release_some(store: MemoryStore) -> None:
+    h = Harness(store)
+    for key in ("A", "B"):
+        assert await h.keeper.acquire(key) == 1
+    await h.keeper.release(["A", "never-held"])
+    assert h.keeper.held() == ["B"]
+    assert await store.lease_of("A", T0) is None
+    assert await store.lease_of("B", T0) == Lease("me", 1, T0 + TTL)
+
+
+class FlakyStore(MemoryStore):
+    def __init__(self) -> None:
+        super().__init__()
+        self.down = False
+        self.released: list[list[str] | None] = []
+
+    async def renew_leases(self, owner: str, now: float, ttl: float) -> list[str]:
+        if self.down:
+            raise ConnectionError("database unreachable")
+        return await super().renew_leases(owner, now, ttl)
+
+    async def release_leases(self, owner: str, keys: Sequence[str] | None = None) -> int:
+        self.released.append(None if keys is None else list(keys))
+        return await super().release_leases(owner, keys)
+
+
+async def test_renewals_failing_past_the_expiry_lose_the_lease_then_release_it() -> None:
+    store = FlakyStore()
+    await store.open()
+    h = Harness(store, ticks=4)
+    assert await h.keeper.acquire("A") == 1
+    store.down = True
+    await h.keeper.run()  # renewals at +5, +10 fail; at +15 the lease expired; +20 fails
+    assert h.lost == [("A", "expired")]
+    assert not h.keeper.owns("A")
+    # The database is back and nobody took A: the store still says it is ours, so the
+    # keeper releases it there (the takeover path picks its work up, here or elsewhere).
+    store.down = False
+    assert await h.keeper.renew() == []
+    assert store.released == [["A"]]
+    assert await store.lease_of("A", h.clock.now) is None
+
+
+async def test_start_releases_leases_an_earlier_process_left(store: MemoryStore) -> None:
+    assert await store.claim_lease("A", "me", T0, TTL) == 1
+    h = Harness(store)
+    await h.keeper.start()
+    assert await store.lease_of("A", T0) is None
+    assert await h.keeper.acquire("A") == 2  # a new holding: the fence says so
+
+
+async def test_a_claim_landing_before_a_renewal_is_not_released_as_a_stray() -> None:
+    store = FlakyStore()
+    await store.open()
+    h = Harness(store)
+    gate = asyncio.Event()
+    claim = store.claim_lease
+
+    async def slow_claim(key: str, owner: str, now: float, ttl: float) -> int | None:
+        fence = await claim(key, owner, now, ttl)  # in the store before the renewal runs
+        await gate.wait()
+        return fence
+
+    store.claim_lease = slow_claim  # type: ignore[method-assign]
+    acquiring = asyncio.create_task(h.keeper.acquire("A"))
+    await asyncio.sleep(0)
+    assert await h.keeper.renew() == []  # finds A in the store, not yet in the keeper
+    gate.set()
+    assert await acquiring == 1
+    assert store.released == []
+    assert h.lost == []
+    assert h.keeper.owns("A")
+    assert await store.lease_of("A", T0) == Lease("me", 1, T0 + TTL)
+
+
+def test_the_lease_time_must_be_positive(store: MemoryStore) -> None:
+    with pytest.raises(ValueError, match="positive"):
+        LeaseKeeper(store, "me", 0)
+
+
+async def test_a_failing_callback_does_not_stop_the_keeper(store: MemoryStore) -> None:
+    def explode(key: str, reason: LossReason) -> None:
+        raise RuntimeError("bug in the engine")
+
+    keeper = LeaseKeeper(store, "me", TTL, on_lost=explode, clock=lambda: T0)
+    assert await keeper.acquire("A") == 1
+    assert await store.release_leases("me") == 1
+    assert await store.claim_lease("A", "other", T0, TTL) == 2
+    assert await keeper.renew() == ["A"]
