@@ -87,6 +87,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     import httpx
 
     t = _translator_for_env()
+    if args.all:
+        return _status_all()
     url = args.url or default_status_url()
     headers = {"X-Bridge-Client-Id": STATUS_CLIENT_ID}
     token = os.environ.get("BRIDGE_OPS_TOKEN", "").strip()
@@ -104,6 +106,17 @@ def cmd_status(args: argparse.Namespace) -> int:
         return 1
     print(json.dumps(body, ensure_ascii=False, indent=2))
     return 0 if response.status_code == 200 else 1
+
+
+def _status_all() -> int:
+    from bridge.ops.cluster_view import instances_view
+
+    settings = settings_for_run(sys.stderr)
+    if settings is None:
+        return EXIT_CONFIG
+    view = asyncio.run(instances_view(settings))
+    print(json.dumps(view, ensure_ascii=False, indent=2))
+    return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -126,6 +139,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--url",
         default=None,
         help="the operator API (default: http://BRIDGE_OPS_HOST:BRIDGE_OPS_PORT, 127.0.0.1:8081)",
+    )
+    status.add_argument(
+        "--all",
+        action="store_true",
+        help="every instance on this bridge's database (BRIDGE_DATABASE_URL), from the database",
     )
     return parser
 

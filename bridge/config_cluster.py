@@ -8,9 +8,10 @@ import secrets
 import socket
 
 LEASE_HELP = (
-    "How long an instance's hold on a conversation lasts without renewal (renewed every"
-    " third of it). After an instance dies, others take its conversations over within about"
-    " this long. Only matters with several instances on one BRIDGE_DATABASE_URL."
+    "How long an instance counts as alive without a heartbeat: each instance writes one to"
+    " the store every third of it, and `feishu-bridge status --all` lists every instance on"
+    " one database with whether it is alive. Instances do not share conversations yet: run"
+    " one instance per Feishu app."
 )
 INSTANCE_ID_HELP = (
     "This instance's name among several on one database (letters, digits, `_.:-`, up to 64);"

@@ -34,6 +34,7 @@ from bridge.i18n import Translator
 from bridge.listener import Listener
 from bridge.logs import configure_logging
 from bridge.ops.access import ops_middlewares
+from bridge.ops.housekeeping import Housekeeping, reachable_url
 from bridge.ops.metrics import Metrics
 from bridge.ops.processes import ProcessWatch
 from bridge.ops.projection import Projection
@@ -96,14 +97,13 @@ class BridgeService:
     feishu_listener: Listener
     ops_listener: Listener
     sessions: SessionDirectory
+    housekeeping: Housekeeping
     longconn: LongConnection | None = None
     bot: BotIdentity = field(default_factory=BotIdentity)
     drain_seconds: float = 10.0
     identity_retry_seconds: float = 30.0
-    prune_every_seconds: float = 3600.0
     _identity_retry: asyncio.Task[None] | None = None
     _warmup: asyncio.Task[None] | None = None
-    _pruner: asyncio.Task[None] | None = None
 
     @property
     def port(self) -> int:
@@ -127,9 +127,8 @@ class BridgeService:
         await self._identify()
         await self.engine.recover(before=self.readiness.started_at)
         await self.engine.start_schedules()  # one that came due while down runs once
-        # Retention: journaled prompts, seen events and finished turns older than 7 days go.
-        await self._prune()
-        self._pruner = asyncio.create_task(self._prune_forever())
+        self.housekeeping.ops_url = reachable_url(self.settings.bridge_ops_host, self.ops_port)
+        await self.housekeeping.start()  # pruning, and the heartbeat `status --all` reads
         if self.longconn is not None:
             self.longconn.start()
         self.readiness.ready = True
@@ -166,26 +165,13 @@ class BridgeService:
         log.info("bot identity: %s (%s)", info.app_name, info.open_id)
         return True
 
-    async def _prune(self) -> None:
-        try:
-            removed = await self.store.prune(self.clock())
-        except Exception:
-            log.exception("pruning the store failed")
-            return
-        if removed:
-            log.info("pruned %d old records from the store", removed)
-
-    async def _prune_forever(self) -> None:
-        while True:
-            await asyncio.sleep(self.prune_every_seconds)
-            await self._prune()
-
     async def stop(self) -> None:
         self.readiness.ready = False
-        for task in (self._identity_retry, self._pruner, self._warmup):
+        for task in (self._identity_retry, self._warmup):
             if task is not None:
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)
+        await self.housekeeping.stop()
         if self.longconn is not None:
             await self.longconn.stop()
         await self.engine.drain(self.drain_seconds)
@@ -241,7 +227,7 @@ def build_service(
     if problems:
         raise UnsafeConfiguration(problems)
     translator = Translator(settings.bridge_locale)
-    projection = Projection(clock=clock)
+    projection = Projection(clock=clock, instance_id=settings.bridge_instance_id)
     store = _store(settings)
     if feishu is None:
         feishu = FeishuClient(
@@ -333,6 +319,15 @@ def build_service(
         longconn=readiness.longconn,
         bot=bot,
         sessions=sessions,
+        housekeeping=Housekeeping(
+            store,
+            clock,
+            instance_id=projection.instance_id,
+            epoch=projection.epoch,
+            ops_url="",  # known once the operator listener has its port (start)
+            facts=partial(_facts, engine),
+            beat_every=settings.bridge_lease_seconds / 3,
+        ),
     )
 
 
@@ -364,6 +359,13 @@ def _feishu_app(
         )
     app.add_routes(health_routes(readiness.healthy))
     return app
+
+
+def _facts(engine: Engine) -> dict[str, Any]:
+    """What this instance's heartbeat tells the others (counts, never any text)."""
+    actors = list(engine.conversations.values())
+    running = sum(1 for actor in actors if actor.conv.turn is not None)
+    return {"conversations": len(actors), "running": running}
 
 
 def _status(

@@ -60,6 +60,7 @@ class Subscription:
 @dataclass
 class Projection:
     epoch: str = field(default_factory=lambda: uuid.uuid4().hex)
+    instance_id: str = ""  # BRIDGE_INSTANCE_ID: which of several instances this view is of
     queue_size: int = 256
     ring_size: int = 1024
     fault_limit: int = 50
@@ -179,6 +180,7 @@ class Projection:
     def snapshot(self) -> dict[str, Any]:
         now = self.clock()
         return {
+            "instance_id": self.instance_id,
             "projection_epoch": self.epoch,
             "revision": self.revision,
             "conversations": {

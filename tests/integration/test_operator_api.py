@@ -12,6 +12,7 @@ import httpx
 import pytest
 
 from bridge.app import main
+from bridge.ops.cluster_view import instances_view
 from bridge.service import UnsafeConfiguration
 from bridge.store.port import MessageState
 from tests.integration.stack import Stack, running_stack
@@ -210,3 +211,25 @@ async def test_the_bridge_refuses_an_operator_api_off_loopback_without_a_token(
         async with running_stack(tmp_path / "bridge", settings={"bridge_ops_host": "0.0.0.0"}):
             pass
     assert [p.variable for p in refused.value.problems] == ["BRIDGE_OPS_TOKEN"]
+
+
+async def test_each_instance_says_who_it_is_and_all_of_them_are_read_from_the_database(
+    tmp_path: Path,
+) -> None:
+    settings = {"bridge_instance_id": "bridge-a", "bridge_lease_seconds": 30.0}
+    async with running_stack(tmp_path / "bridge", settings=settings) as stack:
+        service = stack.demo.service
+        async with httpx.AsyncClient(trust_env=False) as http:
+            states = (await http.get(f"{stack.ops_url}/runtime-states")).json()
+        assert states["instance_id"] == "bridge-a"
+        assert states["projection_epoch"] == service.projection.epoch
+        # A second instance on the same database, its last heartbeat long ago.
+        await service.store.heartbeat("bridge-b", "e-b", service.clock() - 100, "", {})
+        view = await instances_view(service.settings, now=service.clock())
+    listed = {i["instance_id"]: i for i in view["instances"]}
+    assert set(listed) == {"bridge-a", "bridge-b"}
+    assert listed["bridge-a"]["epoch"] == service.projection.epoch
+    assert listed["bridge-a"]["alive"] is True
+    assert listed["bridge-a"]["ops_url"] == f"http://127.0.0.1:{service.ops_port}"
+    assert listed["bridge-a"]["conversations"] == 0
+    assert listed["bridge-b"]["alive"] is False  # silent for longer than a lease

@@ -1,0 +1,35 @@
+"""`feishu-bridge status --all`: every instance that shares this bridge's store, read from
+the database (the heartbeats of bridge/ops/housekeeping.py), not from one instance's API."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from bridge.config import Settings
+
+
+async def instances_view(settings: Settings, now: float | None = None) -> dict[str, Any]:
+    """Each instance with its epoch, when it started, how long since its last heartbeat,
+    whether it counts as alive (a heartbeat within BRIDGE_LEASE_SECONDS), where its operator
+    API answers, and its counts."""
+    from bridge.service import _store  # the store the bridge itself would open
+
+    now = time.time() if now is None else now
+    ttl = settings.bridge_lease_seconds
+    async with _store(settings) as store:
+        records = await store.instances(now)
+    return {
+        "instances": [
+            {
+                "instance_id": r.instance_id,
+                "epoch": r.epoch,
+                "started_at": r.started_at,
+                "heartbeat_age_seconds": round(r.age, 3),
+                "alive": r.age <= ttl,
+                "ops_url": r.ops_url,
+                **r.info,
+            }
+            for r in records
+        ]
+    }
