@@ -41,8 +41,8 @@ from bridge.store.port import (
     UnknownTurn,
 )
 from bridge.store.postgres_approvals import PostgresApprovals
-from bridge.store.postgres_choices import PostgresConversationChoices
 from bridge.store.postgres_schema import migrate, schema_version
+from bridge.store.sql_choices import ConversationChoices
 from bridge.store.sql_cluster import SqlCluster
 from bridge.store.sql_schedules import SqlSchedules
 from bridge.store.sqlite_schema import (
@@ -69,11 +69,12 @@ def redact(url: str) -> str:
 
 
 class PostgresStore(
-    PostgresConversationChoices, PostgresApprovals, SqlCluster, SqlSchedules, AsyncLifecycle
+    ConversationChoices, PostgresApprovals, SqlCluster, SqlSchedules, AsyncLifecycle
 ):
     """The `Store` on PostgreSQL. Use as `async with PostgresStore(url) as store:`."""
 
-    _MARK = "%s"  # psycopg's parameter mark (SqlCluster, SqlSchedules)
+    _MARK = "%s"  # psycopg's parameter mark (the SQL mixins: sql_base.py)
+    _GREATEST = "GREATEST"  # ConversationChoices
 
     def __init__(
         self,

@@ -12,10 +12,11 @@ equals an owner, so a claim after a release grows it too).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from bridge.store.port_cluster import InstanceRecord, Lease, UnownedConversation
+from bridge.store.sql_base import SqlStatements
 
 _CLAIM = (
     "INSERT INTO leases (conversation_key, owner, fence, expires_at) VALUES (?, ?, 1, ?)"
@@ -54,18 +55,7 @@ def _info_of(text: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-class SqlCluster:
-    _MARK = "?"  # the driver's parameter mark: "?" for sqlite3, "%s" for psycopg
-
-    async def _write(self, sql: str, params: Iterable[Any] = ()) -> int:
-        raise NotImplementedError  # pragma: no cover - the store's
-
-    async def _all(self, sql: str, params: Iterable[Any] = ()) -> list[Any]:
-        raise NotImplementedError  # pragma: no cover - the store's
-
-    def _sql(self, sql: str) -> str:
-        return sql.replace("?", self._MARK)
-
+class SqlCluster(SqlStatements):
     # -- leases ------------------------------------------------------------------------------
 
     async def claim_lease(

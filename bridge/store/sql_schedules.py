@@ -4,10 +4,11 @@ mixin serves both (`_MARK`). Each method is one statement, like the rest of the 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from bridge.store.port import Schedule, ScheduleKind
+from bridge.store.sql_base import SqlStatements
 
 _COLUMNS = (
     "schedule_id, conversation_key, chat_id, creator_open_id, kind, every_seconds, prompt,"
@@ -39,18 +40,7 @@ def schedule_of(row: Sequence[Any]) -> Schedule:
     )
 
 
-class SqlSchedules:
-    _MARK = "?"  # the driver's parameter mark: "?" for sqlite3, "%s" for psycopg
-
-    async def _write(self, sql: str, params: Iterable[Any] = ()) -> int:
-        raise NotImplementedError  # pragma: no cover - the store's
-
-    async def _all(self, sql: str, params: Iterable[Any] = ()) -> list[Any]:
-        raise NotImplementedError  # pragma: no cover - the store's
-
-    def _sql(self, sql: str) -> str:
-        return sql.replace("?", self._MARK)
-
+class SqlSchedules(SqlStatements):
     async def add_schedule(
         self,
         conversation_key: str,

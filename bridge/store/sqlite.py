@@ -44,9 +44,9 @@ from bridge.store.port import (
     TraceRecord,
     UnknownTurn,
 )
+from bridge.store.sql_choices import ConversationChoices
 from bridge.store.sql_cluster import SqlCluster
 from bridge.store.sql_schedules import SqlSchedules
-from bridge.store.sqlite_choices import ConversationChoices
 from bridge.store.sqlite_schema import (
     APPROVAL_COLUMNS,
     MESSAGE_COLUMNS,
