@@ -190,7 +190,7 @@ def _secret(value: SecretStr | None) -> str | None:
     return value.get_secret_value() if value is not None else None
 
 
-def _store(settings: Settings) -> Store:
+def store_for(settings: Settings) -> Store:
     """PostgreSQL when BRIDGE_DATABASE_URL is set (psycopg is imported only then), else the
     SQLite file in the data folder."""
     url = _secret(settings.bridge_database_url)
@@ -228,7 +228,7 @@ def build_service(
         raise UnsafeConfiguration(problems)
     translator = Translator(settings.bridge_locale)
     projection = Projection(clock=clock, instance_id=settings.bridge_instance_id)
-    store = _store(settings)
+    store = store_for(settings)
     if feishu is None:
         feishu = FeishuClient(
             settings.feishu_app_id or "",

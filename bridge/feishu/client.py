@@ -33,7 +33,7 @@ from bridge.feishu.errors import (
     TransportError,
     check_response,
 )
-from bridge.feishu.http import CookielessClient
+from bridge.feishu.http import FeishuHttp
 from bridge.feishu.resources import ResourceCalls
 from bridge.feishu.split import (
     DEFAULT_MAX_BYTES,
@@ -126,7 +126,7 @@ class FeishuClient(CardKitCalls, ResourceCalls):
     ) -> None:
         self._domain = domain.rstrip("/")
         self._owns_http = http is None
-        self._http = http or CookielessClient(base_url=self._domain, timeout=timeout)
+        self._http = http or FeishuHttp(base_url=self._domain, timeout=timeout)
         self._retry = retry or RetryPolicy()
         self._sleep = sleep
         self._breaker = breaker or CircuitBreaker(now=clock)

@@ -14,7 +14,7 @@ import httpx
 
 # Connections kept open to Feishu, and the most calls in flight at once. Feishu answers in
 # tens of milliseconds, so 16 carry several hundred calls a second; more calls wait in
-# `CookielessClient.send`, where waiting costs nothing.
+# `FeishuHttp.send`, where waiting costs nothing.
 MAX_CONNECTIONS = 16
 FRESH_SECONDS = 1.0  # see `_ReadinessStream`
 
@@ -24,7 +24,7 @@ class _NoCookies(httpx.Cookies):
         return None
 
 
-class CookielessClient(httpx.AsyncClient):
+class FeishuHttp(httpx.AsyncClient):
     """- No cookies: Feishu's Open API sets none the bridge needs, yet httpx parses every
       response's cookies through urllib's cookie machinery (about 6% of the bridge's CPU per
       message in a profile).

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from bridge.feishu import http
-from bridge.feishu.http import CookielessClient
+from bridge.feishu.http import FeishuHttp
 from bridge.loops import loop_factory
 
 OK = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Type: text/plain\r\n\r\nok"
@@ -70,9 +70,7 @@ async def server() -> AsyncIterator[Server]:
 async def test_calls_beyond_the_connections_wait_their_turn_and_all_succeed(
     server: Server,
 ) -> None:
-    async with CookielessClient(
-        base_url=f"http://127.0.0.1:{server.port}", max_connections=4
-    ) as client:
+    async with FeishuHttp(base_url=f"http://127.0.0.1:{server.port}", max_connections=4) as client:
         calls = [asyncio.create_task(client.get("/x")) for _ in range(40)]
         await server.four_busy.wait()  # four reached the server; the rest must be waiting
         for _ in range(20):
@@ -90,9 +88,7 @@ async def test_an_idle_connection_the_server_closed_is_not_used_again(
 ) -> None:
     monkeypatch.setattr(http, "FRESH_SECONDS", 0.0)  # check every idle connection
     server.hold.set()
-    async with CookielessClient(
-        base_url=f"http://127.0.0.1:{server.port}", max_connections=2
-    ) as client:
+    async with FeishuHttp(base_url=f"http://127.0.0.1:{server.port}", max_connections=2) as client:
         server.close_after_next = True
         assert (await client.get("/first")).text == "ok"
         await server.closed.wait()
@@ -107,7 +103,7 @@ async def test_a_connection_that_just_carried_a_call_is_not_polled(
     real = http.readable
     monkeypatch.setattr(http, "readable", lambda sock: polled.append(sock) or real(sock))
     server.hold.set()
-    async with CookielessClient(base_url=f"http://127.0.0.1:{server.port}") as client:
+    async with FeishuHttp(base_url=f"http://127.0.0.1:{server.port}") as client:
         for _ in range(5):
             assert (await client.get("/x")).text == "ok"
         assert polled == []  # within FRESH_SECONDS of its last call

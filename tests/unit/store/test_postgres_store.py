@@ -13,7 +13,7 @@ from pydantic import SecretStr, ValidationError
 
 from bridge.config import Settings
 from bridge.config_checks import load_settings
-from bridge.service import _store, _url_secrets
+from bridge.service import _url_secrets, store_for
 from bridge.store import ApprovalStatus, SchemaTooNew, SqliteStore, StoreClosed, TurnOutcome
 from bridge.store.postgres import PostgresStore, redact
 from bridge.store.postgres_schema import MIGRATIONS
@@ -116,8 +116,8 @@ def test_database_url_setting_is_a_validated_secret(monkeypatch: pytest.MonkeyPa
     assert isinstance(settings.bridge_database_url, SecretStr)
     assert settings.bridge_database_url.get_secret_value() == url
     assert "s3cret-pw" not in repr(settings)
-    assert isinstance(_store(settings), PostgresStore)
-    assert isinstance(_store(Settings()), SqliteStore)  # the default
+    assert isinstance(store_for(settings), PostgresStore)
+    assert isinstance(store_for(Settings()), SqliteStore)  # the default
     assert "s3cret-pw" in _url_secrets(settings.bridge_database_url)  # masked in the logs
     assert Settings(bridge_database_url="  ").bridge_database_url is None  # type: ignore[arg-type]
     with pytest.raises(ValidationError):
