@@ -26,6 +26,7 @@ from bridge.config import Settings
 from bridge.config_checks import ConfigProblem, describe_access, exposure_problems
 from bridge.core import Options, PresenceStyle, Timings
 from bridge.engine.engine import Engine, EngineConfig
+from bridge.engine.ownership import Ownership
 from bridge.engine.schedules import ScheduleSettings
 from bridge.feishu.api import FeishuApi
 from bridge.feishu.client import FeishuClient
@@ -34,6 +35,7 @@ from bridge.i18n import Translator
 from bridge.listener import Listener
 from bridge.logs import configure_logging
 from bridge.ops.access import ops_middlewares
+from bridge.ops.cluster_routes import cluster_routes
 from bridge.ops.housekeeping import Housekeeping, reachable_url
 from bridge.ops.metrics import Metrics
 from bridge.ops.processes import ProcessWatch
@@ -46,7 +48,7 @@ from bridge.runtime.deferred import DeferredRuntime
 from bridge.runtime.port import AgentRuntime
 from bridge.runtime.router import Routes, acp_routed
 from bridge.store.port import Store
-from bridge.store.sqlite import SqliteStore
+from bridge.stores import ownership_for, secret, store_for
 
 log = logging.getLogger(__name__)
 
@@ -99,6 +101,7 @@ class BridgeService:
     sessions: SessionDirectory
     housekeeping: Housekeeping
     longconn: LongConnection | None = None
+    ownership: Ownership | None = None  # several instances on PostgreSQL
     bot: BotIdentity = field(default_factory=BotIdentity)
     drain_seconds: float = 10.0
     identity_retry_seconds: float = 30.0
@@ -120,12 +123,17 @@ class BridgeService:
         log.info("%s", describe_access(self.settings))
         await self.store.open()
         await self.sessions.load()  # the operator's display names, into the snapshots
+        if self.ownership is not None:
+            await self.ownership.prepare()  # an earlier process's leases go before any claim
         # The listeners first (healthz says "starting" meanwhile), so a slow Feishu at
         # start-up does not look like a dead process to the orchestrator.
         await self.feishu_listener.start()
         await self.ops_listener.start()
         await self._identify()
-        await self.engine.recover(before=self.readiness.started_at)
+        if self.ownership is None:
+            await self.engine.recover(before=self.readiness.started_at)
+        else:  # only what no live instance runs: claimed, then recovered the same way
+            await self.ownership.start()
         await self.engine.start_schedules()  # one that came due while down runs once
         self.housekeeping.ops_url = reachable_url(self.settings.bridge_ops_host, self.ops_port)
         await self.housekeeping.start()  # pruning, and the heartbeat `status --all` reads
@@ -174,7 +182,11 @@ class BridgeService:
         await self.housekeeping.stop()
         if self.longconn is not None:
             await self.longconn.stop()
+        if self.ownership is not None:
+            await self.ownership.stop()  # nothing more is claimed or fed here
         await self.engine.drain(self.drain_seconds)
+        if self.ownership is not None:
+            await self.ownership.release()  # the leases go back: the others take over
         self.projection.close()
         await self.feishu_listener.stop()
         await self.ops_listener.stop()
@@ -184,21 +196,6 @@ class BridgeService:
 
 
 _DEAD_CONNECTION = frozenset({ConnectionState.FAILED, ConnectionState.STOPPED})
-
-
-def _secret(value: SecretStr | None) -> str | None:
-    return value.get_secret_value() if value is not None else None
-
-
-def store_for(settings: Settings) -> Store:
-    """PostgreSQL when BRIDGE_DATABASE_URL is set (psycopg is imported only then), else the
-    SQLite file in the data folder."""
-    url = _secret(settings.bridge_database_url)
-    if url is None:
-        return SqliteStore(settings.db_path)
-    from bridge.store.postgres import PostgresStore
-
-    return PostgresStore(url)
 
 
 def _url_secrets(url: SecretStr | None) -> list[str]:
@@ -232,7 +229,7 @@ def build_service(
     if feishu is None:
         feishu = FeishuClient(
             settings.feishu_app_id or "",
-            _secret(settings.feishu_app_secret) or "",
+            secret(settings.feishu_app_secret) or "",
             settings.feishu_domain,
             cut_notice=lambda kept, total: translator("reply.cut", kept=kept, total=total),
         )
@@ -273,9 +270,10 @@ def build_service(
         session_ended=projection.session_ended,
     )
     bot = BotIdentity()
+    ownership = ownership_for(settings, store, engine, clock)
     receiver = Receiver(
         store=store,
-        sink=engine,
+        sink=engine if ownership is None else ownership,
         policy=AccessPolicy(
             frozenset(settings.bridge_allowed_users),
             frozenset(settings.bridge_allowed_chats),
@@ -292,7 +290,7 @@ def build_service(
     feishu_app = _feishu_app(settings, receiver, bot, readiness)
     status = partial(_status, settings, readiness, bot, engine, runtime, projection, clock)
     sessions = SessionDirectory(store, engine, projection, routes, clock)
-    ops_app = web.Application(middlewares=ops_middlewares(_secret(settings.bridge_ops_token)))
+    ops_app = web.Application(middlewares=ops_middlewares(secret(settings.bridge_ops_token)))
     ops_app.add_routes(
         ops_routes(
             projection,
@@ -303,6 +301,8 @@ def build_service(
             sessions=sessions,
         )
     )
+    if ownership is not None:
+        ops_app.add_routes(cluster_routes(ownership.take_forwarded))
     return BridgeService(
         settings=settings,
         feishu=feishu,
@@ -319,6 +319,7 @@ def build_service(
         longconn=readiness.longconn,
         bot=bot,
         sessions=sessions,
+        ownership=ownership,
         housekeeping=Housekeeping(
             store,
             clock,
@@ -341,8 +342,8 @@ def _feishu_app(
         app.add_routes(
             webhook.webhook_routes(
                 receiver,
-                encrypt_key=_secret(settings.feishu_encrypt_key),
-                verification_token=_secret(settings.feishu_verification_token),
+                encrypt_key=secret(settings.feishu_encrypt_key),
+                verification_token=secret(settings.feishu_verification_token),
                 bot_open_id_provider=lambda: bot.open_id,
                 bot_name_provider=lambda: bot.name,
             )
@@ -350,7 +351,7 @@ def _feishu_app(
     else:
         readiness.longconn = LongConnection(
             settings.feishu_app_id or "",
-            _secret(settings.feishu_app_secret) or "",
+            secret(settings.feishu_app_secret) or "",
             settings.feishu_domain,
             receiver,
             asyncio.get_running_loop(),

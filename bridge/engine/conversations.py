@@ -45,6 +45,10 @@ class Conversations:
             self._actors[key] = found
         return found
 
+    def drop(self, key: str) -> ConversationActor | None:
+        """Forget the conversation (another instance runs it now)."""
+        return self._actors.pop(key, None)
+
     def asking(self, request_id: str) -> ConversationActor | None:
         """The conversation whose open card carries this request (for a card click)."""
         for actor in self._actors.values():

@@ -169,6 +169,16 @@ class Engine:
         await actor.wait_idle()  # unbound when this returns
         return True
 
+    def forget(self, key: str) -> None:
+        """Several instances: another one runs the conversation now. Its turn here is cut
+        without a word (the new owner tells the user) and its actor forgotten."""
+        actor = self._conversations.drop(key)
+        if actor is None:
+            return
+        actor.close()
+        if actor.conv.turn is not None:
+            self._tasks.cancel({f"turn:{actor.conv.turn.turn_id}"})
+
     async def recover(self, before: float) -> None:
         await self.intake.recover(before)
 

@@ -104,6 +104,9 @@ class EffectExecutor:
         self._clock = clock
         self._ack_emoji = ack_emoji
         self._metrics = metrics
+        # Several instances: whether this one holds the conversation's lease (a turn starts
+        # only then). One instance alone holds every conversation.
+        self.owns: Callable[[str], bool] = _always
 
     @property
     def cards_held(self) -> int:
@@ -320,11 +323,22 @@ class EffectExecutor:
             # Left queued in the journal: the next start runs it, as if it had just come.
             log.info("turn %s not started: the bridge is shutting down", work.turn_id)
             return
+        if not self.owns(actor.key):
+            # Several instances: the lease went to another one, which runs it from the journal.
+            log.warning("turn %s not started: %s is not this instance's", work.turn_id, actor.key)
+            return
         now = self._clock()
         if await self._store.begin_turn(work.turn_id, actor.key, work.turn_id, now):
             self._started[work.turn_id] = now
             await self.traces.add(work.turn_id, "start", "", now)
+        if self._runner.stopping():  # began meanwhile: the next start tells its user
+            log.info("turn %s not started: the bridge is shutting down", work.turn_id)
+            return
         self._runner.start(actor, work)
+
+
+def _always(key: str) -> bool:
+    return True
 
 
 def _trace_of(work: Work) -> tuple[str, str, str] | None:

@@ -5,8 +5,9 @@ the messages a restart finds unfinished. Each becomes one core input for its con
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Mapping
 
+from bridge.cluster.forward import PeersUnreachable
 from bridge.core.effects import AnswerCallback
 from bridge.core.inputs import (
     AccessRefused,
@@ -34,7 +35,14 @@ from bridge.feishu.models import (
     refs_from_journal,
 )
 from bridge.i18n import Translator
-from bridge.store.port import ApprovalStatus, MessageState, Store
+from bridge.store.port import (
+    Approval,
+    ApprovalStatus,
+    JournaledMessage,
+    MessageState,
+    Store,
+    Turn,
+)
 
 log = logging.getLogger(__name__)
 
@@ -89,6 +97,8 @@ class Intake:
         self._t = translator
         self._cards = cards
         self._clock = clock
+        # Several instances: asks the others for a click on a card none of ours carries.
+        self.forward: Callable[[CardAction], Awaitable[CardActionReply | None]] | None = None
 
     def accept(self, message: InboundMessage) -> None:
         actor = self._conversations.get(message.conversation_key)
@@ -105,14 +115,28 @@ class Intake:
         self._conversations.get(message.conversation_key).feed(AccessRefused(message.message_id))
 
     async def card_action(self, action: CardAction) -> CardActionReply:
+        reply = await self.local_card_action(action)
+        if reply is None and self.forward is not None:
+            # Several instances: the card may be another instance's (it asks them).
+            try:
+                reply = await self.forward(action)
+            except PeersUnreachable:  # maybe the owner: nothing decided, click again
+                return CardActionReply(toast_type="warning", toast_text=self._t("card.try_again"))
+        if reply is None:
+            # Not a live request: answered before, or cut by a restart.
+            reply = CardActionReply(toast_type="info", toast_text=self._t("card.already_handled"))
+        return reply
+
+    async def local_card_action(self, action: CardAction) -> CardActionReply | None:
+        """The click's answer when the card is one of this instance's live requests, else
+        None."""
         decoded = decode_action(action.value)
         if decoded is None:
             return CardActionReply(toast_type="info", toast_text=self._t("card.click.unknown"))
         kind, request_id, choice = decoded
         actor = self._conversations.asking(request_id)
         if actor is None:
-            # Not a live request of this process: answered before, or cut by a restart.
-            return CardActionReply(toast_type="info", toast_text=self._t("card.already_handled"))
+            return None
         operator = action.operator_open_id
         event: ApprovalClicked | QuestionAnswered
         if kind == APPROVAL:
@@ -134,9 +158,40 @@ class Intake:
         what was queued behind them. Only what predates `before` (this process's start): a
         message the new process already took is not recovered twice."""
         now = self._clock()
-        for approval in await self._store.open_approvals():
-            if approval.created_at >= before:
-                continue
+        approvals = [a for a in await self._store.open_approvals() if a.created_at < before]
+        await self._expire(approvals, now)
+        interrupted = [t for t in await self._store.running_turns() if t.started_at < before]
+        await self._store.interrupt_running_messages(now)
+        fed = await self._interrupt(interrupted)
+        messages = [m for m in await self._store.unfinished_messages() if m.received_at < before]
+        await self._requeue(messages, fed, now)
+
+    async def take_over(self, key: str, fresh: Mapping[str, InboundMessage]) -> list[str]:
+        """Several instances: this one just claimed a conversation whose owner died (or
+        shut down). Its leftovers are recovered as after a restart; the messages in `fresh`
+        (this instance took them just now) arrive as new. Returns the ids fed."""
+        now = self._clock()
+        approvals = [a for a in await self._store.open_approvals() if a.conversation_key == key]
+        await self._expire(approvals, now)
+        interrupted = [t for t in await self._store.running_turns() if t.conversation_key == key]
+        await self._store.interrupt_running_of(key, now)
+        fed = await self._interrupt(interrupted)
+        messages = await self._store.pending_messages(key)
+        await self._requeue([m for m in messages if m.message_id not in fresh], fed, now)
+        for message in messages:
+            if message.message_id in fresh:
+                self.accept(fresh[message.message_id])
+        return [m.message_id for m in messages]
+
+    def accept_journaled(self, message: JournaledMessage) -> None:
+        """A message another instance journaled for a conversation this one owns: it
+        arrives here as a new one would (ack, then a turn or the queue)."""
+        attachments = journaled_attachments(message.message_id, message.attachments)
+        inner = classify(message.message_id, message.sender_open_id, message.text, attachments)
+        self._conversations.get(message.conversation_key).feed(inner)
+
+    async def _expire(self, approvals: list[Approval], now: float) -> None:
+        for approval in approvals:
             await self._store.resolve_approval(
                 approval.request_id, ApprovalStatus.EXPIRED, None, now
             )
@@ -146,18 +201,21 @@ class Intake:
                 )
             except Exception:
                 log.warning("could not expire approval card %s", approval.card_message_id)
-        interrupted = [t for t in await self._store.running_turns() if t.started_at < before]
-        interrupted_ids = {t.message_id for t in interrupted}
-        await self._store.interrupt_running_messages(now)
+
+    async def _interrupt(self, interrupted: list[Turn]) -> set[str]:
+        """Tell each cut turn's user; returns the cut turns' message ids."""
         for turn in interrupted:
             message = await self._store.message(turn.message_id)
             requester = message.sender_open_id if message else ""
             self._conversations.get(turn.conversation_key).feed(
                 TurnInterruptedByRestart(turn.turn_id, turn.message_id, requester)
             )
-        for message in await self._store.unfinished_messages():
-            if message.received_at >= before:
-                continue
+        return {t.message_id for t in interrupted}
+
+    async def _requeue(
+        self, messages: list[JournaledMessage], interrupted_ids: set[str], now: float
+    ) -> None:
+        for message in messages:
             if message.state is MessageState.INTERRUPTED and message.message_id in interrupted_ids:
                 await self._store.set_message_state(message.message_id, MessageState.DONE, now)
                 continue

@@ -17,6 +17,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, tzinfo
+from typing import Protocol
 from zoneinfo import ZoneInfo
 
 from bridge.config import Settings
@@ -93,6 +94,14 @@ class ScheduleSettings:
         )
 
 
+class Claims(Protocol):
+    """Which conversations this instance runs (several instances: `Ownership`)."""
+
+    def holds(self, key: str) -> bool: ...
+
+    def kick(self, key: str, *, takeover: bool = False) -> None: ...
+
+
 class Scheduler:
     def __init__(
         self,
@@ -116,6 +125,8 @@ class Scheduler:
         self._timer: asyncio.TimerHandle | None = None
         self._poked = False
         self._started = False
+        # Several instances: only the conversation's owner runs its schedules.
+        self.owner: Claims | None = None
 
     def bind(self, conversations: Conversations) -> None:
         self._conversations = conversations
@@ -191,8 +202,20 @@ class Scheduler:
             self._poked = True
             asyncio.get_running_loop().call_soon(self.check)
 
+    async def reload(self, key: str) -> None:
+        """Several instances: this one just took the conversation over; its schedules as
+        the store holds them now (the last owner may have run or added some)."""
+        for sid in [sid for sid, s in self._cache.items() if s.conversation_key == key]:
+            del self._cache[sid]
+        self._cache.update({s.schedule_id: s for s in await self._store.schedules(key)})
+        if self._started:
+            self.check()
+
     def _try(self, schedule: Schedule, now: float) -> None:
         assert self._conversations is not None, "bind() first"
+        if self.owner is not None and not self.owner.holds(schedule.conversation_key):
+            self.owner.kick(schedule.conversation_key)  # claimed when nobody runs it
+            return
         actor = self._conversations.get(schedule.conversation_key)
         effects = actor.feed(
             ScheduleDue(schedule.schedule_id, schedule.creator_open_id, schedule.prompt)

@@ -81,6 +81,10 @@ class TurnRunner:
         """The bridge is stopping: rounds under way may finish, no new one starts."""
         return self._tasks.draining
 
+    def stopping(self) -> bool:
+        """`shutting_down`, read afresh after an await (a method, so never narrowed)."""
+        return self._tasks.draining
+
     def start(self, actor: ConversationActor, work: StartTurn) -> None:
         self._tasks.spawn(self._run(actor, work), name=f"turn:{work.turn_id}")
 

@@ -13,7 +13,7 @@ async def instances_view(settings: Settings, now: float | None = None) -> dict[s
     """Each instance with its epoch, when it started, how long since its last heartbeat,
     whether it counts as alive (a heartbeat within BRIDGE_LEASE_SECONDS), where its operator
     API answers, and its counts."""
-    from bridge.service import store_for  # the store the bridge itself would open
+    from bridge.stores import store_for  # the store the bridge itself would open
 
     now = time.time() if now is None else now
     ttl = settings.bridge_lease_seconds

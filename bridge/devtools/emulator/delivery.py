@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import random
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -31,6 +32,7 @@ class _Answer:
     latency_ms: float
     outcome: DeliveryOutcome
     started_at: float
+    url: str = ""
 
 
 class EventDelivery:
@@ -52,6 +54,9 @@ class EventDelivery:
         self._tasks: set[asyncio.Task[None]] = set()
         self._payloads: dict[str, Mapping[str, Any]] = {}  # event_id -> plaintext payload
         self.attempts: list[DeliveryAttempt] = []
+        # Several bridge instances behind a load balancer: each push goes to one at random.
+        self.spread: Sequence[str] = ()
+        self.rng = random.Random(0)
 
     async def start(self) -> None:
         # trust_env=False: a proxy from the environment must never see loopback test traffic.
@@ -93,9 +98,10 @@ class EventDelivery:
             self._tasks.add(task)
         return attempt
 
-    async def redeliver(self, event_id: str) -> DeliveryAttempt:
-        """One extra push of a sent event, as when Feishu redelivers it."""
-        return await self._attempt(self.payload(event_id), manual=True)
+    async def redeliver(self, event_id: str, url: str | None = None) -> DeliveryAttempt:
+        """One extra push of a sent event, as when Feishu redelivers it (to `url` when
+        given: another instance behind the balancer)."""
+        return await self._attempt(self.payload(event_id), manual=True, url=url)
 
     async def call(
         self, payload: Mapping[str, Any], deadline_seconds: float
@@ -136,9 +142,11 @@ class EventDelivery:
         *,
         manual: bool,
         deadline_seconds: float | None = None,
+        url: str | None = None,
     ) -> DeliveryAttempt:
         header = payload.get("header", {})
-        answer = await self._post(self.seal(payload), deadline_seconds or self.deadline_seconds)
+        envelope = self.seal(payload)
+        answer = await self._post(envelope, deadline_seconds or self.deadline_seconds, url)
         return self._record(
             str(header.get("event_id", "")), str(header.get("event_type", "")), answer, manual
         )
@@ -156,13 +164,17 @@ class EventDelivery:
             response_body=answer.body,
             at=answer.started_at,
             manual=manual,
+            url=answer.url,
         )
         self.attempts.append(attempt)
         self._on_change()
         return attempt
 
-    async def _post(self, envelope: Envelope, deadline_seconds: float) -> _Answer:
-        url = self._webhook_url()
+    async def _post(
+        self, envelope: Envelope, deadline_seconds: float, url: str | None = None
+    ) -> _Answer:
+        if url is None:
+            url = self.rng.choice(self.spread) if self.spread else self._webhook_url()
         if url is None:
             raise RuntimeError("the emulator has no webhook_url to deliver to")
         if self._session is None:
@@ -190,4 +202,4 @@ class EventDelivery:
             outcome = "error"
             body = f"{type(exc).__name__}: {exc}"
         latency_ms = (loop.time() - started) * 1000
-        return _Answer(status, body, latency_ms, outcome, started_at)
+        return _Answer(status, body, latency_ms, outcome, started_at, url)

@@ -214,6 +214,13 @@ class FeishuEmulator(UserSide):
     def webhook_url(self, value: str | None) -> None:
         self._webhook_url = value
 
+    def spread_webhooks(self, urls: Sequence[str], seed: int = 0) -> None:
+        """Several bridge instances behind a load balancer: every push and card callback
+        goes to one of `urls` at random (seeded); `deliveries()` record which."""
+        self._webhook_url = urls[0] if urls else None
+        self._delivery.spread = tuple(urls)
+        self._delivery.rng.seed(seed)
+
     @property
     def deadline_seconds(self) -> float:
         return self._delivery.deadline_seconds

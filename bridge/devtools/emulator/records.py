@@ -126,6 +126,7 @@ class DeliveryAttempt:
     response_body: str
     at: float  # wall-clock seconds when the attempt started
     manual: bool = False  # a test asked for it (redeliver / post_raw), not the ladder
+    url: str = ""  # where it went (several bridge instances behind a balancer: which one)
 
     @property
     def ok(self) -> bool:

@@ -159,9 +159,10 @@ class UserSide:
             first_attempt=attempt,
         )
 
-    async def redeliver(self, event_id: str) -> DeliveryAttempt:
-        """Push an already-sent event again, as Feishu's redelivery does (same event_id)."""
-        return await self._delivery.redeliver(event_id)
+    async def redeliver(self, event_id: str, webhook_url: str | None = None) -> DeliveryAttempt:
+        """Push an already-sent event again, as Feishu's redelivery does (same event_id);
+        to `webhook_url` when given (another bridge instance behind the balancer)."""
+        return await self._delivery.redeliver(event_id, webhook_url)
 
     def build_envelope(self, payload: Mapping[str, Any]) -> Envelope:
         """The exact request Feishu would send for `payload` (encrypted and signed when an

@@ -1,0 +1,293 @@
+"""Several instances on one PostgreSQL database (issue 12): which conversations this
+instance runs, and how work reaches the instance that runs a conversation.
+
+`Ownership` stands in front of the engine as the receiver's `MessageSink` when the store is
+shared. The receiver has journaled every message before it gets here (first wins across
+instances, so a redelivery to another instance is already dropped as a duplicate). Then:
+
+- *Pull, in journal order.* A conversation's messages are fed to its actor from the
+  journal (`pending_messages`), never straight from the request, so messages journaled on
+  different instances run in one order. One pull per conversation at a time; a kick during
+  a pull makes it read once more.
+- *Claim or wake.* An instance that does not hold the conversation's lease tries to claim
+  it (free, or expired); when another instance holds it, the owner is woken (`Wake`) and
+  pulls. A lost wake-up is made good by the owner's rescan (after a listener reconnect)
+  and by the sweep.
+- *Takeover.* Every `sweep_every` seconds the instance claims conversations with
+  unfinished messages and no live lease: an expired lease's owner died, so its
+  interrupted turns' users are told, its open approval cards expire and its queue runs
+  (`Intake.take_over`). A conversation whose lease was released (a clean shutdown) or
+  never claimed is left one sweep for the instance that just received its message.
+- *Never two runners.* A turn starts only while this instance holds the lease (the
+  engine's `owns` check); a lease lost (taken over after a stall) drops the conversation
+  here: its turn is cancelled and its actor forgotten.
+- Card clicks and recalls for a conversation another instance runs are forwarded to it
+  (`Forwarder`); `take_forwarded` is the owner's side.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from bridge.cluster.forward import Forwarder, PeersUnreachable
+from bridge.cluster.leases import LeaseKeeper, LossReason
+from bridge.cluster.wake import Subscription, Wake, WakeKind
+from bridge.engine.engine import Engine
+from bridge.feishu.models import CardAction, CardActionReply, InboundMessage
+from bridge.store.port import JournaledMessage, MessageState, Store
+
+log = logging.getLogger(__name__)
+
+
+class Ownership:
+    """Implements the receiver's `MessageSink` for an instance among several."""
+
+    def __init__(
+        self,
+        *,
+        keeper: LeaseKeeper,
+        wake: Wake,
+        store: Store,
+        engine: Engine,
+        forwarder: Forwarder,
+        clock: Callable[[], float],
+        sweep_every: float,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
+        self._keeper = keeper
+        self._wake = wake
+        self._store = store
+        self._engine = engine
+        self._forwarder = forwarder
+        self._clock = clock
+        self._sweep_every = sweep_every
+        self._sleep = sleep
+        # Messages this instance journaled and has not fed yet (the request's own copy
+        # knows its topic thread; the journal's does not).
+        self._inbound: dict[str, dict[str, InboundMessage]] = {}
+        self._fed: dict[str, set[str]] = {}  # fed to the actor and unfinished at last read
+        self._pulls: dict[str, asyncio.Task[None]] = {}
+        self._again: set[str] = set()  # kicked during a pull: read once more
+        self._takeover: set[str] = set()  # to claim as leftovers of a dead owner
+        self._waited: set[str] = set()  # released or never-claimed, seen at the last sweep
+        self._subscription: Subscription | None = None
+        self._loops: list[asyncio.Task[None]] = []
+        self._loose: set[asyncio.Task[None]] = set()
+        self._stopped = False
+        engine.intake.forward = self._forward_click
+        engine.executor.owns = keeper.owns
+        engine.schedules.owner = self
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    async def prepare(self) -> None:
+        """Before the listeners start: release what an earlier process under this id held
+        (before anything is claimed anew) and listen for wake-ups."""
+        await self._keeper.start()
+        await self._wake.open()
+        self._subscription = self._wake.subscribe()
+
+    async def start(self) -> None:
+        """Take over what nobody runs, then keep leases alive and sweep on a clock."""
+        assert self._subscription is not None, "prepare() first"
+        await self.sweep(patient=False)  # at start, what nobody runs is left over
+        self._loops = [
+            asyncio.create_task(self._keeper.run(), name="lease-renewal"),
+            asyncio.create_task(self._listen(self._subscription), name="wake-listener"),
+            asyncio.create_task(self._sweeping(), name="takeover-sweep"),
+        ]
+
+    async def stop(self) -> None:
+        """Before the engine drains: nothing more is claimed or fed here (what arrives from
+        now on stays journaled for the others)."""
+        self._stopped = True
+        self._keeper.stop()
+        for task in [*self._loops, *self._pulls.values()]:
+            task.cancel()
+        await asyncio.gather(*self._loops, *self._pulls.values(), return_exceptions=True)
+
+    async def release(self) -> None:
+        """After the engine drained: give every lease back, so the others take over."""
+        try:
+            await self._keeper.close()
+        except Exception as exc:  # expiry frees them anyway
+            log.warning("leases not released at shutdown: %s", type(exc).__name__)
+        await self._wake.close()
+        await self._forwarder.aclose()
+
+    async def settled(self) -> None:
+        """Until no pull, forward or recall of this instance is under way (tests)."""
+        while busy := [*self._pulls.values(), *self._loose]:
+            await asyncio.gather(*busy, return_exceptions=True)
+
+    # -- the receiver's MessageSink ----------------------------------------------------
+
+    def accept(self, message: InboundMessage) -> None:
+        key = message.conversation_key
+        self._inbound.setdefault(key, {})[message.message_id] = message
+        self.kick(key)
+
+    def refuse(self, message: InboundMessage) -> None:
+        self._engine.refuse(message)  # one line answering the refused message: no turn
+
+    async def card_action(self, action: CardAction) -> CardActionReply:
+        return await self._engine.card_action(action)
+
+    def recall(self, conversation_key: str, message_id: str) -> None:
+        if self._keeper.owns(conversation_key):
+            self._engine.recall(conversation_key, message_id)
+            return
+        self._spawn(self._recall_elsewhere(conversation_key, message_id), f"recall:{message_id}")
+
+    # -- pulling ------------------------------------------------------------------------
+
+    def kick(self, key: str, *, takeover: bool = False) -> None:
+        """Look at the conversation's journal soon (claiming it if nobody holds it)."""
+        if self._stopped:
+            return
+        if takeover:
+            self._takeover.add(key)
+        if key in self._pulls:
+            self._again.add(key)
+            return
+        self._pulls[key] = self._spawn(self._pull(key), f"pull:{key}")
+
+    async def _pull(self, key: str) -> None:
+        try:
+            while True:
+                self._again.discard(key)
+                await self._pull_once(key)
+                if key not in self._again:
+                    return
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            # The store hiccuped: the message stays journaled; the sweep or the next kick
+            # reads it again.
+            log.exception("reading the journal of %s failed", key)
+        finally:
+            self._pulls.pop(key, None)
+
+    async def _pull_once(self, key: str) -> None:
+        if not self._keeper.owns(key):
+            takeover = key in self._takeover
+            self._takeover.discard(key)
+            if await self._keeper.acquire(key) is None:
+                if self._inbound.pop(key, None):  # ours to hand over: wake the owner
+                    await self._wake.publish(key, WakeKind.MESSAGE)
+                return
+            await self._claimed(key, takeover)
+            return
+        pending = await self._store.pending_messages(key)
+        fed = self._fed.setdefault(key, set())
+        inbound = self._inbound.pop(key, {})
+        for message in pending:
+            if message.state is MessageState.QUEUED and message.message_id not in fed:
+                self._feed_new(message.message_id, inbound, message)
+                fed.add(message.message_id)
+        self._fed[key] = fed & {m.message_id for m in pending}
+
+    async def _claimed(self, key: str, takeover: bool) -> None:
+        """This instance now holds the conversation: what its journal holds runs here."""
+        log.info("conversation %s claimed%s", key, " (takeover)" if takeover else "")
+        pending = await self._store.pending_messages(key)
+        inbound = self._inbound.pop(key, {})
+        if takeover or any(m.state is not MessageState.QUEUED for m in pending):
+            # A dead owner's leftovers: told and run as after a restart.
+            self._fed[key] = set(await self._engine.intake.take_over(key, inbound))
+        else:
+            for message in pending:
+                self._feed_new(message.message_id, inbound, message)
+            self._fed[key] = {m.message_id for m in pending}
+        await self._engine.schedules.reload(key)
+
+    def _feed_new(
+        self, message_id: str, inbound: dict[str, InboundMessage], journaled: JournaledMessage
+    ) -> None:
+        local = inbound.pop(message_id, None)
+        if local is not None:
+            self._engine.accept(local)
+        else:
+            self._engine.intake.accept_journaled(journaled)
+
+    # -- takeover -----------------------------------------------------------------------
+
+    async def sweep(self, *, patient: bool = True) -> None:
+        """Claim the conversations with unfinished messages that no live lease covers."""
+        waited: set[str] = set()
+        for found in await self._store.unowned_conversations(self._clock()):
+            key = found.conversation_key
+            if key in self._pulls:
+                continue
+            if patient and found.last_owner is None and key not in self._waited:
+                waited.add(key)  # its receiver is claiming it right now, most likely
+                continue
+            self.kick(key, takeover=True)
+        self._waited = waited
+
+    async def _sweeping(self) -> None:
+        while True:
+            await self._sleep(self._sweep_every)
+            try:
+                await self.sweep()
+            except Exception as exc:  # the store is down: the next sweep tries again
+                log.warning("takeover sweep failed: %s", type(exc).__name__)
+
+    async def _listen(self, subscription: Subscription) -> None:
+        async for wakeup in subscription:
+            if wakeup.kind is WakeKind.RESCAN:
+                for key in self._keeper.held():
+                    self.kick(key)
+                self._spawn(self.sweep(), "rescan-sweep")
+            elif self._keeper.owns(wakeup.conversation_key):
+                self.kick(wakeup.conversation_key)
+
+    def lost(self, key: str, reason: LossReason) -> None:
+        """The keeper's `on_lost`: another instance may run the conversation from now on."""
+        self._fed.pop(key, None)
+        self._inbound.pop(key, None)
+        self._engine.forget(key)
+
+    def holds(self, key: str) -> bool:
+        return self._keeper.owns(key)
+
+    # -- forwarded work -----------------------------------------------------------------
+
+    async def _forward_click(self, action: CardAction) -> CardActionReply | None:
+        return await self._forwarder.card_action(action)
+
+    async def _recall_elsewhere(self, key: str, message_id: str) -> None:
+        try:
+            if await self._forwarder.recall(key, message_id):
+                return
+        except PeersUnreachable:
+            pass
+        # Nobody live runs it: a message still waiting is simply not run.
+        message = await self._store.message(message_id)
+        if message is not None and message.state is MessageState.QUEUED:
+            await self._store.set_message_state(message_id, MessageState.DONE, self._clock())
+
+    async def take_forwarded(self, body: dict[str, Any]) -> dict[str, Any] | None:
+        """Another instance's forward (`POST /cluster/forward`): the answer, or None when
+        this instance does not hold what it names."""
+        kind = body.get("kind")
+        if kind == "card_action":
+            action = CardAction.model_validate(body.get("action") or {})
+            reply = await self._engine.intake.local_card_action(action)
+            return None if reply is None else reply.model_dump()
+        if kind == "recall":
+            key, message_id = str(body.get("conversation_key")), str(body.get("message_id"))
+            if not self._keeper.owns(key):
+                return None
+            self._engine.recall(key, message_id)
+            return {}
+        raise ValueError(f"unknown forward kind {kind!r}")
+
+    def _spawn(self, coro: Any, name: str) -> asyncio.Task[None]:
+        task: asyncio.Task[None] = asyncio.create_task(coro, name=name)
+        self._loose.add(task)
+        task.add_done_callback(self._loose.discard)
+        return task

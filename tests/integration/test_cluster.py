@@ -1,0 +1,174 @@
+"""Several bridge instances on one PostgreSQL database (issue 12), over real sockets: the
+Feishu emulator as a load balancer spreading pushes over the instances' webhooks, each
+instance with its own scripted ACP agent subprocess, one throwaway PostgreSQL cluster.
+
+Every assertion is on what the emulator recorded: the acks, the answers, their order per
+chat, and that nothing came twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections import Counter
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+from bridge.config import Settings
+from bridge.demo import DEMO_TIMINGS, scripted_agent_command
+from bridge.devtools.emulator import FeishuEmulator
+from bridge.devtools.emulator.records import ChatMessage
+from bridge.feishu.client import FeishuClient, RetryPolicy
+from bridge.i18n import Translator
+from bridge.service import BridgeService, build_service
+from tests.integration.stack import FAST
+from tests.pg import pg_server, pg_url
+
+__all__ = ["pg_server", "pg_url"]  # fixtures of tests/pg.py, used here
+
+T = Translator("zh_CN")
+ENCRYPT_KEY = "cluster-encrypt-key"
+TOKEN = "cluster-verification-token"
+
+
+def instance_settings(
+    emu: FeishuEmulator, url: str, name: str, data_dir: Path, **extra: object
+) -> Settings:
+    values: dict[str, object] = {
+        "feishu_app_id": emu.app_id,
+        "feishu_app_secret": emu.app_secret,
+        "feishu_domain": emu.url,
+        "feishu_event_mode": "webhook",
+        "feishu_encrypt_key": ENCRYPT_KEY,
+        "feishu_verification_token": TOKEN,
+        "bridge_host": "127.0.0.1",
+        "bridge_port": 0,
+        "bridge_ops_host": "127.0.0.1",
+        "bridge_ops_port": 0,
+        "bridge_allow_all": True,
+        "bridge_data_dir": data_dir,
+        "bridge_workdir": data_dir,
+        "bridge_agent_command": scripted_agent_command(),
+        "bridge_database_url": url,
+        "bridge_instance_id": name,
+        **DEMO_TIMINGS,
+        **FAST,
+        **extra,
+    }
+    return Settings(**values)  # type: ignore[arg-type]
+
+
+def client(emu: FeishuEmulator) -> FeishuClient:
+    async def no_sleep(seconds: float) -> None:
+        return None
+
+    return FeishuClient(
+        emu.app_id,
+        emu.app_secret,
+        emu.url,
+        retry=RetryPolicy(base_delay=0.0, max_delay=0.0),
+        sleep=no_sleep,
+    )
+
+
+@asynccontextmanager
+async def emulator() -> AsyncIterator[FeishuEmulator]:
+    emu = FeishuEmulator(
+        encrypt_key=ENCRYPT_KEY,
+        verification_token=TOKEN,
+        time_scale=0.001,
+        deadline_seconds=3.0,  # Feishu's own: three instances share two cores here
+        card_deadline_seconds=3.0,
+    )
+    await emu.start()
+    try:
+        yield emu
+    finally:
+        await emu.close()
+
+
+@asynccontextmanager
+async def instances(
+    emu: FeishuEmulator, url: str, tmp: Path, count: int, **extra: object
+) -> AsyncIterator[list[BridgeService]]:
+    services: list[BridgeService] = []
+    try:
+        for n in range(1, count + 1):
+            data = tmp / f"i{n}"
+            data.mkdir()
+            settings = instance_settings(emu, url, f"i{n}", data, **extra)
+            env = {"SCRIPTED_AGENT_STATE_DIR": str(tmp / "agent-state")}  # shared: load works
+            service = build_service(settings, feishu=client(emu), runtime_env=env)
+            await service.start()
+            services.append(service)
+        emu.spread_webhooks([webhook(s) for s in services], seed=12)
+        yield services
+    finally:
+        for service in reversed(services):
+            await service.stop()
+
+
+def webhook(service: BridgeService) -> str:
+    return f"http://127.0.0.1:{service.port}/feishu/events"
+
+
+def answers(emu: FeishuEmulator) -> list[ChatMessage]:
+    return [m for m in emu.bot_messages() if "echo: " in m.text]
+
+
+def taken_ok(emu: FeishuEmulator, event_id: str) -> bool:
+    return any(a.ok for a in emu.deliveries(event_id))
+
+
+async def wait(emu: FeishuEmulator, done: Callable[[], Any], within: float = 60.0) -> None:
+    await emu.wait_for(done, timeout=within)
+
+
+async def test_three_instances_answer_every_message_once_in_order_per_chat(
+    tmp_path: Path, pg_url: str
+) -> None:
+    chats, per_chat = 30, 10
+    async with emulator() as emu, instances(emu, pg_url, tmp_path, 3) as services:
+        sent: dict[str, list[tuple[str, str]]] = {}  # chat -> (message id, text), in order
+        events: list[str] = []
+
+        async def one_chat(n: int) -> None:
+            for i in range(per_chat):
+                text = f"c{n}-m{i}"
+                delivered = await emu.send_user_message(
+                    text, chat_type="p2p", sender_open_id=f"ou_user_{n:02d}"
+                )
+                # Taken (200) before the chat's next message is sent, as a user types one after
+                # the other: a busy instance's 503 is redelivered by the emulator's ladder.
+                await wait(emu, lambda e=delivered.event_id: taken_ok(emu, e), within=30.0)
+                sent.setdefault(delivered.chat_id, []).append((delivered.message_id, text))
+                events.append(delivered.event_id)
+
+        await asyncio.gather(*(one_chat(n) for n in range(chats)))
+        # Some are redelivered, each to an instance other than the one that took it.
+        rng = random.Random(7)
+        urls = [webhook(s) for s in services]
+        redelivered = rng.sample(events, 40)
+        for event_id in redelivered:
+            first = emu.deliveries(event_id)[0].url
+            again = await emu.redeliver(event_id, rng.choice([u for u in urls if u != first]))
+            assert again.ok
+        await wait(emu, lambda: len(answers(emu)) >= chats * per_chat)
+        for service in services:
+            await service.engine.wait_idle()
+
+        # Spread over all three, and redeliveries did reach another instance.
+        taken = Counter(a.url for e in events for a in emu.deliveries(e)[:1])
+        assert set(taken) == set(urls)
+        # One ack and one answer per message, answers in sending order per chat.
+        ack = services[0].settings.bridge_ack_emoji
+        for chat_id, messages in sent.items():
+            replies = [m for m in answers(emu) if m.chat_id == chat_id]
+            assert [(m.parent_id, m.text) for m in replies] == [
+                (mid, f"echo: {text}") for mid, text in messages
+            ]
+            for mid, _ in messages:
+                assert [r.emoji_type for r in emu.reactions(mid)] == [ack], mid
+        assert len(answers(emu)) == chats * per_chat

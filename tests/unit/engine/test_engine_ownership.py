@@ -1,0 +1,251 @@
+"""Several instances on one store, in-process: two real engines on one MemoryStore, each
+behind its own `Ownership` (leases, a shared LocalWake, forwards answered by the other
+instance in-process). Every assertion is on what each instance's Feishu and agent saw."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import httpx
+import pytest
+
+from bridge.cluster.forward import Forwarder
+from bridge.cluster.leases import LeaseKeeper
+from bridge.cluster.wake import LocalWake
+from bridge.engine.ownership import Ownership
+from bridge.feishu.models import InboundMessage
+from bridge.runtime.events import PermissionRequested
+from bridge.store import MemoryStore
+from bridge.store.port import ApprovalStatus, MessageState
+from tests.unit.engine.engine_fakes import ACK, ALICE, CHAT, Call, Harness, T
+from tests.unit.engine.test_engine_intake import OPTIONS
+
+TTL = 15.0
+
+
+@dataclass
+class Instance:
+    name: str
+    harness: Harness
+    ownership: Ownership
+    keeper: LeaseKeeper
+
+    async def say(self, text: str, message_id: str, chat: str = CHAT) -> bool:
+        """The receiver's part: journal (first wins across instances), then hand over."""
+        h = self.harness
+        message = InboundMessage(
+            event_id=f"ev_{message_id}",
+            message_id=message_id,
+            chat_id=chat,
+            chat_type="p2p",
+            sender_open_id=ALICE,
+            message_type="text",
+            text=text,
+        )
+        if not await h.store.journal_message(chat, message_id, ALICE, chat, text, h.clock):
+            return False
+        self.ownership.accept(message)
+        return True
+
+
+class Cluster:
+    def __init__(self, store: MemoryStore) -> None:
+        self.store = store
+        self.wake = LocalWake()
+        self.instances: dict[str, Instance] = {}
+        self.clock = 1_700_000_000.0
+
+    def add(self, name: str) -> Instance:
+        harness = Harness(self.store)
+        harness.clock = self.clock
+
+        def clock() -> float:
+            return harness.clock
+
+        async def peer(request: httpx.Request) -> httpx.Response:
+            other = self.instances[request.url.host]
+            answer = await other.ownership.take_forwarded(json.loads(request.content))
+            if answer is None:
+                return httpx.Response(404, json={})
+            return httpx.Response(200, json=answer)
+
+        keeper = LeaseKeeper(
+            self.store, name, TTL, clock=clock, on_lost=lambda k, r: ownership.lost(k, r)
+        )
+        forwarder = Forwarder(
+            self.store,
+            name,
+            token="t",
+            stale_after=TTL,
+            clock=clock,
+            transport=httpx.MockTransport(peer),
+        )
+        ownership = Ownership(
+            keeper=keeper,
+            wake=self.wake,
+            store=self.store,
+            engine=harness.engine,
+            forwarder=forwarder,
+            clock=clock,
+            sweep_every=TTL / 3,
+        )
+        instance = Instance(name, harness, ownership, keeper)
+        self.instances[name] = instance
+        return instance
+
+    def tick(self, seconds: float) -> None:
+        self.clock += seconds
+        for instance in self.instances.values():
+            instance.harness.clock = self.clock
+
+    async def settled(self) -> None:
+        for _ in range(3):
+            for instance in list(self.instances.values()):
+                await instance.ownership.settled()
+                await instance.harness.idle()
+
+
+@pytest.fixture
+async def cluster() -> AsyncIterator[Cluster]:
+    store = MemoryStore()
+    await store.open()
+    c = Cluster(store)
+    for name in ("a", "b"):
+        instance = c.add(name)
+        await store.heartbeat(name, "e1", c.clock, f"http://{name}")
+        await instance.ownership.prepare()
+        await instance.ownership.start()
+    yield c
+    for instance in c.instances.values():
+        instance.harness.feishu.release()
+        await instance.ownership.stop()
+        await instance.harness.engine.drain(0.1)
+        await instance.ownership.release()
+    await store.close()
+
+
+async def test_messages_landing_on_either_instance_run_on_the_owner_in_journal_order(
+    cluster: Cluster,
+) -> None:
+    a, b = cluster.instances["a"], cluster.instances["b"]
+    assert await a.say("one", "om_1")
+    await cluster.settled()
+    assert await b.say("two", "om_2")  # the owner (a) is woken and reads it
+    assert not await a.say("two", "om_2")  # a redelivery to the other instance: a duplicate
+    assert await b.say("three", "om_3")
+    await cluster.settled()
+
+    (await a.harness.runtime.turn(1)).end()
+    await cluster.settled()
+    (await a.harness.runtime.turn(2)).end()
+    await cluster.settled()
+    (await a.harness.runtime.turn(3)).end()
+    await cluster.settled()
+
+    prompts = [c[2] for c in a.harness.runtime.calls if c[0] == "prompt"]
+    assert prompts == ["one", "two", "three"]
+    assert b.harness.runtime.calls == []
+    assert b.harness.feishu.calls == []
+    acks = [c for c in a.harness.feishu.calls if c.op == "add_reaction"]
+    assert acks == [Call("add_reaction", m, ACK) for m in ("om_1", "om_2", "om_3")]
+    for mid in ("om_1", "om_2", "om_3"):
+        journaled = await cluster.store.message(mid)
+        assert journaled is not None
+        assert journaled.state is MessageState.DONE
+
+
+async def test_a_click_landing_on_the_other_instance_is_answered_by_the_owner(
+    cluster: Cluster,
+) -> None:
+    a, b = cluster.instances["a"], cluster.instances["b"]
+    await a.say("clean up", "om_1")
+    await cluster.settled()
+    turn = await a.harness.runtime.turn(1)
+    turn.emit(
+        PermissionRequested(
+            turn.session_id, request_id="r1", title="Run ls", options=OPTIONS, detail="ls"
+        )
+    )
+    await cluster.settled()
+    (posted,) = a.harness.feishu.cards()
+    assert posted.card is not None
+
+    reply = await b.harness.engine.card_action(b.harness.click(posted.card, "allow-once"))
+    await cluster.settled()
+
+    assert reply.toast_type == "success"
+    assert reply.card is not None
+    assert ("answer_permission", "r1", "allow-once") in a.harness.runtime.calls
+    assert b.harness.feishu.calls == []
+    again = await b.harness.engine.card_action(b.harness.click(posted.card, "allow-once"))
+    assert again.toast_text == T("card.already_handled")
+
+
+async def test_when_the_owner_dies_the_other_takes_over_tells_the_user_and_runs_the_queue(
+    cluster: Cluster,
+) -> None:
+    a, b = cluster.instances["a"], cluster.instances["b"]
+    await a.say("long job", "om_1")
+    await cluster.settled()
+    turn = await a.harness.runtime.turn(1)
+    turn.emit(
+        PermissionRequested(
+            turn.session_id, request_id="r1", title="Run ls", options=OPTIONS, detail="ls"
+        )
+    )
+    await b.say("next", "om_2")  # queued behind it, on the owner
+    await cluster.settled()
+    assert len(a.harness.feishu.cards()) == 1
+    card_message = (await cluster.store.open_approvals())[0].card_message_id
+    # a dies: no renewal, no release, no turn of it goes on.
+    a.keeper.stop()
+    del cluster.instances["a"]
+    await a.harness.engine.drain(0.0)
+
+    cluster.tick(TTL / 3)
+    await b.ownership.sweep()  # the lease is still live: nothing to take
+    await cluster.settled()
+    assert b.harness.feishu.calls == []
+    cluster.tick(TTL)
+    await b.ownership.sweep()
+    await cluster.settled()
+    (await b.harness.runtime.turn(1)).end()
+    await cluster.settled()
+
+    assert [(c.op, c.target, c.text) for c in b.harness.feishu.calls] == [
+        ("update_card", card_message, ""),  # the open approval card, expired
+        ("reply_text", "om_1", T("presence.unrecoverable")),
+        ("reply_text", "om_2", T("recovery.resumed")),
+        ("reply_text", "om_2", T("presence.ended_empty")),
+    ]
+    approval = await cluster.store.approval("r1")
+    assert approval is not None
+    assert approval.status is ApprovalStatus.EXPIRED
+    assert [c[2] for c in b.harness.runtime.calls if c[0] == "prompt"] == ["next"]
+    lease = await cluster.store.lease_of(CHAT, cluster.clock)
+    assert lease is not None
+    assert lease.owner == "b"
+
+
+async def test_a_lost_lease_stops_the_old_owner_from_starting_turns(cluster: Cluster) -> None:
+    a, b = cluster.instances["a"], cluster.instances["b"]
+    await a.say("one", "om_1")
+    await cluster.settled()
+    (await a.harness.runtime.turn(1)).end()
+    await cluster.settled()
+    # a stalls past its lease; b takes the conversation with the next message.
+    cluster.tick(TTL + 1)
+    await b.say("two", "om_2")
+    await cluster.settled()
+    await a.keeper.renew()  # a learns it lost the lease
+    await cluster.settled()
+    assert CHAT not in a.harness.engine.conversations
+    (await b.harness.runtime.turn(1)).end()
+    await cluster.settled()
+    assert [c[2] for c in b.harness.runtime.calls if c[0] == "prompt"] == ["two"]
+    assert [(c.op, c.target) for c in b.harness.feishu.calls] == [
+        ("add_reaction", "om_2"),
+        ("reply_text", "om_2"),
+    ]
