@@ -123,6 +123,9 @@ class SessionOpened:
 
     turn_id: str
     session_id: str
+    # The conversation's session could not be resumed (the agent lost it, or the
+    # conversation moved to another instance): this round starts a fresh one.
+    fresh: bool = False
 
 
 @dataclass(frozen=True)

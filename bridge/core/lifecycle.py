@@ -257,7 +257,9 @@ def settle(ctx: StepContext) -> None:
         )
 
 
-def on_session_opened(ctx: StepContext, turn_id: str, session_id: str) -> None:
+def on_session_opened(
+    ctx: StepContext, turn_id: str, session_id: str, *, fresh: bool = False
+) -> None:
     """The runner holds a session: prompt now, unless the turn ended meanwhile (then the
     runtime is done with it, and the next queued message may start)."""
     turn = ctx.conv.turn
@@ -268,4 +270,8 @@ def on_session_opened(ctx: StepContext, turn_id: str, session_id: str) -> None:
         ctx.update_turn(runtime_done=True)  # /stop (or /new) while the agent was starting
         settle(ctx)
         return
+    if fresh:  # said before the round's first line: what the agent remembers changed
+        ctx.emit(
+            PostText("session.fresh", {}, turn.message_id, f"{turn_id}:fresh", turn_id=turn_id)
+        )
     ctx.emit(SendPrompt(turn_id, session_id))

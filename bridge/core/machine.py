@@ -132,7 +132,7 @@ def _dispatch(ctx: StepContext, event: CoreEvent) -> None:
             mid = event.message_id
             ctx.emit(PostText("access.refused", {}, mid, f"{mid}:refused"))
         case SessionOpened():
-            on_session_opened(ctx, event.turn_id, event.session_id)
+            on_session_opened(ctx, event.turn_id, event.session_id, fresh=event.fresh)
         case ApprovalClicked():
             on_approval_clicked(ctx, event)
         case QuestionAnswered():

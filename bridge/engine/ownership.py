@@ -216,7 +216,8 @@ class Ownership:
     # -- takeover -----------------------------------------------------------------------
 
     async def sweep(self, *, patient: bool = True) -> None:
-        """Claim the conversations with unfinished messages that no live lease covers."""
+        """Claim the conversations with unfinished messages that no live lease covers, and
+        read again those held here with a message not fed yet (its wake-up was lost)."""
         waited: set[str] = set()
         for found in await self._store.unowned_conversations(self._clock()):
             key = found.conversation_key
@@ -227,6 +228,14 @@ class Ownership:
                 continue
             self.kick(key, takeover=True)
         self._waited = waited
+        for message in await self._store.unfinished_messages():
+            key = message.conversation_key
+            if (
+                message.state is MessageState.QUEUED
+                and message.message_id not in self._fed.get(key, ())
+                and self._keeper.owns(key)
+            ):
+                self.kick(key)
 
     async def _sweeping(self) -> None:
         while True:

@@ -107,8 +107,12 @@ class TurnRunner:
             files, failed = await self._attachments.fetch(work.turn_id, work.attachments)
             for problem in failed:
                 actor.feed(problem)
+        fresh = False
         try:
-            session_id = work.session_id or await self.open_session(actor.key)
+            if work.session_id:
+                session_id = work.session_id
+            else:
+                session_id, fresh = await self._open_for_turn(actor.key)
         except RuntimeUnavailable as exc:
             actor.feed(RuntimeUnavailableAtStart(work.turn_id, exc.reason, exc.limit_reached))
             return
@@ -116,12 +120,16 @@ class TurnRunner:
             log.exception("opening a session for turn %s failed", work.turn_id)
             actor.feed(RuntimeUnavailableAtStart(work.turn_id, type(exc).__name__))
             return
-        answer = actor.feed(SessionOpened(work.turn_id, session_id))
+        answer = actor.feed(SessionOpened(work.turn_id, session_id, fresh=fresh))
         if any(isinstance(e, SendPrompt) and e.turn_id == work.turn_id for e in answer):
             await self._prompt(actor, work, session_id, files)
 
     async def open_session(self, key: str) -> str:
         """The conversation's session: resumed from the store's binding, or a new one."""
+        return (await self._open_for_turn(key))[0]
+
+    async def _open_for_turn(self, key: str) -> tuple[str, bool]:
+        """The session, and whether a bound one could not be resumed (a fresh one instead)."""
         resume = await self._store.session_for(key)
         # /mode, /model, /agent, /cd: kept across restarts (the operator's own names stay here)
         chosen = agent_choices(await self._store.preferences(key))
@@ -131,7 +139,7 @@ class TurnRunner:
         if handle.session_id != resume:
             await self._store.bind_session(key, handle.session_id, self._clock())
             await self.remember(key, handle.session_id)
-        return handle.session_id
+        return handle.session_id, resume is not None and handle.session_id != resume
 
     async def leave(self, key: str, reason: str = "new") -> None:
         """The conversation lets its session go (/new, /agent, /cd, /resume, the operator):

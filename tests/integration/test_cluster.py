@@ -9,12 +9,22 @@ chat, and that nothing came twice.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import random
+import signal
+import socket
+import subprocess
+import sys
+import time
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
+
+import httpx
+import pytest
 
 from bridge.config import Settings
 from bridge.demo import DEMO_TIMINGS, scripted_agent_command
@@ -31,6 +41,7 @@ __all__ = ["pg_server", "pg_url"]  # fixtures of tests/pg.py, used here
 T = Translator("zh_CN")
 ENCRYPT_KEY = "cluster-encrypt-key"
 TOKEN = "cluster-verification-token"
+QUEUED = T("presence.queued", position=1)
 
 
 def instance_settings(
@@ -172,3 +183,133 @@ async def test_three_instances_answer_every_message_once_in_order_per_chat(
             for mid, _ in messages:
                 assert [r.emoji_type for r in emu.reactions(mid)] == [ack], mid
         assert len(answers(emu)) == chats * per_chat
+
+
+def spawn_instance(
+    emu: FeishuEmulator, url: str, name: str, folder: Path, lease: float, agent_state: Path
+) -> tuple[subprocess.Popen[bytes], int, int]:
+    """`feishu-bridge run` as its own process (so it can be SIGKILLed); its ports."""
+    port, ops_port = free_port(), free_port()
+    inherited = {k: v for k, v in os.environ.items() if not k.startswith(("FEISHU_", "BRIDGE_"))}
+    env = {
+        **inherited,
+        "FEISHU_APP_ID": emu.app_id,
+        "FEISHU_APP_SECRET": emu.app_secret,
+        "FEISHU_DOMAIN": emu.url,
+        "FEISHU_EVENT_MODE": "webhook",
+        "FEISHU_ENCRYPT_KEY": ENCRYPT_KEY,
+        "FEISHU_VERIFICATION_TOKEN": TOKEN,
+        "BRIDGE_PORT": str(port),
+        "BRIDGE_OPS_PORT": str(ops_port),
+        "BRIDGE_DATA_DIR": str(folder / name),
+        "BRIDGE_WORKDIR": str(folder / "work"),
+        "BRIDGE_AGENT_COMMAND": scripted_agent_command(),
+        "SCRIPTED_AGENT_STATE_DIR": str(agent_state),
+        "BRIDGE_ALLOW_ALL": "true",
+        "BRIDGE_DATABASE_URL": url,
+        "BRIDGE_INSTANCE_ID": name,
+        "BRIDGE_LEASE_SECONDS": str(lease),
+        "BRIDGE_FINISH_GRACE_SECONDS": "0.05",
+        "BRIDGE_LOG_LEVEL": "INFO",
+    }
+    (folder / "work").mkdir(exist_ok=True)
+    program = Path(sys.executable).parent / "feishu-bridge"
+    with open(folder / f"{name}.log", "wb") as log:  # the child keeps its own copy
+        process = subprocess.Popen(
+            [str(program), "run"],
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+        )
+    return process, port, ops_port
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+async def wait_healthy(port: int, process: subprocess.Popen[bytes]) -> None:
+    async with httpx.AsyncClient(trust_env=False, timeout=1.0) as http:
+        for _ in range(3000):
+            assert process.poll() is None, "the instance exited at start"
+            with contextlib.suppress(httpx.TransportError):
+                if (await http.get(f"http://127.0.0.1:{port}/healthz")).status_code == 200:
+                    return
+            await asyncio.sleep(0.01)  # a readiness probe's poll, not a wait for an outcome
+    raise AssertionError("never healthy")
+
+
+@pytest.mark.parametrize("shared_sessions", [True, False], ids=["shared", "apart"])
+async def test_sigkill_of_an_instance_mid_run_tells_its_users_and_runs_its_queue_elsewhere(
+    tmp_path: Path, pg_url: str, shared_sessions: bool
+) -> None:
+    lease = 5.0  # a loaded 2-core machine may stall a loop for a second or two
+    state = {name: tmp_path / ("agent-state" if shared_sessions else name) for name in NAMES}
+    async with emulator() as emu:
+        doomed, doomed_port, _ = spawn_instance(
+            emu, pg_url, "doomed", tmp_path, lease, state["doomed"]
+        )
+        survivor, survivor_port, _ = spawn_instance(
+            emu, pg_url, "survivor", tmp_path, lease, state["survivor"]
+        )
+        try:
+            await wait_healthy(doomed_port, doomed)
+            await wait_healthy(survivor_port, survivor)
+            to_doomed = f"http://127.0.0.1:{doomed_port}/feishu/events"
+            to_survivor = f"http://127.0.0.1:{survivor_port}/feishu/events"
+            running: list[str] = []
+            queued: list[str] = []
+            for n in range(3):
+                user = f"ou_kill_{n}"
+                emu.webhook_url = to_doomed  # the doomed instance claims the chat
+                warm = await emu.send_user_message("warm", sender_open_id=user)
+                await wait(emu, lambda m=warm.message_id: replies(emu, m) == ["echo: warm"])
+                long = await emu.send_user_message("hang", sender_open_id=user)
+                await wait(emu, lambda m=long.message_id: emu.reactions(m))
+                running.append(long.message_id)
+                emu.webhook_url = to_survivor  # lands on the survivor, runs on the owner
+                behind = await emu.send_user_message("history", sender_open_id=user)
+                await wait(emu, lambda m=behind.message_id: replies(emu, m) == [QUEUED])
+                queued.append(behind.message_id)
+
+            doomed.send_signal(signal.SIGKILL)
+            killed_at = time.monotonic()
+
+            def told_and_answered() -> bool:
+                return all(
+                    replies(emu, mid) == [T("presence.unrecoverable")] for mid in running
+                ) and all(replies(emu, mid)[-1].startswith("history:") for mid in queued)
+
+            await wait(emu, told_and_answered, within=lease + 5.0)
+            assert time.monotonic() - killed_at <= lease + 5.0
+            # Nothing lost or doubled: one ack each, the queued message's lines once each;
+            # its session was loaded on the survivor when the agents share their sessions
+            # (warm and hang are in it), else a fresh one is said to be fresh.
+            for mid in queued:
+                lines = replies(emu, mid)
+                assert lines[:2] == [QUEUED, T("recovery.resumed")]
+                if shared_sessions:
+                    assert lines[2:] in (["history: 2 prompts"], ["history: 3 prompts"])
+                else:
+                    assert lines[2:] == [T("session.fresh"), "history: 1 prompts"]
+            for mid in running + queued:
+                assert len(emu.reactions(mid)) == 1
+        finally:
+            for process in (doomed, survivor):
+                if process.poll() is None:
+                    process.send_signal(signal.SIGTERM)
+            for process in (doomed, survivor):
+                try:
+                    process.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+
+
+NAMES = ("doomed", "survivor")
+
+
+def replies(emu: FeishuEmulator, message_id: str) -> list[str]:
+    return [b.text or "" for b in emu.bot_messages() if b.parent_id == message_id]
