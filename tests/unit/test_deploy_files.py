@@ -3,7 +3,9 @@
 - deploy/example.env lists every Settings field once, nothing else, each with a comment, and
   each commented default is the real default;
 - every FEISHU_*/BRIDGE_* name in deploy/ and in the set-up docs is a real setting;
-- every `feishu-bridge <command> --option` written there exists in the CLI.
+- every `feishu-bridge <command> --option` written there exists in the CLI;
+- the compose files publish only on loopback and write out no secret, and the cluster file
+  runs each instance as compose.yaml runs the bridge, under its own name, on one database.
 """
 
 from __future__ import annotations
@@ -20,9 +22,11 @@ from bridge.config import OLD_NAMES, Settings
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
 EXAMPLE_ENV = DEPLOY / "example.env"
+COMPOSE_FILES = [DEPLOY / "compose.yaml", DEPLOY / "compose.cluster.yaml"]
 DEPLOY_FILES = [
     DEPLOY / "Dockerfile",
     DEPLOY / "compose.yaml",
+    DEPLOY / "compose.cluster.yaml",
     DEPLOY / "feishu-bridge.service",
     EXAMPLE_ENV,
 ]
@@ -134,15 +138,87 @@ def test_a_configuration_error_is_not_restarted_forever() -> None:
     """Exit code 2 (bad settings) cannot be fixed by a restart: systemd stops, compose bounds it."""
     unit = (DEPLOY / "feishu-bridge.service").read_text(encoding="utf-8")
     assert re.search(r"^RestartPreventExitStatus=.*\b2\b", unit, re.M)
-    compose = (DEPLOY / "compose.yaml").read_text(encoding="utf-8")
-    policies = re.findall(r"^\s*restart:\s*(\S+)", compose, re.M)
-    assert policies, "compose sets no restart policy"
-    for policy in policies:
-        # `always`/`unless-stopped` restart a bad configuration forever; on-failure needs a bound.
-        assert re.fullmatch(r"on-failure:[1-9][0-9]?", policy), policy
+    for path in COMPOSE_FILES:
+        compose = path.read_text(encoding="utf-8")
+        policies = re.findall(r"^\s*restart:\s*(\S+)", compose, re.M)
+        assert policies, f"{path.name} sets no restart policy"
+        for policy in policies:
+            # `always`/`unless-stopped` restart a bad configuration forever; on-failure needs a
+            # bound.
+            assert re.fullmatch(r"on-failure:[1-9][0-9]?", policy), f"{path.name}: {policy}"
 
 
 def test_the_deploy_files_run_every_agent_in_the_sandbox() -> None:
     for path in (DEPLOY / "Dockerfile", DEPLOY / "feishu-bridge.service"):
         text = path.read_text(encoding="utf-8")
         assert re.search(r"BRIDGE_AGENT_SANDBOX=bwrap", text), path.name
+
+
+# --- compose files (no YAML parser in the dependencies: the few shapes they use, by line) ------
+
+
+def _list_items(text: str, key: str) -> list[str]:
+    """The items of every `key:` block list in `text` (`- item` lines, comments skipped)."""
+    items = []
+    pattern = rf"^(?P<indent> *){key}:[ \t]*\n(?P<body>(?:(?P=indent) +\S.*\n)+)"
+    for match in re.finditer(pattern, text, re.M):
+        items += re.findall(r"^\s*-\s+(.+?)\s*$", match["body"], re.M)
+    return [item.strip("\"'") for item in items]
+
+
+def _services(text: str) -> dict[str, str]:
+    """Each service's name and the lines under it."""
+    body = re.split(r"^services:[ \t]*\n", text, maxsplit=1, flags=re.M)[1]
+    body = re.split(r"^[^\s#]", body, maxsplit=1, flags=re.M)[0]  # up to the next top-level key
+    parts = re.split(r"^  ([\w.-]+):[ \t]*\n", body, flags=re.M)
+    return dict(zip(parts[1::2], parts[2::2], strict=True))
+
+
+def _mounts(block: str) -> dict[str, str]:
+    """A service's volumes: the path in the container → the volume or host path."""
+    pairs = (item.split(":")[:2] for item in _list_items(block, "volumes"))
+    return {target: source for source, target in pairs}
+
+
+@pytest.mark.parametrize("path", COMPOSE_FILES, ids=lambda p: p.name)
+def test_compose_publishes_only_on_loopback_and_holds_no_secret(path: Path) -> None:
+    text = path.read_text(encoding="utf-8")
+    published = _list_items(text, "ports")
+    assert published, f"{path.name} publishes no port"
+    assert all(p.startswith("127.0.0.1:") for p in published), published
+    host_ports = [p.split(":")[1] for p in published]
+    assert len(set(host_ports)) == len(host_ports), f"a host port twice: {host_ports}"
+    # A secret is only ever interpolated (`${NAME}` from deploy/.env or the shell) or read
+    # from an env file, never written here.
+    for name, value in re.findall(r"^\s*(\w*(?:PASSWORD|SECRET|TOKEN)\w*):\s*(\S+)", text, re.M):
+        assert value.startswith("${"), f"{path.name}: {name} is written out"
+    for password in re.findall(r"://[^:/\s]+:([^@\s]+)@", text):
+        assert password.startswith("${"), f"{path.name}: a password in a URL is written out"
+
+
+def test_the_cluster_runs_each_instance_as_compose_yaml_runs_the_bridge() -> None:
+    single, cluster = (path.read_text(encoding="utf-8") for path in COMPOSE_FILES)
+    for key in ("security_opt", "cap_drop"):
+        assert set(_list_items(single, key)) <= set(_list_items(cluster, key)), key
+    for line in re.findall(r"^\s*((?:image|target|init|stop_grace_period):.*)$", single, re.M):
+        assert re.search(rf"^\s*{re.escape(line)}$", cluster, re.M), line
+
+
+def test_the_cluster_instances_differ_in_name_and_data_and_share_the_rest() -> None:
+    text = (DEPLOY / "compose.cluster.yaml").read_text(encoding="utf-8")
+    services = _services(text)
+    assert set(services) == {"postgres", "bridge-1", "bridge-2"}
+    assert re.search(r"pg_isready", services["postgres"])
+    assert re.search(r"condition: service_healthy", text)
+    ids = re.findall(r"^\s*BRIDGE_INSTANCE_ID:\s*(\S+)", text, re.M)
+    hosts = re.findall(r"^\s*hostname:\s*(\S+)", text, re.M)
+    assert ids == hosts == ["bridge-1", "bridge-2"], (ids, hosts)
+    # One database for both, and an operator listener the other instance can reach.
+    urls = set(re.findall(r"^\s*BRIDGE_DATABASE_URL:\s*(\S+)", text, re.M))
+    assert len(urls) == 1
+    assert urls.pop().startswith("postgresql://bridge:${POSTGRES_PASSWORD")
+    assert re.search(r"^\s*BRIDGE_OPS_HOST:\s*0\.0\.0\.0\s*$", text, re.M)
+    one, two = _mounts(services["bridge-1"]), _mounts(services["bridge-2"])
+    assert one["/data"] != two["/data"]
+    for shared in ("/workspace", "/home/bridge"):  # the files and the agents' sessions
+        assert one[shared] == two[shared], shared
