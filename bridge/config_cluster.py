@@ -8,10 +8,11 @@ import secrets
 import socket
 
 LEASE_HELP = (
-    "How long an instance counts as alive without a heartbeat: each instance writes one to"
-    " the store every third of it, and `feishu-bridge status --all` lists every instance on"
-    " one database with whether it is alive. Instances do not share conversations yet: run"
-    " one instance per Feishu app."
+    "Several instances on one PostgreSQL database: how long an instance's hold on a"
+    " conversation (its lease) lasts unrenewed. Each instance renews its leases and writes"
+    " its heartbeat every third of it; when an instance dies, the others take its"
+    " conversations over once its leases expire, and `feishu-bridge status --all` shows it"
+    " as stale."
 )
 INSTANCE_ID_HELP = (
     "This instance's name among several on one database (letters, digits, `_.:-`, up to 64);"

@@ -9,19 +9,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote, urlsplit
 
 from aiohttp import web
-from pydantic import SecretStr
 
 import bridge.feishu.webhook as webhook
+from bridge.cluster.identity import check_alone
 from bridge.config import Settings
 from bridge.config_checks import ConfigProblem, describe_access, exposure_problems
 from bridge.core import Options, PresenceStyle, Timings
@@ -33,7 +31,6 @@ from bridge.feishu.client import FeishuClient
 from bridge.feishu.longconn import ConnectionState, LongConnection
 from bridge.i18n import Translator
 from bridge.listener import Listener
-from bridge.logs import configure_logging
 from bridge.ops.access import ops_middlewares
 from bridge.ops.cluster_routes import cluster_routes
 from bridge.ops.housekeeping import Housekeeping, reachable_url
@@ -124,6 +121,14 @@ class BridgeService:
         await self.store.open()
         await self.sessions.load()  # the operator's display names, into the snapshots
         if self.ownership is not None:
+            await check_alone(
+                self.store,
+                self.settings.bridge_instance_id,
+                self.projection.epoch,
+                ttl=self.settings.bridge_lease_seconds,
+                clock=self.clock,
+                sleep=asyncio.sleep,
+            )
             await self.ownership.prepare()  # an earlier process's leases go before any claim
         # The listeners first (healthz says "starting" meanwhile), so a slow Feishu at
         # start-up does not look like a dead process to the orchestrator.
@@ -196,18 +201,6 @@ class BridgeService:
 
 
 _DEAD_CONNECTION = frozenset({ConnectionState.FAILED, ConnectionState.STOPPED})
-
-
-def _url_secrets(url: SecretStr | None) -> list[str]:
-    """The database URL and its password (as written and decoded), to mask in the logs."""
-    if url is None:
-        return []
-    value = url.get_secret_value()
-    try:
-        password = urlsplit(value).password or ""
-    except ValueError:
-        password = ""
-    return [value, password, unquote(password)]
 
 
 def build_service(
@@ -390,29 +383,3 @@ def _status(
         "event_subscribers": projection.subscribers(),
         "runtime": runtime.snapshot(),
     }
-
-
-async def run_service(settings: Settings) -> int:
-    secrets = [
-        s.get_secret_value()
-        for s in (
-            settings.feishu_app_secret,
-            settings.feishu_encrypt_key,
-            settings.feishu_verification_token,
-            settings.bridge_ops_token,
-        )
-        if s is not None
-    ] + _url_secrets(settings.bridge_database_url)
-    configure_logging(settings.bridge_log_level, secrets)
-    service = build_service(settings)
-    await service.start()
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    try:
-        await stop.wait()
-    finally:
-        log.info("shutting down")
-        await service.stop()
-    return 0

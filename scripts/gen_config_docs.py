@@ -148,9 +148,11 @@ MACHINE_DEFAULTS = {
 
 # What an operator needs beyond the one-line description in Settings (hand-written).
 NOTES = {
-    "bridge_lease_seconds": "Several instances sharing one database are being built (issue 12):"
-    " this setting is checked but not used yet.",
-    "bridge_instance_id": "Checked but not used yet (issue 12).",
+    "bridge_lease_seconds": "Every instance on one database must use the same value, with clocks"
+    " in step (NTP) to well under it. See [several instances](scaling.md).",
+    "bridge_instance_id": "Set it on every instance of a cluster: a restart under the same name"
+    " takes its own conversations back at once instead of after the lease."
+    " See [several instances](scaling.md).",
     "feishu_app_id": "Required.",
     "feishu_app_secret": "Required.",
     "feishu_event_mode": (

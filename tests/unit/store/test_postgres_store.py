@@ -13,10 +13,11 @@ from pydantic import SecretStr, ValidationError
 
 from bridge.config import Settings
 from bridge.config_checks import load_settings
-from bridge.service import _url_secrets, store_for
+from bridge.running import _url_secrets
 from bridge.store import ApprovalStatus, SchemaTooNew, SqliteStore, StoreClosed, TurnOutcome
 from bridge.store.postgres import PostgresStore, redact
 from bridge.store.postgres_schema import MIGRATIONS
+from bridge.stores import store_for
 from tests.pg import PgServer
 
 T0 = 1_700_000_000.0

@@ -1,0 +1,67 @@
+"""`feishu-bridge run`'s life: logging with every secret masked, the service started,
+SIGINT/SIGTERM for a clean stop, and the exit code."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from urllib.parse import unquote, urlsplit
+
+from pydantic import SecretStr
+
+from bridge.cluster.identity import DuplicateInstance
+from bridge.config import Settings
+from bridge.logs import configure_logging
+from bridge.service import build_service
+
+log = logging.getLogger(__name__)
+
+EXIT_DUPLICATE = 2  # a configuration problem: restarting cannot fix it (like check-config)
+
+
+def _url_secrets(url: SecretStr | None) -> list[str]:
+    """The database URL and its password (as written and decoded), to mask in the logs."""
+    if url is None:
+        return []
+    value = url.get_secret_value()
+    try:
+        password = urlsplit(value).password or ""
+    except ValueError:
+        password = ""
+    return [value, password, unquote(password)]
+
+
+async def run_service(settings: Settings) -> int:
+    secrets = [
+        s.get_secret_value()
+        for s in (
+            settings.feishu_app_secret,
+            settings.feishu_encrypt_key,
+            settings.feishu_verification_token,
+            settings.bridge_ops_token,
+        )
+        if s is not None
+    ] + _url_secrets(settings.bridge_database_url)
+    configure_logging(settings.bridge_log_level, secrets)
+    service = build_service(settings)
+    try:
+        await service.start()
+    except DuplicateInstance as exc:
+        log.error(
+            "another running instance is named %s: give every instance its own "
+            "BRIDGE_INSTANCE_ID (two under one name would run conversations twice)",
+            exc,
+        )
+        await service.store.close()
+        return EXIT_DUPLICATE
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        log.info("shutting down")
+        await service.stop()
+    return 0
