@@ -75,6 +75,7 @@ class Ownership:
         self._waited: set[str] = set()  # released or never-claimed, seen at the last sweep
         self._subscription: Subscription | None = None
         self._loops: list[asyncio.Task[None]] = []
+        self._renewal: asyncio.Task[None] | None = None
         self._loose: set[asyncio.Task[None]] = set()
         self._stopped = False
         engine.intake.forward = self._forward_click
@@ -94,23 +95,26 @@ class Ownership:
         """Take over what nobody runs, then keep leases alive and sweep on a clock."""
         assert self._subscription is not None, "prepare() first"
         await self.sweep(patient=False)  # at start, what nobody runs is left over
+        self._renewal = asyncio.create_task(self._keeper.run(), name="lease-renewal")
         self._loops = [
-            asyncio.create_task(self._keeper.run(), name="lease-renewal"),
             asyncio.create_task(self._listen(self._subscription), name="wake-listener"),
             asyncio.create_task(self._sweeping(), name="takeover-sweep"),
         ]
 
     async def stop(self) -> None:
         """Before the engine drains: nothing more is claimed or fed here (what arrives from
-        now on stays journaled for the others)."""
+        now on stays journaled for the others). The leases are still renewed: the rounds
+        running here may finish."""
         self._stopped = True
-        self._keeper.stop()
         for task in [*self._loops, *self._pulls.values()]:
             task.cancel()
         await asyncio.gather(*self._loops, *self._pulls.values(), return_exceptions=True)
 
     async def release(self) -> None:
         """After the engine drained: give every lease back, so the others take over."""
+        if self._renewal is not None:
+            self._renewal.cancel()
+            await asyncio.gather(self._renewal, return_exceptions=True)
         try:
             await self._keeper.close()
         except Exception as exc:  # expiry frees them anyway

@@ -313,3 +313,34 @@ NAMES = ("doomed", "survivor")
 
 def replies(emu: FeishuEmulator, message_id: str) -> list[str]:
     return [b.text or "" for b in emu.bot_messages() if b.parent_id == message_id]
+
+
+async def test_a_card_click_landing_on_another_instance_is_decided_by_the_owner(
+    tmp_path: Path, pg_url: str
+) -> None:
+    async with emulator() as emu, instances(emu, pg_url, tmp_path, 2) as (owner, other):
+        emu.spread_webhooks([webhook(owner)])
+        asked = await emu.send_user_message("permission Delete build/")
+        await wait(emu, lambda: [m for m in emu.bot_messages() if m.card])
+        (card,) = [m for m in emu.bot_messages() if m.card]
+        allow = next(
+            a["value"]
+            for e in (card.card or {}).get("elements", [])
+            for a in e.get("actions", [])
+            if a.get("text", {}).get("content") == T("card.approval.option.allow_once")
+        )
+
+        emu.spread_webhooks([webhook(other)])  # the click lands on the other instance
+        clicked = await emu.click_card(card.message_id, allow)
+
+        assert clicked.ok
+        assert clicked.latency_ms < 3000
+        assert clicked.toast is not None
+        assert clicked.toast.content == T("card.click.recorded")
+        assert clicked.card_replaced
+        await wait(emu, lambda: "done" in replies(emu, asked.message_id))
+        assert replies(emu, asked.message_id) == ["", T("presence.waiting_approval"), "done"]
+        assert emu.bot_messages()[0].card  # the "" is the approval card
+        # It was decided where the round runs: the other instance holds no conversation.
+        assert owner.engine.conversations
+        assert not other.engine.conversations
