@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
+import httpcore
+import httpx
 import pytest
 
 from bridge.feishu import http
@@ -22,14 +25,16 @@ OK = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Type: text/plain\r\n\r\no
 @dataclass
 class Server:
     """Minimal HTTP/1.1 keep-alive server: counts connections and how many are busy at
-    once; `hold` keeps answers back until set; `close_after_next` closes the connection
-    after its next answer, as a server does at its keep-alive timeout."""
+    once (`one_busy`, `four_busy`: the first time one, four are); `hold` keeps answers back
+    until set; `close_after_next` closes the connection after its next answer, as a server
+    does at its keep-alive timeout."""
 
     port: int = 0
     connections: int = 0
     busy: int = 0
     most_busy: int = 0
     hold: asyncio.Event = field(default_factory=asyncio.Event)
+    one_busy: asyncio.Event = field(default_factory=asyncio.Event)
     four_busy: asyncio.Event = field(default_factory=asyncio.Event)
     close_after_next: bool = False
     closed: asyncio.Event = field(default_factory=asyncio.Event)
@@ -40,6 +45,7 @@ class Server:
             while await reader.readuntil(b"\r\n\r\n"):
                 self.busy += 1
                 self.most_busy = max(self.most_busy, self.busy)
+                self.one_busy.set()
                 if self.busy == 4:
                     self.four_busy.set()
                 await self.hold.wait()
@@ -81,6 +87,48 @@ async def test_calls_beyond_the_connections_wait_their_turn_and_all_succeed(
     assert [a.text for a in answers] == ["ok"] * 40
     assert server.most_busy == 4
     assert server.connections == 4  # kept alive and reused, none churned
+
+
+async def test_issue_18_concurrent_calls_do_not_race_for_one_idle_connection(
+    server: Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """httpcore's shared pool gave the first idle connection to every request of the same
+    loop turn: all but one bounced and went round again, checking every connection each
+    time (85 checks a call at 20 calls over 16 connections). A call now checks only its
+    own connection, once on the way in and once on the way out."""
+    checks: list[httpcore.AsyncHTTPConnection] = []
+    real = httpcore.AsyncHTTPConnection.has_expired
+
+    def counted(connection: httpcore.AsyncHTTPConnection) -> bool:
+        checks.append(connection)
+        return real(connection)
+
+    monkeypatch.setattr(httpcore.AsyncHTTPConnection, "has_expired", counted)
+    server.hold.set()
+    async with FeishuHttp(base_url=f"http://127.0.0.1:{server.port}", max_connections=8) as client:
+        for _ in range(3):
+            answers = await asyncio.gather(*(client.get("/x") for _ in range(20)))
+            assert [a.text for a in answers] == ["ok"] * 20
+    assert len(checks) <= 2 * 60
+    assert server.connections == 8
+
+
+async def test_a_failed_or_cancelled_call_gives_its_connection_back(server: Server) -> None:
+    async with FeishuHttp(base_url=f"http://127.0.0.1:{server.port}", max_connections=1) as client:
+        with socket.socket() as unused:  # a port nobody listens on
+            unused.bind(("127.0.0.1", 0))
+            refused = f"http://127.0.0.1:{unused.getsockname()[1]}/x"
+            for _ in range(3):
+                with pytest.raises(httpx.ConnectError):
+                    await client.get(refused)
+        held = asyncio.create_task(client.get("/held"))
+        await server.one_busy.wait()
+        held.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await held
+        server.hold.set()
+        async with asyncio.timeout(5):  # a connection never given back would hang here
+            assert (await client.get("/after")).text == "ok"
 
 
 async def test_an_idle_connection_the_server_closed_is_not_used_again(
