@@ -188,7 +188,10 @@ class Intake:
         arrives here as a new one would (ack, then a turn or the queue)."""
         attachments = journaled_attachments(message.message_id, message.attachments)
         inner = classify(message.message_id, message.sender_open_id, message.text, attachments)
-        self._conversations.get(message.conversation_key).feed(inner)
+        actor = self._conversations.get(message.conversation_key)
+        if ":" in message.conversation_key:  # `<chat>:<thread>`: a topic thread's, answered in it
+            actor.in_thread = True
+        actor.feed(inner)
 
     async def _expire(self, approvals: list[Approval], now: float) -> None:
         for approval in approvals:
