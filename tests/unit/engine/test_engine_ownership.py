@@ -249,3 +249,19 @@ async def test_a_lost_lease_stops_the_old_owner_from_starting_turns(cluster: Clu
         ("add_reaction", "om_2"),
         ("reply_text", "om_2"),
     ]
+
+
+async def test_a_stop_landing_on_the_other_instance_stops_the_owner_s_round(
+    cluster: Cluster,
+) -> None:
+    a, b = cluster.instances["a"], cluster.instances["b"]
+    await a.say("long job", "om_1")
+    await cluster.settled()
+    await a.harness.runtime.turn(1)
+    await b.say("/stop", "om_2")
+    await cluster.settled()
+
+    assert ("cancel", "sess_1") in a.harness.runtime.calls
+    assert T("presence.stopped") in a.harness.feishu.texts()
+    assert b.harness.feishu.calls == []
+    assert b.harness.runtime.calls == []
