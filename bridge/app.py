@@ -62,8 +62,10 @@ def cmd_run(_: argparse.Namespace) -> int:
     settings = settings_for_run(sys.stderr)
     if settings is None:
         return EXIT_CONFIG
+    from bridge import heap
     from bridge.running import run_service
 
+    heap.settle()
     with asyncio.Runner(loop_factory=loop_factory(settings.bridge_event_loop)) as runner:
         return runner.run(run_service(settings))
 

@@ -18,6 +18,9 @@ log = logging.getLogger(__name__)
 
 MAX_CARDS = 10  # as many as a text reply's parts; a longer answer goes as text (and is cut)
 
+# A post's outbox mark: its idempotency key and the Feishu message ids it produced.
+Mark = tuple[str, list[str]]
+
 
 class Answers:
     def __init__(self, *, feishu: FeishuApi, store: Store, clock: Callable[[], float]) -> None:
@@ -26,17 +29,33 @@ class Answers:
         self._clock = clock
 
     async def post_text(
-        self, actor: ConversationActor, reply_to: str, text: str, idem: str, *, fresh: bool = False
-    ) -> None:
+        self,
+        actor: ConversationActor,
+        reply_to: str,
+        text: str,
+        idem: str,
+        *,
+        fresh: bool = False,
+        hold: bool = False,
+    ) -> Mark | None:
         """A line (or a plain answer) as text messages. `fresh`: its turn began in this
         process, so nothing of it went out before a restart and the outbox need not be read
-        (each post of a turn has its own key)."""
+        (each post of a turn has its own key). `hold`: the outbox mark is returned, not
+        written; the caller writes it (with the turn's end, in one transaction)."""
         if fresh or not await self._already_sent(idem):
-            await self._send_text(actor, reply_to, text, idem)
+            ids = await self._send_text(actor, reply_to, text, idem)
+            return await self._marked(idem, ids, hold)
+        return None
+
+    async def _marked(self, idem: str, ids: list[str], hold: bool) -> Mark | None:
+        if hold:
+            return idem, ids
+        await self._store.mark_sent(idem, ids, self._clock())
+        return None
 
     async def _send_text(
         self, actor: ConversationActor, reply_to: str, text: str, idem: str
-    ) -> None:
+    ) -> list[str]:
         # Agent words and tool titles are data: they never mention anyone.
         safe = neutralize_mentions(text)
         try:
@@ -48,19 +67,27 @@ class Answers:
                 raise
             # The user took that message back: the line goes to the chat itself instead.
             ids = await self._feishu.send_text(_chat_of(actor), safe, uuid=f"{idem}:chat")
-        await self._store.mark_sent(idem, ids, self._clock())
+        return ids
 
     async def post_answer(
-        self, actor: ConversationActor, reply_to: str, text: str, idem: str, *, fresh: bool = False
-    ) -> None:
-        """The agent's answer: rich cards when it has Markdown, else text (`fresh`: as in
-        `post_text`)."""
+        self,
+        actor: ConversationActor,
+        reply_to: str,
+        text: str,
+        idem: str,
+        *,
+        fresh: bool = False,
+        hold: bool = False,
+    ) -> Mark | None:
+        """The agent's answer: rich cards when it has Markdown, else text (`fresh`, `hold`:
+        as in `post_text`)."""
         if not fresh and await self._already_sent(idem):
-            return
+            return None
         parts = answer_parts(text)
         if parts is None or len(parts) > MAX_CARDS:
-            await self._send_text(actor, reply_to, text, idem)
-            return
+            return await self._marked(
+                idem, await self._send_text(actor, reply_to, text, idem), hold
+            )
         ids: list[str] = []
         try:
             for number, part in enumerate(parts):
@@ -71,9 +98,10 @@ class Answers:
             if ids:
                 raise  # some parts are out: a text copy would say them twice
             log.warning("Feishu refused the answer as a card (%s); sending it as text", exc.code)
-            await self._send_text(actor, reply_to, text, idem)
-            return
-        await self._store.mark_sent(idem, ids, self._clock())
+            return await self._marked(
+                idem, await self._send_text(actor, reply_to, text, idem), hold
+            )
+        return await self._marked(idem, ids, hold)
 
     async def _card(
         self, actor: ConversationActor, reply_to: str, card: dict[str, object], uuid: str

@@ -39,7 +39,7 @@ from bridge.core.effects import (
 from bridge.core.inputs import AgentCommands, CardNotShown, ConfigAnswered, ModesAnswered
 from bridge.core.text import Text
 from bridge.engine.actor import ConversationActor, Trace, Work
-from bridge.engine.answers import Answers
+from bridge.engine.answers import Answers, Mark
 from bridge.engine.card_views import CardViews, PostedCards, approval_status
 from bridge.engine.files_out import FilesOut
 from bridge.engine.render import render, render_text
@@ -101,6 +101,11 @@ class EffectExecutor:
         )
         # Turns this process started, and when: nothing of theirs went out before a restart.
         self._started: dict[str, float] = {}
+        # A conversation's end signal just posted, its outbox mark not yet written: the
+        # effect after it is its turn's RecordTerminal (core/lifecycle.py `finish`), which
+        # writes it with the turn's end in one transaction. Written on its own first if
+        # anything else comes.
+        self._held: dict[str, tuple[str, Mark]] = {}
         self._clock = clock
         self._ack_emoji = ack_emoji
         self._metrics = metrics
@@ -114,6 +119,9 @@ class EffectExecutor:
         return len(self._posted)
 
     async def perform(self, actor: ConversationActor, work: Work) -> None:
+        held = self._held.get(actor.key)
+        if held is not None and not (isinstance(work, RecordTerminal) and work.turn_id == held[0]):
+            await self._write_held(actor.key)
         match work:
             case React(message_id):
                 await self._feishu.add_reaction(message_id, self._ack_emoji)
@@ -121,16 +129,22 @@ class EffectExecutor:
                 await self._store.set_message_state(message_id, MessageState.DONE, self._clock())
             case PostText(key, params, reply_to, idem, turn_id=turn_id, footer=footer):
                 text = self._footed(render(self._t, key, params), footer)
-                fresh = turn_id in self._started
-                await self._answers.post_text(actor, reply_to, text, idem, fresh=fresh)
+                fresh, hold = turn_id in self._started, work.final and turn_id is not None
+                mark = await self._answers.post_text(
+                    actor, reply_to, text, idem, fresh=fresh, hold=hold
+                )
+                self._hold(actor, turn_id, mark)
                 if self._metrics:
                     self._metrics.lines.labels(key).inc()
             case EditText(posted_key, key, params):
                 await self._edit_text(posted_key, render(self._t, key, params))
             case RelayAgentText(text, reply_to, idem, turn_id=turn_id, footer=footer):
                 text = self._footed(text, footer)
-                fresh = turn_id in self._started
-                await self._answers.post_answer(actor, reply_to, text, idem, fresh=fresh)
+                fresh, hold = turn_id in self._started, work.final and turn_id is not None
+                mark = await self._answers.post_answer(
+                    actor, reply_to, text, idem, fresh=fresh, hold=hold
+                )
+                self._hold(actor, turn_id, mark)
             case StartTurn():
                 await self._start_turn(actor, work)
             case CancelTurn(_, session_id):
@@ -171,7 +185,9 @@ class EffectExecutor:
                 await self._schedules.skipped(work)
             case RecordTerminal(turn_id, outcome, ending, detail):
                 self._posted.forget_turn(turn_id)
-                await self._record_terminal(turn_id, outcome.value, ending.value, detail)
+                held = self._held.pop(actor.key, None)
+                sent = held[1] if held is not None else None
+                await self._record_terminal(turn_id, outcome.value, ending.value, detail, sent)
                 await self._after_round(actor)
             case Trace(turn_id, kind, detail):
                 await self._trace(turn_id, kind, detail)
@@ -180,6 +196,16 @@ class EffectExecutor:
         traced = _trace_of(work)
         if traced is not None:
             await self._trace(*traced)
+
+    def _hold(self, actor: ConversationActor, turn_id: str | None, mark: Mark | None) -> None:
+        if mark is not None and turn_id is not None:
+            self._held[actor.key] = (turn_id, mark)
+
+    async def _write_held(self, key: str) -> None:
+        held = self._held.pop(key, None)
+        if held is not None:
+            idem, ids = held[1]
+            await self._store.mark_sent(idem, ids, self._clock())
 
     async def _ask_modes(self, actor: ConversationActor, work: AskModes) -> None:
         try:
@@ -303,11 +329,14 @@ class EffectExecutor:
         if message_id is not None:
             await self._feishu.update_card(message_id, self._cards.closed_card(work))
 
-    async def _record_terminal(self, turn_id: str, outcome: str, ending: str, detail: str) -> None:
+    async def _record_terminal(
+        self, turn_id: str, outcome: str, ending: str, detail: str, sent: Mark | None
+    ) -> None:
         now = self._clock()
         started = self._started.pop(turn_id, None)
-        # The turn's message is the one it answers (a turn's id is its message's id).
-        if await self._store.end_turn(turn_id, turn_id, TurnOutcome(outcome), now):
+        # The turn's message is the one it answers (a turn's id is its message's id); `sent`,
+        # its end signal's outbox mark, is written in the same transaction.
+        if await self._store.end_turn(turn_id, turn_id, TurnOutcome(outcome), now, sent=sent):
             # "<outcome> <ending>: <detail>": /turns/{id} reads the typed ending back from it.
             await self.traces.add(turn_id, "terminal", f"{outcome} {ending}: {detail}", now)
             if self._metrics:

@@ -12,15 +12,12 @@ import asyncio
 import hashlib
 import json
 import logging
-import random
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
 import httpx
-from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 
 from bridge.feishu.api import BotInfo
 from bridge.feishu.breaker import CircuitBreaker
@@ -35,6 +32,7 @@ from bridge.feishu.errors import (
 )
 from bridge.feishu.http import FeishuHttp
 from bridge.feishu.resources import ResourceCalls
+from bridge.feishu.retry import RetryPolicy, retried
 from bridge.feishu.split import (
     DEFAULT_MAX_BYTES,
     DEFAULT_MAX_CHARS,
@@ -54,25 +52,7 @@ _BOT_INFO = "/open-apis/bot/v3/info"
 DEFAULT_TIMEOUT = httpx.Timeout(10.0, connect=5.0)
 
 Sleep = Callable[[float], Awaitable[None]]
-
-
-@dataclass(frozen=True)
-class RetryPolicy:
-    """Bounded retries with exponential backoff and jitter. Tests set the delays to 0."""
-
-    max_attempts: int = 4  # tries in all, the first included
-    base_delay: float = 0.5  # first backoff; doubles each retry
-    max_delay: float = 8.0
-    # Feishu's x-ogw-ratelimit-reset is honoured up to this wait; a longer one is raised
-    # to the caller at once rather than parking a conversation's worker.
-    max_rate_limit_wait: float = 60.0
-    # Reactions are best-effort: one retry at most, so an ack never holds up a turn.
-    best_effort_attempts: int = 2
-
-    def backoff(self, retry_number: int) -> float:
-        """Delay before retry `retry_number` (1-based): half fixed, half random."""
-        ceiling = min(self.max_delay, self.base_delay * 2.0 ** (retry_number - 1))
-        return ceiling / 2 + random.uniform(0, ceiling / 2)
+_SPENT = httpx.ByteStream(b"")  # a read response's stream (see `FeishuClient._send`)
 
 
 def _default_cut_notice(kept: int, total: int) -> str:
@@ -331,39 +311,21 @@ class FeishuClient(CardKitCalls, ResourceCalls):
     ) -> dict[str, Any]:
         """One logical call: retried on 5xx / 429 / transport errors with the very same
         bytes, and logged once if it finally fails (code, msg, log_id; never the body)."""
-        policy = self._retry
         # utf8_safe: a lone surrogate in a card would otherwise fail to encode.
         content = utf8_safe(_json(body)).encode("utf-8") if body is not None else None
-
-        def should_retry(exc: BaseException) -> bool:
-            if isinstance(exc, RateLimited):
-                wait = exc.reset_after
-                return retry_rate_limited and (wait is None or wait <= policy.max_rate_limit_wait)
-            return isinstance(exc, ServerError | TransportError)
-
-        def wait(state: RetryCallState) -> float:
-            exc = state.outcome.exception() if state.outcome else None
-            if isinstance(exc, RateLimited) and exc.reset_after is not None:
-                return exc.reset_after
-            return policy.backoff(state.attempt_number)
-
-        def before_sleep(state: RetryCallState) -> None:
-            exc = state.outcome.exception() if state.outcome else None
-            delay = state.next_action.sleep if state.next_action else 0.0
-            log.info("feishu %s: %s, retrying in %.2fs", op, exc, delay)
-
-        retrying = AsyncRetrying(
-            sleep=self._sleep,
-            stop=stop_after_attempt(attempts or policy.max_attempts),
-            wait=wait,
-            retry=retry_if_exception(should_retry),
-            before_sleep=before_sleep,
-            reraise=True,
-        )
         try:
-            async for attempt in retrying:
-                with attempt:
-                    return await self._call_once(method, path, params, content)
+            try:
+                return await self._call_once(method, path, params, content)
+            except FeishuError as first:  # retried (bridge/feishu/retry.py) when worth it
+                return await retried(
+                    first,
+                    lambda: self._call_once(method, path, params, content),
+                    op=op,
+                    policy=self._retry,
+                    sleep=self._sleep,
+                    attempts=attempts,
+                    retry_rate_limited=retry_rate_limited,
+                )
         except FeishuError as exc:
             log.log(
                 failure_level,
@@ -376,7 +338,6 @@ class FeishuClient(CardKitCalls, ResourceCalls):
                 exc.log_id,
             )
             raise
-        raise AssertionError("unreachable: tenacity either returns or raises")
 
     async def _call_once(
         self, method: str, path: str, params: dict[str, str] | None, content: bytes | None
@@ -402,8 +363,13 @@ class FeishuClient(CardKitCalls, ResourceCalls):
         if content is not None:
             headers["Content-Type"] = "application/json; charset=utf-8"
         try:
-            return await self._http.request(
+            response = await self._http.request(
                 method, self._domain + path, params=params, content=content, headers=headers
             )
         except httpx.RequestError as exc:
             raise TransportError.from_httpx(exc) from None
+        # httpx binds a response and its stream to each other, a reference cycle holding
+        # the whole request's objects until the garbage collector runs. The body is read
+        # (the request was not streamed): the spent stream is let go now.
+        response.stream = _SPENT
+        return response

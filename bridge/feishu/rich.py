@@ -47,8 +47,18 @@ _LANGUAGE = re.compile(r"[A-Za-z0-9_+#.-]{1,20}")
 _HEADING = {"h1": "##", "h2": "###"}  # the largest sizes look shouting in a chat
 
 
+# What any rich node needs somewhere in the text: a marker character (headings, lists,
+# emphasis, code, fences, tables, quotes, rules, setext underlines, links), an ordered
+# list's number, or an indented code block's indent. Text with none of them is plain
+# whatever markdown-it would say, and is not parsed (most short answers: a parse and its
+# tree cost more than the rest of relaying them).
+_MAYBE_RICH = re.compile(r"[#*_+=|>`~\[<-]|\d[.)]|^ {4}|\t", re.MULTILINE)
+
+
 def answer_parts(text: str) -> list[str] | None:
     """The answer as card markdown parts, in order; None when it is plain text."""
+    if _MAYBE_RICH.search(text) is None:
+        return None
     root = SyntaxTreeNode(_PARSER.parse(text))
     if not any(node.type in _RICH for node in root.walk()):
         return None

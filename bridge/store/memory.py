@@ -194,8 +194,16 @@ class MemoryStore(MemoryCluster, MemorySchedules, AsyncLifecycle):
         return started
 
     async def end_turn(
-        self, turn_id: str, message_id: str, outcome: TurnOutcome, now: float
+        self,
+        turn_id: str,
+        message_id: str,
+        outcome: TurnOutcome,
+        now: float,
+        *,
+        sent: tuple[str, Sequence[str]] | None = None,
     ) -> bool:
+        if sent is not None:
+            await self.mark_sent(sent[0], sent[1], now)
         finished = await self.finish_turn(turn_id, outcome, now)
         await self.set_message_state(message_id, MessageState.DONE, now)
         return finished

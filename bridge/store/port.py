@@ -298,10 +298,18 @@ class Store(ClusterStore, Protocol):
         step in one round trip; the result is `start_turn`'s (False: the turn existed)."""
 
     async def end_turn(
-        self, turn_id: str, message_id: str, outcome: TurnOutcome, now: float
+        self,
+        turn_id: str,
+        message_id: str,
+        outcome: TurnOutcome,
+        now: float,
+        *,
+        sent: tuple[str, Sequence[str]] | None = None,
     ) -> bool:
         """`finish_turn`, and the turn's message marked done, as one atomic step in one round
-        trip; the result is `finish_turn`'s (the message is marked done either way)."""
+        trip; the result is `finish_turn`'s (the message is marked done either way). `sent`:
+        an outbox mark (`mark_sent`'s key and message ids), the turn's end signal's, written
+        in the same step (first mark wins, as in `mark_sent`)."""
 
     async def turn(self, turn_id: str) -> Turn | None: ...
 

@@ -272,8 +272,16 @@ class PostgresStore(
         return await self._with_message(_START, params, message_id, MessageState.RUNNING, now)
 
     async def end_turn(
-        self, turn_id: str, message_id: str, outcome: TurnOutcome, now: float
+        self,
+        turn_id: str,
+        message_id: str,
+        outcome: TurnOutcome,
+        now: float,
+        *,
+        sent: tuple[str, Sequence[str]] | None = None,
     ) -> bool:
+        if sent is not None:  # first: a crash between the two leaves the mark, as before
+            await self.mark_sent(sent[0], sent[1], now)
         params = (TurnOutcome(outcome).value, now, turn_id)
         return await self._with_message(_FINISH, params, message_id, MessageState.DONE, now)
 

@@ -56,7 +56,7 @@ from bridge.store.sqlite_schema import (
     message_of,
     migrate,
 )
-from bridge.store.sqlite_turns import TurnRecords, state_update
+from bridge.store.sqlite_turns import TurnRecords, outbox_mark, state_update
 
 _T = TypeVar("_T")
 
@@ -354,14 +354,7 @@ class SqliteStore(TurnRecords, ConversationChoices, SqlCluster, SqlSchedules, As
     # -- 7. outbox marks ---------------------------------------------------------------------
 
     async def mark_sent(self, idempotency_key: str, message_ids: Sequence[str], now: float) -> bool:
-        return (
-            await self._write(
-                "INSERT INTO outbox (idempotency_key, message_ids, sent_at) VALUES (?, ?, ?) "
-                "ON CONFLICT DO NOTHING",
-                (idempotency_key, json.dumps([str(m) for m in message_ids]), now),
-            )
-            == 1
-        )
+        return await self._write(*outbox_mark(idempotency_key, message_ids, now)) == 1
 
     async def sent(self, idempotency_key: str) -> list[str] | None:
         row = await self._one(

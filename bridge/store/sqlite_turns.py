@@ -4,8 +4,9 @@ two tables in one transaction (`SqliteStore._transaction`, one thread hop)."""
 
 from __future__ import annotations
 
+import json
 import sqlite3
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
 from bridge.store.port import MESSAGE_TRANSITIONS, MessageState, Turn, TurnOutcome
@@ -52,21 +53,34 @@ class TurnRecords:
         )
 
     async def end_turn(
-        self, turn_id: str, message_id: str, outcome: TurnOutcome, now: float
+        self,
+        turn_id: str,
+        message_id: str,
+        outcome: TurnOutcome,
+        now: float,
+        *,
+        sent: tuple[str, Sequence[str]] | None = None,
     ) -> bool:
         params = (TurnOutcome(outcome).value, now, turn_id)
-        return await self._with_message(_FINISH, params, state_update(message_id, DONE, now))
+        mark = None if sent is None else outbox_mark(sent[0], sent[1], now)
+        return await self._with_message(_FINISH, params, state_update(message_id, DONE, now), mark)
 
     async def _with_message(
-        self, sql: str, params: tuple[Any, ...], message: tuple[str, tuple[Any, ...]] | None
+        self,
+        sql: str,
+        params: tuple[Any, ...],
+        message: tuple[str, tuple[Any, ...]] | None,
+        mark: tuple[str, tuple[Any, ...]] | None = None,
     ) -> bool:
-        """`sql` on a turn and the statement moving its message, as one transaction in one
-        hop; whether `sql` changed the turn."""
+        """`sql` on a turn, the statement moving its message, and an outbox `mark`, as one
+        transaction in one hop; whether `sql` changed the turn."""
 
         def run(db: sqlite3.Connection) -> bool:
             changed = db.execute(sql, params).rowcount
             if message is not None:
                 db.execute(*message)
+            if mark is not None:
+                db.execute(*mark)
             return changed == 1
 
         return await self._transaction(run)
@@ -80,6 +94,17 @@ class TurnRecords:
             f"SELECT {TURN_COLUMNS} FROM turns WHERE outcome IS NULL ORDER BY seq"
         )
         return [turn_of(row) for row in rows]
+
+
+def outbox_mark(
+    idempotency_key: str, message_ids: Sequence[str], now: float
+) -> tuple[str, tuple[Any, ...]]:
+    """The statement of `mark_sent` (first mark wins)."""
+    return (
+        "INSERT INTO outbox (idempotency_key, message_ids, sent_at) VALUES (?, ?, ?) "
+        "ON CONFLICT DO NOTHING",
+        (idempotency_key, json.dumps([str(m) for m in message_ids]), now),
+    )
 
 
 def state_update(

@@ -8,8 +8,9 @@ import re
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from markdown_it.tree import SyntaxTreeNode
 
-from bridge.feishu.rich import PART_CHARS, answer_card, answer_parts
+from bridge.feishu.rich import _PARSER, _RICH, PART_CHARS, answer_card, answer_parts
 
 
 def test_plain_text_stays_plain() -> None:
@@ -145,3 +146,19 @@ def open_fence_at_end(part: str) -> bool:
         elif ticks >= opened and not rest.strip():
             opened = 0
     return bool(opened)
+
+
+# Everything but the markers `answer_parts` looks for before it parses: spaces, line ends,
+# words, digits without a dot or bracket after them, and the punctuation of plain prose.
+_PLAIN = st.text(
+    alphabet=st.sampled_from(list("ab 中文\n\r.,:;!?'\"()/@&%$^{}0123456789")), max_size=80
+).filter(lambda text: not re.search(r"\d[.)]|^ {4}", text, re.MULTILINE))
+
+
+@settings(max_examples=500, deadline=None)
+@given(_PLAIN)
+def test_text_skipped_as_plain_has_no_rich_node_when_parsed(text: str) -> None:
+    # The shortcut in `answer_parts` must agree with the parse it skips.
+    assert answer_parts(text) is None
+    root = SyntaxTreeNode(_PARSER.parse(text))
+    assert not [node.type for node in root.walk() if node.type in _RICH], text

@@ -43,6 +43,8 @@ def client_capabilities(elicitation: bool) -> ClientCapabilities:
 class ClientHost(Protocol):
     def on_update(self, generation: int, session_id: str, update: Any) -> None: ...
 
+    def on_unknown_update(self, kind: str) -> None: ...
+
     async def on_permission(
         self,
         generation: int,
@@ -66,6 +68,9 @@ class BridgeClient:
         # Runs as its own task per notification: the host records it before any await,
         # which keeps arrival order (tasks start in creation order).
         self._host.on_update(self._generation, session_id, update)
+
+    def unknown_update(self, kind: str) -> None:
+        self._host.on_unknown_update(kind)
 
     async def request_permission(
         self,
@@ -111,13 +116,16 @@ def build_handler(client: BridgeClient) -> MethodHandler:
     """The SDK router, minus its noisy failure on update kinds it does not know.
 
     The typed route would fail validation and log a traceback (with the payload) for every
-    unknown `sessionUpdate`; the runtime's stream observer already logged the kind, so such
-    notifications are dropped here before validation.
+    unknown `sessionUpdate`, so such notifications are told to the host (which counts and
+    logs the kind) and dropped here before validation. (Not a stream observer: the SDK
+    deep-copies every frame, both ways, for its observers.)
     """
     router = build_client_router(client, use_unstable_protocol=True)  # type: ignore[arg-type]
 
     async def handle(method: str, params: Any | None, is_notification: bool) -> Any:
-        if is_notification and _unknown_kind(method, params) is not None:
+        unknown = _unknown_kind(method, params) if is_notification else None
+        if unknown is not None:
+            client.unknown_update(unknown)
             return None
         if method not in _CLIENT_METHODS and not method.startswith("_"):
             # An agent's own protocol additions without ACP's `_` prefix (Qwen Code's

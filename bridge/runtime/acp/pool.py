@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from acp.connection import MethodHandler, StreamObserver
+from acp.connection import MethodHandler
 from acp.exceptions import RequestError
 from acp.schema import ClientCapabilities, Implementation
 from pydantic import ValidationError
@@ -103,19 +103,18 @@ class AgentPool:
         *,
         capabilities: ClientCapabilities,
         handler_for: Callable[[int], MethodHandler],
-        observer: StreamObserver,
         on_exit: Callable[[AgentProcess], None],
         on_change: Callable[[], None] | None = None,
     ) -> None:
         self._on_change = on_change or (lambda: None)
         self.argv = list(argv)
+        self._program = Path(self.argv[0]).name
         self.workdir = workdir
         self._env = env
         self._limits = limits
         self._restart_wait = restart_wait
         self._capabilities = capabilities
         self._handler_for = handler_for
-        self._observer = observer
         self._on_exit = on_exit
         self.slots = [Slot(i) for i in range(limits.max_agents)]
         self._generations = itertools.count(1)
@@ -131,7 +130,7 @@ class AgentPool:
 
     @property
     def program(self) -> str:
-        return Path(self.argv[0]).name
+        return self._program
 
     def choose(self, load: LoadOf, replacing: str | None = None) -> Slot:
         cap = self._limits.sessions_per_agent
@@ -217,7 +216,6 @@ class AgentPool:
             cwd=self.workdir,
             env=self._env,
             handler=self._handler_for(generation),
-            observer=self._observer,
             on_exit=self._on_exit,
             stderr_lines=self._limits.stderr_lines,
             sandbox=self._limits.sandbox,

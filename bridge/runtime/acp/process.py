@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from acp.connection import Connection, MethodHandler, StreamObserver
+from acp.connection import Connection, MethodHandler
 from acp.meta import AGENT_METHODS, PROTOCOL_VERSION
 from acp.schema import (
     AgentCapabilities,
@@ -314,7 +314,6 @@ async def spawn_agent(
     cwd: Path,
     env: Mapping[str, str] | None,
     handler: MethodHandler,
-    observer: StreamObserver,
     on_exit: Callable[[AgentProcess], None],
     stderr_lines: int = 200,
     sandbox: SandboxPolicy | None = None,
@@ -347,7 +346,7 @@ async def spawn_agent(
     label = f"agent[{slot}] pid {process.pid}"
     stdout = CappedLines(process.stdout, label=label, on_oversize=on_oversize)
     # CappedLines has the two reader methods the SDK's transport calls.
-    conn = Connection(handler, process.stdin, stdout, observers=[observer])  # type: ignore[arg-type]
+    conn = Connection(handler, process.stdin, stdout)  # type: ignore[arg-type]
     loop = asyncio.get_running_loop()
     agent = AgentProcess(
         slot=slot,

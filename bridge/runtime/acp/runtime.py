@@ -26,7 +26,6 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from acp.connection import StreamDirection, StreamEvent
 from acp.exceptions import RequestError
 from acp.schema import (
     CancelElicitationResponse,
@@ -42,7 +41,6 @@ from bridge.runtime.acp.client import (
     BridgeClient,
     build_handler,
     client_capabilities,
-    unknown_update_kind,
 )
 from bridge.runtime.acp.content import prompt_blocks
 from bridge.runtime.acp.diagnostics import Diagnostics
@@ -138,7 +136,6 @@ class AcpRuntime(SessionSettings, Diagnostics):
             restart_wait or wait_exponential(multiplier=0.5, max=10),
             capabilities=client_capabilities(elicitation),
             handler_for=lambda generation: build_handler(BridgeClient(self, generation)),
-            observer=self._observe,
             on_exit=self._on_process_exit,
             on_change=on_change,
         )
@@ -405,11 +402,7 @@ class AcpRuntime(SessionSettings, Diagnostics):
         finally:
             self._requests.discard(pending.request_id)
 
-    def _observe(self, event: StreamEvent) -> None:
-        """Raw tap on every JSON-RPC message: the only place unknown update kinds show up."""
-        if event.direction is not StreamDirection.INCOMING:
-            return
-        kind = unknown_update_kind(event.message)
-        if kind is not None:
-            self.unknown_updates += 1
-            logger.warning("agent sent an unknown session update kind %r; dropped", kind[:64])
+    def on_unknown_update(self, kind: str) -> None:
+        """An update kind the SDK schema lacks (its notification is dropped)."""
+        self.unknown_updates += 1
+        logger.warning("agent sent an unknown session update kind %r; dropped", kind[:64])

@@ -138,6 +138,15 @@ class Sessions:
     def running_turns(self, slot: int) -> int:
         return sum(1 for s in self._sessions.values() if s.slot == slot and s.turn)
 
+    def per_slot(self) -> dict[int, tuple[int, int]]:
+        """Each slot's (`load`, `running_turns`), in one pass (the operator view asks for
+        them with every conversation's change)."""
+        counts: dict[int, tuple[int, int]] = {}
+        for s in self._sessions.values():
+            load, running = counts.get(s.slot, (0, 0))
+            counts[s.slot] = (load + 1, running + (1 if s.turn else 0))
+        return counts
+
     async def open(
         self, conversation_key: str, resume_session_id: str | None, chosen: Mapping[str, str]
     ) -> SessionHandle:

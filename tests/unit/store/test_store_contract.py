@@ -441,6 +441,25 @@ async def test_outbox_marks(store: Store, restart: Restart) -> None:
     assert await store.sent("k-empty") == []
 
 
+async def test_end_turn_writes_the_end_signals_mark_with_it(store: Store, restart: Restart) -> None:
+    await _journal(store, "A", "m1", T0)
+    await store.begin_turn("m1", "A", "m1", T0)
+    await store.mark_sent("m1:end-old", ["om_0"], T0)
+    assert await store.end_turn(
+        "m1", "m1", TurnOutcome.COMPLETED, T0 + 1, sent=("m1:end", ["om_9"])
+    )
+    # The mark is written even when the turn had ended already; the first mark still wins.
+    assert not await store.end_turn(
+        "m1", "m1", TurnOutcome.FAILED, T0 + 2, sent=("m1:end-old", ["om_x"])
+    )
+    store = await restart()
+    assert await store.sent("m1:end") == ["om_9"]
+    assert await store.sent("m1:end-old") == ["om_0"]
+    turn = await store.turn("m1")
+    assert turn is not None
+    assert turn.outcome is TurnOutcome.COMPLETED
+
+
 async def test_sent_returns_a_fresh_list(store: Store) -> None:
     ids = ["om_1"]
     await store.mark_sent("k1", ids, T0)
