@@ -389,7 +389,11 @@ class MemoryStore(MemoryCluster, MemorySchedules, AsyncLifecycle):
         for session_key in old_sessions:
             del self._sessions[session_key]
         removed += len(old_sessions)
-        return removed
+
+        gone = [i for i, r in self._instances.items() if r.heartbeat_at < cutoff]
+        for instance_id in gone:
+            del self._instances[instance_id]
+        return removed + len(gone)
 
 
 if TYPE_CHECKING:

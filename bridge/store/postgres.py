@@ -364,6 +364,8 @@ class PostgresStore(
             "DELETE FROM turns WHERE outcome IS NOT NULL AND finished_at < %s",
             "DELETE FROM outbox WHERE sent_at < %s",
             "DELETE FROM sessions WHERE active_at < %s",
+            # An instance silent that long is gone (ids with a random suffix pile up).
+            "DELETE FROM instances WHERE heartbeat_at < %s",
         ):
             removed += await self._write(sql, (cutoff,))
         return removed

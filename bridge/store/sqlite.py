@@ -378,6 +378,8 @@ class SqliteStore(TurnRecords, ConversationChoices, SqlCluster, SqlSchedules, As
             "DELETE FROM turns WHERE outcome IS NOT NULL AND finished_at < ?",
             "DELETE FROM outbox WHERE sent_at < ?",
             "DELETE FROM sessions WHERE active_at < ?",
+            # An instance silent that long is gone (ids with a random suffix pile up).
+            "DELETE FROM instances WHERE heartbeat_at < ?",
         ):
             removed += await self._write(sql, (cutoff,))
         return removed

@@ -641,3 +641,10 @@ async def test_prune_keeps_schedules(store: Store) -> None:
     made = await _every(store)
     await store.prune(T0 + 10 * RETENTION)
     assert await store.schedules() == [made]
+
+
+async def test_prune_drops_instances_silent_past_the_retention(store: Store) -> None:
+    await store.heartbeat("gone-1a2b3c", "e1", T0)
+    await store.heartbeat("alive", "e2", T0 + 500)
+    assert await store.prune(T0 + RETENTION + 0.5) >= 1
+    assert [i.instance_id for i in await store.instances(T0 + RETENTION + 1)] == ["alive"]
