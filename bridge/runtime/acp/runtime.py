@@ -84,6 +84,8 @@ logger = logging.getLogger(__name__)
 # Environment variables an agent process never sees: the Feishu app secret, the operator
 # token, and every other setting of the bridge (a future secret among them).
 SCRUBBED_PREFIXES = ("FEISHU_", "BRIDGE_")
+# How long a prompt waits for a stopped round on its session to end (its agent being killed).
+STOPPED_TURN_WAIT = 5.0
 
 __all__ = ["AcpRuntime", "SessionInfo", "SessionLost"]
 
@@ -192,6 +194,12 @@ class AcpRuntime(SessionSettings, Diagnostics):
         session = self._sessions.get(session_id)
         if session is None:
             raise SessionLost(f"unknown session {session_id}; open a session first")
+        stopped = session.turn
+        if stopped is not None and stopped.cancel_requested:
+            # A stopped round whose agent is being killed (it never confirmed the cancel):
+            # its end is a moment away; the next prompt waits for it rather than failing.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stopped.ended.wait(), STOPPED_TURN_WAIT)
         if session.turn is not None:
             raise RuntimeError(f"a turn is already running on session {session_id}")
         process = await self._sessions.ensure_bound(session)
@@ -216,6 +224,7 @@ class AcpRuntime(SessionSettings, Diagnostics):
         finally:
             if session.turn is turn:
                 session.turn = None
+            turn.ended.set()
             session.after_cancel = turn.cancel_requested
             self._requests.cancel_session(session_id)
 

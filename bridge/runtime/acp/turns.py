@@ -33,6 +33,7 @@ class AcpTurn:
     # `end_turn` is the cancelled turn's leftover, not this prompt's answer.
     suspect_tail: bool = False
     released: asyncio.Future[None] | None = None  # set by cancel(): stop waiting
+    ended: asyncio.Event = field(default_factory=asyncio.Event)  # its prompt call returned
     # What each tool call of this prompt said it will do (content, raw input), for a
     # permission request that names the call but leaves that out (Codex).
     tool_calls: dict[str, ToolCallUpdate] = field(default_factory=dict)
