@@ -34,6 +34,8 @@ class PeersUnreachable(Exception):
 
 
 class InstancesStore(Protocol):
+    """What the forwarder and the one-name check need of the `Store`."""
+
     async def instances(self, now: float) -> list[InstanceRecord]: ...
 
 

@@ -9,17 +9,13 @@ next heartbeat that process would write, and refuses only if it comes.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Protocol
 
+from bridge.cluster.forward import InstancesStore
 from bridge.store.port_cluster import InstanceRecord
 
 
 class DuplicateInstance(Exception):
     """Another live process runs under this BRIDGE_INSTANCE_ID."""
-
-
-class InstancesStore(Protocol):
-    async def instances(self, now: float) -> list[InstanceRecord]: ...
 
 
 async def check_alone(

@@ -78,6 +78,12 @@ def journaled_attachments(message_id: str, raw: str) -> tuple[Attachment, ...]:
     return attachments_of(message_id, refs)
 
 
+def journaled_input(message: JournaledMessage) -> UserMessage | Command | UnsupportedMessage:
+    """What a message read back from the journal is to the core (as `classify`)."""
+    attachments = journaled_attachments(message.message_id, message.attachments)
+    return classify(message.message_id, message.sender_open_id, message.text, attachments)
+
+
 class Intake:
     """Implements the receiver's `MessageSink`."""
 
@@ -186,12 +192,10 @@ class Intake:
     def accept_journaled(self, message: JournaledMessage) -> None:
         """A message another instance journaled for a conversation this one owns: it
         arrives here as a new one would (ack, then a turn or the queue)."""
-        attachments = journaled_attachments(message.message_id, message.attachments)
-        inner = classify(message.message_id, message.sender_open_id, message.text, attachments)
         actor = self._conversations.get(message.conversation_key)
         if ":" in message.conversation_key:  # `<chat>:<thread>`: a topic thread's, answered in it
             actor.in_thread = True
-        actor.feed(inner)
+        actor.feed(journaled_input(message))
 
     async def _expire(self, approvals: list[Approval], now: float) -> None:
         for approval in approvals:
@@ -222,6 +226,5 @@ class Intake:
             if message.state is MessageState.INTERRUPTED and message.message_id in interrupted_ids:
                 await self._store.set_message_state(message.message_id, MessageState.DONE, now)
                 continue
-            attachments = journaled_attachments(message.message_id, message.attachments)
-            inner = classify(message.message_id, message.sender_open_id, message.text, attachments)
-            self._conversations.get(message.conversation_key).feed(MessageRecovered(inner))
+            recovered = MessageRecovered(journaled_input(message))
+            self._conversations.get(message.conversation_key).feed(recovered)

@@ -176,46 +176,39 @@ class Ownership:
             self._pulls.pop(key, None)
 
     async def _pull_once(self, key: str) -> None:
-        if not self._keeper.owns(key):
+        claimed = not self._keeper.owns(key)
+        if claimed:
             takeover = key in self._takeover
             self._takeover.discard(key)
             if await self._keeper.acquire(key) is None:
                 if self._inbound.pop(key, None):  # ours to hand over: wake the owner
                     await self._wake.publish(key, WakeKind.MESSAGE)
                 return
-            await self._claimed(key, takeover)
-            return
+            log.info("conversation %s claimed%s", key, " (takeover)" if takeover else "")
+            self._fed[key] = set()
         pending = await self._store.pending_messages(key)
+        if claimed and (takeover or any(m.state is not MessageState.QUEUED for m in pending)):
+            # A dead owner's leftovers: told and run as after a restart.
+            inbound = self._inbound.pop(key, {})
+            self._fed[key] = set(await self._engine.intake.take_over(key, inbound))
+        else:
+            self._feed(key, pending)
+        if claimed:  # its schedules, as the store holds them now, run here
+            await self._engine.schedules.reload(key)
+
+    def _feed(self, key: str, pending: list[JournaledMessage]) -> None:
+        """The queued messages not fed yet, in journal order."""
         fed = self._fed.setdefault(key, set())
         inbound = self._inbound.pop(key, {})
         for message in pending:
             if message.state is MessageState.QUEUED and message.message_id not in fed:
-                self._feed_new(message.message_id, inbound, message)
+                local = inbound.pop(message.message_id, None)
+                if local is not None:  # the request's own copy knows its topic thread
+                    self._engine.accept(local)
+                else:
+                    self._engine.intake.accept_journaled(message)
                 fed.add(message.message_id)
         self._fed[key] = fed & {m.message_id for m in pending}
-
-    async def _claimed(self, key: str, takeover: bool) -> None:
-        """This instance now holds the conversation: what its journal holds runs here."""
-        log.info("conversation %s claimed%s", key, " (takeover)" if takeover else "")
-        pending = await self._store.pending_messages(key)
-        inbound = self._inbound.pop(key, {})
-        if takeover or any(m.state is not MessageState.QUEUED for m in pending):
-            # A dead owner's leftovers: told and run as after a restart.
-            self._fed[key] = set(await self._engine.intake.take_over(key, inbound))
-        else:
-            for message in pending:
-                self._feed_new(message.message_id, inbound, message)
-            self._fed[key] = {m.message_id for m in pending}
-        await self._engine.schedules.reload(key)
-
-    def _feed_new(
-        self, message_id: str, inbound: dict[str, InboundMessage], journaled: JournaledMessage
-    ) -> None:
-        local = inbound.pop(message_id, None)
-        if local is not None:
-            self._engine.accept(local)
-        else:
-            self._engine.intake.accept_journaled(journaled)
 
     # -- takeover -----------------------------------------------------------------------
 
