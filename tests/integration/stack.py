@@ -126,6 +126,23 @@ class Stack:
         return [r.emoji_type for r in self.emu.reactions(message_id)]
 
 
+def unhurried_client(emu: FeishuEmulator, waits: list[float] | None = None) -> FeishuClient:
+    """The bridge's Feishu client on the emulator, its retry waits recorded (in `waits`),
+    not slept: tests run in ms."""
+
+    async def no_sleep(seconds: float) -> None:
+        if waits is not None:
+            waits.append(seconds)
+
+    return FeishuClient(
+        emu.app_id,
+        emu.app_secret,
+        emu.url,
+        retry=RetryPolicy(base_delay=0.0, max_delay=0.0),
+        sleep=no_sleep,
+    )
+
+
 @asynccontextmanager
 async def running_stack(
     data_dir: Path,
@@ -136,17 +153,8 @@ async def running_stack(
 ) -> AsyncIterator[Stack]:
     waits: list[float] = []
 
-    async def no_sleep(seconds: float) -> None:
-        waits.append(seconds)  # the wait is recorded, not slept: tests run in ms
-
     def client(emu: FeishuEmulator) -> FeishuClient:
-        return FeishuClient(
-            emu.app_id,
-            emu.app_secret,
-            emu.url,
-            retry=RetryPolicy(base_delay=0.0, max_delay=0.0),
-            sleep=no_sleep,
-        )
+        return unhurried_client(emu, waits)
 
     demo = await start_demo(
         data_dir=data_dir,

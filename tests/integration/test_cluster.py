@@ -30,10 +30,9 @@ from bridge.config import Settings
 from bridge.demo import DEMO_TIMINGS, scripted_agent_command
 from bridge.devtools.emulator import FeishuEmulator
 from bridge.devtools.emulator.records import ChatMessage
-from bridge.feishu.client import FeishuClient, RetryPolicy
 from bridge.i18n import Translator
 from bridge.service import BridgeService, build_service
-from tests.integration.stack import FAST
+from tests.integration.stack import FAST, unhurried_client
 from tests.pg import pg_server, pg_url
 
 __all__ = ["pg_server", "pg_url"]  # fixtures of tests/pg.py, used here
@@ -71,19 +70,6 @@ def instance_settings(
     return Settings(**values)  # type: ignore[arg-type]
 
 
-def client(emu: FeishuEmulator) -> FeishuClient:
-    async def no_sleep(seconds: float) -> None:
-        return None
-
-    return FeishuClient(
-        emu.app_id,
-        emu.app_secret,
-        emu.url,
-        retry=RetryPolicy(base_delay=0.0, max_delay=0.0),
-        sleep=no_sleep,
-    )
-
-
 @asynccontextmanager
 async def emulator() -> AsyncIterator[FeishuEmulator]:
     emu = FeishuEmulator(
@@ -111,7 +97,7 @@ async def instances(
             data.mkdir()
             settings = instance_settings(emu, url, f"i{n}", data, **extra)
             env = {"SCRIPTED_AGENT_STATE_DIR": str(tmp / "agent-state")}  # shared: load works
-            service = build_service(settings, feishu=client(emu), runtime_env=env)
+            service = build_service(settings, feishu=unhurried_client(emu), runtime_env=env)
             await service.start()
             services.append(service)
         emu.spread_webhooks([webhook(s) for s in services], seed=12)

@@ -24,13 +24,11 @@ from typing import Any
 
 import pytest
 
-from bridge.devtools.emulator import FeishuEmulator
 from bridge.devtools.emulator.records import ApiCall, ChatMessage, DeliveredEvent
-from bridge.feishu.client import FeishuClient, RetryPolicy
 from bridge.i18n import Translator
 from bridge.service import BridgeService, build_service
 from bridge.store.port import ApprovalStatus, MessageState, TurnOutcome
-from tests.integration.stack import Stack, running_stack
+from tests.integration.stack import Stack, running_stack, unhurried_client
 
 T = Translator("zh_CN")
 
@@ -117,19 +115,6 @@ async def _say_and_wait(stack: Stack, text: str, predicate: Any) -> DeliveredEve
     return sent
 
 
-def _client(emu: FeishuEmulator) -> FeishuClient:
-    async def no_sleep(seconds: float) -> None:
-        return None
-
-    return FeishuClient(
-        emu.app_id,
-        emu.app_secret,
-        emu.url,
-        retry=RetryPolicy(base_delay=0.0, max_delay=0.0),
-        sleep=no_sleep,
-    )
-
-
 async def _crash_and_restart(stack: Stack) -> BridgeService:
     """The bridge dies mid-turn and comes back on the same data dir and the same emulator.
 
@@ -141,7 +126,7 @@ async def _crash_and_restart(stack: Stack) -> BridgeService:
     await old.stop()
     settings = old.settings
     env = {"SCRIPTED_AGENT_STATE_DIR": str(settings.bridge_data_dir / "agent-state")}
-    new = build_service(settings, feishu=_client(stack.emu), runtime_env=env)
+    new = build_service(settings, feishu=unhurried_client(stack.emu), runtime_env=env)
     await new.start()
     stack.demo.service = new  # `running_stack` stops this one at the end
     stack.emu.webhook_url = f"http://127.0.0.1:{new.port}/feishu/events"
