@@ -7,10 +7,8 @@ shortened so every presence state can be seen within a minute.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import shlex
-import signal
 import sys
 import tempfile
 from collections.abc import Callable, Mapping
@@ -23,6 +21,7 @@ from bridge.devtools.emulator import FeishuEmulator
 from bridge.feishu.api import FeishuApi
 from bridge.i18n import Translator
 from bridge.logs import configure_logging
+from bridge.running import until_signalled
 from bridge.service import BridgeService, build_service
 
 log = logging.getLogger(__name__)
@@ -130,12 +129,8 @@ async def run_demo(*, port: int, locale: str | None, agent: str | None = None) -
         t = Translator(demo.service.settings.bridge_locale)
         api = f"http://127.0.0.1:{demo.service.ops_port}/runtime-states"
         print("\n" + t("cli.demo_ready", chat=demo.chat_url, api=api) + "\n", flush=True)
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
         try:
-            await stop.wait()
+            await until_signalled()
         finally:
             await demo.close()
     return 0

@@ -55,13 +55,18 @@ async def run_service(settings: Settings) -> int:
         )
         await service.store.close()
         return EXIT_DUPLICATE
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
     try:
-        await stop.wait()
+        await until_signalled()
     finally:
         log.info("shutting down")
         await service.stop()
     return 0
+
+
+async def until_signalled() -> None:
+    """Until SIGINT or SIGTERM (`feishu-bridge run` and `demo` stop cleanly on either)."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()

@@ -20,6 +20,8 @@ from enum import StrEnum
 from types import TracebackType
 from typing import NamedTuple, Protocol, Self
 
+from bridge.store.port import AsyncLifecycle
+
 DEFAULT_QUEUE = 1000  # wake-ups a subscriber may lag behind before it gets a RESCAN
 
 
@@ -96,7 +98,7 @@ class Wake(Protocol):
     ) -> None: ...
 
 
-class _Fanout:
+class _Fanout(AsyncLifecycle):  # `async with wake:` opens and closes it
     """Subscriptions and delivery, shared by the implementations."""
 
     def __init__(self, *, queue_size: int = DEFAULT_QUEUE) -> None:
@@ -121,18 +123,6 @@ class _Fanout:
 
     async def close(self) -> None:
         self._end_all()
-
-    async def __aenter__(self) -> Self:
-        await self.open()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close()
 
 
 class LocalWake(_Fanout):
