@@ -15,7 +15,7 @@ import httpcore
 import httpx
 import pytest
 
-from bridge.feishu import http
+from bridge.feishu import netstream
 from bridge.feishu.http import FeishuHttp
 from bridge.loops import loop_factory
 
@@ -134,7 +134,7 @@ async def test_a_failed_or_cancelled_call_gives_its_connection_back(server: Serv
 async def test_an_idle_connection_the_server_closed_is_not_used_again(
     server: Server, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(http, "FRESH_SECONDS", 0.0)  # check every idle connection
+    monkeypatch.setattr(netstream, "FRESH_SECONDS", 0.0)  # check every idle connection
     server.hold.set()
     async with FeishuHttp(base_url=f"http://127.0.0.1:{server.port}", max_connections=2) as client:
         server.close_after_next = True
@@ -148,14 +148,14 @@ async def test_a_connection_that_just_carried_a_call_is_not_polled(
     server: Server, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     polled: list[object] = []
-    real = http.readable
-    monkeypatch.setattr(http, "readable", lambda sock: polled.append(sock) or real(sock))
+    real = netstream.readable
+    monkeypatch.setattr(netstream, "readable", lambda sock: polled.append(sock) or real(sock))
     server.hold.set()
     async with FeishuHttp(base_url=f"http://127.0.0.1:{server.port}") as client:
         for _ in range(5):
             assert (await client.get("/x")).text == "ok"
         assert polled == []  # within FRESH_SECONDS of its last call
-        monkeypatch.setattr(http, "FRESH_SECONDS", 0.0)
+        monkeypatch.setattr(netstream, "FRESH_SECONDS", 0.0)
         assert (await client.get("/x")).text == "ok"
         assert len(polled) >= 1
     assert server.connections == 1
