@@ -1,7 +1,8 @@
 """The bridge against a bare relay, side by side in one run, both as their own processes,
 against the local Feishu emulator (webhook mode, encrypted and signed events).
 
-    python bench/relay_bench.py [--n 300] [--rate 50] [--chats 20] [--loop uvloop|asyncio]
+    python bench/relay_bench.py [--n 300] [--rate 50] [--chats 20] [--rounds 3]
+                                [--loop uvloop|asyncio] [--simple] [--profile FILE]
 
 The bare relay does what every Feishu bot must and nothing else: verify the signature,
 decrypt, check the token, parse, answer 200, and add one reaction over a kept-alive session.
@@ -10,11 +11,15 @@ scripted agent, its CPU counted apart), the reply; then, on the same process, a 
 agent reports ten tool calls before its answer (the progress row). Both run on the same
 event loop (`--loop`, the bridge's BRIDGE_EVENT_LOOP).
 
-Messages are pushed at `--rate` per second, round-robin over `--chats` private chats. For
-each process it prints the time from spawn to a healthy `/healthz`, its resident memory
-then, its own CPU (user + system, from /proc) per message, the ack latency (the emulator's
-push -> reaction POST) p50 / p99, whether every message was acked exactly once (and, for the
-bridge, answered exactly once), and the bridge's figures / the relay's.
+Messages are pushed at `--rate` per second, round-robin over `--chats` private chats, `--n`
+to each process. Both processes live through the whole run and take turns, `--n / --rounds`
+messages at a time, so a slower or busier stretch of the machine weighs on both rather than
+on whichever ran then (measured one after the other, the ratio moved by ±15% between runs
+with the machine's load). For each process it prints the time from spawn to a healthy
+`/healthz`, its resident memory then, its own CPU (user + system, from /proc) per message,
+the ack latency (the emulator's push -> reaction POST) p50 / p99, whether every message was
+acked exactly once (and, for the bridge, answered exactly once), and the bridge's figures /
+the relay's.
 """
 
 from __future__ import annotations
@@ -27,7 +32,9 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -130,30 +137,40 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
 
 
-async def measure(
-    name: str,
-    process: subprocess.Popen[bytes],
-    emu: object,
-    args: argparse.Namespace,
-    *,
-    wait_replies: bool,
-    text: str = "",
-    answer: str = "echo: hello",  # what the scripted agent's answer to `text` carries
-    warm: bool = True,
-) -> dict[str, float]:
-    users = [f"ou_bench_{name}_{i}" for i in range(args.chats)]
-    chats = [emu.open_chat("p2p", user_open_id=u) for u in users]  # type: ignore[attr-defined]
-    if warm:  # agents start, pools warm
-        warmed = await load(emu, chats, args.chats, args.rate, users)
-        await _settle(emu, warmed, wait_replies)
+@dataclass
+class Side:
+    """One process under load: its chats (opened once, warmed once) and what its rounds
+    measured, pooled."""
+
+    name: str
+    process: subprocess.Popen[bytes]
+    webhook: str
+    wait_replies: bool
+    text: str = ""
+    answer: str = "echo: hello"  # what the scripted agent's answer to `text` carries
+    chats: list[str] = field(default_factory=list)
+    users: list[str] = field(default_factory=list)
+    sent: list[tuple[str, float]] = field(default_factory=list)
+    cpu: float = 0.0
+    agents: float = 0.0
+
+
+async def measure_round(side: Side, emu: Any, args: argparse.Namespace, n: int) -> None:
+    """`n` messages to `side` (its chats opened and warmed at its first round)."""
+    emu.webhook_url = side.webhook
+    if not side.chats:
+        side.users = [f"ou_bench_{side.name}_{i}" for i in range(args.chats)]
+        side.chats = [emu.open_chat("p2p", user_open_id=u) for u in side.users]
+        warmed = await load(emu, side.chats, args.chats, args.rate, side.users)  # pools warm
+        await _settle(emu, warmed, side.wait_replies)
     spy = None
-    if name == "bridge" and args.profile:
+    if side.name == "bridge" and args.profile and not side.sent:
         spy = subprocess.Popen(  # noqa: ASYNC220 - started once, not on a hot path
             [
                 "py-spy",
                 "record",
                 "--pid",
-                str(process.pid),
+                str(side.process.pid),
                 "-f",
                 "raw",
                 "-o",
@@ -166,24 +183,31 @@ async def measure(
             stderr=subprocess.DEVNULL,
         )
         await asyncio.sleep(1.0)
-    before = cpu_s(process.pid)
-    agents_before = sum(cpu_s(p) for p in children(process.pid))
-    sent = await load(emu, chats, args.n, args.rate, users, text)
-    await _settle(emu, sent, wait_replies, answer)
-    used = cpu_s(process.pid) - before
-    agents = sum(cpu_s(p) for p in children(process.pid)) - agents_before
+    pid = side.process.pid
+    before, agents_before = cpu_s(pid), sum(cpu_s(p) for p in children(pid))
+    sent = await load(emu, side.chats, n, args.rate, side.users, side.text)
+    await _settle(emu, sent, side.wait_replies, side.answer)
+    side.cpu += cpu_s(pid) - before
+    side.agents += sum(cpu_s(p) for p in children(pid)) - agents_before
+    side.sent += sent
     if spy is not None:
         spy.send_signal(2)  # SIGINT: py-spy writes its file
         spy.wait(timeout=30)
-    acks = ack_ms(emu, sent)
-    ids = {m for m, _ in sent}
+
+
+def figures(side: Side, emu: Any) -> dict[str, float]:
+    acks = ack_ms(emu, side.sent)
+    ids = {m for m, _ in side.sent}
+    n = len(side.sent)
     return {
-        "cpu": used * 1000 / args.n,
-        "agents": agents * 1000 / args.n,
+        "cpu": side.cpu * 1000 / n,
+        "agents": side.agents * 1000 / n,
         "ack50": pct(acks, 0.5),
         "ack99": pct(acks, 0.99),
         "acked_once": _once(emu, ids, "/reactions"),
-        "answered_once": _once(emu, ids, "/reply", answer) if wait_replies else float("nan"),
+        "answered_once": (
+            _once(emu, ids, "/reply", side.answer) if side.wait_replies else float("nan")
+        ),
     }
 
 
@@ -203,17 +227,22 @@ def _once(emu: object, ids: set[str], kind: str, answer: str | None = None) -> i
 async def _settle(
     emu: object, sent: list[tuple[str, float]], wait_replies: bool, answer: str = "echo: hello"
 ) -> None:
-    """Until every message has its reaction (the relay) or its answer (the bridge)."""
+    """Until every message has its reaction (the relay) or its answer (the bridge). Checked
+    at every call the emulator records, so only the calls new since the last check are read:
+    rescanning them all made this process's own CPU grow with the square of the run, on the
+    cores the measured process shares."""
+    kind = "/reply" if wait_replies else "/reactions"
+    missing = {m for m, _ in sent}
+    checked = 0
 
     def done() -> bool:
+        nonlocal checked
         calls = emu.calls("/open-apis/im/v1/messages/", method="POST")  # type: ignore[attr-defined]
-        kind = "/reply" if wait_replies else "/reactions"
-        seen = {
-            c.path.split("/")[-2]
-            for c in calls
-            if c.path.endswith(kind) and (not wait_replies or answer in json.dumps(c.body))
-        }
-        return all(m in seen for m, _ in sent)
+        for c in calls[checked:]:
+            if c.path.endswith(kind) and (not wait_replies or answer in json.dumps(c.body)):
+                missing.discard(c.path.split("/")[-2])
+        checked = len(calls)
+        return not missing
 
     await emu.wait_for(done, timeout=300)  # type: ignore[attr-defined]
 
@@ -247,8 +276,8 @@ async def main(args: argparse.Namespace) -> None:
     from bridge.devtools.emulator import FeishuEmulator
 
     print(
-        f"{args.n} messages at {args.rate:.0f}/s over {args.chats} chats, each process alone,"
-        f" on {args.loop}"
+        f"{args.n} messages at {args.rate:.0f}/s over {args.chats} chats to each process, in"
+        f" {args.rounds} rounds taking turns, on {args.loop}"
     )
     async with FeishuEmulator(encrypt_key=ENCRYPT_KEY, verification_token=TOKEN) as emu:
         with tempfile.TemporaryDirectory() as folder:
@@ -265,43 +294,43 @@ async def main(args: argparse.Namespace) -> None:
             )
             await asyncio.to_thread(Path(folder, "work").mkdir)
             bridge, *bridge_start = await started([str(BRIDGE), "run"], env, port)
+            relay_port = free_port()
+            serve = [sys.executable, __file__, "--loop", args.loop, "--serve", str(relay_port)]
             try:
-                emu.webhook_url = f"http://127.0.0.1:{port}/feishu/events"
-                simple = await measure("bridge", bridge, emu, args, wait_replies=True)
-                progress = None
-                if not args.simple:
-                    progress = await measure(
-                        "progress",
-                        bridge,
-                        emu,
-                        args,
-                        wait_replies=True,
-                        text=PROGRESS_TURN,
-                        answer="done",
-                    )
-            finally:
+                relay, *relay_start = await started(
+                    [*serve, emu.url, emu.app_id, emu.app_secret], None, relay_port
+                )
+            except BaseException:
                 bridge.terminate()
-                bridge.wait(timeout=20)
-        port = free_port()
-        serve = [sys.executable, __file__, "--loop", args.loop, "--serve", str(port)]
-        relay, *relay_start = await started(
-            [*serve, emu.url, emu.app_id, emu.app_secret], None, port
-        )
-        try:
-            emu.webhook_url = f"http://127.0.0.1:{port}/feishu/events"
-            bare = await measure("relay", relay, emu, args, wait_replies=False)
-        finally:
-            relay.terminate()
-            relay.wait(timeout=20)
-    print(row("bridge", (bridge_start[0], bridge_start[1]), simple, args.n))
-    if progress is not None:
-        print(row("bridge, 10 tools", None, progress, args.n))
-    print(row("relay", (relay_start[0], relay_start[1]), bare, args.n))
-    tools = "" if progress is None else f" (10 tools: {progress['cpu'] / bare['cpu']:.1f}×)"
+                raise
+            url = "http://127.0.0.1:{}/feishu/events"
+            simple = Side("bridge", bridge, url.format(port), wait_replies=True)
+            bare = Side("relay", relay, url.format(relay_port), wait_replies=False)
+            progress = Side(
+                "progress", bridge, url.format(port), True, PROGRESS_TURN, answer="done"
+            )
+            sides = [simple, bare] if args.simple else [simple, progress, bare]
+            try:
+                # Rounds taking turns: whatever else the machine does then weighs on both.
+                for r in range(args.rounds):
+                    share = args.n // args.rounds + (r < args.n % args.rounds)
+                    for side in sides:
+                        await measure_round(side, emu, args, share)
+            finally:
+                for process in (bridge, relay):
+                    process.terminate()
+                    process.wait(timeout=20)
+        one, relayed = figures(simple, emu), figures(bare, emu)
+        tools = one if args.simple else figures(progress, emu)
+    print(row("bridge", (bridge_start[0], bridge_start[1]), one, args.n))
+    if not args.simple:
+        print(row("bridge, 10 tools", None, tools, args.n))
+    print(row("relay", (relay_start[0], relay_start[1]), relayed, args.n))
+    ten = "" if args.simple else f" (10 tools: {tools['cpu'] / relayed['cpu']:.1f}×)"
     print(
-        f"bridge / relay: CPU {simple['cpu'] / bare['cpu']:.1f}×{tools},"
-        f" ack p50 {simple['ack50'] / bare['ack50']:.1f}×,"
-        f" p99 {simple['ack99'] / bare['ack99']:.1f}×"
+        f"bridge / relay: CPU {one['cpu'] / relayed['cpu']:.1f}×{ten},"
+        f" ack p50 {one['ack50'] / relayed['ack50']:.1f}×,"
+        f" p99 {one['ack99'] / relayed['ack99']:.1f}×"
     )
 
 
@@ -310,6 +339,9 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--n", type=int, default=300)
     parser.add_argument("--rate", type=float, default=50.0)
     parser.add_argument("--chats", type=int, default=20)
+    parser.add_argument(
+        "--rounds", type=int, default=3, help="the processes take turns, n/rounds at a time"
+    )
     parser.add_argument("--loop", choices=("uvloop", "asyncio"), default="uvloop")
     parser.add_argument(
         "--profile", metavar="FILE", help="py-spy record the bridge during its load (raw)"
