@@ -43,8 +43,9 @@ def process_view(runtime: Mapping[str, Any], agent: str, workspace: str) -> list
 
 class ProcessWatch:
     """Pushes the agent processes' view onto the projection when it changed (never polled):
-    told by the runtime at every process start and exit, and with every conversation's
-    change. `runtime` is set once it is built."""
+    told by the runtime when a process starts or exits, a session opens or is let go, and a
+    turn begins or ends (not at each of a turn's updates: a streamed answer's every chunk
+    recomputed the view). `runtime` is set once it is built."""
 
     def __init__(self, projection: Projection, agent: str, workspace: str) -> None:
         self._projection = projection
@@ -58,6 +59,5 @@ class ProcessWatch:
             self._projection.processes(view)
 
     def publish(self, conversation_key: str, snapshot: dict[str, object]) -> None:
-        """The engine's `publish`: the conversation's snapshot, then the processes."""
+        """The engine's `publish`: the conversation's snapshot."""
         self._projection.publish(conversation_key, snapshot)
-        self.changed()

@@ -110,8 +110,9 @@ class AcpRuntime(SessionSettings, Diagnostics):
         sandbox: SandboxPolicy | None = None,
         on_change: Callable[[], None] | None = None,
     ) -> None:
-        """`on_change`: told (synchronously) when an agent process starts or exits, so the
-        operator view of the processes is pushed, never polled."""
+        """`on_change`: told (synchronously) when an agent process starts or exits, a
+        session opens or is let go, or a turn begins or ends, so the operator view of the
+        processes is pushed, never polled."""
         if not argv:
             raise ValueError("argv must name a program")
         if max_agents < 1:
@@ -182,11 +183,15 @@ class AcpRuntime(SessionSettings, Diagnostics):
         resume_session_id: str | None = None,
         chosen: Mapping[str, str] | None = None,
     ) -> SessionHandle:
-        return await self._sessions.open(conversation_key, resume_session_id, chosen or {})
+        try:
+            return await self._sessions.open(conversation_key, resume_session_id, chosen or {})
+        finally:
+            self._on_change()  # a slot's session count
 
     def release(self, conversation_key: str) -> None:
         """The conversation now works with another agent or workspace (see `Sessions`)."""
         self._sessions.release(conversation_key)
+        self._on_change()
 
     async def prompt(
         self, session_id: str, text: str, sink: EventSink, files: Sequence[PromptFile] = ()
@@ -210,6 +215,7 @@ class AcpRuntime(SessionSettings, Diagnostics):
         turn = AcpTurn(session_id, sink, suspect_tail=suspect_tail)
         session.turn = turn
         session.prompts += 1
+        self._on_change()  # a slot's running turns
         turn.emit(PromptSent(session_id))
         try:
             images = process.accepts_images
@@ -224,6 +230,7 @@ class AcpRuntime(SessionSettings, Diagnostics):
         finally:
             if session.turn is turn:
                 session.turn = None
+                self._on_change()
             turn.ended.set()
             session.after_cancel = turn.cancel_requested
             self._requests.cancel_session(session_id)
