@@ -37,11 +37,7 @@ from acp.schema import (
 from tenacity import wait_exponential
 from tenacity.wait import wait_base
 
-from bridge.runtime.acp.client import (
-    BridgeClient,
-    build_handler,
-    client_capabilities,
-)
+from bridge.runtime.acp.client import BridgeClient, build_handler, client_capabilities
 from bridge.runtime.acp.content import prompt_blocks
 from bridge.runtime.acp.diagnostics import Diagnostics
 from bridge.runtime.acp.normalize import (
@@ -67,12 +63,7 @@ from bridge.runtime.acp.requests import (
 from bridge.runtime.acp.session_settings import SessionSettings
 from bridge.runtime.acp.sessions import AcpSession, SessionInfo, SessionLost, Sessions
 from bridge.runtime.acp.turns import AcpTurn, run_prompt
-from bridge.runtime.events import (
-    PromptSent,
-    RuntimeExited,
-    TurnEvent,
-    UsageReported,
-)
+from bridge.runtime.events import PromptSent, RuntimeExited, TurnEvent, UsageReported
 from bridge.runtime.port import EventSink, PromptFile, SessionHandle
 from bridge.runtime.sandbox import SandboxPolicy
 
