@@ -40,18 +40,22 @@ Turn = Say | Write | Hang
 
 
 def plan(user_text: str, *, tools: bool) -> Turn:
-    """The model's turn for the user's latest words. Without tools on offer (an agent's side
-    request: a title, a summary) every turn is a plain answer."""
-    if tools and (write := _WRITE.search(user_text)):
-        content = write.group(2).strip().split("\n", 1)[0]
-        return Write(write.group(1), content)
-    if long := _LONG.search(user_text):
-        return Say(long_text(int(long.group(1))))
-    if _HANG.search(user_text):
+    """The model's turn for the user's latest words: of several commands, the last one said.
+    (An agent may send two user messages as one: a round cut off before its answer, then
+    the next, after a restart reloaded the first; the next one decides.) Without tools on
+    offer (an agent's side request: a title, a summary) every turn is a plain answer."""
+    patterns = ((_WRITE, tools), (_LONG, True), (_HANG, True), (_ECHO, True))
+    said = [m for pattern, offered in patterns if offered for m in pattern.finditer(user_text)]
+    if not said:
+        return Say(HELLO)
+    last = max(said, key=lambda m: m.start())
+    if last.re is _WRITE:
+        return Write(last.group(1), last.group(2).strip().split("\n", 1)[0])
+    if last.re is _LONG:
+        return Say(long_text(int(last.group(1))))
+    if last.re is _HANG:
         return Hang()
-    if echo := _ECHO.search(user_text):
-        return Say(f"echo: {echo.group(1)}")
-    return Say(HELLO)
+    return Say(f"echo: {last.group(1)}")
 
 
 def write_tool(tools: dict[str, set[str]]) -> tuple[str, str] | None:

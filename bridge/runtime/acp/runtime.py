@@ -206,9 +206,9 @@ class AcpRuntime(SessionSettings, Diagnostics):
         turn = AcpTurn(session_id, sink, suspect_tail=suspect_tail)
         session.turn = turn
         session.prompts += 1
-        self._on_change()  # a slot's running turns
         turn.emit(PromptSent(session_id))
         try:
+            self._on_change()  # a slot's running turns
             images = process.accepts_images
             blocks = prompt_blocks(text, files, images=images, cwd=session.cwd)
             await run_prompt(
@@ -221,10 +221,10 @@ class AcpRuntime(SessionSettings, Diagnostics):
         finally:
             if session.turn is turn:
                 session.turn = None
-                self._on_change()
             turn.ended.set()
             session.after_cancel = turn.cancel_requested
             self._requests.cancel_session(session_id)
+            self._on_change()
 
     async def cancel(self, session_id: str) -> None:
         session = self._sessions.get(session_id)
