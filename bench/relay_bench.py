@@ -321,12 +321,12 @@ async def main(args: argparse.Namespace) -> None:
                     process.terminate()
                     process.wait(timeout=20)
         one, relayed = figures(simple, emu), figures(bare, emu)
-        tools = one if args.simple else figures(progress, emu)
+        tools = None if args.simple else figures(progress, emu)
     print(row("bridge", (bridge_start[0], bridge_start[1]), one, args.n))
-    if not args.simple:
+    if tools is not None:
         print(row("bridge, 10 tools", None, tools, args.n))
     print(row("relay", (relay_start[0], relay_start[1]), relayed, args.n))
-    ten = "" if args.simple else f" (10 tools: {tools['cpu'] / relayed['cpu']:.1f}×)"
+    ten = "" if tools is None else f" (10 tools: {tools['cpu'] / relayed['cpu']:.1f}×)"
     print(
         f"bridge / relay: CPU {one['cpu'] / relayed['cpu']:.1f}×{ten},"
         f" ack p50 {one['ack50'] / relayed['ack50']:.1f}×,"
@@ -344,7 +344,7 @@ def parse() -> argparse.Namespace:
     )
     parser.add_argument("--loop", choices=("uvloop", "asyncio"), default="uvloop")
     parser.add_argument(
-        "--profile", metavar="FILE", help="py-spy record the bridge during its load (raw)"
+        "--profile", metavar="FILE", help="py-spy record the bridge during its first round (raw)"
     )
     parser.add_argument("--simple", action="store_true", help="skip the ten-tool turn's row")
     parser.add_argument("--serve", nargs=4, help=argparse.SUPPRESS)

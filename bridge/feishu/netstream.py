@@ -65,33 +65,36 @@ class AsyncioBackend(httpcore.AsyncNetworkBackend):
 def _opened(
     transport: asyncio.BaseTransport, protocol: _Buffered, options: Iterable[Any] | None
 ) -> AsyncioStream:
+    """`transport` is `protocol.transport` (told in `connection_made`)."""
     sock = transport.get_extra_info("socket")
     for option in options or ():
         sock.setsockopt(*option)
-    # uvloop's transports are not asyncio.Transport subclasses, only alike
-    return AsyncioStream(cast(asyncio.Transport, transport), protocol)
+    return AsyncioStream(protocol)
 
 
 class _Buffered(asyncio.Protocol):
-    """What the socket delivered and not yet read, and who waits for it."""
+    """What the socket delivered and not yet read, and who waits for it; and its transport
+    (the TLS one after `start_tls`)."""
+
+    transport: asyncio.Transport  # set in connection_made, before anyone reads it
 
     def __init__(self) -> None:
         self.chunks: deque[bytes] = deque()
         self.size = 0
         self.ended = False  # EOF or connection lost: nothing more will come
         self.error: BaseException | None = None
-        self.transport: asyncio.Transport | None = None
         self.paused = False
         self._waiter: asyncio.Future[None] | None = None
         self._writable: asyncio.Future[None] | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop's transports are not asyncio.Transport subclasses, only alike
         self.transport = cast(asyncio.Transport, transport)
 
     def data_received(self, data: bytes) -> None:
         self.chunks.append(data)
         self.size += len(data)
-        if self.size > HIGH_WATER and self.transport is not None and not self.paused:
+        if self.size > HIGH_WATER and not self.paused:
             self.paused = True
             self.transport.pause_reading()
         self._wake()
@@ -148,10 +151,13 @@ def _expire(future: asyncio.Future[None]) -> None:
 
 
 class AsyncioStream(httpcore.AsyncNetworkStream):
-    def __init__(self, transport: asyncio.Transport, protocol: _Buffered) -> None:
-        self._transport = transport
+    def __init__(self, protocol: _Buffered) -> None:
         self._protocol = protocol
         self._used_at = time.monotonic()
+
+    @property
+    def _transport(self) -> asyncio.Transport:
+        return self._protocol.transport
 
     async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:  # noqa: ASYNC109
         protocol = self._protocol
@@ -204,8 +210,9 @@ class AsyncioStream(httpcore.AsyncNetworkStream):
         except BaseException:
             self._transport.abort()
             raise
+        # asyncio's and uvloop's start_tls do not call connection_made again
         self._protocol.transport = cast(asyncio.Transport, transport)
-        return AsyncioStream(self._protocol.transport, self._protocol)
+        return AsyncioStream(self._protocol)
 
     def get_extra_info(self, info: str) -> Any:
         if info == "is_readable":
