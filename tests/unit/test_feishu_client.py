@@ -66,7 +66,8 @@ def body_of(call: Any) -> dict[str, Any]:
 
 @pytest.fixture
 def router() -> Iterator[respx.MockRouter]:
-    with respx.mock(base_url=DOMAIN, assert_all_called=False) as mock:
+    # using="httpx": mocked where the client picks its transport (ours is not httpcore's)
+    with respx.mock(base_url=DOMAIN, assert_all_called=False, using="httpx") as mock:
         mock.post(TOKEN_PATH, name="token").mock(return_value=token_response())
         yield mock
 

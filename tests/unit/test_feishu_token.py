@@ -32,7 +32,8 @@ def token(value: str, expire: int = 7200) -> httpx.Response:
 
 @pytest.fixture
 def route() -> Iterator[respx.Route]:
-    with respx.mock(base_url=DOMAIN) as mock:
+    # using="httpx": mocked where the client picks its transport (ours is not httpcore's)
+    with respx.mock(base_url=DOMAIN, using="httpx") as mock:
         yield mock.post(TOKEN_PATH)
 
 
