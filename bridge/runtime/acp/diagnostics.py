@@ -31,7 +31,6 @@ class Diagnostics:
     def snapshot(self) -> dict[str, Any]:
         """Operator view: processes and their sessions. Never the stderr tail: an agent may
         echo the prompt there (it is in the DEBUG log only)."""
-        counts = self._sessions.per_slot()
         return {
             "command": self._pool.program,
             "unknown_updates": self.unknown_updates,
@@ -47,9 +46,10 @@ class Diagnostics:
                     "started_at": slot.started_at,
                     "restarts": max(0, slot.starts - 1),
                     "returncode": slot.process.returncode if slot.process else None,
-                    "sessions": counts.get(slot.index, (0, 0))[0],
-                    "running_turns": counts.get(slot.index, (0, 0))[1],
+                    "sessions": sessions,
+                    "running_turns": running,
                 }
                 for slot in self._pool.slots
+                for sessions, running in [self._sessions.counts(slot.index)]
             ],
         }

@@ -204,7 +204,7 @@ class AcpRuntime(SessionSettings, Diagnostics):
             process, settled = await self._sessions.settle_after_cancel(session, process)
             suspect_tail = not settled
         turn = AcpTurn(session_id, sink, suspect_tail=suspect_tail)
-        session.turn = turn
+        self._sessions.turn_began(session, turn)
         session.prompts += 1
         turn.emit(PromptSent(session_id))
         try:
@@ -219,8 +219,7 @@ class AcpRuntime(SessionSettings, Diagnostics):
                 shutdown_timeout=self._shutdown_timeout,
             )
         finally:
-            if session.turn is turn:
-                session.turn = None
+            self._sessions.turn_ended(session, turn)
             turn.ended.set()
             session.after_cancel = turn.cancel_requested
             self._requests.cancel_session(session_id)

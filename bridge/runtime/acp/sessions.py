@@ -27,6 +27,7 @@ from acp.schema import (
 
 from bridge.runtime.acp.pool import AgentPool, describe_error
 from bridge.runtime.acp.process import AgentProcess
+from bridge.runtime.acp.session_table import SessionTable
 from bridge.runtime.events import (
     ConfigOption,
     ModeOption,
@@ -110,7 +111,7 @@ class AcpSession:
 class Sessions:
     def __init__(self, pool: AgentPool) -> None:
         self._pool = pool
-        self._sessions: dict[str, AcpSession] = {}
+        self._sessions = SessionTable()
         self._by_conversation: dict[str, str] = {}
         self._chosen: dict[str, dict[str, str]] = {}  # conversation key -> its choices
 
@@ -129,23 +130,21 @@ class Sessions:
 
     def load(self, slot: int, replacing: str | None = None) -> int:
         """Sessions a slot serves; the one a conversation is about to replace does not count."""
-        return sum(
-            1
-            for s in self._sessions.values()
-            if s.slot == slot and (s.session_id != replacing or s.turn is not None)
-        )
+        sessions, _ = self._sessions.counts(slot)
+        replaced = self._sessions.get(replacing) if replacing else None
+        if replaced is not None and replaced.slot == slot and replaced.turn is None:
+            sessions -= 1
+        return sessions
 
-    def running_turns(self, slot: int) -> int:
-        return sum(1 for s in self._sessions.values() if s.slot == slot and s.turn)
+    def counts(self, slot: int) -> tuple[int, int]:
+        """The slot's (sessions, running turns), as kept (`SessionTable`)."""
+        return self._sessions.counts(slot)
 
-    def per_slot(self) -> dict[int, tuple[int, int]]:
-        """Each slot's (`load`, `running_turns`), in one pass (the operator view asks for
-        them with every conversation's change)."""
-        counts: dict[int, tuple[int, int]] = {}
-        for s in self._sessions.values():
-            load, running = counts.get(s.slot, (0, 0))
-            counts[s.slot] = (load + 1, running + (1 if s.turn else 0))
-        return counts
+    def turn_began(self, session: AcpSession, turn: AcpTurn) -> None:
+        self._sessions.turn_began(session, turn)
+
+    def turn_ended(self, session: AcpSession, turn: AcpTurn) -> None:
+        self._sessions.turn_ended(session, turn)
 
     async def open(
         self, conversation_key: str, resume_session_id: str | None, chosen: Mapping[str, str]
@@ -185,7 +184,7 @@ class Sessions:
                 await self.ensure_bound(known)
             except SessionLost as exc:
                 logger.info("session %s not resumed (%s); opening a new one", session_id, exc)
-                self._sessions.pop(session_id, None)
+                self._sessions.drop(session_id)
                 return None
             self._bind(conversation_key, known)
             return SessionHandle(session_id=session_id, loaded=True)
@@ -287,7 +286,7 @@ class Sessions:
         session_id = self._by_conversation.pop(conversation_key, None)
         session = self._sessions.get(session_id) if session_id else None
         if session is not None and session.turn is None:
-            self._sessions.pop(session.session_id, None)
+            self._sessions.drop(session.session_id)
             session.process.sessions.discard(session.session_id)
 
     def choose(self, conversation_key: str, chosen: Mapping[str, str]) -> None:
@@ -348,10 +347,10 @@ class Sessions:
         if previous and previous != session.session_id:
             old = self._sessions.get(previous)
             if old is not None and old.turn is None:
-                self._sessions.pop(previous, None)
+                self._sessions.drop(previous)
                 old.process.sessions.discard(previous)
         self._by_conversation[conversation_key] = session.session_id
-        self._sessions[session.session_id] = session
+        self._sessions.add(session)
         session.process.sessions.add(session.session_id)
 
 
