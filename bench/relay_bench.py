@@ -5,21 +5,23 @@ against the local Feishu emulator (webhook mode, encrypted and signed events).
                                 [--loop uvloop|asyncio] [--simple] [--profile FILE]
 
 The bare relay does what every Feishu bot must and nothing else: verify the signature,
-decrypt, check the token, parse, answer 200, and add one reaction over a kept-alive session.
+decrypt, check the token, parse, answer 200, and add one reaction over a kept-alive session:
+aiohttp's `ClientSession` (the bare aiohttp relay issue 18 measures against; "relay") and,
+apart, httpx's `AsyncClient` ("relay, httpx": the library the bridge's own calls go through).
 The bridge does the simplest whole turn: the ack reaction, the agent's one-line answer (the
 scripted agent, its CPU counted apart), the reply; then, on the same process, a turn whose
 agent reports ten tool calls before its answer (the progress row). Both run on the same
 event loop (`--loop`, the bridge's BRIDGE_EVENT_LOOP).
 
 Messages are pushed at `--rate` per second, round-robin over `--chats` private chats, `--n`
-to each process. Both processes live through the whole run and take turns, `--n / --rounds`
+to each process. The processes live through the whole run and take turns, `--n / --rounds`
 messages at a time, so a slower or busier stretch of the machine weighs on both rather than
 on whichever ran then (measured one after the other, the ratio moved by ±15% between runs
 with the machine's load). For each process it prints the time from spawn to a healthy
 `/healthz`, its resident memory then, its own CPU (user + system, from /proc) per message,
 the ack latency (the emulator's push -> reaction POST) p50 / p99, whether every message was
 acked exactly once (and, for the bridge, answered exactly once), and the bridge's figures /
-the relay's.
+each relay's.
 """
 
 from __future__ import annotations
@@ -53,31 +55,42 @@ def children(pid: int) -> list[int]:
     return found
 
 
-# --- the bare relay (runs as `relay_bench.py --serve PORT DOMAIN APP_ID SECRET`) -------------
+# --- the bare relay (runs as `relay_bench.py --serve PORT DOMAIN APP_ID SECRET CLIENT`) ------
+
+# The relays, each its own process: the reaction added with aiohttp's client (the bare
+# aiohttp relay issue 18 measures against), and with httpx's (what the bridge's calls use).
+RELAYS = {"relay": "aiohttp", "relay, httpx": "httpx"}
 
 
-async def serve_relay(port: int, domain: str, app_id: str, secret: str) -> None:
+async def serve_relay(port: int, domain: str, app_id: str, secret: str, client: str) -> None:
+    """`client`: what adds the reaction, aiohttp's `ClientSession` (the bare aiohttp relay)
+    or httpx's default `AsyncClient` (the library the bridge's calls go through)."""
+    import aiohttp
     import httpx
     from aiohttp import web
 
     from bridge.feishu import crypto
 
-    http = httpx.AsyncClient(base_url=domain, timeout=10)
-    token = (
-        await http.post(
-            "/open-apis/auth/v3/tenant_access_token/internal",
-            json={"app_id": app_id, "app_secret": secret},
-        )
-    ).json()["tenant_access_token"]
+    async with httpx.AsyncClient(base_url=domain, timeout=10) as fetch:
+        token = (
+            await fetch.post(
+                "/open-apis/auth/v3/tenant_access_token/internal",
+                json={"app_id": app_id, "app_secret": secret},
+            )
+        ).json()["tenant_access_token"]
     headers = {"Authorization": f"Bearer {token}"}
+    reaction = {"reaction_type": {"emoji_type": "OnIt"}}
     tasks: set[asyncio.Task[None]] = set()
+    session = aiohttp.ClientSession(domain)
+    http = httpx.AsyncClient(base_url=domain, timeout=10)
 
     async def react(message_id: str) -> None:
-        await http.post(
-            f"/open-apis/im/v1/messages/{message_id}/reactions",
-            json={"reaction_type": {"emoji_type": "OnIt"}},
-            headers=headers,
-        )
+        path = f"/open-apis/im/v1/messages/{message_id}/reactions"
+        if client == "aiohttp":
+            async with session.post(path, json=reaction, headers=headers) as answer:
+                await answer.read()
+        else:
+            await http.post(path, json=reaction, headers=headers)
 
     async def handle(request: web.Request) -> web.Response:
         body = await request.read()
@@ -294,44 +307,49 @@ async def main(args: argparse.Namespace) -> None:
             )
             await asyncio.to_thread(Path(folder, "work").mkdir)
             bridge, *bridge_start = await started([str(BRIDGE), "run"], env, port)
-            relay_port = free_port()
-            serve = [sys.executable, __file__, "--loop", args.loop, "--serve", str(relay_port)]
-            try:
-                relay, *relay_start = await started(
-                    [*serve, emu.url, emu.app_id, emu.app_secret], None, relay_port
-                )
-            except BaseException:
-                bridge.terminate()
-                raise
             url = "http://127.0.0.1:{}/feishu/events"
-            simple = Side("bridge", bridge, url.format(port), wait_replies=True)
-            bare = Side("relay", relay, url.format(relay_port), wait_replies=False)
-            progress = Side(
-                "progress", bridge, url.format(port), True, PROGRESS_TURN, answer="done"
-            )
-            sides = [simple, bare] if args.simple else [simple, progress, bare]
+            bare: dict[str, tuple[Side, tuple[float, float]]] = {}
             try:
-                # Rounds taking turns: whatever else the machine does then weighs on both.
+                for name, client in RELAYS.items():
+                    relay_port = free_port()
+                    serve = [sys.executable, __file__, "--loop", args.loop, "--serve"]
+                    relay, *boot = await started(
+                        [*serve, str(relay_port), emu.url, emu.app_id, emu.app_secret, client],
+                        None,
+                        relay_port,
+                    )
+                    side = Side(name, relay, url.format(relay_port), wait_replies=False)
+                    bare[name] = (side, (boot[0], boot[1]))
+                simple = Side("bridge", bridge, url.format(port), wait_replies=True)
+                progress = Side(
+                    "progress", bridge, url.format(port), True, PROGRESS_TURN, answer="done"
+                )
+                relays = [side for side, _ in bare.values()]
+                sides = [simple, *relays] if args.simple else [simple, progress, *relays]
+                # Rounds taking turns: whatever else the machine does then weighs on all.
                 for r in range(args.rounds):
                     share = args.n // args.rounds + (r < args.n % args.rounds)
                     for side in sides:
                         await measure_round(side, emu, args, share)
             finally:
-                for process in (bridge, relay):
+                for process in [bridge, *(side.process for side, _ in bare.values())]:
                     process.terminate()
                     process.wait(timeout=20)
-        one, relayed = figures(simple, emu), figures(bare, emu)
+        one = figures(simple, emu)
         tools = None if args.simple else figures(progress, emu)
+        relayed = {name: (figures(side, emu), boot) for name, (side, boot) in bare.items()}
     print(row("bridge", (bridge_start[0], bridge_start[1]), one, args.n))
     if tools is not None:
         print(row("bridge, 10 tools", None, tools, args.n))
-    print(row("relay", (relay_start[0], relay_start[1]), relayed, args.n))
-    ten = "" if tools is None else f" (10 tools: {tools['cpu'] / relayed['cpu']:.1f}×)"
-    print(
-        f"bridge / relay: CPU {one['cpu'] / relayed['cpu']:.1f}×{ten},"
-        f" ack p50 {one['ack50'] / relayed['ack50']:.1f}×,"
-        f" p99 {one['ack99'] / relayed['ack99']:.1f}×"
-    )
+    for name, (figured, boot) in relayed.items():
+        print(row(name, boot, figured, args.n))
+    for name, (figured, _) in relayed.items():
+        ten = "" if tools is None else f" (10 tools: {tools['cpu'] / figured['cpu']:.1f}×)"
+        print(
+            f"bridge / {name}: CPU {one['cpu'] / figured['cpu']:.1f}×{ten},"
+            f" ack p50 {one['ack50'] / figured['ack50']:.1f}×,"
+            f" p99 {one['ack99'] / figured['ack99']:.1f}×"
+        )
 
 
 def parse() -> argparse.Namespace:
@@ -347,7 +365,7 @@ def parse() -> argparse.Namespace:
         "--profile", metavar="FILE", help="py-spy record the bridge during its first round (raw)"
     )
     parser.add_argument("--simple", action="store_true", help="skip the ten-tool turn's row")
-    parser.add_argument("--serve", nargs=4, help=argparse.SUPPRESS)
+    parser.add_argument("--serve", nargs=5, help=argparse.SUPPRESS)
     return parser.parse_args()
 
 
@@ -357,7 +375,7 @@ if __name__ == "__main__":
     arguments = parse()
     with asyncio.Runner(loop_factory=loop_factory(arguments.loop)) as runner:
         if arguments.serve:
-            port, domain, app_id, secret = arguments.serve
-            runner.run(serve_relay(int(port), domain, app_id, secret))
+            port, domain, app_id, secret, client = arguments.serve
+            runner.run(serve_relay(int(port), domain, app_id, secret, client))
         else:
             runner.run(main(arguments))
