@@ -47,6 +47,7 @@ from bridge.store.port import (
 from bridge.store.sql_choices import ConversationChoices
 from bridge.store.sql_cluster import SqlCluster
 from bridge.store.sql_schedules import SqlSchedules
+from bridge.store.sqlite_checkpoint import CHECKPOINT_SECONDS, Checkpointer
 from bridge.store.sqlite_schema import (
     APPROVAL_COLUMNS,
     MESSAGE_COLUMNS,
@@ -70,11 +71,13 @@ class SqliteStore(TurnRecords, ConversationChoices, SqlCluster, SqlSchedules, As
         *,
         retention_seconds: float = DEFAULT_RETENTION_SECONDS,
         busy_timeout_ms: int = 5000,
+        checkpoint_seconds: float = CHECKPOINT_SECONDS,
     ) -> None:
         self.path = Path(path)
         self.retention_seconds = retention_seconds
         self._busy_timeout_ms = int(busy_timeout_ms)
         self._db: aiosqlite.Connection | None = None
+        self._checkpointer = Checkpointer(self.path, interval=checkpoint_seconds)
         self._lifecycle = asyncio.Lock()  # two racing open() calls make one connection
 
     def __repr__(self) -> str:
@@ -92,7 +95,9 @@ class SqliteStore(TurnRecords, ConversationChoices, SqlCluster, SqlSchedules, As
             try:
                 await self._configure(db)
                 await migrate(db)
+                await self._checkpointer.start()
             except BaseException:
+                await self._checkpointer.stop()
                 await db.close()
                 raise
             self._db = db
@@ -100,6 +105,7 @@ class SqliteStore(TurnRecords, ConversationChoices, SqlCluster, SqlSchedules, As
     async def close(self) -> None:
         async with self._lifecycle:
             db, self._db = self._db, None
+            await self._checkpointer.stop()
             if db is not None:
                 await db.close()
 
@@ -112,6 +118,7 @@ class SqliteStore(TurnRecords, ConversationChoices, SqlCluster, SqlSchedules, As
             raise StoreError(f"SQLite refused WAL mode for {self.path} (got {mode!r})")
         await db.execute("PRAGMA synchronous = NORMAL")
         await db.execute("PRAGMA foreign_keys = ON")
+        await db.execute("PRAGMA wal_autocheckpoint = 0")  # `Checkpointer` does it, apart
 
     async def settings(self) -> dict[str, str | int]:
         """The effective connection settings (for diagnostics and tests)."""

@@ -285,7 +285,13 @@ async def migrate(db: aiosqlite.Connection) -> None:
 async def connection_settings(db: aiosqlite.Connection) -> dict[str, str | int]:
     """The effective connection settings and schema version (for diagnostics and tests)."""
     result: dict[str, str | int] = {}
-    for name in ("journal_mode", "synchronous", "foreign_keys", "busy_timeout"):
+    for name in (
+        "journal_mode",
+        "synchronous",
+        "foreign_keys",
+        "busy_timeout",
+        "wal_autocheckpoint",
+    ):
         async with db.execute(f"PRAGMA {name}") as cur:
             row = await cur.fetchone()
         value = None if row is None else row[0]

@@ -18,6 +18,10 @@ def _exists(path: Path | str) -> bool:
     return Path(path).exists()
 
 
+def _size(path: Path | str) -> int:
+    return Path(path).stat().st_size
+
+
 def _read(path: Path, sql: str) -> list[tuple[object, ...]]:
     with closing(sqlite3.connect(path)) as db:
         return list(db.execute(sql).fetchall())
@@ -32,6 +36,7 @@ async def test_creates_parent_dir_and_runs_in_wal_mode(db_path: Path) -> None:
         assert settings["synchronous"] == 1  # NORMAL
         assert settings["foreign_keys"] == 1
         assert settings["busy_timeout"] == 5000
+        assert settings["wal_autocheckpoint"] == 0  # checkpoints run apart (sqlite_checkpoint)
         assert settings["schema_version"] == len(sqlite_schema.MIGRATIONS)
         await store.claim_event("ev", None, T0)
         # WAL is a property of the file: an independent connection sees it too,
@@ -114,3 +119,40 @@ async def test_racing_opens_make_one_connection(db_path: Path) -> None:
         assert await store.claim_event("ev", None, T0)
     finally:
         await store.close()
+
+
+async def test_wal_checkpoints_run_apart_from_the_writes(db_path: Path) -> None:
+    """The store's commits never copy the WAL into the database file (no checkpoint, with
+    its disk syncs, in the path of a message); the checkpointer's connection does, on its
+    interval; closing the store checkpoints the rest and removes the WAL."""
+    wal = Path(f"{db_path}-wal")
+    async with SqliteStore(db_path, checkpoint_seconds=3600.0) as store:  # never by itself
+        base = _size(db_path)
+        for i in range(1500):  # several thousand WAL pages: past SQLite's default 1,000
+            await store.journal_message("oc_1", f"om_{i}", "ou_1", "oc_1", "x" * 400, T0 + i)
+        assert _size(wal) > 1000 * 4096  # grown, never reset by a commit
+        assert _size(db_path) == base  # nothing copied in yet
+        await store._checkpointer.checkpoint()
+        assert _size(db_path) > base  # the pages are in the database file now
+        assert _read(db_path, "SELECT COUNT(*) FROM messages") == [(1500,)]
+    assert not _exists(wal)
+
+
+async def test_the_checkpointer_runs_on_its_interval(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with SqliteStore(db_path, checkpoint_seconds=0.0) as store:
+        checkpointer = store._checkpointer
+        twice = asyncio.Event()
+        real = checkpointer.checkpoint
+
+        async def counted() -> None:
+            await real()
+            if checkpointer.checkpoints >= 2:
+                twice.set()
+
+        monkeypatch.setattr(checkpointer, "checkpoint", counted)
+        await store.journal_message("oc_1", "om_1", "ou_1", "oc_1", "hello", T0)
+        async with asyncio.timeout(10):
+            await twice.wait()
+        assert _read(db_path, "SELECT message_id FROM messages") == [("om_1",)]
