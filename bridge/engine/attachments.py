@@ -29,6 +29,7 @@ class Attachments:
         self._feishu = feishu
         self._folder = folder
         self._max_mb = max_mb
+        self._fetched: set[str] = set()  # turns with a folder to remove at their end
 
     async def fetch(
         self, turn_id: str, wanted: Sequence[Attachment]
@@ -39,6 +40,7 @@ class Attachments:
             return files, failed
         folder = self._folder / safe_name(turn_id)
         folder.mkdir(parents=True, exist_ok=True)
+        self._fetched.add(turn_id)
         for number, item in enumerate(wanted, start=1):
             name = safe_name(item.name) if item.name else f"{item.kind}-{number}"
             dest = folder / f"{number}-{name}"
@@ -64,4 +66,8 @@ class Attachments:
         return files, failed
 
     def release(self, turn_id: str) -> None:
-        shutil.rmtree(self._folder / safe_name(turn_id), ignore_errors=True)
+        """Removes the turn's files, if it had any (most turns have none: no folder to try,
+        where rmtree's calls on a missing one cost more than the rest of a turn's end)."""
+        if turn_id in self._fetched:
+            self._fetched.discard(turn_id)
+            shutil.rmtree(self._folder / safe_name(turn_id), ignore_errors=True)

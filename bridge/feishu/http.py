@@ -34,7 +34,8 @@ class FeishuHttp(httpx.AsyncClient):
             max_connections=max_connections, max_keepalive_connections=max_connections
         )
         if "transport" not in kwargs:
-            kwargs["transport"] = AiohttpTransport(max_connections)
+            tls = httpx.create_ssl_context(verify=kwargs.get("verify", True))
+            kwargs["transport"] = AiohttpTransport(max_connections, tls)
         super().__init__(limits=limits, **kwargs)
         self._cookies = _NoCookies()  # one jar that never fills, not one per request
 

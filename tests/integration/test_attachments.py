@@ -40,6 +40,10 @@ async def test_an_image_with_text_reaches_an_image_capable_agent_as_image_conten
         answer = await stack.wait_text(lambda t: t.startswith("received:"))
         assert answer == "received: image image/png 1032 bytes\nlook"
         assert [(k, kind) for _, k, kind in fetched(stack)] == [(key, "image")]
+        await stack.settled()
+        inbox = stack.demo.service.settings.bridge_data_dir / "inbox"
+        assert inbox.is_dir()
+        assert not any(inbox.rglob("*")), "the turn's download outlived it"
 
 
 async def test_an_image_sent_alone_is_held_and_joins_the_next_text(tmp_path: Path) -> None:

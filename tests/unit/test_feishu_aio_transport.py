@@ -145,3 +145,29 @@ def test_each_failure_is_the_httpx_error_that_means_it(loop: str) -> None:
             assert (await client.get("/after")).text == "/after"  # a fresh connection
 
     _run(loop, scenario)
+
+
+@LOOPS
+def test_verify_is_the_tls_trust_of_the_calls(loop: str) -> None:
+    """`verify=` given to the client is what the aiohttp side trusts; without it, a server
+    whose certificate no known CA signed is refused before anything is sent."""
+    ca = trustme.CA()
+    trusting = ssl.create_default_context()
+    ca.configure_trust(trusting)
+
+    async def scenario() -> None:
+        server_tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        ca.issue_cert("127.0.0.1").configure_cert(server_tls)
+        hold = asyncio.Event()
+        server = await asyncio.start_server(
+            lambda r, w: _serve(r, w, hold), "127.0.0.1", 0, ssl=server_tls
+        )
+        base = f"https://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+        async with server:
+            async with FeishuHttp(base_url=base, verify=trusting) as client:
+                assert (await client.get("/trusted")).text == "/trusted"
+            async with FeishuHttp(base_url=base) as client:
+                with pytest.raises(httpx.ConnectError):
+                    await client.get("/unknown-ca")
+
+    _run(loop, scenario)
