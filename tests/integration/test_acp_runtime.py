@@ -450,7 +450,8 @@ async def test_idle_updates_are_kept_not_emitted(runtime: AcpRuntime) -> None:
     # The agent announces its commands right after session/new, outside any turn.
     await eventually(lambda: "stream" in info.available_commands)
 
-    rec = await run_turn(runtime, session.session_id, "idle 10\nsay hi")
+    # A turn slower than the idle delay: the burst still comes after the turn's result.
+    rec = await run_turn(runtime, session.session_id, "idle 10\nsleep 40\nsay hi")
     # After the turn: a mode change, a title, commands again and a stray message chunk.
     await eventually(lambda: info.mode_id == "code" and info.title == "Scripted")
     await eventually(lambda: info.idle_updates >= 1)

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import json
 import os
+from collections.abc import Awaitable, Callable
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -63,6 +64,8 @@ class ScriptedAgent(SessionMethods):
         # cancel-tail: per session, the run whose result answers the next prompt (None: an
         # empty end_turn). Process memory, so a session/load here does not clear it.
         self.behind: dict[str, asyncio.Future[str] | None] = {}
+        # Work a line asked for once the turn's result is out (`idle`), per session.
+        self.after_turn: dict[str, list[tuple[float, Callable[[], Awaitable[None]]]]] = {}
         self.load_enabled = load_session
         self.resume_enabled = resume_session
         self.name = name
@@ -115,6 +118,9 @@ class ScriptedAgent(SessionMethods):
             self._later(
                 0.02, self._update(session_id, message_chunk(f"late update after {reason}"))
             )
+        # Queued by `idle`: started now, so that even a slow turn sends its result first.
+        for delay, work in self.after_turn.pop(session_id, []):
+            self._later(delay, work())
         return PromptResponse(stop_reason=reason)  # type: ignore[arg-type]
 
     async def _answer(self, session: Session, text: str, got: list[str] | None = None) -> str:
@@ -216,8 +222,9 @@ class ScriptedAgent(SessionMethods):
         elif word == "unknown":
             kind = rest or "scripted_mystery"
             await self._update(sid, {"sessionUpdate": kind, "payload": {"x": 1}})
-        elif word == "idle":
-            self._later((int(args[0]) if args else 20) / 1000, self._idle_burst(sid))
+        elif word == "idle":  # MS after the turn's result is sent, not after this line
+            after = (int(args[0]) if args else 20) / 1000
+            self.after_turn.setdefault(sid, []).append((after, lambda: self._idle_burst(sid)))
         elif word == "probe":
             await self._say(session, f"probe: {json.dumps(probe(json.loads(rest)))}")
         elif word == "mode":

@@ -23,7 +23,7 @@ SCENARIOS: dict[str, str] = {
     "stderr": "stderr KB — write KB kilobytes to stderr",
     "huge": "huge KB — one message chunk of KB kilobytes (a single stdout line that size)",
     "unknown": "unknown [KIND] — send a session/update of an unknown kind",
-    "idle": "idle [MS] — MS after the turn: mode, commands, title and a stray chunk",
+    "idle": "idle [MS] — MS after the turn's result: mode, commands, title and a stray chunk",
     "history": "history — reply with how many prompts this session has seen",
     "mode": "mode — reply with the session's current mode (`mode: <id>`)",
     "model": "model — reply with the session's current model (`model: <value>`)",
