@@ -16,6 +16,7 @@ from typing import Any
 
 import aiohttp
 import httpx
+from yarl import URL
 
 # How long a connection the bridge is not using stays open (Feishu closes idle ones later).
 KEEPALIVE_SECONDS = 15.0
@@ -63,7 +64,7 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
         with _mapped(request):
             response = await self._client().request(
                 request.method,
-                str(request.url),
+                URL(str(request.url), encoded=True),  # httpx encoded it: no quoting again
                 headers=headers,
                 data=data,
                 allow_redirects=False,

@@ -88,6 +88,8 @@ def test_plain_and_tls_calls_a_large_and_a_streamed_body(
             async with server, FeishuHttp(base_url=f"{scheme}://127.0.0.1:{port}") as client:
                 for i in range(3):  # kept alive: three calls, one connection
                     assert (await client.get(f"/call-{i}")).text == f"/call-{i}"
+                quoted = "/om_a%2Fb%20c/%E4%BD%A0"  # as the client quotes ids: sent as is
+                assert (await client.get(quoted)).text == quoted
                 big = await client.get("/big")
                 assert big.content == b"x" * BIG
                 async with client.stream("GET", "/big") as streamed:
