@@ -81,15 +81,20 @@ async def serve_relay(port: int, domain: str, app_id: str, secret: str, client: 
     headers = {"Authorization": f"Bearer {token}"}
     reaction = {"reaction_type": {"emoji_type": "OnIt"}}
     tasks: set[asyncio.Task[None]] = set()
-    session = aiohttp.ClientSession(domain)
-    http = httpx.AsyncClient(base_url=domain, timeout=10)
 
-    async def react(message_id: str) -> None:
-        path = f"/open-apis/im/v1/messages/{message_id}/reactions"
-        if client == "aiohttp":
+    if client == "aiohttp":
+        session = aiohttp.ClientSession(domain)
+
+        async def react(message_id: str) -> None:
+            path = f"/open-apis/im/v1/messages/{message_id}/reactions"
             async with session.post(path, json=reaction, headers=headers) as answer:
                 await answer.read()
-        else:
+
+    else:
+        http = httpx.AsyncClient(base_url=domain, timeout=10)
+
+        async def react(message_id: str) -> None:
+            path = f"/open-apis/im/v1/messages/{message_id}/reactions"
             await http.post(path, json=reaction, headers=headers)
 
     async def handle(request: web.Request) -> web.Response:
@@ -341,8 +346,8 @@ async def main(args: argparse.Namespace) -> None:
     print(row("bridge", (bridge_start[0], bridge_start[1]), one, args.n))
     if tools is not None:
         print(row("bridge, 10 tools", None, tools, args.n))
-    for name, (figured, boot) in relayed.items():
-        print(row(name, boot, figured, args.n))
+    for name, (figured, booted) in relayed.items():
+        print(row(name, booted, figured, args.n))
     for name, (figured, _) in relayed.items():
         ten = "" if tools is None else f" (10 tools: {tools['cpu'] / figured['cpu']:.1f}×)"
         print(

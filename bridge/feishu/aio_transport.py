@@ -58,8 +58,9 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
         data: Any
         try:
             data = request.content or None
-        except httpx.RequestNotRead:  # a streamed body (a multipart upload)
-            data = _chunks(request.stream)
+        except httpx.RequestNotRead:  # a streamed body (a multipart upload): aiohttp reads it
+            assert isinstance(request.stream, httpx.AsyncByteStream)
+            data = request.stream
         headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in request.headers.raw]
         with _mapped(request):
             response = await self._client().request(
@@ -97,15 +98,6 @@ class _Body(httpx.AsyncByteStream):
 
     async def aclose(self) -> None:
         self._response.release()
-
-
-async def _chunks(stream: httpx.AsyncByteStream | httpx.SyncByteStream) -> AsyncIterator[bytes]:
-    if isinstance(stream, httpx.AsyncByteStream):
-        async for chunk in stream:
-            yield chunk
-    else:
-        for chunk in stream:
-            yield chunk
 
 
 @contextmanager

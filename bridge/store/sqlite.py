@@ -77,7 +77,9 @@ class SqliteStore(TurnRecords, ConversationChoices, SqlCluster, SqlSchedules, As
         self.retention_seconds = retention_seconds
         self._busy_timeout_ms = int(busy_timeout_ms)
         self._db: aiosqlite.Connection | None = None
-        self._checkpointer = Checkpointer(self.path, interval=checkpoint_seconds)
+        self._checkpointer = Checkpointer(
+            self.path, busy_timeout_ms=self._busy_timeout_ms, interval=checkpoint_seconds
+        )
         self._lifecycle = asyncio.Lock()  # two racing open() calls make one connection
 
     def __repr__(self) -> str:

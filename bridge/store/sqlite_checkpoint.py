@@ -27,8 +27,11 @@ CHECKPOINT_SECONDS = 1.0  # the WAL grows by at most this long's writes between 
 
 
 class Checkpointer:
-    def __init__(self, path: Path, *, interval: float = CHECKPOINT_SECONDS) -> None:
+    def __init__(
+        self, path: Path, *, busy_timeout_ms: int, interval: float = CHECKPOINT_SECONDS
+    ) -> None:
         self._path = path
+        self._busy_timeout_ms = busy_timeout_ms
         self._interval = interval
         self._db: aiosqlite.Connection | None = None
         self._task: asyncio.Task[None] | None = None
@@ -36,7 +39,7 @@ class Checkpointer:
 
     async def start(self) -> None:
         self._db = await aiosqlite.connect(self._path, isolation_level=None)
-        await self._db.execute("PRAGMA busy_timeout = 5000")
+        await self._db.execute(f"PRAGMA busy_timeout = {self._busy_timeout_ms}")
         self._task = asyncio.create_task(self._run(), name="sqlite-checkpoint")
 
     async def checkpoint(self) -> None:
