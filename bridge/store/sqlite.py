@@ -281,11 +281,20 @@ class SqliteStore(TurnRecords, ConversationChoices, SqlCluster, SqlSchedules, As
             raise
 
     async def trace_many(self, records: Sequence[TraceRecord]) -> None:
-        await self._conn().executemany(
-            "INSERT INTO trace (turn_id, kind, detail, at) SELECT ?, ?, ?, ?"
-            " WHERE EXISTS (SELECT 1 FROM turns WHERE turn_id = ?)",
-            [(turn_id, kind, detail, at, turn_id) for turn_id, kind, detail, at in records],
-        )
+        rows = [(turn_id, kind, detail, at, turn_id) for turn_id, kind, detail, at in records]
+        if not rows:
+            return
+
+        def insert(db: sqlite3.Connection) -> None:
+            db.executemany(
+                "INSERT INTO trace (turn_id, kind, detail, at) SELECT ?, ?, ?, ?"
+                " WHERE EXISTS (SELECT 1 FROM turns WHERE turn_id = ?)",
+                rows,
+            )
+
+        # One transaction: in autocommit mode each row would be a commit of its own (and
+        # its pages written to the WAL again), 27 against 5 us a row here.
+        await self._transaction(insert)
 
     async def trace_for(self, turn_id: str) -> list[TraceEntry]:
         rows = await self._all(

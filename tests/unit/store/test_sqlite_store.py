@@ -138,6 +138,20 @@ async def test_wal_checkpoints_run_apart_from_the_writes(db_path: Path) -> None:
     assert not _exists(wal)
 
 
+async def test_a_batch_of_trace_entries_is_one_commit(db_path: Path) -> None:
+    """The write-behind timeline's batch goes in as one transaction: in autocommit mode
+    each row would be a commit of its own, its pages written to the WAL again each time
+    (hundreds of KiB for a batch; one transaction writes a few pages)."""
+    wal = Path(f"{db_path}-wal")
+    async with SqliteStore(db_path, checkpoint_seconds=3600.0) as store:
+        await store.journal_message("oc_1", "om_1", "ou_1", "oc_1", "hi", T0)
+        await store.start_turn("om_1", "oc_1", "om_1", T0)
+        before = _size(wal)
+        await store.trace_many([("om_1", "tool", f"step {i}", T0 + i) for i in range(200)])
+        assert _size(wal) - before < 20 * 4096
+        assert _read(db_path, "SELECT COUNT(*) FROM trace") == [(200,)]
+
+
 async def test_the_checkpointer_runs_on_its_interval(
     db_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
