@@ -10,8 +10,11 @@ aiohttp's `ClientSession` (the bare aiohttp relay issue 18 measures against; "re
 apart, httpx's `AsyncClient` ("relay, httpx": the library the bridge's own calls go through).
 The bridge does the simplest whole turn: the ack reaction, the agent's one-line answer (the
 scripted agent, its CPU counted apart), the reply; then, on the same process, a turn whose
-agent reports ten tool calls before its answer (the progress row). Both run on the same
-event loop (`--loop`, the bridge's BRIDGE_EVENT_LOOP).
+agent reports ten tool calls before its answer (the progress row). Beside them runs the
+floor (`floor_bridge.py`, row "floor"): the least a bridge built of this project's required
+parts does per message (journal in aiosqlite, the reaction and the reply with httpx, the turn
+over agent-client-protocol, nothing else), so the bridge's own cost shows apart from what
+its parts cost. All run on the same event loop (`--loop`, the bridge's BRIDGE_EVENT_LOOP).
 
 Messages are pushed at `--rate` per second, round-robin over `--chats` private chats, `--n`
 to each process. The processes live through the whole run and take turns, `--n / --rounds`
@@ -20,8 +23,8 @@ on whichever ran then (measured one after the other, the ratio moved by ±15% be
 with the machine's load). For each process it prints the time from spawn to a healthy
 `/healthz`, its resident memory then, its own CPU (user + system, from /proc) per message,
 the ack latency (the emulator's push -> reaction POST) p50 / p99, whether every message was
-acked exactly once (and, for the bridge, answered exactly once), and the bridge's figures /
-each relay's.
+acked exactly once (and, for the bridge and the floor, answered exactly once), the floor's
+CPU / each relay's, and the bridge's figures / each relay's and the floor's.
 """
 
 from __future__ import annotations
@@ -325,6 +328,24 @@ async def main(args: argparse.Namespace) -> None:
                     )
                     side = Side(name, relay, url.format(relay_port), wait_replies=False)
                     bare[name] = (side, (boot[0], boot[1]))
+                floor_port = free_port()
+                floor, *floor_start = await started(
+                    [
+                        sys.executable,
+                        str(Path(__file__).with_name("floor_bridge.py")),
+                        str(floor_port),
+                        emu.url,
+                        emu.app_id,
+                        emu.app_secret,
+                        ENCRYPT_KEY,
+                        TOKEN,
+                        env["BRIDGE_AGENT_COMMAND"],
+                    ],
+                    None,
+                    floor_port,
+                )
+                least = Side("floor", floor, url.format(floor_port), wait_replies=True)
+                bare["floor"] = (least, (floor_start[0], floor_start[1]))
                 simple = Side("bridge", bridge, url.format(port), wait_replies=True)
                 progress = Side(
                     "progress", bridge, url.format(port), True, PROGRESS_TURN, answer="done"
@@ -348,6 +369,11 @@ async def main(args: argparse.Namespace) -> None:
         print(row("bridge, 10 tools", None, tools, args.n))
     for name, (figured, booted) in relayed.items():
         print(row(name, booted, figured, args.n))
+    for name, (figured, _) in relayed.items():
+        if name == "floor":
+            continue
+        floor = relayed["floor"][0]["cpu"] / figured["cpu"]
+        print(f"floor / {name}: CPU {floor:.1f}×")
     for name, (figured, _) in relayed.items():
         ten = "" if tools is None else f" (10 tools: {tools['cpu'] / figured['cpu']:.1f}×)"
         print(
