@@ -2,7 +2,7 @@
 and nothing else. `relay_bench.py` runs it beside the bridge and the bare relays (row
 "floor") to show what the irreducible work costs before any of the bridge's own features.
 
-    python bench/floor_bridge.py PORT DOMAIN APP_ID SECRET ENCRYPT_KEY TOKEN AGENT_COMMAND
+    python bench/floor_bridge.py PORT DOMAIN APP_ID SECRET ENCRYPT_KEY TOKEN AGENT_COMMAND LOOP
 
 Per message: verify the signature, decrypt, check the token, parse; journal the message in
 SQLite through aiosqlite (committed before the 200, the durability the bridge keeps); answer
@@ -129,5 +129,6 @@ async def serve_floor(argv: list[str]) -> None:
 if __name__ == "__main__":
     from bridge.loops import loop_factory
 
-    with asyncio.Runner(loop_factory=loop_factory("uvloop")) as runner:
-        runner.run(serve_floor(sys.argv[1:]))
+    *arguments, loop = sys.argv[1:]  # LOOP: uvloop or asyncio, as the bench's --loop
+    with asyncio.Runner(loop_factory=loop_factory(loop)) as runner:
+        runner.run(serve_floor(arguments))

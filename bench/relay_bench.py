@@ -340,6 +340,7 @@ async def main(args: argparse.Namespace) -> None:
                         ENCRYPT_KEY,
                         TOKEN,
                         env["BRIDGE_AGENT_COMMAND"],
+                        args.loop,
                     ],
                     None,
                     floor_port,
