@@ -51,7 +51,7 @@ async def serve_floor(argv: list[str]) -> None:
     from acp import spawn_agent_process, text_block
     from aiohttp import web
 
-    from bridge.feishu import crypto
+    from bench.bare_server import auth_headers, opened_event, serve_events
     from bridge.feishu.aio_transport import AiohttpTransport
 
     port, domain, app_id, secret, encrypt_key, token, agent = argv
@@ -63,13 +63,7 @@ async def serve_floor(argv: list[str]) -> None:
         "CREATE TABLE messages (message_id TEXT PRIMARY KEY, chat_id TEXT, text TEXT, state TEXT)"
     )
     http = httpx.AsyncClient(base_url=domain, timeout=10, transport=AiohttpTransport(16))
-    tenant = (
-        await http.post(
-            "/open-apis/auth/v3/tenant_access_token/internal",
-            json={"app_id": app_id, "app_secret": secret},
-        )
-    ).json()["tenant_access_token"]
-    headers = {"Authorization": f"Bearer {tenant}"}
+    headers = await auth_headers(domain, app_id, secret)
     collector = _Collector()
     command = shlex.split(agent)
     async with spawn_agent_process(collector, command[0], *command[1:]) as (conn, _process):
@@ -101,10 +95,7 @@ async def serve_floor(argv: list[str]) -> None:
             )
 
         async def handle(request: web.Request) -> web.Response:
-            body = await request.read()
-            crypto.verify_signature(request.headers, body, encrypt_key)
-            event = json.loads(crypto.decrypt_payload(json.loads(body)["encrypt"], encrypt_key))
-            crypto.verify_token(event["header"]["token"], token)
+            event = opened_event(request.headers, await request.read(), encrypt_key, token)
             message = event["event"]["message"]
             text = json.loads(message["content"]).get("text", "")
             cursor = await db.execute(
@@ -117,13 +108,7 @@ async def serve_floor(argv: list[str]) -> None:
                 task.add_done_callback(tasks.discard)
             return web.json_response({})
 
-        app = web.Application()
-        app.router.add_post("/feishu/events", handle)
-        app.router.add_get("/healthz", lambda request: web.json_response({"ok": True}))
-        runner = web.AppRunner(app, access_log=None)
-        await runner.setup()
-        await web.TCPSite(runner, "127.0.0.1", int(port)).start()
-        await asyncio.Event().wait()
+        await serve_events(int(port), handle)
 
 
 if __name__ == "__main__":

@@ -44,6 +44,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.bare_server import auth_headers, opened_event, serve_events  # noqa: E402
 from bench.spawned import BRIDGE, bridge_env, cpu_s, free_port, rss_mib, wait_healthy  # noqa: E402
 
 ENCRYPT_KEY = "bench-encrypt-key"
@@ -72,16 +73,7 @@ async def serve_relay(port: int, domain: str, app_id: str, secret: str, client: 
     import httpx
     from aiohttp import web
 
-    from bridge.feishu import crypto
-
-    async with httpx.AsyncClient(base_url=domain, timeout=10) as fetch:
-        token = (
-            await fetch.post(
-                "/open-apis/auth/v3/tenant_access_token/internal",
-                json={"app_id": app_id, "app_secret": secret},
-            )
-        ).json()["tenant_access_token"]
-    headers = {"Authorization": f"Bearer {token}"}
+    headers = await auth_headers(domain, app_id, secret)
     reaction = {"reaction_type": {"emoji_type": "OnIt"}}
     tasks: set[asyncio.Task[None]] = set()
 
@@ -101,23 +93,13 @@ async def serve_relay(port: int, domain: str, app_id: str, secret: str, client: 
             await http.post(path, json=reaction, headers=headers)
 
     async def handle(request: web.Request) -> web.Response:
-        body = await request.read()
-        crypto.verify_signature(request.headers, body, ENCRYPT_KEY)
-        outer = json.loads(body)
-        event = json.loads(crypto.decrypt_payload(outer["encrypt"], ENCRYPT_KEY))
-        crypto.verify_token(event["header"]["token"], TOKEN)
+        event = opened_event(request.headers, await request.read(), ENCRYPT_KEY, TOKEN)
         task = asyncio.create_task(react(event["event"]["message"]["message_id"]))
         tasks.add(task)
         task.add_done_callback(tasks.discard)
         return web.json_response({})
 
-    app = web.Application()
-    app.router.add_post("/feishu/events", handle)
-    app.router.add_get("/healthz", lambda request: web.json_response({"ok": True}))
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
-    await asyncio.Event().wait()
+    await serve_events(port, handle)
 
 
 # --- the load ------------------------------------------------------------------------------
