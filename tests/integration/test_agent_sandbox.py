@@ -57,6 +57,12 @@ def _bwrap_unusable() -> str | None:
 # The sandbox gives the agent a private /tmp, so an agent program installed under /tmp is out
 # of its sight by design (check-config says so). A checkout there cannot run these tests.
 CHECKOUT_IN_TMP = any(Path(p).resolve().is_relative_to("/tmp") for p in (sys.prefix, REPO))
+# The environ probe drops the bridge to `nobody` once it has started (when run as root), and
+# the bridge still reads its package files (its translations): a checkout in a folder only
+# its owner may enter (mktemp -d gives 0700) cannot run that test.
+CHECKOUT_PRIVATE = os.geteuid() == 0 and any(
+    p.stat().st_mode & 0o005 != 0o005 for p in (REPO / "bridge", *REPO.parents, REPO)
+)
 
 
 def require_bwrap() -> None:
@@ -215,16 +221,23 @@ sys.exit(app.main(["run"]))
 @pytest.mark.skipif(
     CHECKOUT_IN_TMP, reason="this checkout lies under /tmp (the probe runs from outside it)"
 )
+@pytest.mark.skipif(
+    CHECKOUT_PRIVATE, reason="this checkout is in a folder `nobody` may not enter (mode 0700?)"
+)
 def test_without_a_sandbox_the_bridges_environ_is_unreadable_to_its_own_user() -> None:
     marker = "FEISHU_APP_SECRET=environ-secret-9c0d"
     env = {**os.environ, "FEISHU_APP_SECRET": marker.partition("=")[2], "PYTHONPATH": str(REPO)}
-    bridge = subprocess.Popen(
+    with subprocess.Popen(  # closes the pipes however the test ends
         [sys.executable, "-c", BRIDGE],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         env=env,
         cwd="/",
-    )
+    ) as bridge:
+        _probe_environ(bridge, marker)
+
+
+def _probe_environ(bridge: subprocess.Popen[bytes], marker: str) -> None:
     assert bridge.stdout is not None
     assert bridge.stdin is not None
     try:
@@ -245,7 +258,6 @@ def test_without_a_sandbox_the_bridges_environ_is_unreadable_to_its_own_user() -
     finally:
         bridge.stdin.close()
         assert bridge.wait(10) == 2  # `run` without settings: the configuration exit code
-        bridge.stdout.close()
 
 
 # --- several workspaces: the sandbox follows the one the session is in ---------------------
