@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -324,7 +325,7 @@ async def main(args: argparse.Namespace) -> None:
                         env["BRIDGE_AGENT_COMMAND"],
                         args.loop,
                     ],
-                    None,
+                    {**os.environ, "TMPDIR": folder},  # its database goes with the run's folder
                     floor_port,
                 )
                 least = Side("floor", floor, url.format(floor_port), wait_replies=True)
