@@ -1,5 +1,5 @@
-"""The bridge against a bare relay, side by side in one run, both as their own processes,
-against the local Feishu emulator (webhook mode, encrypted and signed events).
+"""The bridge against bare relays and the floor, side by side in one run, each its own
+process, against the local Feishu emulator (webhook mode, encrypted and signed events).
 
     python bench/relay_bench.py [--n 300] [--rate 50] [--chats 20] [--rounds 3]
                                 [--loop uvloop|asyncio] [--simple] [--profile FILE]
@@ -299,7 +299,8 @@ async def main(args: argparse.Namespace) -> None:
             await asyncio.to_thread(Path(folder, "work").mkdir)
             bridge, *bridge_start = await started([str(BRIDGE), "run"], env, port)
             url = "http://127.0.0.1:{}/feishu/events"
-            bare: dict[str, tuple[Side, tuple[float, float]]] = {}
+            # Measured beside the bridge: the relays and the floor, with their start figures.
+            beside: dict[str, tuple[Side, tuple[float, float]]] = {}
             try:
                 for name, client in RELAYS.items():
                     relay_port = free_port()
@@ -310,7 +311,7 @@ async def main(args: argparse.Namespace) -> None:
                         relay_port,
                     )
                     side = Side(name, relay, url.format(relay_port), wait_replies=False)
-                    bare[name] = (side, (boot[0], boot[1]))
+                    beside[name] = (side, (boot[0], boot[1]))
                 floor_port = free_port()
                 floor, *floor_start = await started(
                     [
@@ -329,36 +330,36 @@ async def main(args: argparse.Namespace) -> None:
                     floor_port,
                 )
                 least = Side("floor", floor, url.format(floor_port), wait_replies=True)
-                bare["floor"] = (least, (floor_start[0], floor_start[1]))
+                beside["floor"] = (least, (floor_start[0], floor_start[1]))
                 simple = Side("bridge", bridge, url.format(port), wait_replies=True)
                 progress = Side(
                     "progress", bridge, url.format(port), True, PROGRESS_TURN, answer="done"
                 )
-                relays = [side for side, _ in bare.values()]
-                sides = [simple, *relays] if args.simple else [simple, progress, *relays]
+                others = [side for side, _ in beside.values()]
+                sides = [simple, *others] if args.simple else [simple, progress, *others]
                 # Rounds taking turns: whatever else the machine does then weighs on all.
                 for r in range(args.rounds):
                     share = args.n // args.rounds + (r < args.n % args.rounds)
                     for side in sides:
                         await measure_round(side, emu, args, share)
             finally:
-                for process in [bridge, *(side.process for side, _ in bare.values())]:
+                for process in [bridge, *(side.process for side, _ in beside.values())]:
                     process.terminate()
                     process.wait(timeout=20)
         one = figures(simple, emu)
         tools = None if args.simple else figures(progress, emu)
-        relayed = {name: (figures(side, emu), boot) for name, (side, boot) in bare.items()}
+        measured = {name: (figures(side, emu), boot) for name, (side, boot) in beside.items()}
     print(row("bridge", (bridge_start[0], bridge_start[1]), one, args.n))
     if tools is not None:
         print(row("bridge, 10 tools", None, tools, args.n))
-    for name, (figured, booted) in relayed.items():
+    for name, (figured, booted) in measured.items():
         print(row(name, booted, figured, args.n))
-    for name, (figured, _) in relayed.items():
+    for name, (figured, _) in measured.items():
         if name == "floor":
             continue
-        floor = relayed["floor"][0]["cpu"] / figured["cpu"]
+        floor = measured["floor"][0]["cpu"] / figured["cpu"]
         print(f"floor / {name}: CPU {floor:.1f}×")
-    for name, (figured, _) in relayed.items():
+    for name, (figured, _) in measured.items():
         ten = "" if tools is None else f" (10 tools: {tools['cpu'] / figured['cpu']:.1f}×)"
         print(
             f"bridge / {name}: CPU {one['cpu'] / figured['cpu']:.1f}×{ten},"
