@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
@@ -19,6 +18,7 @@ from typing import Any
 from aiohttp import web
 
 import bridge.feishu.webhook as webhook
+from bridge.clock import Clock, LoopClock
 from bridge.cluster.identity import check_alone
 from bridge.config import Settings
 from bridge.config_checks import ConfigProblem, describe_access, exposure_problems
@@ -208,16 +208,18 @@ def build_service(
     *,
     feishu: FeishuApi | None = None,
     runtime: AgentRuntime | None = None,
-    clock: Callable[[], float] = time.time,
+    clock: Clock | None = None,
     runtime_env: dict[str, str] | None = None,
 ) -> BridgeService:
     """Everything the service runs, built from `settings` (in websocket mode, on the running
     event loop, which the long connection hands its events to)."""
+    clock = clock or LoopClock()
+    wall = clock.wall  # leases, snapshots and uptime: times other processes read too
     problems = exposure_problems(settings)
     if problems:
         raise UnsafeConfiguration(problems)
     translator = Translator(settings.bridge_locale)
-    projection = Projection(clock=clock, instance_id=settings.bridge_instance_id)
+    projection = Projection(clock=wall, instance_id=settings.bridge_instance_id)
     store = store_for(settings)
     if feishu is None:
         feishu = FeishuClient(
@@ -263,7 +265,7 @@ def build_service(
         session_ended=projection.session_ended,
     )
     bot = BotIdentity()
-    ownership = ownership_for(settings, store, engine, clock)
+    ownership = ownership_for(settings, store, engine, wall)
     receiver = Receiver(
         store=store,
         sink=engine if ownership is None else ownership,
@@ -273,16 +275,16 @@ def build_service(
             allow_all=settings.bridge_allow_all,
         ),
         bot_open_id=lambda: bot.open_id,
-        clock=clock,
+        clock=wall,
         count=lambda fate: metrics.inbound.labels(fate).inc(),
         app_id=settings.feishu_app_id,
         max_event_age=settings.bridge_max_event_age_seconds,
         quoted_content=feishu.message_content,
     )
-    readiness = Readiness(clock)
+    readiness = Readiness(wall)
     feishu_app = _feishu_app(settings, receiver, bot, readiness)
-    status = partial(_status, settings, readiness, bot, engine, runtime, projection, clock)
-    sessions = SessionDirectory(store, engine, projection, routes, clock)
+    status = partial(_status, settings, readiness, bot, engine, runtime, projection, wall)
+    sessions = SessionDirectory(store, engine, projection, routes, wall)
     ops_app = web.Application(middlewares=ops_middlewares(secret(settings.bridge_ops_token)))
     ops_app.add_routes(
         ops_routes(
@@ -305,7 +307,7 @@ def build_service(
         receiver=receiver,
         projection=projection,
         metrics=metrics,
-        clock=clock,
+        clock=wall,
         readiness=readiness,
         feishu_listener=Listener("feishu", feishu_app, settings.bridge_host, settings.bridge_port),
         ops_listener=Listener("ops", ops_app, settings.bridge_ops_host, settings.bridge_ops_port),
@@ -315,7 +317,7 @@ def build_service(
         ownership=ownership,
         housekeeping=Housekeeping(
             store,
-            clock,
+            wall,
             instance_id=projection.instance_id,
             epoch=projection.epoch,
             ops_url="",  # known once the operator listener has its port (start)

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from bridge.clock import Clock
 from bridge.core import Conversation, Timings, snapshot, step
 from bridge.core.effects import (
     AnswerCallback,
@@ -55,7 +56,7 @@ class ConversationActor:
         *,
         conv: Conversation,
         timings: Timings,
-        clock: Callable[[], float],
+        clock: Clock,
         perform: Callable[[ConversationActor, Work], Any],
         publish: Callable[[str, dict[str, object]], object],
         tasks: TaskTracker,
@@ -81,7 +82,7 @@ class ConversationActor:
 
     def feed(self, event: CoreEvent) -> list[Effect]:
         """Step the core with one input; queue its effects; return them (for callbacks)."""
-        now = self._clock()
+        now = self._clock.now()
         self.conv, effects = step(self.conv, event, now, self._timings)
         for effect in effects:
             if isinstance(effect, SetTimer):

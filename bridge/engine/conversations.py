@@ -6,6 +6,7 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
+from bridge.clock import Clock
 from bridge.core import Conversation, Options, Timings
 from bridge.engine.actor import ConversationActor, Work
 from bridge.engine.tasks import TaskTracker
@@ -17,7 +18,7 @@ class Conversations:
         *,
         options: Options,
         timings: Timings,
-        clock: Callable[[], float],
+        clock: Clock,
         perform: Callable[[ConversationActor, Work], Any],
         publish: Callable[[str, dict[str, object]], object],
         tasks: TaskTracker,

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bridge.clock import Clock
 from bridge.core import Options, Timings
 from bridge.core.inputs import SessionCloseRequested
 from bridge.core.state import WAITING_USER_STATES, ExecState
@@ -62,18 +63,19 @@ class Engine:
         store: Store,
         translator: Translator,
         config: EngineConfig,
-        clock: Callable[[], float],
+        clock: Clock,
         publish: Callable[[str, dict[str, object]], object],
         metrics: Metrics | None = None,
         session_ended: SessionEnded | None = None,
     ) -> None:
         self._tasks = TaskTracker("engine")
+        now = clock.now
         self._publish = publish
         cards = CardViews(translator, requester_may_approve=config.options.requester_may_approve)
         runner = TurnRunner(
             runtime=runtime,
             store=store,
-            clock=clock,
+            clock=now,
             tasks=self._tasks,
             max_running_turns=config.max_running_turns,
             attachments=Attachments(
@@ -88,7 +90,7 @@ class Engine:
             feishu=feishu,
             store=store,
             translator=translator,
-            clock=clock,
+            clock=now,
             tasks=self._tasks,
             interval=config.card_interval,
             metrics=metrics,
@@ -97,7 +99,7 @@ class Engine:
             store=store,
             feishu=feishu,
             translator=translator,
-            clock=clock,
+            clock=now,
             settings=config.schedules,
             metrics=metrics,
         )
@@ -109,12 +111,12 @@ class Engine:
             cards=cards,
             runner=runner,
             switches=Switches(
-                routes=config.routes, runtime=runtime, store=store, runner=runner, clock=clock
+                routes=config.routes, runtime=runtime, store=store, runner=runner, clock=now
             ),
             routes=config.routes,
             status_cards=status_cards,
             schedules=self.schedules,
-            clock=clock,
+            clock=now,
             ack_emoji=config.ack_emoji,
             metrics=metrics,
         )
@@ -134,7 +136,7 @@ class Engine:
             feishu=feishu,
             translator=translator,
             cards=cards,
-            clock=clock,
+            clock=now,
         )
 
     def _published(self, key: str, snapshot: dict[str, object]) -> None:

@@ -1,37 +1,40 @@
-"""Named one-shot timers on the event loop, measured by an injected clock.
+"""Named one-shot timers for one conversation, on the injected `Clock`.
 
-The core says "fire `heartbeat` at t"; this turns that into `loop.call_later(t - now())`.
-Setting a timer that already exists replaces it, so the core never has to clear first.
+The core says "fire `heartbeat` at t"; this keeps one `Alarm` per name. Setting a timer that
+already exists replaces it, so the core never has to clear first. An alarm fires only once
+its deadline has passed on the clock the core reads: a wake-up before it (uvloop's rounding,
+a stale loop time) re-arms. Firing early used to lose the deadline for the whole turn: the
+core found nothing due, and since its own record of the deadline had not changed it never
+asked for the timer again (no `正在处理`, no heartbeat).
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
+
+from bridge.clock import Alarm, Clock
 
 
 class Timers:
-    def __init__(self, clock: Callable[[], float], fire: Callable[[str], None]) -> None:
+    def __init__(self, clock: Clock, fire: Callable[[str], None]) -> None:
         self._clock = clock
         self._fire = fire
-        self._handles: dict[str, asyncio.TimerHandle] = {}
+        self._alarms: dict[str, Alarm] = {}
 
     def set(self, name: str, at: float) -> None:
         self.clear(name)
-        delay = max(0.0, at - self._clock())
-        loop = asyncio.get_running_loop()
-        self._handles[name] = loop.call_later(delay, self._expire, name)
+        self._alarms[name] = Alarm(self._clock, at, lambda: self._expire(name))
 
     def clear(self, name: str) -> None:
-        handle = self._handles.pop(name, None)
-        if handle is not None:
-            handle.cancel()
+        alarm = self._alarms.pop(name, None)
+        if alarm is not None:
+            alarm.cancel()
 
     def clear_all(self) -> None:
-        for handle in self._handles.values():
-            handle.cancel()
-        self._handles.clear()
+        for alarm in self._alarms.values():
+            alarm.cancel()
+        self._alarms.clear()
 
     def _expire(self, name: str) -> None:
-        self._handles.pop(name, None)
+        self._alarms.pop(name, None)
         self._fire(name)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -212,6 +212,23 @@ class FakeRuntime:
         return {}
 
 
+class _HarnessClock:
+    """The `Clock` port over the harness's settable `clock` (both lines read it)."""
+
+    def __init__(self, harness: Harness) -> None:
+        self._harness = harness
+
+    def now(self) -> float:
+        return self._harness.clock
+
+    def wall(self) -> float:
+        return self._harness.clock
+
+    def call_at(self, when: float, callback: Callable[[], None]) -> asyncio.TimerHandle:
+        delay = max(0.0, when - self._harness.clock)
+        return asyncio.get_running_loop().call_later(delay, callback)
+
+
 class Harness:
     """A real Engine over the fakes; `say` delivers a user message as the receiver would."""
 
@@ -232,7 +249,7 @@ class Harness:
             config=EngineConfig(
                 timings=QUIET, options=Options(), ack_emoji=ACK, max_running_turns=max_running_turns
             ),
-            clock=lambda: self.clock,
+            clock=_HarnessClock(self),
             publish=lambda key, snapshot: None,
         )
 
