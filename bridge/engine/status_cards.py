@@ -137,8 +137,15 @@ class StatusCards:
     # -- changing --------------------------------------------------------------------------
 
     async def _flush_later(self, actor: ConversationActor, card: _Card, wait: float) -> None:
-        await asyncio.sleep(max(0.0, wait))
-        await self._flush(actor, card)
+        # A view that arrives while this flush is in flight is this task's to carry too: no
+        # second flusher is started meanwhile, so leaving it would strand it until the next
+        # change (a heartbeat lost behind a slow call; found by the simulator, seed 1252).
+        while True:
+            await asyncio.sleep(max(0.0, wait))
+            await self._flush(actor, card)
+            if card.pending is None or self._cards.get(card.turn_id) is not card:
+                return
+            wait = card.pushed_at + self._interval - asyncio.get_running_loop().time()
 
     async def _flush(self, actor: ConversationActor, card: _Card) -> None:
         async with card.lock:

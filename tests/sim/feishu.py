@@ -1,0 +1,146 @@
+"""The Feishu API of the simulated world: the `FeishuApi` port with seeded latency and
+faults, recording every call with its virtual start and end (the transcript)."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bridge.feishu.api import BotInfo
+from bridge.feishu.errors import FeishuError, RateLimited, ServerError
+from bridge.feishu.resources import Downloaded
+
+
+@dataclass
+class Post:
+    """One API call as the world saw it."""
+
+    start: float
+    op: str
+    target: str  # the message replied to, the chat, the card or message changed
+    text: str = ""
+    card: dict[str, Any] | None = None
+    uuid: str = ""
+    end: float = 0.0
+    ok: bool = True
+    result: str = ""  # the message or card id it made
+
+
+@dataclass
+class FaultPlan:
+    """How unkind the API is in one run (the seed picks it)."""
+
+    slow: float = 0.05  # share of calls that take seconds, not milliseconds
+    fail: float = 0.0  # share of calls answered 5xx / 429 / a timeout
+
+
+@dataclass
+class SimFeishu:
+    rng: random.Random
+    now: Any  # () -> float, the world's clock
+    faults: FaultPlan = field(default_factory=FaultPlan)
+    posts: list[Post] = field(default_factory=list)
+    _ids: Any = field(default_factory=lambda: itertools.count(1))
+
+    async def _call(self, op: str, target: str, **kw: Any) -> Post:
+        post = Post(self.now(), op, target, **kw)
+        self.posts.append(post)
+        slow = self.rng.random() < self.faults.slow
+        try:
+            await asyncio.sleep(
+                self.rng.uniform(0.5, 3.0) if slow else self.rng.uniform(0.005, 0.2)
+            )
+        except asyncio.CancelledError:
+            post.ok = False  # the bridge gave up waiting (a card's last state superseded it)
+            raise
+        finally:
+            post.end = self.now()
+        roll = self.rng.random()
+        if roll < self.faults.fail:
+            post.ok = False
+            if roll < self.faults.fail / 2:
+                raise ServerError(1500, "simulated 503", http_status=503)
+            raise RateLimited(99991400, "simulated 429", http_status=429, reset_after=1.0)
+        post.result = f"om_bot_{next(self._ids)}"
+        return post
+
+    async def reply_text(
+        self, message_id: str, text: str, *, uuid: str, in_thread: bool = False
+    ) -> list[str]:
+        return [(await self._call("reply_text", message_id, text=text, uuid=uuid)).result]
+
+    async def send_text(self, chat_id: str, text: str, *, uuid: str) -> list[str]:
+        return [(await self._call("send_text", chat_id, text=text, uuid=uuid)).result]
+
+    async def reply_card(
+        self, message_id: str, card: dict[str, Any], *, uuid: str, in_thread: bool = False
+    ) -> str:
+        return (await self._call("reply_card", message_id, card=card, uuid=uuid)).result
+
+    async def send_card(self, chat_id: str, card: dict[str, Any], *, uuid: str) -> str:
+        return (await self._call("send_card", chat_id, card=card, uuid=uuid)).result
+
+    async def update_card(self, message_id: str, card: dict[str, Any]) -> None:
+        await self._call("update_card", message_id, card=card)
+
+    async def download_resource(
+        self, message_id: str, key: str, resource_type: str, dest: Path, *, max_bytes: int
+    ) -> Downloaded:
+        raise FeishuError(230002, "no resources in the simulated world")
+
+    async def message_content(self, message_id: str) -> tuple[str, str] | None:
+        return None
+
+    async def upload_and_reply(
+        self, reply_to: str, path: Path, *, uuid: str, in_thread: bool = False
+    ) -> str:
+        return (await self._call("upload", reply_to, uuid=uuid)).result
+
+    async def edit_text(self, message_id: str, text: str) -> None:
+        await self._call("edit_text", message_id, text=text)
+
+    async def create_card(self, card: dict[str, Any]) -> str:
+        post = await self._call("create_card", "", card=card)
+        post.result = post.result.replace("om_bot_", "card_")
+        return post.result
+
+    async def reply_card_entity(
+        self, message_id: str, card_id: str, *, uuid: str, in_thread: bool = False
+    ) -> str:
+        return (await self._call("reply_card_entity", message_id, text=card_id, uuid=uuid)).result
+
+    async def update_card_entity(
+        self, card_id: str, card: dict[str, Any], *, sequence: int
+    ) -> None:
+        await self._call("update_card_entity", card_id, card=card)
+
+    async def stream_card_text(
+        self, card_id: str, element_id: str, text: str, *, sequence: int
+    ) -> None:
+        await self._call("stream_card_text", card_id, text=text)
+
+    async def card_settings(self, card_id: str, settings: dict[str, Any], *, sequence: int) -> None:
+        await self._call("card_settings", card_id, card=settings)
+
+    async def add_reaction(self, message_id: str, emoji_type: str) -> str | None:
+        try:
+            post = await self._call("add_reaction", message_id, text=emoji_type)
+        except FeishuError:
+            return None  # best-effort, as the real client
+        return f"r_{post.result}"
+
+    async def remove_reaction(self, message_id: str, reaction_id: str) -> None:
+        try:
+            await self._call("remove_reaction", message_id, text=reaction_id)
+        except FeishuError:
+            return
+
+    async def bot_info(self) -> BotInfo:
+        return BotInfo(open_id="ou_bot", app_name="Sim")
+
+    async def aclose(self) -> None:
+        return None

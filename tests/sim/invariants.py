@@ -1,0 +1,230 @@
+"""The presence contract, checked on a run's transcript (what Feishu was asked, and when).
+
+Each check returns the violations it found, one line each; a run is good when all are empty.
+Times are the virtual seconds since the run began.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from bridge.core.state import PresenceStyle
+from bridge.i18n import Translator
+
+from .agent import answer_for
+from .feishu import Post
+from .loop import EPOCH
+from .world import Run
+
+T = Translator("zh_CN")
+TOLERANCE = 0.3  # seconds a deadline may be missed by (one loop's worth of work)
+_ENDING_KEYS = (
+    "presence.ended_empty",
+    "presence.ended_rejected",
+    "presence.stopped",
+    "presence.stop_forced",
+    "presence.stalled_ended",
+    "presence.card_failed",
+    "presence.unrecoverable",
+    "presence.unrecoverable_context_lost",
+    "presence.runtime_unavailable",
+    "presence.runtime_busy",
+    "presence.max_tokens",
+    "presence.max_turn_requests",
+    "presence.refusal",
+    "presence.recalled",
+    "presence.approval_timed_out",
+    "presence.reply_timed_out",
+)
+ENDINGS = tuple(T(key).split("{")[0] for key in _ENDING_KEYS)
+RUNNING = (T("presence.running_hint"), T("presence.heartbeat").split("{")[0])
+_REPLIES = ("reply_text", "reply_card", "reply_card_entity")
+_CARD_CHANGES = ("update_card", "update_card_entity", "stream_card_text", "card_settings")
+
+
+@dataclass(frozen=True)
+class Seen:
+    """One call as a user of one message sees it."""
+
+    at: float
+    end: float
+    op: str
+    text: str
+
+
+def _t(at: float) -> float:
+    return round(at - EPOCH, 3)
+
+
+def by_message(posts: Iterable[Post]) -> dict[str, list[Seen]]:
+    """What each user message got: replies to it and changes of the cards replying to it."""
+    owner: dict[str, str] = {}  # a card's id or card message's id -> the user message
+    for post in posts:  # a card entity is made before the reply that shows it
+        if post.op == "reply_card_entity":
+            owner[post.text] = post.target
+    seen: dict[str, list[Seen]] = defaultdict(list)
+    for post in posts:
+        target = post.target
+        if post.op in _REPLIES:
+            owner[post.result] = target
+        elif post.op in _CARD_CHANGES:
+            target = owner.get(target, "")
+        elif post.op == "create_card":  # the bridge's decision to show it
+            target = owner.get(post.result, "")
+        elif post.op != "add_reaction":
+            continue
+        text = post.text if post.card is None else repr(post.card)
+        seen[target].append(Seen(_t(post.start), _t(post.end or post.start), post.op, text))
+    return seen
+
+
+def _ends(got: list[Seen], prompt: str) -> list[Seen]:
+    """A turn's end signals: its ending lines (stopped, failed, ...) or, when it has none,
+    the answer (a stopped turn shows what it had written, then says it stopped)."""
+    lines = [s for s in got if s.op == "reply_text" and s.text.startswith(ENDINGS)]
+    return lines or [s for s in got if s.op == "reply_text" and answer_for(prompt) in s.text]
+
+
+def check(run: Run) -> list[str]:
+    seen = by_message(run.posts)
+    problems: list[str] = []
+    for rule in RULES:
+        problems.extend(rule(run, seen))
+    return problems
+
+
+def one_ack_each(run: Run, seen: dict[str, list[Seen]]) -> list[str]:
+    out = []
+    for sent in run.sent:
+        acks = [s for s in seen[sent.message_id] if s.op == "add_reaction"]
+        if len(acks) != 1:
+            out.append(f"{sent.message_id}: {len(acks)} acks")
+    return out
+
+
+def one_end_each(run: Run, seen: dict[str, list[Seen]]) -> list[str]:
+    out = []
+    for sent in run.sent:
+        if sent.plan is None:
+            continue
+        ends = _ends(seen[sent.message_id], sent.text)
+        in_card = run.style is PresenceStyle.CARD and any(
+            answer_for(sent.text) in s.text for s in seen[sent.message_id] if s.op != "reply_text"
+        )
+        if len(ends) > 1 or (not ends and not in_card):
+            out.append(f"{sent.message_id}: {len(ends)} end signals")
+    return out
+
+
+def nothing_running_after_the_end(run: Run, seen: dict[str, list[Seen]]) -> list[str]:
+    out = []
+    for sent in run.sent:
+        got = seen[sent.message_id]
+        ends = [s.at for s in _ends(got, sent.text)] if sent.plan is not None else []
+        if not ends:
+            continue
+        late = [s for s in got if s.at > ends[0] and s.text.startswith(RUNNING)]
+        if late:
+            out.append(f"{sent.message_id}: '正在处理' at {late[0].at} after its end at {ends[0]}")
+    return out
+
+
+def _busy_until(deadline: float, calls: list[Seen], after: float) -> float:
+    """The deadline, moved past every call of the chat still in flight at it (one performer
+    per chat: a hint cannot start before the slow call ahead of it returns), plus `after`
+    (what the surface must wait after a change)."""
+    moved = True
+    while moved:
+        moved = False
+        for call in calls:
+            if call.at <= deadline < call.end:
+                deadline, moved = call.end + after, True
+    return deadline
+
+
+def hint_and_heartbeat(run: Run, seen: dict[str, list[Seen]]) -> list[str]:
+    out = []
+    by_text = {s.text: s for s in run.sent if s.plan is not None}
+    chat_calls: dict[str, list[Seen]] = defaultdict(list)
+    for sent in run.sent:
+        chat_calls[sent.chat].extend(seen[sent.message_id])
+    t = run.timings
+    # A card changes at most once per card interval: a change due meanwhile waits for it.
+    after = run.card_interval if run.style is PresenceStyle.CARD else 0.0
+    slack = TOLERANCE + after
+    for prompt in run.runtime.prompts:
+        sent = by_text.get(prompt.text)
+        if sent is None or sent.plan is None or prompt.ended is None:
+            continue
+        start, ended = _t(prompt.started), _t(prompt.ended)
+        if prompt.cancelled_at is not None:
+            ended = min(ended, _t(prompt.cancelled_at))
+        silent_until = start + sent.plan.first_silence
+        shown = sorted(
+            s.at for s in seen[sent.message_id] if s.op != "add_reaction" and s.at >= start
+        )
+        due = start + t.first_hint
+        if silent_until > due + TOLERANCE and ended > due + TOLERANCE:
+            limit = _busy_until(due, chat_calls[sent.chat], after) + slack
+            if not shown or shown[0] > limit:
+                first = shown[0] if shown else None
+                out.append(f"{sent.message_id}: first hint due by {limit:.3f}, came at {first}")
+                continue
+        # After the hint, any line in the chat shows the bot alive (a queued line included).
+        alive = sorted(
+            s.at for s in chat_calls[sent.chat] if s.op != "add_reaction" and s.at >= start
+        )
+        last = shown[0] if shown else start
+        for at in [*(a for a in alive if a > last), ended]:
+            if at > ended:
+                break
+            limit = _busy_until(last + t.heartbeat, chat_calls[sent.chat], after) + slack
+            if at > limit and shown:
+                out.append(f"{sent.message_id}: nothing shown from {last} to {at} while running")
+                break
+            last = at
+    return out
+
+
+def no_overlapping_prompts(run: Run, seen: dict[str, list[Seen]]) -> list[str]:
+    return list(run.runtime.overlaps)
+
+
+def nothing_posted_twice(run: Run, seen: dict[str, list[Seen]]) -> list[str]:
+    uuids = [p.uuid for p in run.posts if p.uuid and p.ok]
+    return [f"uuid {u} posted twice" for u in sorted({u for u in uuids if uuids.count(u) > 1})]
+
+
+def every_conversation_settles(run: Run, seen: dict[str, list[Seen]]) -> list[str]:
+    return [f"{key}: still running or queued at the horizon" for key in run.stuck]
+
+
+RULES: tuple[Callable[[Run, dict[str, list[Seen]]], list[str]], ...] = (
+    one_ack_each,
+    one_end_each,
+    nothing_running_after_the_end,
+    hint_and_heartbeat,
+    no_overlapping_prompts,
+    nothing_posted_twice,
+    every_conversation_settles,
+)
+
+
+def transcript(run: Run) -> str:
+    """The run as a person would read it: what each user said and what each got, in order."""
+    seen = by_message(run.posts)
+    lines = [f"seed {run.seed}, style {run.style.value}"]
+    for sent in sorted(run.sent, key=lambda s: (s.chat, s.at)):
+        plan = "" if sent.plan is None else f"  plan {[(s.after, s.kind) for s in sent.plan.steps]}"
+        lines.append(f"{_t(sent.at):9.3f} >> {sent.chat} {sent.message_id}: {sent.text}{plan}")
+        for prompt in run.runtime.prompts:
+            if prompt.text == sent.text:
+                cancel = f", cancel at {_t(prompt.cancelled_at)}" if prompt.cancelled_at else ""
+                ended = _t(prompt.ended) if prompt.ended is not None else None
+                lines.append(f"{_t(prompt.started):9.3f}    prompt sent (ended {ended}{cancel})")
+        for s in seen[sent.message_id]:
+            text = s.text if len(s.text) < 90 else s.text[:87] + "..."
+            lines.append(f"{s.at:9.3f}    {s.op} -> {s.end:.3f}: {text}")
+    return "\n".join(lines)

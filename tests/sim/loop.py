@@ -1,0 +1,91 @@
+"""A virtual-time event loop and the simulator's clock.
+
+`SimLoop` is asyncio's own selector loop with a clock that does not tick: when nothing is
+ready, the selector jumps the clock to the next timer instead of sleeping, so a 90-second
+turn runs in milliseconds and every interleaving is fixed by the order of the heap, i.e. by
+the seed. `SimClock` is the bridge's `Clock` port on that loop; it wakes waiters a little
+early or late, as uvloop and a loaded machine do, so code that trusts a wake-up is found out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import selectors
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from bridge.clock import Cancellable
+
+EPOCH = 1_767_225_600.0  # 2026-01-01 00:00 UTC: records read as dates
+
+
+class WorldAtRest(Exception):
+    """Nothing ready and no timer left: whatever was awaited will never come."""
+
+
+class _VirtualSelector(selectors.BaseSelector):
+    def __init__(self, loop: SimLoop) -> None:
+        self._real = selectors.DefaultSelector()  # the loop's self-pipe lives here
+        self._loop = loop
+
+    def register(self, fileobj: Any, events: int, data: Any = None) -> selectors.SelectorKey:
+        return self._real.register(fileobj, events, data)
+
+    def unregister(self, fileobj: Any) -> selectors.SelectorKey:
+        return self._real.unregister(fileobj)
+
+    def modify(self, fileobj: Any, events: int, data: Any = None) -> selectors.SelectorKey:
+        return self._real.modify(fileobj, events, data)
+
+    def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
+        ready = self._real.select(0)
+        if ready:
+            return ready
+        if timeout is None:
+            raise WorldAtRest
+        self._loop.advance(timeout)
+        return []
+
+    def get_map(self) -> Mapping[Any, selectors.SelectorKey]:
+        return self._real.get_map()
+
+    def close(self) -> None:
+        self._real.close()
+
+
+class SimLoop(asyncio.SelectorEventLoop):
+    def __init__(self) -> None:
+        self._virtual = 0.0  # small numbers: a float near 1.7e9 has no microseconds left
+        super().__init__(_VirtualSelector(self))
+
+    def time(self) -> float:
+        return self._virtual
+
+    def advance(self, seconds: float) -> None:
+        self._virtual += max(0.0, seconds)
+
+
+class SimClock:
+    """The `Clock` port on a `SimLoop`: `now` is EPOCH + the loop's virtual time."""
+
+    def __init__(self, loop: SimLoop, rng: random.Random, *, jitter: bool = True) -> None:
+        self._loop = loop
+        self._rng = rng
+        self._jitter = jitter
+
+    def now(self) -> float:
+        return EPOCH + self._loop.time()
+
+    def wall(self) -> float:
+        return self.now()
+
+    def call_at(self, when: float, callback: Callable[[], None]) -> Cancellable:
+        at = when - EPOCH
+        if self._jitter:
+            roll = self._rng.random()
+            if roll < 0.3:  # uvloop: a delay rounded down, a cached loop time
+                at -= self._rng.uniform(0.0, 0.002)
+            elif roll < 0.5:  # a busy loop: late
+                at += self._rng.uniform(0.0, 0.05)
+        return self._loop.call_at(max(at, self._loop.time()), callback)

@@ -1,0 +1,145 @@
+"""One simulated run: the real engine (intake, actors, core, executor, turn runner, timers,
+status cards, schedules) on the in-memory store, in a virtual-time loop, with Feishu, the
+agent, the users and the clock's wake-ups all drawn from one seeded `random.Random`."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from dataclasses import dataclass, field
+
+from bridge.core import Options, Timings
+from bridge.core.state import PresenceStyle
+from bridge.engine.engine import Engine, EngineConfig
+from bridge.feishu.models import InboundMessage
+from bridge.i18n import Translator
+from bridge.store import MemoryStore
+
+from .agent import Plan, SimRuntime, draw_plan
+from .feishu import FaultPlan, Post, SimFeishu
+from .loop import SimClock, SimLoop, WorldAtRest
+
+T = Translator("zh_CN")
+TIMINGS = Timings(
+    first_hint=0.6,
+    heartbeat=1.2,
+    stale=30.0,
+    approval_timeout=60.0,
+    finish_grace=0.5,
+    progress_interval=1.0,
+    cancel_notice=3.0,
+    cancel_limit=8.0,
+)
+CARD_INTERVAL = 0.5
+HORIZON = 300.0  # virtual seconds after the last user action: everything owed is done by then
+
+
+@dataclass(frozen=True)
+class Sent:
+    """A message a user sent: when, where, and what the agent will do with it."""
+
+    at: float
+    chat: str
+    message_id: str
+    text: str
+    plan: Plan | None  # None for a command
+
+
+@dataclass
+class Run:
+    seed: int
+    style: PresenceStyle
+    sent: list[Sent]
+    posts: list[Post]
+    runtime: SimRuntime
+    timings: Timings = TIMINGS
+    card_interval: float = CARD_INTERVAL
+    stuck: list[str] = field(default_factory=list)  # conversations never back to idle
+
+
+def run_seed(seed: int, *, jitter: bool = True) -> Run:
+    logging.disable(logging.CRITICAL)  # thousands of runs: the transcript says what matters
+    loop = SimLoop()
+    try:
+        return loop.run_until_complete(_world(seed, loop, jitter))
+    finally:
+        loop.close()
+
+
+async def _world(seed: int, loop: SimLoop, jitter: bool) -> Run:
+    rng = random.Random(seed)
+    clock = SimClock(loop, random.Random(rng.random()), jitter=jitter)
+    style = rng.choice((PresenceStyle.MESSAGES, PresenceStyle.CARD))
+    faults = FaultPlan(slow=rng.choice((0.0, 0.05, 0.2)))
+    feishu = SimFeishu(random.Random(rng.random()), clock.now, faults)
+    plans: dict[str, Plan] = {}
+    runtime = SimRuntime(random.Random(rng.random()), clock.now, plans)
+    store = MemoryStore()
+    await store.open()
+    engine = Engine(
+        feishu=feishu,
+        runtime=runtime,
+        store=store,
+        translator=T,
+        config=EngineConfig(
+            timings=TIMINGS,
+            options=Options(presence_style=style),
+            ack_emoji="OnIt",
+            max_running_turns=8,
+            card_interval=CARD_INTERVAL,
+        ),
+        clock=clock,
+        publish=lambda key, snapshot: None,
+    )
+    sent: list[Sent] = []
+    users = [
+        _user(random.Random(rng.random()), f"oc_{n}", engine, store, clock, plans, sent)
+        for n in range(rng.randint(1, 3))
+    ]
+    try:
+        await asyncio.gather(*users)
+        await asyncio.sleep(HORIZON)
+    except WorldAtRest:
+        pass
+    run = Run(seed, style, sent, feishu.posts, runtime)
+    run.stuck = [
+        key
+        for key, actor in engine.conversations.items()
+        if actor.conv.turn is not None or actor.conv.queue
+    ]
+    await engine.drain(0.0)
+    return run
+
+
+async def _user(
+    rng: random.Random,
+    chat: str,
+    engine: Engine,
+    store: MemoryStore,
+    clock: SimClock,
+    plans: dict[str, Plan],
+    sent: list[Sent],
+) -> None:
+    for n in range(rng.randint(1, 4)):
+        await asyncio.sleep(rng.choice((0.0, 0.3, 1.5, 4.0, 10.0, 30.0)))
+        stop = n > 0 and rng.random() < 0.2
+        text = "/stop" if stop else f"task {chat}.{n}"
+        plan = None if stop else draw_plan(rng, text)
+        if plan is not None:
+            plans[text] = plan
+        message_id = f"om_{chat}_{n}"
+        sent.append(Sent(clock.now(), chat, message_id, text, plan))
+        message = InboundMessage(
+            event_id=f"ev_{message_id}",
+            message_id=message_id,
+            chat_id=chat,
+            chat_type="p2p",
+            sender_open_id=f"ou_{chat}",
+            message_type="text",
+            text=text,
+        )
+        await store.journal_message(
+            message.conversation_key, message_id, message.sender_open_id, chat, text, clock.now()
+        )
+        engine.accept(message)
