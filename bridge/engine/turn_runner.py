@@ -22,7 +22,7 @@ from bridge.engine.actor import ConversationActor, Trace
 from bridge.engine.attachments import Attachments
 from bridge.engine.tasks import TaskTracker
 from bridge.ops.metrics import Metrics
-from bridge.ops.sessions import agent_choices
+from bridge.preferences import agent_choices
 from bridge.runtime.events import (
     PermissionRequested,
     PromptSent,

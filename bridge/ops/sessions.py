@@ -4,7 +4,8 @@ name; closing the session.
 
 - *Display names* are operator text: at most `MAX_DISPLAY_NAME` characters and no control
   character (Unicode category Cc), else `InvalidMetadata` (a 400). Kept as the conversation's
-  `ops:display_name` preference: the `ops:` names never reach the agent (`agent_choices`).
+  `ops:display_name` preference: the `ops:` names never reach the agent
+  (`bridge.preferences.agent_choices`).
 - *Close* ends the session like `/new` (the next message opens a fresh one), without a chat
   line; refused (`SessionBusy`, a 409) while a turn runs or messages wait, so an operator
   never cuts a round: `/stop` it first, or wait.
@@ -13,19 +14,15 @@ name; closing the session.
 from __future__ import annotations
 
 import unicodedata
-from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, Final
+from collections.abc import Callable, Collection
+from typing import Any, Final, Protocol
 
 from bridge.ops.projection import Projection
+from bridge.preferences import DISPLAY_NAME_PREFERENCE
 from bridge.runtime.router import Routes
 from bridge.store.port import Store
 
-if TYPE_CHECKING:
-    from bridge.engine.engine import Engine
-
 MAX_DISPLAY_NAME: Final = 256
-OPS_PREFIX: Final = "ops:"  # preferences of the operator's, never the agent's
-DISPLAY_NAME_PREFERENCE: Final = OPS_PREFIX + "display_name"
 
 
 class InvalidMetadata(ValueError):
@@ -40,9 +37,14 @@ class SessionBusy(Exception):
     """A turn runs (or messages wait) in the conversation: its session is not closed."""
 
 
-def agent_choices(chosen: Mapping[str, str]) -> dict[str, str]:
-    """A conversation's preferences without the operator's own (`ops:` names)."""
-    return {name: value for name, value in chosen.items() if not name.startswith(OPS_PREFIX)}
+class LiveConversations(Protocol):
+    """What the directory needs of the engine (the `Engine` is one): the keys of the
+    conversations live in this process, and closing one's session."""
+
+    @property
+    def conversations(self) -> Collection[str]: ...
+
+    async def close_session(self, key: str) -> bool: ...
 
 
 def check_display_name(value: object) -> str | None:
@@ -62,7 +64,7 @@ class SessionDirectory:
     def __init__(
         self,
         store: Store,
-        engine: Engine,
+        engine: LiveConversations,
         projection: Projection,
         routes: Routes,
         clock: Callable[[], float],

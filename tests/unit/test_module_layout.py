@@ -1,11 +1,13 @@
 """The layout stays legible: no module under bridge/ grows past about 400 lines (the
-devtools included), and the pure core imports nothing that does I/O."""
+devtools included), the pure core imports nothing that does I/O, and no module imports
+itself back (the layering contracts in pyproject.toml are `lint-imports`, in .ci/run)."""
 
 from __future__ import annotations
 
 import ast
 from pathlib import Path
 
+import grimp
 import pytest
 
 BRIDGE = Path(__file__).resolve().parents[2] / "bridge"
@@ -44,3 +46,16 @@ def test_the_core_imports_nothing_with_io(path: Path) -> None:
     ]
     foreign = [m for m in imported if m and not m.startswith(CORE_MAY_IMPORT)]
     assert foreign == [], f"{path.name} imports {foreign}"
+
+
+def test_no_import_cycle_between_modules() -> None:
+    """Imports under TYPE_CHECKING and inside functions count: a guard that dodges a cycle at
+    run time leaves it in the design (the consumer owns a Protocol instead)."""
+    graph = grimp.build_graph("bridge", cache_dir=None)
+    cycles = {
+        " -> ".join((importer, *back))
+        for importer in graph.modules
+        for imported in graph.find_modules_directly_imported_by(importer)
+        if (back := graph.find_shortest_chain(importer=imported, imported=importer))
+    }
+    assert sorted(cycles) == []

@@ -2,12 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from bridge.ops.sessions import (
-    DISPLAY_NAME_PREFERENCE,
-    InvalidMetadata,
-    agent_choices,
-    check_display_name,
-)
+from bridge.ops.sessions import InvalidMetadata, check_display_name
+from bridge.preferences import DISPLAY_NAME_PREFERENCE, agent_choices
 
 
 @pytest.mark.parametrize(

@@ -9,15 +9,63 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from importlib import resources
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from aiohttp import web
 
-from bridge.devtools.emulator.records import CardCallbackResult, ChatMessage
+from bridge.devtools.emulator.records import (
+    CardCallbackResult,
+    ChatMessage,
+    DeliveredEvent,
+    DeliveryAttempt,
+    Reaction,
+    SenderType,
+)
 
-if TYPE_CHECKING:
-    from bridge.devtools.emulator.emulator import FeishuEmulator
+
+class ChatWorldView(Protocol):
+    """What the page needs of the emulator (`FeishuEmulator` is one): who is in the chat,
+    its timeline as it changes, and a person's moves (write, attach, recall, click)."""
+
+    @property
+    def app_id(self) -> str: ...
+    @property
+    def bot_name(self) -> str: ...
+    @property
+    def bot_open_id(self) -> str: ...
+    @property
+    def user_name(self) -> str: ...
+    @property
+    def default_user_open_id(self) -> str: ...
+    @property
+    def p2p_chat_id(self) -> str: ...
+    @property
+    def group_chat_id(self) -> str: ...
+    @property
+    def scenarios(self) -> tuple[str, ...]: ...
+    @property
+    def webhook_url(self) -> str | None: ...
+    @property
+    def revision(self) -> int: ...
+    async def wait_revision(self, since: int, max_wait: float) -> int: ...
+    def messages(
+        self, chat_id: str | None = None, *, sender_type: SenderType | None = None
+    ) -> list[ChatMessage]: ...
+    def message(self, message_id: str) -> ChatMessage: ...
+    def reactions(self, message_id: str) -> list[Reaction]: ...
+    def card_callbacks(self) -> list[CardCallbackResult]: ...
+    def deliveries(self) -> list[DeliveryAttempt]: ...
+    async def send_user_message(
+        self, text: str = "", *, chat_type: str = "p2p", mention_bot: bool = False
+    ) -> DeliveredEvent: ...
+    async def send_user_file(
+        self, data: bytes, *, kind: str, name: str, mime: str, chat_type: str
+    ) -> DeliveredEvent: ...
+    async def recall_message(self, message_id: str) -> DeliveredEvent: ...
+    async def click_card(self, message_id: str, value: Mapping[str, Any]) -> CardCallbackResult: ...
+
 
 _LONG_POLL_S = 20.0
 _STATIC = {
@@ -25,10 +73,10 @@ _STATIC = {
     "app.js": "text/javascript",
     "style.css": "text/css",
 }
-_EMULATOR_KEY: web.AppKey[FeishuEmulator] = web.AppKey("emulator")
+_EMULATOR_KEY: web.AppKey[ChatWorldView] = web.AppKey("emulator")
 
 
-def add_routes(app: web.Application, emulator: FeishuEmulator) -> None:
+def add_routes(app: web.Application, emulator: ChatWorldView) -> None:
     app[_EMULATOR_KEY] = emulator
     app.router.add_get("/", _index)
     app.router.add_get("/_emulator/static/{name}", _static)
@@ -40,7 +88,7 @@ def add_routes(app: web.Application, emulator: FeishuEmulator) -> None:
     app.router.add_post("/_emulator/recall", _recall)
 
 
-def _emulator(request: web.Request) -> FeishuEmulator:
+def _emulator(request: web.Request) -> ChatWorldView:
     return request.app[_EMULATOR_KEY]
 
 
@@ -176,7 +224,7 @@ _ATTACHMENT_LABELS = {"image": "图片", "file": "文件", "audio": "语音", "m
 
 
 def _message_json(
-    emu: FeishuEmulator, message: ChatMessage, names: dict[str, str]
+    emu: ChatWorldView, message: ChatMessage, names: dict[str, str]
 ) -> dict[str, Any]:
     text = message.text
     if text is not None:

@@ -8,7 +8,8 @@ from typing import Any
 from bridge.runtime.acp.pool import AgentPool
 from bridge.runtime.acp.process import AgentProcess
 from bridge.runtime.acp.requests import PendingRequests
-from bridge.runtime.acp.sessions import SessionInfo, Sessions
+from bridge.runtime.acp.session import SessionInfo
+from bridge.runtime.acp.sessions import Sessions
 
 
 class Diagnostics:

@@ -60,8 +60,9 @@ from bridge.runtime.acp.requests import (
     QwenQuestion,
     cancelled_permission,
 )
+from bridge.runtime.acp.session import AcpSession, SessionInfo
 from bridge.runtime.acp.session_settings import SessionSettings
-from bridge.runtime.acp.sessions import AcpSession, SessionInfo, SessionLost, Sessions
+from bridge.runtime.acp.sessions import SessionLost, Sessions
 from bridge.runtime.acp.turns import AcpTurn, run_prompt
 from bridge.runtime.events import PromptSent, RuntimeExited, TurnEvent, UsageReported
 from bridge.runtime.port import EventSink, PromptFile, SessionHandle

@@ -7,11 +7,9 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from bridge.runtime.acp.sessions import AcpSession
-    from bridge.runtime.acp.turns import AcpTurn
+from bridge.runtime.acp.session import AcpSession
+from bridge.runtime.acp.turns import AcpTurn
 
 
 class SessionTable:
