@@ -6,6 +6,9 @@ core/schedules.py): the run is announced, or skipped with a reason. A skipped sc
 due and is tried again when the conversation's snapshot next says idle (and, as a safety
 net, every `retry` seconds); occurrences that pass meanwhile are not stacked: one run, then
 the next occurrence after it. A restart finds due schedules in the store and runs each once.
+
+A slot runs at most once (issue 34): an announced run is in flight until the cache holds the
+next slot, and the store records each slot once (`note_schedule_run` is conditional).
 """
 
 from __future__ import annotations
@@ -94,6 +97,12 @@ class ScheduleSettings:
         )
 
 
+@dataclass(frozen=True)
+class _Run:
+    slot: float  # the occurrence an announced run takes
+    following: float | None  # the next one (None: a one-time schedule, removed)
+
+
 class Claims(Protocol):
     """Which conversations this instance runs (several instances: `Ownership`)."""
 
@@ -121,7 +130,7 @@ class Scheduler:
         self._metrics = metrics
         self._conversations: Conversations | None = None
         self._cache: dict[int, Schedule] = {}  # every live schedule, as the store holds it
-        self._next: dict[int, float] = {}  # announced runs: the next occurrence to record
+        self._next: dict[int, _Run] = {}  # announced runs, in flight until recorded
         self._timer: asyncio.TimerHandle | None = None
         self._poked = False
         self._started = False
@@ -167,7 +176,8 @@ class Scheduler:
             self._timer = None
 
     def check(self) -> None:
-        """Try every due schedule (in number order), then arm the clock for the next."""
+        """Try every due schedule (in number order), then arm the clock for the next (a
+        wake-up before a slot, the loop's time not being the wall clock, only re-arms)."""
         self._poked = False
         if not self._started:
             return
@@ -222,10 +232,9 @@ class Scheduler:
         )
         if any(isinstance(e, AnnounceSchedule) for e in effects):
             # Decided: from now on the run is in flight; nothing fires it a second time.
-            every = schedule.every_seconds
-            self._next[schedule.schedule_id] = (
-                next_after(schedule.next_due_at, every, now) if every is not None else -1.0
-            )
+            every, slot = schedule.every_seconds, schedule.next_due_at
+            following = next_after(slot, every, now) if every is not None else None
+            self._next[schedule.schedule_id] = _Run(slot, following)
 
     # -- effects -----------------------------------------------------------------------------
 
@@ -233,21 +242,20 @@ class Scheduler:
         """Record the run first (a crash after it loses one run, never posts two), then the
         header, then the run itself as a turn answering the header."""
         sid = work.schedule_id
-        schedule = self._cache.get(sid)
-        following = self._next.pop(sid, None)
-        if schedule is None or following is None:
-            return  # removed meanwhile
+        run, schedule = self._next.get(sid), self._cache.get(sid)
         now = self._clock()
-        if following < 0:
-            await self._store.remove_schedule(sid)
-            self._cache.pop(sid, None)
-        else:
-            await self._store.note_schedule_run(sid, now, following)
-            self._cache[sid] = replace(schedule, last_run_at=now, next_due_at=following)
+        try:
+            if run is None or schedule is None or not await self._record(sid, run, now):
+                log.info("schedule %d: its run was removed or already recorded", sid)
+                return
+        finally:
+            # In flight until the cache holds the next slot (or, failing, still this one).
+            self._next.pop(sid, None)
+            self._arm(self._clock())
         self._count("ran")
         log.info("schedule %d runs in %s", sid, actor.key)
         text = neutralize_mentions(self._t(work.key, **dict(work.params)))
-        idem = f"schedule:{sid}:{schedule.next_due_at:.3f}"
+        idem = f"schedule:{sid}:{run.slot:.3f}"
         if ":" in actor.key and schedule.anchor_message_id:  # a topic thread: answer inside it
             ids = await self._feishu.reply_text(
                 schedule.anchor_message_id, text, uuid=idem, in_thread=True
@@ -256,7 +264,22 @@ class Scheduler:
             ids = await self._feishu.send_text(schedule.chat_id, text, uuid=idem)
         await self._store.mark_sent(idem, ids, now)
         actor.feed(ScheduledRun(ids[0], sid, work.requester, work.prompt))
-        self._arm(self._clock())
+
+    async def _record(self, sid: int, run: _Run, now: float) -> bool:
+        """Take the slot in the store; False if it was not there to take."""
+        if run.following is None:
+            taken = await self._store.remove_schedule(sid)
+            self._cache.pop(sid, None)
+            return taken
+        taken = await self._store.note_schedule_run(sid, run.slot, now, run.following)
+        known = self._cache.get(sid) if taken else await self._store.schedule(sid)
+        if known is None:  # removed meanwhile
+            self._cache.pop(sid, None)
+        elif taken:
+            self._cache[sid] = replace(known, last_run_at=now, next_due_at=run.following)
+        else:  # another writer ran this slot: the schedule as the store holds it now
+            self._cache[sid] = known
+        return taken
 
     async def skipped(self, work: ScheduleSkipped) -> None:
         now = self._clock()

@@ -68,10 +68,12 @@ class MemorySchedules:
         self._check()
         return self._schedules.pop(schedule_id, None) is not None
 
-    async def note_schedule_run(self, schedule_id: int, ran_at: float, next_due_at: float) -> bool:
+    async def note_schedule_run(
+        self, schedule_id: int, slot: float, ran_at: float, next_due_at: float
+    ) -> bool:
         self._check()
         known = self._schedules.get(schedule_id)
-        if known is None:
+        if known is None or known.next_due_at != slot:
             return False
         self._schedules[schedule_id] = replace(known, last_run_at=ran_at, next_due_at=next_due_at)
         return True

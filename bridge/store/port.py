@@ -388,9 +388,12 @@ class Store(ClusterStore, Protocol):
     async def remove_schedule(self, schedule_id: int) -> bool:
         """Forget a schedule; False if there was none."""
 
-    async def note_schedule_run(self, schedule_id: int, ran_at: float, next_due_at: float) -> bool:
-        """The schedule ran at `ran_at`; its next occurrence is `next_due_at`. False if
-        unknown."""
+    async def note_schedule_run(
+        self, schedule_id: int, slot: float, ran_at: float, next_due_at: float
+    ) -> bool:
+        """The occurrence due at `slot` ran at `ran_at`; the next is `next_due_at`. Only
+        while `slot` is still the schedule's next occurrence: False (nothing written) if
+        that occurrence was already recorded, or the schedule is unknown."""
 
     async def note_schedule_skip(self, schedule_id: int, reason: str, at: float) -> bool:
         """The schedule was due at `at` but the conversation was not idle (`reason`); it stays

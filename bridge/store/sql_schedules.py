@@ -100,11 +100,16 @@ class SqlSchedules(SqlStatements):
         sql = self._sql("DELETE FROM schedules WHERE schedule_id = ?")
         return await self._write(sql, (schedule_id,)) == 1
 
-    async def note_schedule_run(self, schedule_id: int, ran_at: float, next_due_at: float) -> bool:
+    async def note_schedule_run(
+        self, schedule_id: int, slot: float, ran_at: float, next_due_at: float
+    ) -> bool:
+        # Conditional on the slot: of two writers of one occurrence, one wins (a float read
+        # back from REAL / DOUBLE PRECISION compares equal to itself).
         sql = self._sql(
-            "UPDATE schedules SET last_run_at = ?, next_due_at = ? WHERE schedule_id = ?"
+            "UPDATE schedules SET last_run_at = ?, next_due_at = ?"
+            " WHERE schedule_id = ? AND next_due_at = ?"
         )
-        return await self._write(sql, (ran_at, next_due_at, schedule_id)) == 1
+        return await self._write(sql, (ran_at, next_due_at, schedule_id, slot)) == 1
 
     async def note_schedule_skip(self, schedule_id: int, reason: str, at: float) -> bool:
         sql = self._sql(

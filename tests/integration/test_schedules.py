@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from bridge.devtools.emulator.records import ChatMessage
 from bridge.i18n import Translator
 from tests.integration.stack import running_stack
 
@@ -39,3 +40,32 @@ async def test_a_schedule_due_during_a_round_runs_once_when_the_chat_is_idle(
         await stack.wait_text(lambda t: t == T("schedule.removed", number=1))
         await stack.settled()
         assert await stack.demo.service.store.schedules() == []
+
+
+async def test_issue_34_each_slot_runs_once_after_a_round_that_outlasted_one(
+    tmp_path: Path,
+) -> None:
+    """The issue's /every 3s during a 5 s round, at a tenth of the scale: after the round
+    the skipped slot runs once, then every slot once; never a second header for a slot,
+    nor one posted before its slot (the double run's second header named the next)."""
+    async with running_stack(tmp_path, settings=SETTINGS) as stack:
+        await stack.say("/every 300ms say tick")
+        await stack.wait_text(lambda t: t.startswith("已添加定时任务 #1"))
+        await stack.say("sleep 500")
+        header = T("schedule.header", number=1, prompt="say tick")
+
+        def headers() -> list[ChatMessage]:
+            return [m for m in stack.bot() if m.text == header]
+
+        await stack.emu.wait_for(lambda: len(headers()) >= 4, timeout=15.0)
+        await stack.say("/unschedule 1")
+        await stack.wait_text(lambda t: t == T("schedule.removed", number=1))
+        await stack.settled()
+        posted = headers()
+        slots = [float(str(m.uuid).rpartition(":")[2]) for m in posted]  # schedule:1:<slot>
+        assert len(set(slots)) == len(slots), slots
+        for message, slot in zip(posted, slots, strict=True):
+            # 50 ms of slack for the two clocks (the bridge's monotonic, epoch-anchored; the
+            # emulator's wall clock): a double run's header came a whole interval early.
+            assert message.create_time_ms >= slot * 1000 - 50, (message.create_time_ms, slot)
+        assert stack.texts().count("tick") == len(posted)  # one run per header

@@ -15,6 +15,7 @@ from typing import Any
 
 from bridge.core import Options, Timings
 from bridge.engine.engine import Engine, EngineConfig
+from bridge.engine.schedules import ScheduleSettings
 from bridge.feishu.api import BotInfo
 from bridge.feishu.models import CardAction, InboundMessage
 from bridge.i18n import Translator
@@ -232,12 +233,19 @@ class _HarnessClock:
 class Harness:
     """A real Engine over the fakes; `say` delivers a user message as the receiver would."""
 
-    def __init__(self, store: MemoryStore, *, max_running_turns: int = 4) -> None:
+    def __init__(
+        self,
+        store: MemoryStore,
+        *,
+        max_running_turns: int = 4,
+        schedules: ScheduleSettings | None = None,
+    ) -> None:
         self.feishu = RecordingFeishu()
         self.runtime = FakeRuntime()
         self.store = store
         self.clock = NOW
         self._ids = itertools.count(1)
+        self._schedules = schedules or ScheduleSettings()
         self.engine = self.build(max_running_turns)
 
     def build(self, max_running_turns: int = 4) -> Engine:
@@ -247,7 +255,11 @@ class Harness:
             store=self.store,
             translator=T,
             config=EngineConfig(
-                timings=QUIET, options=Options(), ack_emoji=ACK, max_running_turns=max_running_turns
+                timings=QUIET,
+                options=Options(),
+                ack_emoji=ACK,
+                max_running_turns=max_running_turns,
+                schedules=self._schedules,
             ),
             clock=_HarnessClock(self),
             publish=lambda key, snapshot: None,

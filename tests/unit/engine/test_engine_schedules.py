@@ -4,11 +4,45 @@ look (`check`), as its timer would."""
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+
+from bridge.engine.schedules import ScheduleSettings
+from bridge.store import MemoryStore
 from bridge.store.port import ScheduleKind
 from tests.unit.engine.engine_fakes import ALICE, CHAT, Call, Harness, T
 
 HOUR = 3600.0
 BOB = "ou_bob"
+
+
+class SuspendingStore(MemoryStore):
+    """Its schedule writes give the loop a turn before they land, as SQLite's (a thread)
+    and PostgreSQL's (a socket) do; the plain MemoryStore never suspends."""
+
+    async def note_schedule_run(
+        self, schedule_id: int, slot: float, ran_at: float, next_due_at: float
+    ) -> bool:
+        await asyncio.sleep(0)
+        return await super().note_schedule_run(schedule_id, slot, ran_at, next_due_at)
+
+    async def remove_schedule(self, schedule_id: int) -> bool:
+        await asyncio.sleep(0)
+        return await super().remove_schedule(schedule_id)
+
+
+@pytest.fixture
+async def every_3s() -> AsyncIterator[Harness]:
+    """/every 3s allowed; the real timer kept out of the way (the test is the clock)."""
+    store = SuspendingStore()
+    await store.open()
+    h = Harness(store, schedules=ScheduleSettings(min_interval=1.0, retry=HOUR))
+    yield h
+    h.feishu.release()
+    await h.engine.drain(0.1)
+    await store.close()
 
 
 async def _every_hour(harness: Harness, prompt: str = "check the build") -> int:
@@ -142,3 +176,65 @@ async def test_unreadable_requests_are_answered_with_the_usage(harness: Harness)
         await harness.say(text)
         await harness.idle()
         assert harness.feishu.calls[-1].text == T(key, **params), text
+
+
+async def test_issue_34_every_3s_during_a_5s_turn_runs_each_slot_once_never_twice(
+    every_3s: Harness,
+) -> None:
+    harness = every_3s
+    await harness.engine.start_schedules()
+    await harness.say("/every 3s hello")
+    await harness.idle()
+    start = harness.clock  # the slots: start + 3, + 6, + 9, ...
+    header = T("schedule.header", number=1, prompt="hello")
+
+    def headers() -> int:
+        return sum(c == Call("send_text", CHAT, header) for c in harness.feishu.calls)
+
+    await harness.say("sleep 5")
+    job = await harness.runtime.turn(1)
+    harness.clock = start + 3  # the slot comes while the 5 s turn runs: skipped
+    harness.engine.schedules.check()
+    await harness.idle()
+    assert headers() == 0
+    harness.clock = start + 5  # the turn ends: the skipped slot runs once, now
+    job.end()
+    (await harness.runtime.turn(2)).end()
+    await harness.idle()
+    assert headers() == 1
+    for number, slot in enumerate((6.0, 9.0, 12.0), start=3):
+        harness.clock = start + slot  # the timer's wake-up at the slot
+        harness.engine.schedules.check()
+        await harness.idle()
+        assert headers() == number - 1, f"slot +{slot:g}s ran {headers() - number + 2} times"
+        (await harness.runtime.turn(number)).end()
+        await harness.idle()
+        assert len(harness.runtime.turns) == number
+    assert [t.text for t in harness.runtime.turns] == ["sleep 5"] + ["hello"] * 4
+    (record,) = await harness.store.schedules()
+    assert (record.last_run_at, record.next_due_at) == (start + 12, start + 15)
+
+
+async def test_an_early_timer_wake_up_re_arms_and_the_slot_still_runs_once(
+    harness: Harness,
+) -> None:
+    """A timer may fire a few ms before its wall-clock deadline (uvloop rounds delays to
+    whole ms; its loop time can be stale): the wake-up finds nothing due and re-arms for
+    the remainder; the re-armed timer, a real one, runs the slot once."""
+    sid = await _every_hour(harness)
+    slot = harness.clock + HOUR
+    harness.clock = slot - 0.004  # the wake-up 4 ms early
+    harness.engine.schedules.check()
+    await harness.idle()
+    assert harness.runtime.turns == []
+    harness.clock = slot  # the wall clock reaches the slot; nobody calls check() now
+    async with asyncio.timeout(5):
+        run = await harness.runtime.turn(1)
+    run.end()
+    await harness.idle()
+    header = Call("send_text", CHAT, T("schedule.header", number=sid, prompt="check the build"))
+    assert harness.feishu.calls.count(header) == 1
+    assert len(harness.runtime.turns) == 1
+    record = await harness.store.schedule(sid)
+    assert record is not None
+    assert (record.last_run_at, record.next_due_at) == (slot, slot + HOUR)

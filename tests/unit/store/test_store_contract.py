@@ -609,12 +609,26 @@ async def test_schedule_runs_and_skips_are_recorded(store: Store) -> None:
     assert made is not None
     sid = made.schedule_id
     assert await store.note_schedule_skip(sid, "running", T0 + 3600)
-    assert await store.note_schedule_run(sid, T0 + 3700, T0 + 7200)
+    assert await store.note_schedule_run(sid, T0 + 3600, T0 + 3700, T0 + 7200)
     got = await store.schedule(sid)
     assert got is not None
     assert (got.last_skip_at, got.last_skip_reason) == (T0 + 3600, "running")
     assert (got.last_run_at, got.next_due_at) == (T0 + 3700, T0 + 7200)
-    assert not await store.note_schedule_run(999, T0, T0)
+    assert not await store.note_schedule_run(999, T0, T0, T0)
+
+
+async def test_an_occurrence_is_recorded_as_run_once(store: Store) -> None:
+    """Issue 34: a second writer of the same slot (a stale decision, another instance)
+    finds it taken and writes nothing; the run it would have posted does not happen."""
+    made = await _every(store)
+    assert made is not None
+    sid, slot = made.schedule_id, made.next_due_at
+    assert await store.note_schedule_run(sid, slot, slot + 1, slot + 3600)
+    assert not await store.note_schedule_run(sid, slot, slot + 2, slot + 3600)
+    got = await store.schedule(sid)
+    assert got is not None
+    assert (got.last_run_at, got.next_due_at) == (slot + 1, slot + 3600)
+    assert await store.note_schedule_run(sid, slot + 3600, slot + 3601, slot + 7200)
     assert not await store.note_schedule_skip(999, "running", T0)
 
 
