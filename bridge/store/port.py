@@ -1,7 +1,8 @@
 """The `Store` port: everything the bridge must remember across a restart.
 
-Two implementations share one contract (and one test suite, `tests/unit/store/`):
-`SqliteStore` (the embedded default) and `MemoryStore` (a fake for unit tests of other
+Three implementations share one contract (and one test suite, `tests/unit/store/`):
+`SqliteStore` (the embedded default), `PostgresStore` (several instances; both SQL stores
+share their statements, sql_store.py) and `MemoryStore` (a fake for unit tests of other
 modules). Time is always passed in (`now`, seconds since the epoch), never read here.
 
 Contract highlights:

@@ -1,22 +1,11 @@
-"""The SQLite schema of `SqliteStore`: its migrations, the columns each query reads, and
-rows turned back into the port's records."""
+"""The SQLite schema of `SqliteStore`: its migrations and how they are applied (the columns
+each query reads, and rows turned back into records: sql_rows.py, shared with PostgreSQL)."""
 
 from __future__ import annotations
 
-import sqlite3
-from typing import Any
-
 import aiosqlite
 
-from bridge.store.port import (
-    Approval,
-    ApprovalStatus,
-    JournaledMessage,
-    MessageState,
-    SchemaTooNew,
-    Turn,
-    TurnOutcome,
-)
+from bridge.store.port import SchemaTooNew
 
 _SCHEMA_V1 = """
 CREATE TABLE seen_events (
@@ -185,71 +174,6 @@ MIGRATIONS: tuple[str, ...] = (
     _SCHEMA_V6,
     _SCHEMA_V7,
 )
-
-MESSAGE_COLUMNS = (
-    "seq, message_id, conversation_key, sender_open_id, chat_id, text, state, "
-    "received_at, updated_at, attachments"
-)
-TURN_COLUMNS = "turn_id, conversation_key, message_id, started_at, outcome, finished_at"
-APPROVAL_COLUMNS = (
-    "request_id, turn_id, conversation_key, card_message_id, requester_open_id, created_at, "
-    "status, decided_by, decided_at, title"
-)
-
-Row = sqlite3.Row | tuple[Any, ...]
-
-
-def _opt_float(value: Any) -> float | None:
-    return None if value is None else float(value)
-
-
-def _opt_str(value: Any) -> str | None:
-    return None if value is None else str(value)
-
-
-def message_of(row: Row) -> JournaledMessage:
-    return JournaledMessage(
-        seq=int(row[0]),
-        message_id=str(row[1]),
-        conversation_key=str(row[2]),
-        sender_open_id=str(row[3]),
-        chat_id=str(row[4]),
-        text=str(row[5]),
-        state=MessageState(row[6]),
-        received_at=float(row[7]),
-        updated_at=float(row[8]),
-        attachments=str(row[9] or ""),
-    )
-
-
-def turn_of(row: Row) -> Turn:
-    return Turn(
-        turn_id=str(row[0]),
-        conversation_key=str(row[1]),
-        message_id=str(row[2]),
-        started_at=float(row[3]),
-        outcome=None if row[4] is None else TurnOutcome(row[4]),
-        finished_at=_opt_float(row[5]),
-    )
-
-
-def approval_of(row: Row) -> Approval:
-    return Approval(
-        request_id=str(row[0]),
-        turn_id=str(row[1]),
-        conversation_key=str(row[2]),
-        card_message_id=str(row[3]),
-        requester_open_id=str(row[4]),
-        created_at=float(row[5]),
-        status=ApprovalStatus(row[6]),
-        decided_by=_opt_str(row[7]),
-        decided_at=_opt_float(row[8]),
-        title=str(row[9]),
-    )
-
-
-def is_foreign_key_error(exc: sqlite3.IntegrityError) -> bool:
-    return "FOREIGN KEY" in str(exc).upper()
 
 
 async def migrate(db: aiosqlite.Connection) -> None:

@@ -1,0 +1,78 @@
+"""The columns the shared SQL statements read, and their rows turned back into the port's
+records: the same on SQLite (`sqlite3.Row`) and PostgreSQL (plain tuples), column order
+as listed here."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from bridge.store.port import (
+    Approval,
+    ApprovalStatus,
+    JournaledMessage,
+    MessageState,
+    Turn,
+    TurnOutcome,
+)
+
+MESSAGE_COLUMNS = (
+    "seq, message_id, conversation_key, sender_open_id, chat_id, text, state, "
+    "received_at, updated_at, attachments"
+)
+TURN_COLUMNS = "turn_id, conversation_key, message_id, started_at, outcome, finished_at"
+APPROVAL_COLUMNS = (
+    "request_id, turn_id, conversation_key, card_message_id, requester_open_id, created_at, "
+    "status, decided_by, decided_at, title"
+)
+
+Row = Sequence[Any]
+
+
+def _opt_float(value: Any) -> float | None:
+    return None if value is None else float(value)
+
+
+def _opt_str(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+def message_of(row: Row) -> JournaledMessage:
+    return JournaledMessage(
+        seq=int(row[0]),
+        message_id=str(row[1]),
+        conversation_key=str(row[2]),
+        sender_open_id=str(row[3]),
+        chat_id=str(row[4]),
+        text=str(row[5]),
+        state=MessageState(row[6]),
+        received_at=float(row[7]),
+        updated_at=float(row[8]),
+        attachments=str(row[9] or ""),
+    )
+
+
+def turn_of(row: Row) -> Turn:
+    return Turn(
+        turn_id=str(row[0]),
+        conversation_key=str(row[1]),
+        message_id=str(row[2]),
+        started_at=float(row[3]),
+        outcome=None if row[4] is None else TurnOutcome(row[4]),
+        finished_at=_opt_float(row[5]),
+    )
+
+
+def approval_of(row: Row) -> Approval:
+    return Approval(
+        request_id=str(row[0]),
+        turn_id=str(row[1]),
+        conversation_key=str(row[2]),
+        card_message_id=str(row[3]),
+        requester_open_id=str(row[4]),
+        created_at=float(row[5]),
+        status=ApprovalStatus(row[6]),
+        decided_by=_opt_str(row[7]),
+        decided_at=_opt_float(row[8]),
+        title=str(row[9]),
+    )
