@@ -39,10 +39,10 @@ from bridge.feishu.split import (
     DEFAULT_MAX_PARTS,
     cap_parts,
     split_text,
-    utf8_safe,
 )
 from bridge.feishu.token import DEFAULT_REFRESH_MARGIN, TenantTokenManager
 from bridge.i18n import Translator
+from bridge.utf8 import utf8_safe
 
 log = logging.getLogger(__name__)
 

@@ -4,11 +4,11 @@ raises `EventParseError`."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
 from bridge.feishu.errors import EventParseError
+from bridge.feishu.json_in import decode_json
 from bridge.feishu.models import AttachmentRef, Mention
 
 ALL_PLACEHOLDER: Final = "@_all"
@@ -86,13 +86,8 @@ def is_bot(mention: Mention, bot_open_id: str | None, bot_name: str | None) -> b
 
 
 def _content_object(content: str) -> dict[str, Any]:
-    try:
-        value = json.loads(content) if content else {}
-    except ValueError as exc:
-        raise EventParseError("message content is not valid JSON") from exc
-    if not isinstance(value, dict):
-        raise EventParseError("message content is not a JSON object")
-    return value
+    # The same decoder as the body's: depth-checked, lone surrogates repaired.
+    return decode_json(content, "message content") if content else {}
 
 
 def _resolve_mentions(text: str, mentions: Iterable[Mention], bot_keys: set[str]) -> str:

@@ -27,7 +27,6 @@ and `@_all` becomes `@all`. Which mention is the bot:
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any, Final, TypeVar
 
@@ -35,6 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from bridge.feishu.content import is_bot, message_attachments, message_text
 from bridge.feishu.errors import EventParseError
+from bridge.feishu.json_in import MAX_DEPTH, decode_json, load_json
 from bridge.feishu.models import CardAction, InboundMessage, Mention, MessageRecall
 
 MESSAGE_RECEIVE: Final = "im.message.receive_v1"
@@ -149,42 +149,6 @@ class _CardEvent(_Wire):
 
 
 # --- public API ----------------------------------------------------------------------------
-
-
-MAX_DEPTH = 64  # Feishu's events nest about 6 deep; far deeper is an attack, not an event
-
-
-def decode_json(raw: bytes | str) -> dict[str, Any]:
-    """Parse a JSON object; anything else is an `EventParseError`: invalid JSON, nesting past
-    `MAX_DEPTH`, and strings that are not Unicode (lone surrogate escapes such as `"\\ud800"`,
-    which `json` accepts but no store or Feishu call can encode). Such input fails the same
-    way on every delivery, so it must be refused, never answered 5xx."""
-    try:
-        value = json.loads(raw)
-    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
-        raise EventParseError("body is not valid JSON") from exc
-    if not isinstance(value, dict):
-        raise EventParseError("body is not a JSON object")
-    _check_tree(value)
-    return value
-
-
-def _check_tree(value: Any) -> None:
-    stack: list[tuple[Any, int]] = [(value, 1)]
-    while stack:
-        node, depth = stack.pop()
-        if isinstance(node, str):
-            try:
-                node.encode("utf-8")
-            except UnicodeEncodeError as exc:
-                raise EventParseError("a string is not valid Unicode") from exc
-            continue
-        if not isinstance(node, dict | list):
-            continue
-        if depth > MAX_DEPTH:
-            raise EventParseError(f"nested deeper than {MAX_DEPTH}")
-        children = [*node.keys(), *node.values()] if isinstance(node, dict) else node
-        stack.extend((child, depth + 1) for child in children)
 
 
 def event_token(payload: Mapping[str, Any]) -> str | None:
@@ -340,8 +304,8 @@ def _action_value(value: dict[str, Any] | str | None) -> dict[str, Any]:
         return value
     # Cards of the 1.0 schema may carry a JSON string (or a bare string) as the value.
     try:
-        decoded = json.loads(value)
-    except ValueError:
+        decoded = load_json(value, "card value")
+    except EventParseError:
         return {"value": value}
     return decoded if isinstance(decoded, dict) else {"value": decoded}
 

@@ -19,6 +19,7 @@ from urllib.parse import quote
 import httpx
 
 from bridge.feishu.errors import BusinessError, ServerError, TransportError
+from bridge.utf8 import utf8_safe
 
 MESSAGES: Final = "/open-apis/im/v1/messages"
 IMAGES: Final = "/open-apis/im/v1/images"
@@ -130,21 +131,24 @@ class ResourceCalls:
         token = await self.tokens.get()
         headers = {"Authorization": f"Bearer {token}"}
         is_image = path.suffix.lower() in IMAGE_TYPES
+        # A name of non-UTF-8 bytes comes back from the filesystem with surrogates, which
+        # the multipart encoder cannot write.
+        name = utf8_safe(path.name)
         with path.open("rb") as handle:
             if is_image:
                 upload = await self._http.post(
                     f"{IMAGES}",
                     headers=headers,
                     data={"image_type": "message"},
-                    files={"image": (path.name, handle)},
+                    files={"image": (name, handle)},
                 )
             else:
                 file_type = _FILE_TYPES.get(path.suffix.lower(), "stream")
                 upload = await self._http.post(
                     f"{FILES}",
                     headers=headers,
-                    data={"file_type": file_type, "file_name": path.name},
-                    files={"file": (path.name, handle)},
+                    data={"file_type": file_type, "file_name": name},
+                    files={"file": (name, handle)},
                 )
         key = _uploaded_key(upload, "image_key" if is_image else "file_key")
         msg_type, content = (

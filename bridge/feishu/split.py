@@ -15,6 +15,8 @@ from bisect import bisect_right
 from collections.abc import Callable
 from itertools import accumulate
 
+from bridge.utf8 import utf8_safe
+
 # Feishu: a text message's request body may be at most 150 KB.
 FEISHU_TEXT_BODY_LIMIT = 150 * 1024
 # Room for the rest of the body (receive_id, msg_type, uuid, the {"text":…} wrapper).
@@ -45,16 +47,6 @@ def _char_cost(ch: str) -> int:
     if o < 0x80:
         return _ASCII_COST[o]
     return 2 if o < 0x800 else 3 if o < 0x10000 else 4
-
-
-def utf8_safe(text: str) -> str:
-    """Join surrogate pairs written as two code units; replace lone surrogates with U+FFFD.
-    Such strings come from lenient JSON decoders and cannot be encoded as UTF-8."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
-    return text
 
 
 def encoded_size(text: str) -> int:

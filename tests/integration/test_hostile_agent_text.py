@@ -126,3 +126,12 @@ async def test_an_agent_line_over_the_size_cap_is_dropped_not_held(stack: Stack)
     async with httpx.AsyncClient(trust_env=False) as http:
         metrics = (await http.get(f"{stack.ops_url}/metrics")).text
     assert 'bridge_agent_updates_dropped_total{reason="oversize"} 1.0' in metrics
+
+
+async def test_agent_text_with_a_lone_surrogate_reaches_feishu_repaired(stack: Stack) -> None:
+    # Issue 35: the agent's `"\\ud800"` escape is repaired where its stdout is read; it
+    # would otherwise fail to encode in the journal's trace or the Feishu call.
+    await stack.say("unpaired half")
+    await stack.wait_text(lambda t: t.startswith("half "))
+    texts = [json.loads(content(c))["text"] for c in posted(stack, "text")]
+    assert "half \ufffd end" in texts

@@ -1,5 +1,6 @@
 """Agent stdout: a line over the cap is skipped as it streams by, the next lines still come,
-and the SDK's own transport reads through it unchanged."""
+and the SDK's own transport reads through it unchanged, except that a line which would
+decode to a lone surrogate is repaired (issue 35)."""
 
 from __future__ import annotations
 
@@ -8,8 +9,11 @@ import json
 
 import pytest
 from acp._transport import NdjsonTransport
+from hypothesis import given
+from hypothesis import strategies as st
 
 from bridge.runtime.acp.lines import CappedLines
+from bridge.utf8 import utf8_safe
 
 CAP = 64
 
@@ -69,3 +73,55 @@ async def test_the_sdk_transport_reads_frames_through_it() -> None:
     assert await transport.receive() == first
     assert await transport.receive() == last
     assert await transport.receive() is None
+
+
+def transport_over(data: bytes) -> NdjsonTransport:
+    reader = asyncio.StreamReader(limit=1 << 20)
+    reader.feed_data(data)
+    reader.feed_eof()
+    return NdjsonTransport(CappedLines(reader, label="t"), sender=None)  # type: ignore[arg-type]
+
+
+async def test_agent_text_that_is_not_unicode_is_repaired_before_the_sdk_parses_it() -> None:
+    data = (
+        b'{"method": "a", "params": {"text": "x\\ud800y", "\\udc00k": ["\\ud83d"]}}\n'
+        b'{"method": "b", "params": "\xed\xa0\x80"}\n'  # a surrogate's bytes, UTF-8 style
+        b'{"method": "c", "params": "\\ud83d\\ude00 \\\\ud800"}\n'  # a pair; an escaped backslash
+        b'{"method": "d", "params": "last\\udfff"}'  # the last line, without its newline
+    )
+    transport = transport_over(data)
+    assert await transport.receive() == {
+        "method": "a",
+        "params": {"text": "x\ufffdy", "\ufffdk": ["\ufffd"]},
+    }
+    assert await transport.receive() == {"method": "b", "params": "\ufffd"}
+    assert await transport.receive() == {"method": "c", "params": "\U0001f600 \\ud800"}
+    assert await transport.receive() == {"method": "d", "params": "last\ufffd"}
+    assert await transport.receive() is None
+
+
+LONE = st.integers(0xD800, 0xDFFF).map(chr)
+STRINGS = st.text(max_size=6) | st.tuples(st.text(max_size=3), LONE, st.text(max_size=3)).map(
+    "".join
+)
+TREES = st.recursive(
+    st.none() | st.integers() | STRINGS,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(STRINGS, inner, max_size=3),
+    max_leaves=15,
+)
+
+
+@given(tree=TREES, ascii_only=st.booleans())
+def test_any_agent_frame_reaches_the_sdk_encodable_and_otherwise_unchanged(
+    tree: object, ascii_only: bool
+) -> None:
+    frame = {"jsonrpc": "2.0", "method": "m", "params": tree}
+    line = json.dumps(frame, ensure_ascii=ascii_only).encode("utf-8", "surrogatepass")
+
+    async def receive() -> object:
+        return await transport_over(line + b"\n").receive()
+
+    received = asyncio.run(receive())
+    text = json.dumps(received, ensure_ascii=False)
+    text.encode("utf-8")  # no lone surrogate anywhere: the store and Feishu can take it
+    assert received == json.loads(utf8_safe(json.dumps(frame, ensure_ascii=False)))

@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -524,3 +526,43 @@ async def test_the_client_keeps_no_cookie_feishu_sets(
     await client.send_text("oc_1", "one", uuid="u1")
     await client.send_text("oc_1", "two", uuid="u2")
     assert [call.request.headers.get("cookie") for call in route.calls] == [None, None]
+
+
+# --- issue 35: text that is not Unicode never makes a call raise; U+FFFD goes out ----------
+# (the agent's stdout is repaired where it is read: tests/unit/test_capped_lines.py)
+
+
+async def test_text_card_and_stream_with_a_lone_surrogate_go_out_repaired(
+    router: respx.MockRouter, client: FeishuClient
+) -> None:
+    text = router.post(f"{MESSAGES}/om_p/reply").mock(return_value=ok({"message_id": "om_r"}))
+    stream = router.put("/open-apis/cardkit/v1/cards/c1/elements/answer/content").mock(
+        return_value=ok()
+    )
+
+    await client.reply_text("om_p", "a\ud800b", uuid="u1")
+    await client.reply_card(
+        "om_p", {"elements": [{"tag": "markdown", "content": "c\udfffd"}]}, uuid="u2"
+    )
+    await client.stream_card_text("c1", "answer", "e\ud83d", sequence=1)
+
+    first, second = (body_of(call) for call in text.calls)
+    assert json.loads(first["content"]) == {"text": "a\ufffdb"}
+    assert json.loads(second["content"])["elements"][0]["content"] == "c\ufffdd"
+    assert body_of(stream.calls.last)["content"] == "e\ufffd"
+
+
+async def test_a_file_name_of_non_utf8_bytes_is_uploaded_repaired(
+    router: respx.MockRouter, client: FeishuClient, tmp_path: Path
+) -> None:
+    path = tmp_path / os.fsdecode(b"r\xffport.txt")  # "r\udcffport.txt"
+    path.write_bytes(b"data")
+    upload = router.post("/open-apis/im/v1/files").mock(return_value=ok({"file_key": "fk"}))
+    router.post(f"{MESSAGES}/om_p/reply").mock(return_value=ok({"message_id": "om_f"}))
+
+    assert await client.upload_and_reply("om_p", path, uuid="u3") == "om_f"
+
+    sent = upload.calls.last.request
+    assert isinstance(sent, httpx.Request)
+    assert 'filename="r\ufffdport.txt"'.encode() in sent.content
+    assert "\r\n\r\nr\ufffdport.txt\r\n".encode() in sent.content  # the file_name field

@@ -13,8 +13,8 @@ from bridge.feishu.split import (
     FEISHU_TEXT_BODY_LIMIT,
     encoded_size,
     split_text,
-    utf8_safe,
 )
+from bridge.utf8 import utf8_safe
 
 ALPHABET = [
     *'abcdefghij  ..,!?\n\n\t"\\',

@@ -178,6 +178,8 @@ class ScriptedAgent(SessionMethods):
             await self._update(sid, {"sessionUpdate": "agent_message_chunk", "content": link})
         elif word == "edit":  # a tool call that reports a diff: edit PATH OLD => NEW
             await self._edit(session, rest)
+        elif word == "unpaired":  # text a lenient encoder sends: a lone surrogate escape
+            await self._say(session, f"{rest} \ud800 end")
         elif word == "md":
             await self._say(session, rest.replace("\\n", "\n"))
         elif word == "think":

@@ -6,6 +6,7 @@ SCENARIOS: dict[str, str] = {
     "say": "say TEXT — reply with TEXT",
     "link": "link PATH — an answer that links the file PATH (ACP resource_link)",
     "edit": "edit PATH OLD => NEW — a tool call reporting a diff of PATH (`\\n` line breaks)",
+    "unpaired": "unpaired TEXT — reply `TEXT \\ud800 end`: a lone surrogate escape on the wire",
     "md": "md TEXT — reply with TEXT, each `\\n` in it a line break (Markdown answers)",
     "think": "think TEXT — a thought chunk",
     "stream": "stream N [DELAY_MS] — N message chunks `c0 c1 …`, DELAY_MS apart",

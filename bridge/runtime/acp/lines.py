@@ -6,6 +6,10 @@ so one hostile or broken agent line of a gigabyte is held in the bridge's memory
 `CappedLines` a line over the cap is skipped as it streams by (never held whole), counted and
 logged by size only; the transport then sees the next line. One lost update is the cost; the
 turn goes on, and the stall rules speak if what was lost was the end.
+
+Every line the SDK reads passes here, so this is also where agent text is made encodable:
+a line that would decode to a lone surrogate (`"\\ud800"`) is re-encoded with U+FFFD
+(`bridge.utf8`), before any of it reaches the journal, a trace or a Feishu call.
 """
 
 from __future__ import annotations
@@ -14,6 +18,8 @@ import asyncio
 import logging
 from collections.abc import Callable
 from typing import Final
+
+from bridge.utf8 import repaired_json_line
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +46,10 @@ class CappedLines:
     async def readuntil(self, separator: bytes = b"\n") -> bytes:
         while True:
             try:
-                return await self._reader.readuntil(separator)
+                return repaired_json_line(await self._reader.readuntil(separator))
+            except asyncio.IncompleteReadError as exc:  # the last line, without its newline
+                partial = repaired_json_line(exc.partial)
+                raise asyncio.IncompleteReadError(partial, exc.expected) from None
             except asyncio.LimitOverrunError as exc:
                 size = await self._skip_line(separator, exc.consumed)
                 log.warning(

@@ -1,0 +1,59 @@
+"""The one JSON decoder for what Feishu sends, at every level: the request body (webhook),
+the SDK's payload (long connection), and the JSON strings inside it — a message's `content`
+(text, post, a file's name) and a 1.0 card's string value — which are decoded later and
+would otherwise bypass the body's checks.
+
+Invalid JSON and nesting past `MAX_DEPTH` are an `EventParseError` (they fail the same way on
+every delivery, so they must be refused, never answered 5xx). A string that is not Unicode (a
+lone surrogate escape such as `"\\ud800"`, which `json` accepts) is repaired with U+FFFD
+(`bridge.utf8`): the message is still answered, and nothing downstream (the journal, a log
+line, a Feishu call) can fail to encode it.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Final
+
+from bridge.feishu.errors import EventParseError
+from bridge.utf8 import is_utf8_safe, repaired_json
+
+MAX_DEPTH: Final = 64  # Feishu's events nest about 6 deep; far deeper is an attack
+
+
+def load_json(raw: bytes | str, what: str = "body") -> Any:
+    """Any JSON value, checked and repaired as the module docstring says; `what` names the
+    input in the error's reason (never its text)."""
+    try:
+        value = json.loads(raw)
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        raise EventParseError(f"{what} is not valid JSON") from exc
+    if not _check_tree(value, what):
+        value = repaired_json(value)
+    return value
+
+
+def decode_json(raw: bytes | str, what: str = "body") -> dict[str, Any]:
+    """`load_json` for a JSON object; any other value is an `EventParseError`."""
+    value = load_json(raw, what)
+    if not isinstance(value, dict):
+        raise EventParseError(f"{what} is not a JSON object")
+    return value
+
+
+def _check_tree(value: Any, what: str) -> bool:
+    """Raise past `MAX_DEPTH`; False when some string (a key or a value) needs repair."""
+    clean = True
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, str):
+            clean = clean and is_utf8_safe(node)
+            continue
+        if not isinstance(node, dict | list):
+            continue
+        if depth > MAX_DEPTH:
+            raise EventParseError(f"{what} nested deeper than {MAX_DEPTH}")
+        children = [*node.keys(), *node.values()] if isinstance(node, dict) else node
+        stack.extend((child, depth + 1) for child in children)
+    return clean
