@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import random
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TypeVar
 
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
@@ -39,11 +39,13 @@ class RetryPolicy:
     max_rate_limit_wait: float = 60.0
     # Reactions are best-effort: one retry at most, so an ack never holds up a turn.
     best_effort_attempts: int = 2
+    # The jitter's source: passed in (the simulator seeds it), never the global one.
+    rng: random.Random = field(default_factory=random.Random, compare=False, repr=False)
 
     def backoff(self, retry_number: int) -> float:
         """Delay before retry `retry_number` (1-based): half fixed, half random."""
         ceiling = min(self.max_delay, self.base_delay * 2.0 ** (retry_number - 1))
-        return ceiling / 2 + random.uniform(0, ceiling / 2)
+        return ceiling / 2 + self.rng.uniform(0, ceiling / 2)
 
 
 async def retried(

@@ -21,7 +21,6 @@ import contextlib
 import logging
 import os
 import signal
-import uuid
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -37,6 +36,7 @@ from acp.schema import (
 from tenacity import wait_exponential
 from tenacity.wait import wait_base
 
+from bridge.clock import Ids, new_id
 from bridge.runtime.acp.client import BridgeClient, build_handler, client_capabilities
 from bridge.runtime.acp.content import prompt_blocks
 from bridge.runtime.acp.diagnostics import Diagnostics
@@ -101,6 +101,7 @@ class AcpRuntime(SessionSettings, Diagnostics):
         stderr_lines: int = 200,
         sandbox: SandboxPolicy | None = None,
         on_change: Callable[[], None] | None = None,
+        new_id: Ids = new_id,
     ) -> None:
         """`on_change`: told (synchronously) when an agent process starts or exits, a
         session opens or is let go, or a turn begins or ends, so the operator view of the
@@ -110,6 +111,7 @@ class AcpRuntime(SessionSettings, Diagnostics):
         if max_agents < 1:
             raise ValueError("max_agents must be at least 1")
         self._elicitation = elicitation
+        self._new_id = new_id
         self._shutdown_timeout = shutdown_timeout
         # The agent needs its own credentials (API keys) from the environment: inherit it,
         # but never the bridge's own Feishu secrets.
@@ -365,7 +367,7 @@ class AcpRuntime(SessionSettings, Diagnostics):
         if turn is None or turn.cancel_requested:
             logger.info("permission request outside a running turn answered cancelled")
             return cancelled_permission()
-        request_id = uuid.uuid4().hex[:12]
+        request_id = self._new_id()[:12]
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         pending: PendingRequest
         if is_qwen_question(tool_call, meta):
@@ -395,7 +397,7 @@ class AcpRuntime(SessionSettings, Diagnostics):
         _, turn = self._turn_for(generation, mode.session_id)
         if turn is None or turn.cancel_requested:
             return CancelElicitationResponse(action="cancel")
-        request_id = uuid.uuid4().hex[:12]
+        request_id = self._new_id()[:12]
         question = elicitation_question(mode.session_id, request_id, message, mode.requested_schema)
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         pending = ElicitationRequest(request_id, mode.session_id, future, types=question.types)
