@@ -201,6 +201,15 @@ class RuntimeUnavailableAtStart:
 
 
 @dataclass(frozen=True)
+class StartFailed:
+    """The bridge's own part failed before the turn's prompt could go out (its images or
+    files could not be fetched at all): the round is given up, its user asked to resend."""
+
+    turn_id: str
+    reason: str
+
+
+@dataclass(frozen=True)
 class CardNotShown:
     """Feishu refused an approval or question card (and its plain fallback): nobody can
     answer it, so the request must not wait on it."""
@@ -351,6 +360,7 @@ CoreEvent = (
     | ScheduledRun
     | ScheduleAnswered
     | RuntimeUnavailableAtStart
+    | StartFailed
     | CardNotShown
     | StatusCardFailed
     | ModesAnswered

@@ -57,6 +57,7 @@ from bridge.core.inputs import (
     ScheduleInput,
     SessionCloseRequested,
     SessionOpened,
+    StartFailed,
     StatusAnswered,
     StatusCardFailed,
     SwitchAnswered,
@@ -141,7 +142,7 @@ def _dispatch(ctx: StepContext, event: CoreEvent) -> None:
             on_clock(ctx)
         case _ if isinstance(event, ScheduleInput):
             on_schedule_input(ctx, event)
-        case RuntimeUnavailableAtStart():
+        case RuntimeUnavailableAtStart() | StartFailed():
             _on_unavailable_at_start(ctx, event)
         case CardNotShown():
             _on_card_not_shown(ctx, event)
@@ -327,7 +328,9 @@ def _on_restart_failed(ctx: StepContext, event: RuntimeRestartFailed) -> None:
     )
 
 
-def _on_unavailable_at_start(ctx: StepContext, event: RuntimeUnavailableAtStart) -> None:
+def _on_unavailable_at_start(
+    ctx: StepContext, event: RuntimeUnavailableAtStart | StartFailed
+) -> None:
     turn = ctx.conv.turn
     if turn is None or turn.turn_id != event.turn_id:
         ctx.drop(event, "not the current turn")
@@ -340,7 +343,12 @@ def _on_unavailable_at_start(ctx: StepContext, event: RuntimeUnavailableAtStart)
         settle(ctx)
         return
     # Never pretend to be thinking: the fault line is the end signal, no hint follows.
-    key = "presence.runtime_busy" if event.limit_reached else "presence.runtime_unavailable"
+    if isinstance(event, StartFailed):
+        key = "presence.unrecoverable"  # the agent is fine; this round is not
+    elif event.limit_reached:
+        key = "presence.runtime_busy"
+    else:
+        key = "presence.runtime_unavailable"
     ctx.update_turn(runtime_done=True)
     finish(ctx, Outcome.FAILED, key, detail=event.reason, ending=Ending.AGENT_ERROR)
 

@@ -57,9 +57,14 @@ def refuse_request(ctx: StepContext, event: object) -> None:
 
 
 def _belongs(turn: Turn, event: TurnEvent) -> bool:
-    if isinstance(event, RuntimeExited) and (event.session_id == "" or turn.session_id is None):
+    if turn.session_id is None:
+        # Not confirmed on the wire yet, so no session to match: only the turn's own runner
+        # feeds events now (its sink lets through the current turn's, by turn id), and an
+        # ending here is its prompt failing before it reached the agent (a reload refused).
+        return isinstance(event, TurnEnded | RuntimeFailed | RuntimeExited)
+    if isinstance(event, RuntimeExited) and event.session_id == "":
         return True
-    return turn.session_id is not None and event.session_id == turn.session_id
+    return event.session_id == turn.session_id
 
 
 def on_turn_event(ctx: StepContext, event: TurnEvent) -> None:

@@ -17,6 +17,7 @@ from bridge.core.inputs import (
     RuntimeRestartFailed,
     RuntimeUnavailableAtStart,
     SessionOpened,
+    StartFailed,
 )
 from bridge.engine.actor import ConversationActor, Trace
 from bridge.engine.attachments import Attachments
@@ -104,14 +105,30 @@ class TurnRunner:
     async def _run_in_slot(self, actor: ConversationActor, work: StartTurn) -> None:
         files: list[PromptFile] = []
         if work.attachments and self._attachments is not None:
-            files, failed = await self._attachments.fetch(work.turn_id, work.attachments)
+            try:
+                files, failed = await self._attachments.fetch(work.turn_id, work.attachments)
+            except Exception as exc:  # e.g. the data folder: not one file's problem, the turn's
+                log.exception("fetching the attachments of turn %s failed", work.turn_id)
+                actor.feed(StartFailed(work.turn_id, type(exc).__name__))
+                return
             for problem in failed:
                 actor.feed(problem)
+        await self._open_and_prompt(actor, work, files, work.session_id, retry=True)
+
+    async def _open_and_prompt(
+        self,
+        actor: ConversationActor,
+        work: StartTurn,
+        files: list[PromptFile],
+        session_id: str | None,
+        *,
+        retry: bool,
+    ) -> None:
+        """The session (`session_id`, or the conversation's opened or resumed), then the
+        prompt; `retry`: once more in a session opened anew if it could not be reloaded."""
         fresh = False
         try:
-            if work.session_id:
-                session_id = work.session_id
-            else:
+            if not session_id:
                 session_id, fresh = await self._open_for_turn(actor.key)
         except RuntimeUnavailable as exc:
             actor.feed(RuntimeUnavailableAtStart(work.turn_id, exc.reason, exc.limit_reached))
@@ -121,8 +138,12 @@ class TurnRunner:
             actor.feed(RuntimeUnavailableAtStart(work.turn_id, type(exc).__name__))
             return
         answer = actor.feed(SessionOpened(work.turn_id, session_id, fresh=fresh))
-        if any(isinstance(e, SendPrompt) and e.turn_id == work.turn_id for e in answer):
-            await self._prompt(actor, work, session_id, files)
+        if not any(isinstance(e, SendPrompt) and e.turn_id == work.turn_id for e in answer):
+            return
+        if await self._prompt(actor, work, session_id, files, retry=retry):
+            # Nothing reached the agent: the open resumes the session if it can now, else
+            # opens a new one (the core then says the context was lost), and prompts again.
+            await self._open_and_prompt(actor, work, files, None, retry=False)
 
     async def open_session(self, key: str) -> str:
         """The conversation's session: resumed from the store's binding, or a new one."""
@@ -169,11 +190,23 @@ class TurnRunner:
         return facts
 
     async def _prompt(
-        self, actor: ConversationActor, work: StartTurn, session_id: str, files: list[PromptFile]
-    ) -> None:
+        self,
+        actor: ConversationActor,
+        work: StartTurn,
+        session_id: str,
+        files: list[PromptFile],
+        *,
+        retry: bool = False,
+    ) -> bool:
+        """Runs the prompt to its one ending; True (with `retry`) when the session could not
+        be brought back (an agent restarted and refused `session/load`) before the prompt
+        went out: nothing was fed, the caller opens a session and tries again."""
         ended: list[TurnEvent] = []
+        sent: list[PromptSent] = []
 
         def sink(event: TurnEvent) -> None:
+            if isinstance(event, PromptSent):
+                sent.append(event)
             if isinstance(event, _ENDINGS):
                 ended.append(event)
             if not _is_current(actor, work.turn_id):
@@ -189,6 +222,10 @@ class TurnRunner:
         try:
             await self._runtime.prompt(session_id, work.text, sink, files)
         except Exception as exc:
+            unsent = not (sent or ended) and isinstance(exc, RuntimeUnavailable)
+            if retry and unsent and _is_current(actor, work.turn_id, running=True):
+                log.warning("turn %s: its session was not reloaded; opening one", work.turn_id)
+                return True
             log.exception("prompt of turn %s raised", work.turn_id)
             if not ended:
                 sink(RuntimeFailed(session_id, reason=type(exc).__name__))
@@ -203,6 +240,7 @@ class TurnRunner:
                 self._metrics.runtime_exits.inc()
             if first.restarting and _is_current(actor, work.turn_id):
                 await self._reopen(actor, session_id)
+        return False
 
     async def _reopen(self, actor: ConversationActor, session_id: str) -> None:
         try:
@@ -217,8 +255,10 @@ class TurnRunner:
         actor.feed(RuntimeRestarted(handle.session_id, reloaded=handle.loaded))
 
 
-def _is_current(actor: ConversationActor, turn_id: str) -> bool:
-    return actor.conv.turn is not None and actor.conv.turn.turn_id == turn_id
+def _is_current(actor: ConversationActor, turn_id: str, *, running: bool = False) -> bool:
+    """The conversation's turn is this one (`running`: and it has not ended)."""
+    turn = actor.conv.turn
+    return turn is not None and turn.turn_id == turn_id and not (running and turn.terminal)
 
 
 def trace_of_event(event: TurnEvent) -> tuple[str, str] | None:

@@ -179,3 +179,27 @@ async def test_updates_after_the_result_are_dropped_and_counted(tmp_path: Path) 
 def late_updates(metrics: str) -> float:
     match = re.search(r'^bridge_agent_updates_dropped_total\{reason="late"\} (\S+)$', metrics, re.M)
     return float(match[1]) if match else 0.0
+
+
+async def test_after_stop_a_session_the_agent_cannot_load_goes_on_in_a_new_one(
+    tmp_path: Path,
+) -> None:
+    """load-fails (Gemini CLI; issues 34 and 35): after /stop the bridge restarts the agent
+    and reloads the session, and the agent answers -32603 'No previous sessions found'. The
+    next message is still answered, in a new session (its first prompt), told so first."""
+    command = agent("load-fails") + " --no-resume"  # Gemini CLI offers no session/resume
+    async with running_stack(tmp_path, agent_command=command) as stack:
+        await answered(stack, "first", "echo: first")
+        await stop_a_running_turn(stack)
+        before = await agent_pids(stack)
+        await answered(stack, "history", "history: 1 prompts")
+        await stack.settled()
+
+        assert stack.texts() == [
+            "echo: first",
+            WORKING,
+            STOPPED,
+            T("session.fresh"),
+            "history: 1 prompts",
+        ]
+        assert set(await agent_pids(stack)).isdisjoint(before)  # restarted after the stop

@@ -44,6 +44,8 @@ QUIRKS: dict[str, str] = {
     "ignore-cancel": "session/cancel is ignored; the prompt runs on",
     "no-result": "the answer streams whole, then session/prompt is never answered",
     "late-updates": "20 ms after each result, one more message chunk",
+    "load-fails": "offers loadSession, but session/load answers -32603 'No previous sessions"
+    " found' (Gemini CLI, once restarted)",
 }
 
 STOP_REASONS = ("end_turn", "max_tokens", "max_turn_requests", "refusal", "cancelled")

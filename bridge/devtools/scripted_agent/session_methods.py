@@ -27,6 +27,7 @@ CONTEXT_SIZE = 200_000  # the context window it reports (usage_update)
 
 class SessionMethods:
     store: SessionStore
+    quirks: frozenset[str]
     load_enabled: bool
     resume_enabled: bool
     list_enabled: bool
@@ -51,6 +52,8 @@ class SessionMethods:
     async def load_session(self, cwd: str, session_id: str, **_: Any) -> LoadSessionResponse:
         if not self.load_enabled:
             raise RequestError.method_not_found("session/load")
+        if "load-fails" in self.quirks:
+            raise RequestError(-32603, "No previous sessions found")
         session = self.store.load(session_id)
         if session is None:
             raise RequestError.invalid_params({"details": f"unknown session {session_id}"})

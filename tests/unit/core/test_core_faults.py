@@ -8,13 +8,19 @@ from bridge.core.effects import (
     PostText,
     RecordTerminal,
     RelayAgentText,
+    SendPrompt,
+    StartTurn,
     UpdateApprovalCard,
 )
 from bridge.core.inputs import (
+    Command,
+    CommandName,
     ConversationClosed,
     RuntimeRestarted,
     RuntimeRestartFailed,
     RuntimeUnavailableAtStart,
+    SessionOpened,
+    StartFailed,
     TurnInterruptedByRestart,
     UserMessage,
 )
@@ -32,7 +38,7 @@ from bridge.runtime.events import (
     ToolCallStarted,
     TurnEnded,
 )
-from tests.unit.core.core_driver import SID, Driver, finals, keys, of_type, posts
+from tests.unit.core.core_driver import ALICE, SID, Driver, finals, keys, of_type, posts
 
 
 def test_runtime_unavailable_at_start_gets_a_fault_line_never_a_running_hint() -> None:
@@ -54,6 +60,38 @@ def test_the_process_limit_gets_its_own_busy_line() -> None:
     d.message("m1", at=0.0)
     out = d.feed(RuntimeUnavailableAtStart("m1", "limit", limit_reached=True), at=1.0)
     assert keys(out) == ["presence.runtime_busy"]
+
+
+def test_the_bridge_failing_before_the_prompt_asks_to_resend_not_blames_the_agent() -> None:
+    d = Driver()
+    d.message("m1", at=0.0)
+    out = d.feed(StartFailed("m1", "ValueError"), at=1.0)
+    assert [(p.key, p.final) for p in posts(out)] == [("presence.unrecoverable", True)]
+    assert d.conv.state is ExecState.IDLE
+
+
+def test_a_prompt_failing_before_prompt_sent_is_its_turn_s_and_asks_to_resend() -> None:
+    """Issues 34/35: the turn has no session yet (PromptSent never came), so the failure
+    was dropped as another session's and the user heard nothing."""
+    d = Driver()
+    d.message("m1", at=0.0)
+    assert of_type(d.feed(SessionOpened("m1", SID), at=0.5), SendPrompt)
+    out = d.feed(RuntimeFailed(SID, "No previous sessions found"), at=1.0)
+    assert [(p.key, p.final) for p in posts(out)] == [("presence.unrecoverable", True)]
+    assert d.conv.state is ExecState.IDLE
+
+
+def test_a_stopped_round_whose_prompt_fails_unsent_lets_the_next_message_run() -> None:
+    d = Driver()
+    d.message("m1", at=0.0)
+    d.feed(SessionOpened("m1", SID), at=0.5)
+    assert keys(d.feed(Command(CommandName.STOP, "s1", ALICE, "/stop"), at=1.0)) == [
+        "presence.stopped"
+    ]
+    d.message("m2", text="next", at=2.0)
+    out = d.feed(RuntimeFailed(SID, "No previous sessions found"), at=3.0)
+    assert keys(out) == []  # first terminal wins: the stopped line stands alone
+    assert [e.turn_id for e in of_type(out, StartTurn)] == ["m2"]
 
 
 def test_a_failed_prompt_relays_what_it_had_then_asks_to_resend() -> None:

@@ -2,7 +2,8 @@
 `Engine` (real core, actors, executor, turn runner, MemoryStore) to them.
 
 `RecordingFeishu` records every call in order and can hold one kind of call until released;
-`FakeRuntime` runs each prompt as a turn the test drives event by event.
+`FakeRuntime` runs each prompt as a turn the test drives event by event. Either can be told
+to fail at one point: a download, opening a session, reloading one, sending a prompt.
 """
 
 from __future__ import annotations
@@ -11,15 +12,24 @@ import asyncio
 import itertools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from bridge.core import Options, Timings
 from bridge.engine.engine import Engine, EngineConfig
 from bridge.engine.schedules import ScheduleSettings
 from bridge.feishu.api import BotInfo
-from bridge.feishu.models import CardAction, InboundMessage
+from bridge.feishu.models import AttachmentRef, CardAction, InboundMessage
+from bridge.feishu.resources import Downloaded
 from bridge.i18n import Translator
-from bridge.runtime.events import PromptSent, SessionFacts, StopReason, TurnEnded, TurnEvent
+from bridge.runtime.events import (
+    PromptSent,
+    RuntimeFailed,
+    SessionFacts,
+    StopReason,
+    TurnEnded,
+    TurnEvent,
+)
 from bridge.runtime.port import EventSink, PromptFile, RuntimeUnavailable, SessionHandle
 from bridge.store import MemoryStore
 
@@ -49,6 +59,7 @@ class RecordingFeishu:
         self._held: set[str] = set()
         self._gate = asyncio.Event()
         self.entered = asyncio.Event()  # a held call has started
+        self.download_error: Exception | None = None  # download_resource raises it
 
     def hold(self, op: str) -> None:
         self._held.add(op)
@@ -97,6 +108,14 @@ class RecordingFeishu:
     async def remove_reaction(self, message_id: str, reaction_id: str) -> None:
         await self._record(Call("remove_reaction", message_id, reaction_id))
 
+    async def download_resource(
+        self, message_id: str, key: str, resource_type: str, dest: Path, *, max_bytes: int
+    ) -> Downloaded:
+        await self._record(Call("download_resource", message_id, key))
+        if self.download_error is not None:
+            raise self.download_error
+        return Downloaded(0, "image/png")  # nothing written: the fake runtime reads no file
+
     async def bot_info(self) -> BotInfo:
         return BotInfo(open_id="ou_bot", app_name="Bot")
 
@@ -139,6 +158,11 @@ class FakeRuntime:
         self.turns: list[FakeTurn] = []
         self.unavailable: str | None = None  # open_session raises RuntimeUnavailable
         self.opening: asyncio.Event | None = None  # when set: open_session waits for it
+        # Sessions an agent restart lost: a prompt on one raises RuntimeUnavailable before it
+        # is sent (its session/load refused, as Gemini CLI's -32603); resuming one opens anew.
+        self.lost: set[str] = set()
+        self.refuse_prompt: Exception | None = None  # the next prompt raises it, unsent
+        self.fail_unsent: str | None = None  # the next prompt ends RuntimeFailed, unsent
         self._started = asyncio.Condition()
         self._sessions = itertools.count(1)
 
@@ -157,7 +181,7 @@ class FakeRuntime:
             await self.opening.wait()
         if self.unavailable is not None:
             raise RuntimeUnavailable(self.unavailable)
-        if resume_session_id is not None:
+        if resume_session_id is not None and resume_session_id not in self.lost:
             return SessionHandle(resume_session_id, loaded=True)
         return SessionHandle(f"sess_{next(self._sessions)}", loaded=False)
 
@@ -165,6 +189,15 @@ class FakeRuntime:
         self, session_id: str, text: str, sink: EventSink, files: Sequence[PromptFile] = ()
     ) -> None:
         self.calls.append(("prompt", session_id, text))
+        if session_id in self.lost:
+            raise RuntimeUnavailable("the agent could not reload the session: -32603")
+        if self.refuse_prompt is not None:
+            error, self.refuse_prompt = self.refuse_prompt, None
+            raise error
+        if self.fail_unsent is not None:
+            reason, self.fail_unsent = self.fail_unsent, None
+            sink(RuntimeFailed(session_id, reason=reason))
+            return
         turn = FakeTurn(session_id, text)
         sink(PromptSent(session_id))
         async with self._started:
@@ -239,10 +272,12 @@ class Harness:
         *,
         max_running_turns: int = 4,
         schedules: ScheduleSettings | None = None,
+        attachments_dir: Path | None = None,
     ) -> None:
         self.feishu = RecordingFeishu()
         self.runtime = FakeRuntime()
         self.store = store
+        self.attachments_dir = attachments_dir
         self.clock = NOW
         self._ids = itertools.count(1)
         self._schedules = schedules or ScheduleSettings()
@@ -260,6 +295,7 @@ class Harness:
                 ack_emoji=ACK,
                 max_running_turns=max_running_turns,
                 schedules=self._schedules,
+                attachments_dir=self.attachments_dir,
             ),
             clock=_HarnessClock(self),
             publish=lambda key, snapshot: None,
@@ -273,6 +309,7 @@ class Harness:
         message_id: str | None = None,
         sender: str = ALICE,
         chat_type: str = "p2p",
+        attachments: tuple[AttachmentRef, ...] = (),
     ) -> str:
         message_id = message_id or f"om_user_{next(self._ids)}"
         message = InboundMessage(
@@ -281,8 +318,9 @@ class Harness:
             chat_id=chat,
             chat_type=chat_type,
             sender_open_id=sender,
-            message_type="text",
+            message_type="post" if attachments else "text",
             text=text,
+            attachments=attachments,
         )
         # The receiver journals before it hands over; recovery reads the journal.
         assert await self.store.journal_message(
