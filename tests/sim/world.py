@@ -59,12 +59,16 @@ class Run:
 
 
 def run_seed(seed: int, *, jitter: bool = True) -> Run:
-    logging.disable(logging.CRITICAL)  # thousands of runs: the transcript says what matters
+    # Thousands of runs: the transcript says what matters. Restored after: the switch is
+    # process-wide, and the tests that follow read their logs.
+    was = logging.root.manager.disable
+    logging.disable(logging.CRITICAL)
     loop = SimLoop()
     try:
         return loop.run_until_complete(_world(seed, loop, jitter))
     finally:
         loop.close()
+        logging.disable(was)
 
 
 async def _world(seed: int, loop: SimLoop, jitter: bool) -> Run:
