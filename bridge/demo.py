@@ -116,7 +116,10 @@ async def start_demo(
     }
     config = Settings(**values)  # type: ignore[arg-type]
     if agent_command is None and root_without_sandbox(config):
-        log.info("demo: the scripted agent runs as root without a sandbox (the bridge's own code)")
+        log.info(
+            "demo: the scripted agent (the bridge's own code) runs as root without a sandbox:"
+            " BRIDGE_ALLOW_ROOT_WITHOUT_SANDBOX is implied for it, not for --agent"
+        )
     env = {"SCRIPTED_AGENT_STATE_DIR": str(data_dir / "agent-state")}
     client = feishu(emulator) if feishu is not None else None
     try:
