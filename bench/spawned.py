@@ -62,6 +62,8 @@ def bridge_env(emu: Any, folder: Path, port: int, **settings: str) -> dict[str, 
         "BRIDGE_DATA_DIR": str(folder / "data"),
         "BRIDGE_WORKDIR": str(folder / "work"),
         "BRIDGE_AGENT_COMMAND": f"{sys.executable} -m bridge.devtools.scripted_agent",
+        # The scripted agent is the bridge's own code; benches run as root on the bench machine.
+        "BRIDGE_ALLOW_ROOT_WITHOUT_SANDBOX": "true",
         **settings,
     }
 

@@ -9,11 +9,12 @@ import asyncio
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TextIO
 
 from bridge.config import Settings
 from bridge.config_checks import ConfigProblem, check_for_run
+from bridge.environ import take_secrets
 from bridge.i18n import DEFAULT_LOCALE, LOCALES, Translator
 from bridge.loops import loop_factory
 from bridge.runtime.sandbox import forbid_environ_reading
@@ -40,8 +41,10 @@ def _translator_for_env() -> Translator:
     return Translator(locale if locale in LOCALES else DEFAULT_LOCALE)
 
 
-def settings_for_run(out: TextIO) -> Settings | None:
-    settings, problems = check_for_run()
+def settings_for_run(out: TextIO, secrets: Mapping[str, str] | None = None) -> Settings | None:
+    """Settings from the environment (`secrets`, taken out of it, passed explicitly), or
+    None once every problem is reported to `out`."""
+    settings, problems = check_for_run(**(secrets or {}))
     if settings is None:
         report_problems(problems, _translator_for_env(), out)
     return settings
@@ -57,9 +60,13 @@ def cmd_check_config(_: argparse.Namespace) -> int:
 
 
 def cmd_run(_: argparse.Namespace) -> int:
-    # First: from here on an agent of the same user cannot read our /proc/<pid>/environ.
+    # First the secrets leave the environment (os.environ and what /proc/<pid>/environ
+    # shows), while this process may still open its own /proc files; nothing it starts
+    # inherits them, and root reading its environ finds none.
+    taken = take_secrets()
+    # Then an agent of the same user can no longer read our environ or memory at all.
     forbid_environ_reading()
-    settings = settings_for_run(sys.stderr)
+    settings = settings_for_run(sys.stderr, taken.values)
     if settings is None:
         return EXIT_CONFIG
     from bridge import heap
@@ -67,13 +74,18 @@ def cmd_run(_: argparse.Namespace) -> int:
 
     heap.settle()
     with asyncio.Runner(loop_factory=loop_factory(settings.bridge_event_loop)) as runner:
-        return runner.run(run_service(settings))
+        return runner.run(run_service(settings, environ_left=taken.left))
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
     from bridge.demo import run_demo
+    from bridge.service import UnsafeConfiguration
 
-    return asyncio.run(run_demo(port=args.port, locale=args.locale, agent=args.agent))
+    try:
+        return asyncio.run(run_demo(port=args.port, locale=args.locale, agent=args.agent))
+    except UnsafeConfiguration as refused:  # `--agent` as root without a sandbox
+        report_problems(refused.problems, _translator_for_env(), sys.stderr)
+        return EXIT_CONFIG
 
 
 def default_status_url() -> str:

@@ -169,6 +169,13 @@ class Settings(BaseSettings):
             " hidden. Default `none`; the deploy files set `bwrap`."
         ),
     )
+    bridge_allow_root_without_sandbox: bool = Field(
+        default=False,
+        description="Let the bridge start as root with BRIDGE_AGENT_SANDBOX=none. Refused"
+        " otherwise: the agent's shell would be root and could read every process's memory and"
+        " environment, the bridge's secrets included. Turn the sandbox on instead"
+        " (docs/sandbox.md).",
+    )
     bridge_agent_sandbox_hidden: CommaList = Field(
         default=(),
         description=(

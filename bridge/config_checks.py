@@ -87,7 +87,26 @@ def problems_for_run(settings: Settings) -> list[ConfigProblem]:
     found += workdir_problems
     if not workdir_problems:
         found += _sandbox_problems(settings)
-    return found + exposure_problems(settings)
+    return found + exposure_problems(settings) + root_problems(settings)
+
+
+def effective_uid() -> int:
+    """This process's effective uid; -1 where there is none (not POSIX)."""
+    return os.geteuid() if hasattr(os, "geteuid") else -1
+
+
+def root_without_sandbox(settings: Settings) -> bool:
+    return effective_uid() == 0 and settings.bridge_agent_sandbox == "none"
+
+
+def root_problems(settings: Settings) -> list[ConfigProblem]:
+    """As root without a sandbox the agent's shell is root: it reads every process's memory
+    and environment, the bridge's secrets among them (non-dumpable stops only other users).
+    Refused unless BRIDGE_ALLOW_ROOT_WITHOUT_SANDBOX says it is on purpose. The service
+    refuses it too whenever it starts agents itself."""
+    if root_without_sandbox(settings) and not settings.bridge_allow_root_without_sandbox:
+        return [ConfigProblem("BRIDGE_AGENT_SANDBOX", "root_without_sandbox")]
+    return []
 
 
 def _secure_domain(domain: str) -> bool:
@@ -129,7 +148,9 @@ def _sandbox_problems(settings: Settings) -> list[ConfigProblem]:
         found.append(
             ConfigProblem("BRIDGE_AGENT_COMMAND", "sandbox_hides_agent", {"program": program})
         )
-    failure = probe(policy)
+    # The probe's bubblewrap gets none of the bridge's settings, like an agent.
+    env = {k: v for k, v in os.environ.items() if not k.upper().startswith(("FEISHU_", "BRIDGE_"))}
+    failure = probe(policy, env)
     if failure is not None and failure.reason == "missing":
         found.append(ConfigProblem("BRIDGE_AGENT_SANDBOX", "sandbox_missing"))
     elif failure is not None:

@@ -3,6 +3,10 @@
 Starts the local Feishu emulator (with its chat page), the bridge in webhook mode against
 it, and the scripted ACP agent (or any ACP agent given with `--agent`). Timings are
 shortened so every presence state can be seen within a minute.
+
+As root without a sandbox, the scripted agent still runs (it is the bridge's own code, and
+the demo's secrets are the emulator's): BRIDGE_ALLOW_ROOT_WITHOUT_SANDBOX is implied for it,
+and said in the log. An `--agent` is refused there like `run` refuses it, unless set.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from bridge.config import Settings
+from bridge.config_checks import root_without_sandbox
 from bridge.devtools.emulator import FeishuEmulator
 from bridge.feishu.api import FeishuApi
 from bridge.i18n import Translator
@@ -105,10 +110,16 @@ async def start_demo(
         "bridge_data_dir": data_dir,
         "bridge_workdir": data_dir,
         "bridge_agent_command": agent_command or scripted_agent_command(),
+        **({} if agent_command else {"bridge_allow_root_without_sandbox": True}),
         **DEMO_TIMINGS,
         **(settings or {}),
     }
     config = Settings(**values)  # type: ignore[arg-type]
+    if agent_command is None and root_without_sandbox(config):
+        log.info(
+            "demo: the scripted agent (the bridge's own code) runs as root without a sandbox:"
+            " BRIDGE_ALLOW_ROOT_WITHOUT_SANDBOX is implied for it, not for --agent"
+        )
     env = {"SCRIPTED_AGENT_STATE_DIR": str(data_dir / "agent-state")}
     client = feishu(emulator) if feishu is not None else None
     try:

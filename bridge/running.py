@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
+from collections.abc import Sequence
 from urllib.parse import unquote, urlsplit
 
 from pydantic import SecretStr
@@ -32,7 +34,9 @@ def _url_secrets(url: SecretStr | None) -> list[str]:
     return [value, password, unquote(password)]
 
 
-async def run_service(settings: Settings) -> int:
+async def run_service(settings: Settings, *, environ_left: Sequence[str] = ()) -> int:
+    """`environ_left`: secret settings the start-up environment still shows (the kernel
+    would not let `take_secrets` overwrite them), said in the log."""
     secrets = [
         s.get_secret_value()
         for s in (
@@ -44,6 +48,13 @@ async def run_service(settings: Settings) -> int:
         if s is not None
     ] + _url_secrets(settings.bridge_database_url)
     configure_logging(settings.bridge_log_level, secrets)
+    if environ_left:
+        log.warning(
+            "/proc/%d/environ still shows %s (it could not be overwritten): root can read"
+            " them there; run the agents sandboxed (docs/sandbox.md)",
+            os.getpid(),
+            ", ".join(environ_left),
+        )
     service = build_service(settings)
     try:
         await service.start()

@@ -21,7 +21,13 @@ import bridge.feishu.webhook as webhook
 from bridge.clock import Clock, LoopClock
 from bridge.cluster.identity import check_alone
 from bridge.config import Settings
-from bridge.config_checks import ConfigProblem, describe_access, exposure_problems
+from bridge.config_checks import (
+    ConfigProblem,
+    describe_access,
+    exposure_problems,
+    root_problems,
+    root_without_sandbox,
+)
 from bridge.core import Options, PresenceStyle, Timings
 from bridge.engine.engine import Engine, EngineConfig
 from bridge.engine.ownership import Ownership
@@ -216,8 +222,16 @@ def build_service(
     clock = clock or LoopClock()
     wall = clock.wall  # leases, snapshots and uptime: times other processes read too
     problems = exposure_problems(settings)
+    if runtime is None:  # it starts agents itself: as root, only sandboxed or on purpose
+        problems += root_problems(settings)
     if problems:
         raise UnsafeConfiguration(problems)
+    if runtime is None and root_without_sandbox(settings):
+        log.warning(
+            "agents run as root without a sandbox (BRIDGE_ALLOW_ROOT_WITHOUT_SANDBOX=true):"
+            " an agent's shell can read this process's memory, its secrets included;"
+            " BRIDGE_AGENT_SANDBOX=bwrap keeps it out (docs/sandbox.md)"
+        )
     translator = Translator(settings.bridge_locale)
     projection = Projection(clock=wall, instance_id=settings.bridge_instance_id)
     store = store_for(settings)

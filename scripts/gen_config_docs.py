@@ -100,6 +100,7 @@ SECTIONS: list[tuple[str, list[str]]] = [
             "bridge_sessions_per_agent",
             "bridge_elicitation",
             "bridge_agent_sandbox",
+            "bridge_allow_root_without_sandbox",
             "bridge_agent_sandbox_hidden",
         ],
     ),
@@ -193,6 +194,10 @@ NOTES = {
     ),
     "bridge_elicitation": "Lets agents that support it ask questions as forms.",
     "bridge_agent_sandbox": "What it hides and what it needs: [sandbox.md](sandbox.md).",
+    "bridge_allow_root_without_sandbox": "Checked by `check-config` and `run` (exit 2 without"
+    " it) and by the service itself; a bridge started with it logs a warning. `feishu-bridge demo`"
+    " implies it for its own scripted agent only, never for `--agent`. See"
+    " [sandbox.md](sandbox.md#running-as-root).",
     "bridge_agent_sandbox_hidden": "Paths that do not exist when an agent starts are skipped.",
     "bridge_first_hint_seconds": "Only once the agent has taken the message.",
     "bridge_heartbeat_seconds": "Never while waiting for the user, recovering, or after the end.",
@@ -270,6 +275,7 @@ MORE_EXAMPLES = {
     "BRIDGE_ACK_EMOJI": "OnIt",
     "BRIDGE_WORKDIR": "/srv/feishu-bridge/workspace",
     "BRIDGE_MAX_AGENTS": "4",
+    "BRIDGE_ALLOW_ROOT_WITHOUT_SANDBOX": "true",
     "BRIDGE_ELICITATION": "true",
     "BRIDGE_USAGE_FOOTER": "true",
     "BRIDGE_AGENT_SANDBOX_HIDDEN": "/etc/feishu-bridge",

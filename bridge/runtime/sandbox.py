@@ -123,6 +123,10 @@ class SandboxPolicy:
             "--unshare-all",
             "--share-net",
             "--die-with-parent",
+            # Started by root, bwrap keeps every capability by default: the agent could
+            # unmount what hides the data folder and remount / writable.
+            "--cap-drop",
+            "ALL",
             "--ro-bind",
             "/",
             "/",

@@ -21,6 +21,7 @@ async def test_agent_never_sees_feishu_secrets(
 ) -> None:
     monkeypatch.setenv("FEISHU_APP_SECRET", "app-secret-value")
     monkeypatch.setenv("FEISHU_ENCRYPT_KEY", "encrypt-key-value")
+    monkeypatch.setenv("bridge_ops_token", "ops-token-value")  # pydantic reads any case
     monkeypatch.setenv("ANTHROPIC_API_KEY", "agent-own-key")
     dump = tmp_path / "env.json"
     # A stand-in "agent" that records its environment, then fails to start.
@@ -33,7 +34,7 @@ async def test_agent_never_sees_feishu_secrets(
         await runtime.close()
     seen = json.loads(dump.read_text())
     assert seen["ANTHROPIC_API_KEY"] == "agent-own-key"
-    assert not [name for name in seen if name.startswith("FEISHU_")]
+    assert not [name for name in seen if name.upper().startswith(("FEISHU_", "BRIDGE_"))]
 
 
 async def test_exit_is_noticed_even_when_a_child_of_the_agent_holds_its_pipes(

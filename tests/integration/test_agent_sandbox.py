@@ -137,6 +137,12 @@ async def probe(runtime: AcpRuntime, routes: dict[str, list[object]]) -> dict[st
     return report
 
 
+def undo_the_sandbox(site: Site) -> list[list[str]]:
+    """What an agent with capabilities (bwrap started by root keeps them unless told) would
+    run: unmount what hides the data folder, make the system writable."""
+    return [["umount", str(site.data)], ["mount", "-o", "remount,bind,rw", "/"]]
+
+
 def sha256_of(data: bytes) -> str:
     return "ok:" + hashlib.sha256(data).hexdigest()
 
@@ -168,7 +174,11 @@ def check_report(
     assert own_file.read_text() == "written by the scripted agent\n"
     assert write[str(site.home / ".agent-settings")] == "ok"
     assert (site.home / ".agent-settings").exists()
-    assert report["run"] == {"python3 -c print('hello')": "ok"}
+    ran = report["run"]
+    assert isinstance(ran, dict)
+    assert ran.pop("python3 -c print('hello')") == "ok"
+    # Whoever started the bridge, root included, the agent cannot take the sandbox apart.
+    assert [command for command, outcome in ran.items() if outcome == "ok"] == []
 
 
 async def test_a_sandboxed_agent_reaches_no_secret_and_still_does_its_work(
@@ -187,7 +197,7 @@ async def test_a_sandboxed_agent_reaches_no_secret_and_still_does_its_work(
                 str(own_file),
                 str(site.home / ".agent-settings"),
             ],
-            "run": [["python3", "-c", "print('hello')"]],
+            "run": [["python3", "-c", "print('hello')"], *undo_the_sandbox(site)],
             "env": ["FEISHU_", "BRIDGE_"],
         },
     )
@@ -208,7 +218,7 @@ if os.geteuid() == 0:
     os.setresgid(NOBODY, NOBODY, NOBODY)
     os.setresuid(NOBODY, NOBODY, NOBODY)
     ctypes.CDLL(None).prctl(4, 1, 0, 0, 0)
-def settings_for_run(out):
+def settings_for_run(out, secrets=None):
     print("ready", flush=True)
     sys.stdin.readline()
     return None

@@ -192,6 +192,7 @@ def spawn_instance(
         "BRIDGE_AGENT_COMMAND": scripted_agent_command(),
         "SCRIPTED_AGENT_STATE_DIR": str(agent_state),
         "BRIDGE_ALLOW_ALL": "true",
+        "BRIDGE_ALLOW_ROOT_WITHOUT_SANDBOX": "true",  # CI runs as root; the agent is ours
         "BRIDGE_DATABASE_URL": url,
         "BRIDGE_INSTANCE_ID": name,
         "BRIDGE_LEASE_SECONDS": str(lease),

@@ -1,11 +1,13 @@
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
 
+from bridge import config_checks
 from bridge.app import main
 from bridge.config import LARK_DOMAIN, Settings
 from bridge.config_checks import describe_access, is_loopback, load_settings, problems_for_run
@@ -85,6 +87,12 @@ def agent_on_path(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     )
     (tmp_path / "workspace").mkdir()
     monkeypatch.setenv("BRIDGE_WORKDIR", str(tmp_path / "workspace"))
+
+
+@pytest.fixture(autouse=True)
+def an_ordinary_user(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Not root, whoever runs the tests (CI is root); the root checks below say so."""
+    monkeypatch.setattr(config_checks, "effective_uid", lambda: 1000)
 
 
 @pytest.fixture(autouse=True)
@@ -336,6 +344,67 @@ def test_check_config_refuses_a_sandbox_that_would_hide_the_agent_program(
     assert f"BRIDGE_AGENT_COMMAND: the agent program {agent} lies in a folder the sandbox" in err
 
 
+# -- root without a sandbox (issue 35) ---------------------------------------------------------
+
+
+def test_as_root_without_a_sandbox_check_config_and_run_refuse_and_say_how_to_turn_it_on(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Root reads every process's memory and environ whatever the bridge does: an agent
+    with root's shell and no sandbox would read the App Secret."""
+    _credentials(monkeypatch)
+    monkeypatch.setattr(config_checks, "effective_uid", lambda: 0)
+    assert main(["check-config"]) == 2
+    err = capsys.readouterr().err
+    assert "The configuration has 1 problem(s):" in err
+    assert "BRIDGE_AGENT_SANDBOX: the bridge runs as root and BRIDGE_AGENT_SANDBOX=none" in err
+    assert "Turn the sandbox on: BRIDGE_AGENT_SANDBOX=bwrap (see docs/sandbox.md)" in err
+    assert "set BRIDGE_ALLOW_ROOT_WITHOUT_SANDBOX=true" in err
+    assert "example: BRIDGE_AGENT_SANDBOX=bwrap" in err
+    assert main(["run"]) == 2  # refused before anything starts
+    assert "BRIDGE_ALLOW_ROOT_WITHOUT_SANDBOX=true" in capsys.readouterr().err
+
+
+def test_as_root_the_override_lets_check_config_and_run_start_with_the_secrets_out_of_the_env(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    _credentials(monkeypatch)
+    monkeypatch.setenv("BRIDGE_OPS_TOKEN", "ops-token-x")
+    monkeypatch.setenv("BRIDGE_ALLOW_ROOT_WITHOUT_SANDBOX", "true")
+    monkeypatch.setattr(config_checks, "effective_uid", lambda: 0)
+    assert main(["check-config"]) == 0
+    started: list[Settings] = []
+
+    async def run_service(settings: Settings, *, environ_left: object = ()) -> int:
+        started.append(settings)
+        return 0
+
+    monkeypatch.setattr("bridge.running.run_service", run_service)
+    monkeypatch.setattr("bridge.app.forbid_environ_reading", lambda: True)  # keep pytest dumpable
+    assert main(["run"]) == 0
+    (settings,) = started
+    # The secrets reached the settings explicitly; the environment no longer holds them.
+    assert settings.feishu_app_secret is not None
+    assert settings.feishu_app_secret.get_secret_value() == "secret-x"
+    assert settings.bridge_ops_token is not None
+    assert settings.bridge_ops_token.get_secret_value() == "ops-token-x"
+    assert "FEISHU_APP_SECRET" not in os.environ
+    assert "BRIDGE_OPS_TOKEN" not in os.environ
+    assert os.environ["FEISHU_APP_ID"] == "cli_x"  # not a secret: left alone
+
+
+@pytest.mark.skipif(
+    Path(sys.prefix).resolve().is_relative_to("/tmp"),
+    reason="this checkout lies under /tmp, which the sandbox hides from the agent",
+)
+def test_as_root_a_sandbox_needs_no_override(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    _sandboxed(monkeypatch, tmp_path, "exit 0")
+    monkeypatch.setattr(config_checks, "effective_uid", lambda: 0)
+    assert main(["check-config"]) == 0
+
+
 # -- who can reach the agent, who can approve, who can read the operator API ---------------
 
 
@@ -390,6 +459,7 @@ def test_an_operator_api_off_loopback_needs_a_token(
     assert main(["run"]) == 2  # refused before anything starts
     err = capsys.readouterr().err
     assert "BRIDGE_OPS_TOKEN: required when BRIDGE_OPS_HOST (0.0.0.0) is not a loopback" in err
+    _credentials(monkeypatch)  # `run` took the App Secret out of this process's environment
     monkeypatch.setenv("BRIDGE_OPS_TOKEN", "t0ken-never-shown")
     assert main(["check-config"]) == 0
     assert "t0ken-never-shown" not in capsys.readouterr().out

@@ -40,6 +40,8 @@ def test_the_agent_runs_in_its_own_namespaces_with_the_network_kept() -> None:
     assert argv[0] == "bwrap"
     assert {"--unshare-all", "--share-net", "--die-with-parent"} <= set(argv)
     assert "--unshare-net" not in argv
+    # bwrap started by root keeps every capability unless told (containers/bubblewrap#561).
+    assert argv[argv.index("--cap-drop") + 1] == "ALL"
     assert argv[argv.index("--proc") + 1] == "/proc"  # a fresh /proc of its own pid namespace
     assert argv[argv.index("--ro-bind") : argv.index("--ro-bind") + 3] == ["--ro-bind", "/", "/"]
     assert pairs(argv, "--bind") == [str(WORKSPACE)]

@@ -32,8 +32,9 @@ SCENARIOS: dict[str, str] = {
     "whoami": "whoami — reply `NAME: resumed=N title=T` (its --name, session/resume calls, title)",
     "rename": "rename TEXT — retitle the session in its own store only (seen by session/list)",
     "echo": "echo TEXT — reply 'echo: TEXT'",
-    "probe": 'probe {"read": [P], "write": [P], "run": [[ARGV]], "env": [PREFIX]} — reply'
-    " `probe: JSON`, what each route gave (sandbox tests)",
+    "probe": 'probe {"read": [P], "write": [P], "run": [[ARGV]], "env": [PREFIX],'
+    ' "grep": [P], "needles": [S]} — reply `probe: JSON`, what each route gave (sandbox'
+    " tests); `grep` says whether a file holds any needle (`{ppid}` in P: the agent's parent)",
 }
 
 QUIRKS: dict[str, str] = {

@@ -58,12 +58,19 @@ def probe(routes: dict[str, list[Any]]) -> dict[str, Any]:
         done = subprocess.run(argv, capture_output=True, timeout=10, check=False)
         return "ok" if done.returncode == 0 else f"exit {done.returncode}"
 
+    def grep(path: str) -> str:
+        data = Path(path.format(ppid=os.getppid())).read_bytes()
+        return "found" if any(n.encode() in data for n in routes.get("needles", [])) else "absent"
+
     prefixes = tuple(routes.get("env", []))
     return {
+        "grep": {p: attempt(lambda p=p: grep(p)) for p in routes.get("grep", [])},
         "read": {p: attempt(lambda p=p: read(p)) for p in routes.get("read", [])},
         "write": {p: attempt(lambda p=p: write(p)) for p in routes.get("write", [])},
         "run": {" ".join(a): attempt(lambda a=a: run(a)) for a in routes.get("run", [])},
-        "env": sorted(name for name in os.environ if prefixes and name.startswith(prefixes)),
+        "env": sorted(
+            name for name in os.environ if prefixes and name.upper().startswith(prefixes)
+        ),
     }
 
 

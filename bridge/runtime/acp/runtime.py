@@ -115,7 +115,9 @@ class AcpRuntime(SessionSettings, Diagnostics):
         self._shutdown_timeout = shutdown_timeout
         # The agent needs its own credentials (API keys) from the environment: inherit it,
         # but never the bridge's own Feishu secrets.
-        inherited = {k: v for k, v in os.environ.items() if not k.startswith(SCRUBBED_PREFIXES)}
+        inherited = {
+            k: v for k, v in os.environ.items() if not k.upper().startswith(SCRUBBED_PREFIXES)
+        }
         limits = PoolLimits(
             max_agents=max_agents,
             sessions_per_agent=sessions_per_agent,
