@@ -66,6 +66,15 @@ class AccessRefused:
     message_id: str
 
 
+@dataclass(frozen=True)
+class PostGivenUp:
+    """A post Feishu never took within its idempotency window (an outage of an hour): the
+    conversation is told, in reply to the message that post was about."""
+
+    reply_to: str
+    idempotency_key: str
+
+
 class CommandName(StrEnum):
     NEW = "new"
     STOP = "stop"
@@ -346,6 +355,7 @@ CoreEvent = (
     | UserMessage
     | UnsupportedMessage
     | AccessRefused
+    | PostGivenUp
     | MessageRecalled
     | FileSent
     | AttachmentFailed

@@ -50,6 +50,7 @@ from bridge.core.inputs import (
     MessageRecalled,
     MessageRecovered,
     ModesAnswered,
+    PostGivenUp,
     QuestionAnswered,
     RuntimeRestarted,
     RuntimeRestartFailed,
@@ -132,6 +133,8 @@ def _dispatch(ctx: StepContext, event: CoreEvent) -> None:
         case AccessRefused():
             mid = event.message_id
             ctx.emit(PostText("access.refused", {}, mid, f"{mid}:refused"))
+        case PostGivenUp(reply_to, key):
+            ctx.emit(PostText("delivery.given_up", {}, reply_to, f"{key}:given-up"))
         case SessionOpened():
             on_session_opened(ctx, event.turn_id, event.session_id, fresh=event.fresh)
         case ApprovalClicked():

@@ -12,7 +12,7 @@ import asyncio
 import logging
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from bridge.clock import Clock
@@ -21,14 +21,26 @@ from bridge.core.effects import (
     AnswerCallback,
     ClearTimer,
     Dropped,
+    EditText,
     Effect,
+    PostApprovalCard,
+    PostQuestion,
+    PostText,
     React,
+    RecordTerminal,
+    RelayAgentText,
+    SendFile,
     SendPrompt,
     SetTimer,
+    ShowDiffs,
+    ShowStatusCard,
+    UpdateApprovalCard,
+    UpdateQuestionCard,
 )
 from bridge.core.inputs import CoreEvent, TimerFired
 from bridge.engine.tasks import TaskTracker
 from bridge.engine.timers import Timers
+from bridge.store.port_owed import OwedPost
 
 log = logging.getLogger(__name__)
 
@@ -42,11 +54,51 @@ class Trace:
     detail: str = ""
 
 
-Work = Effect | Trace
+@dataclass(frozen=True)
+class Owed:
+    """A post owed before a restart, delivered ahead of anything newer of its conversation."""
+
+    post: OwedPost
+
+
+Work = Effect | Trace | Owed
+
+
+@dataclass
+class _Lane:
+    name: str
+    queue: deque[Work] = field(default_factory=deque)
+    acks: deque[Work] = field(default_factory=deque)  # taken first, in their own order
+    task: asyncio.Task[None] | None = None
+
+    def __bool__(self) -> bool:
+        return bool(self.acks or self.queue)
+
+    def take(self) -> Work:
+        return self.acks.popleft() if self.acks else self.queue.popleft()
+
 
 # Effects answered by whoever fed the input (the card callback, the turn runner), never
 # queued for the performer.
 _TO_CALLER = (AnswerCallback, SendPrompt)
+# The "shown" lane: effects a user sees, through Feishu, and the record of a turn's end,
+# which follows its end signal (it carries that post's outbox mark, and a card still to be
+# closed is forgotten only then).
+_TO_FEISHU = (
+    RecordTerminal,
+    React,
+    PostText,
+    RelayAgentText,
+    EditText,
+    ShowStatusCard,
+    PostApprovalCard,
+    PostQuestion,
+    UpdateApprovalCard,
+    UpdateQuestionCard,
+    SendFile,
+    ShowDiffs,
+    Owed,
+)
 
 
 class ConversationActor:
@@ -68,13 +120,15 @@ class ConversationActor:
         self._clock = clock
         self._perform = perform
         self._publish = publish
-        # Acks jump the queue: a reaction only has to precede its own message's texts, which
-        # are always queued after it, so a busy chat's acks never wait behind older replies.
-        self._acks: deque[React] = deque()
-        self._queue: deque[Work] = deque()
+        # Two lanes, each performed in order by its own task. What the user is shown goes
+        # through Feishu and may wait out an outage (delivery.py); the agent's work (a prompt,
+        # a cancel, an answer to the agent, the store's records) never waits behind it.
+        # Acks jump their lane: a reaction only has to precede its own message's texts,
+        # which are always queued after it, so a busy chat's acks never wait behind replies.
+        self._shown = _Lane("shown")
+        self._work = _Lane("work")
         self._timers = Timers(clock, self._timer_fired)
         self._tasks = tasks
-        self._performer: asyncio.Task[None] | None = None
         self._idle = asyncio.Event()
         self._idle.set()
 
@@ -106,21 +160,19 @@ class ConversationActor:
         self.feed(TimerFired(name))
 
     def enqueue(self, work: Work) -> None:
-        if isinstance(work, React):
-            self._acks.append(work)
-        else:
-            self._queue.append(work)
+        lane = self._shown if isinstance(work, _TO_FEISHU) else self._work
+        (lane.acks if isinstance(work, React) else lane.queue).append(work)
         self._idle.clear()
-        if self._performer is None or self._performer.done():
-            self._performer = self._tasks.spawn(
-                self._run(), name=f"perform:{self.key}", while_draining=True
+        if lane.task is None or lane.task.done():
+            lane.task = self._tasks.spawn(
+                self._run(lane), name=f"perform:{lane.name}:{self.key}", while_draining=True
             )
 
     # -- performing --------------------------------------------------------------------------
 
-    async def _run(self) -> None:
-        while self._acks or self._queue:
-            work = self._acks.popleft() if self._acks else self._queue.popleft()
+    async def _run(self, lane: _Lane) -> None:
+        while lane:
+            work = lane.take()
             try:
                 await self._perform(self, work)
             except asyncio.CancelledError:
@@ -129,7 +181,12 @@ class ConversationActor:
                 # A failed effect is logged and skipped: one bad call must not stall the
                 # conversation (the Feishu client already retried what can be retried).
                 log.exception("effect %s failed in %s", type(work).__name__, self.key)
-        self._idle.set()
+        if not (self._shown or self._work):
+            self._idle.set()
+
+    def queued(self, matches: Callable[[Work], bool]) -> bool:
+        """Whether some work still waiting to be performed matches."""
+        return any(matches(work) for lane in (self._shown, self._work) for work in lane.queue)
 
     async def wait_idle(self) -> None:
         await self._idle.wait()

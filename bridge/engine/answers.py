@@ -1,13 +1,20 @@
-"""Posting lines and the agent's answers: each once (the outbox), mentions neutralized, an
-answer with Markdown as rich cards, and a reply whose message was recalled sent to the chat.
+"""Posting lines and the agent's answers: each once (the outbox), owed in the store before
+it is tried and through an outage until Feishu takes it (`delivery.py`), mentions
+neutralized, an answer with Markdown as rich cards, and a reply whose message was recalled
+sent to the chat.
 """
 
 from __future__ import annotations
 
+import json
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from functools import partial
+from typing import TypeVar
 
 from bridge.engine.actor import ConversationActor
+from bridge.engine.delivery import FeishuGate
 from bridge.feishu.api import FeishuApi
 from bridge.feishu.errors import MESSAGE_RECALLED, BusinessError
 from bridge.feishu.markup import neutralize_mentions
@@ -15,6 +22,7 @@ from bridge.feishu.rich import answer_card, answer_parts
 from bridge.store.port import Store
 
 log = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 MAX_CARDS = 10  # as many as a text reply's parts; a longer answer goes as text (and is cut)
 
@@ -22,11 +30,36 @@ MAX_CARDS = 10  # as many as a text reply's parts; a longer answer goes as text 
 Mark = tuple[str, list[str]]
 
 
+@dataclass(frozen=True)
+class Owing:
+    """What the store keeps of a post until Feishu takes it: enough to make it again."""
+
+    turn_id: str | None = None
+    final: bool = False  # the turn's end signal
+    outcome: str = ""  # the turn's outcome, when final (a restart ends the turn with it)
+    since: float | None = None  # first owed at (a post owed before a restart)
+
+    def payload(self, op: str, reply_to: str, text: str) -> str:
+        return json.dumps(
+            {
+                "op": op,
+                "reply_to": reply_to,
+                "text": text,
+                "final": self.final,
+                "outcome": self.outcome,
+            },
+            ensure_ascii=False,
+        )
+
+
 class Answers:
-    def __init__(self, *, feishu: FeishuApi, store: Store, clock: Callable[[], float]) -> None:
+    def __init__(
+        self, *, feishu: FeishuApi, store: Store, clock: Callable[[], float], gate: FeishuGate
+    ) -> None:
         self._feishu = feishu
         self._store = store
         self._clock = clock
+        self.gate = gate
 
     async def post_text(
         self,
@@ -37,15 +70,38 @@ class Answers:
         *,
         fresh: bool = False,
         hold: bool = False,
+        owing: Owing | None = None,
     ) -> Mark | None:
         """A line (or a plain answer) as text messages. `fresh`: its turn began in this
         process, so nothing of it went out before a restart and the outbox need not be read
         (each post of a turn has its own key). `hold`: the outbox mark is returned, not
         written; the caller writes it (with the turn's end, in one transaction)."""
         if fresh or not await self._already_sent(idem):
-            ids = await self._send_text(actor, reply_to, text, idem)
+            since = await self._owe(actor, idem, owing, "text", reply_to, text)
+            ids = await self._delivered(lambda: self._send_text(actor, reply_to, text, idem), since)
             return await self._marked(idem, ids, hold)
         return None
+
+    async def _owe(
+        self,
+        actor: ConversationActor,
+        idem: str,
+        owing: Owing | None,
+        op: str,
+        reply_to: str,
+        text: str,
+    ) -> float:
+        """Record the post before its first try; when it was first owed."""
+        owing = owing or Owing()
+        if owing.since is not None:
+            return owing.since  # owed before a restart: the record is there
+        now = self._clock()
+        payload = owing.payload(op, reply_to, text)
+        await self._store.owe(idem, actor.key, owing.turn_id, payload, now)
+        return now
+
+    async def _delivered(self, send: Callable[[], Awaitable[_T]], since: float) -> _T:
+        return await self.gate.attempt(send, owed_since=since)
 
     async def _marked(self, idem: str, ids: list[str], hold: bool) -> Mark | None:
         if hold:
@@ -78,29 +134,31 @@ class Answers:
         *,
         fresh: bool = False,
         hold: bool = False,
+        owing: Owing | None = None,
     ) -> Mark | None:
-        """The agent's answer: rich cards when it has Markdown, else text (`fresh`, `hold`:
-        as in `post_text`)."""
+        """The agent's answer: rich cards when it has Markdown, else text (`fresh`, `hold`,
+        `owing`: as in `post_text`)."""
         if not fresh and await self._already_sent(idem):
             return None
+        since = await self._owe(actor, idem, owing, "answer", reply_to, text)
+
+        def as_text() -> Awaitable[list[str]]:
+            return self._delivered(lambda: self._send_text(actor, reply_to, text, idem), since)
+
         parts = answer_parts(text)
         if parts is None or len(parts) > MAX_CARDS:
-            return await self._marked(
-                idem, await self._send_text(actor, reply_to, text, idem), hold
-            )
+            return await self._marked(idem, await as_text(), hold)
         ids: list[str] = []
         try:
             for number, part in enumerate(parts):
                 # Each part its own idempotency key: a retry after a crash sends only the rest.
-                uuid = f"{idem}:md{number}"
-                ids.append(await self._card(actor, reply_to, answer_card(part), uuid))
+                send = partial(self._card, actor, reply_to, answer_card(part), f"{idem}:md{number}")
+                ids.append(await self._delivered(send, since))
         except BusinessError as exc:
             if ids:
                 raise  # some parts are out: a text copy would say them twice
             log.warning("Feishu refused the answer as a card (%s); sending it as text", exc.code)
-            return await self._marked(
-                idem, await self._send_text(actor, reply_to, text, idem), hold
-            )
+            return await self._marked(idem, await as_text(), hold)
         return await self._marked(idem, ids, hold)
 
     async def _card(

@@ -10,11 +10,12 @@ runner, and owns their shared task set.
 from __future__ import annotations
 
 import logging
+import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bridge.clock import Clock
+from bridge.clock import Clock, system_random
 from bridge.core import Options, Timings
 from bridge.core.inputs import SessionCloseRequested
 from bridge.core.state import WAITING_USER_STATES, ExecState
@@ -22,6 +23,7 @@ from bridge.engine.actor import ConversationActor
 from bridge.engine.attachments import Attachments
 from bridge.engine.card_views import CardViews
 from bridge.engine.conversations import Conversations
+from bridge.engine.delivery import DeliveryPolicy, FeishuGate
 from bridge.engine.executor import EffectExecutor
 from bridge.engine.intake import Intake
 from bridge.engine.schedules import Scheduler, ScheduleSettings
@@ -52,6 +54,7 @@ class EngineConfig:
     attachments_dir: Path | None = None  # where a turn's images and files wait (None: none)
     max_attachment_mb: int = 20
     schedules: ScheduleSettings = field(default_factory=ScheduleSettings)
+    delivery: DeliveryPolicy = field(default_factory=DeliveryPolicy)  # through an outage
 
 
 class Engine:
@@ -67,9 +70,14 @@ class Engine:
         publish: Callable[[str, dict[str, object]], object],
         metrics: Metrics | None = None,
         session_ended: SessionEnded | None = None,
+        rng: random.Random | None = None,
     ) -> None:
         self._tasks = TaskTracker("engine")
         now = clock.now
+        # Feishu's health as the posts find it: one gate for the app (delivery.py).
+        self.gate = FeishuGate(now, rng or system_random(), config.delivery)
+        if metrics is not None:
+            metrics.watch_feishu(self.gate.state)
         self._publish = publish
         cards = CardViews(translator, requester_may_approve=config.options.requester_may_approve)
         runner = TurnRunner(
@@ -93,6 +101,7 @@ class Engine:
             clock=now,
             tasks=self._tasks,
             interval=config.card_interval,
+            gate=self.gate,
             metrics=metrics,
         )
         self.schedules = Scheduler(
@@ -118,6 +127,7 @@ class Engine:
             schedules=self.schedules,
             clock=now,
             ack_emoji=config.ack_emoji,
+            gate=self.gate,
             metrics=metrics,
         )
         self._conversations = Conversations(

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from functools import partial
 
 from bridge.core.effects import (
     AbandonTurn,
@@ -38,10 +39,12 @@ from bridge.core.effects import (
 )
 from bridge.core.inputs import AgentCommands, CardNotShown, ConfigAnswered, ModesAnswered
 from bridge.core.text import Text
-from bridge.engine.actor import ConversationActor, Trace, Work
+from bridge.engine.actor import ConversationActor, Owed, Trace, Work
 from bridge.engine.answers import Answers, Mark
 from bridge.engine.card_views import CardViews, PostedCards, approval_status
+from bridge.engine.delivery import FeishuGate, Undeliverable
 from bridge.engine.files_out import FilesOut
+from bridge.engine.outbox import Outbox, owing_of, stale
 from bridge.engine.render import render, render_text
 from bridge.engine.schedules import Scheduler
 from bridge.engine.status_cards import StatusCards
@@ -82,6 +85,7 @@ class EffectExecutor:
         schedules: Scheduler,
         clock: Callable[[], float],
         ack_emoji: str,
+        gate: FeishuGate,
         metrics: Metrics | None = None,
     ) -> None:
         self._schedules = schedules
@@ -95,7 +99,8 @@ class EffectExecutor:
         self._switches = switches
         self._status_cards = status_cards
         self.traces = TraceBuffer(store, clock)
-        self._answers = Answers(feishu=feishu, store=store, clock=clock)
+        self._answers = Answers(feishu=feishu, store=store, clock=clock, gate=gate)
+        self.outbox = Outbox(answers=self._answers, store=store, clock=clock, metrics=metrics)
         self._files = FilesOut(
             feishu=feishu, store=store, routes=routes, answers=self._answers, clock=clock
         )
@@ -128,11 +133,18 @@ class EffectExecutor:
             case MarkMessageDone(message_id):
                 await self._store.set_message_state(message_id, MessageState.DONE, self._clock())
             case PostText(key, params, reply_to, idem, turn_id=turn_id, footer=footer):
+                if stale(actor, work):
+                    return  # a "still working" that came due behind a slow post: not true now
                 text = self._footed(render(self._t, key, params), footer)
                 fresh, hold = turn_id in self._started, work.final and turn_id is not None
-                mark = await self._answers.post_text(
-                    actor, reply_to, text, idem, fresh=fresh, hold=hold
-                )
+                owing = owing_of(actor, turn_id, work.final)
+                try:
+                    mark = await self._answers.post_text(
+                        actor, reply_to, text, idem, fresh=fresh, hold=hold, owing=owing
+                    )
+                except Undeliverable:
+                    await self.outbox.given_up(actor, idem, reply_to)
+                    return
                 self._hold(actor, turn_id, mark)
                 if self._metrics:
                     self._metrics.lines.labels(key).inc()
@@ -141,10 +153,17 @@ class EffectExecutor:
             case RelayAgentText(text, reply_to, idem, turn_id=turn_id, footer=footer):
                 text = self._footed(text, footer)
                 fresh, hold = turn_id in self._started, work.final and turn_id is not None
-                mark = await self._answers.post_answer(
-                    actor, reply_to, text, idem, fresh=fresh, hold=hold
-                )
+                owing = owing_of(actor, turn_id, work.final)
+                try:
+                    mark = await self._answers.post_answer(
+                        actor, reply_to, text, idem, fresh=fresh, hold=hold, owing=owing
+                    )
+                except Undeliverable:
+                    await self.outbox.given_up(actor, idem, reply_to)
+                    return
                 self._hold(actor, turn_id, mark)
+            case Owed():
+                await self.outbox.deliver(actor, work)
             case StartTurn():
                 await self._start_turn(actor, work)
             case CancelTurn(_, session_id):
@@ -299,16 +318,21 @@ class EffectExecutor:
     ) -> str | None:
         """The card, or the plain fallback when Feishu refuses it; None when both fail."""
         reply_to, uuid, in_thread = work.reply_to, work.idempotency_key, actor.in_thread
+        since = self._clock()  # an outage is waited out (delivery.py), a refusal is not
         try:
             card = self._cards.open_card(work)
-            return await self._feishu.reply_card(reply_to, card, uuid=uuid, in_thread=in_thread)
+            post = partial(self._feishu.reply_card, reply_to, card, uuid=uuid, in_thread=in_thread)
+            return await self._answers.gate.attempt(post, owed_since=since)
         except BusinessError as exc:
             log.warning("Feishu refused a card (%s); sending the plain fallback", exc.code)
             self._count("fallback")
         try:
             card = self._cards.fallback_card(work)
             fallback = f"{uuid}:plain"
-            return await self._feishu.reply_card(reply_to, card, uuid=fallback, in_thread=in_thread)
+            post = partial(
+                self._feishu.reply_card, reply_to, card, uuid=fallback, in_thread=in_thread
+            )
+            return await self._answers.gate.attempt(post, owed_since=since)
         except FeishuError as exc:
             log.error("Feishu refused the plain card too (%s); the request is cancelled", exc)
             self._count("not_shown")
@@ -327,7 +351,8 @@ class EffectExecutor:
             return  # the click's callback answer already replaced the card
         message_id = self._posted.message_id(work.turn_id, work.card_key)
         if message_id is not None:
-            await self._feishu.update_card(message_id, self._cards.closed_card(work))
+            patch = partial(self._feishu.update_card, message_id, self._cards.closed_card(work))
+            await self._answers.gate.attempt(patch, owed_since=self._clock())
 
     async def _record_terminal(
         self, turn_id: str, outcome: str, ending: str, detail: str, sent: Mark | None

@@ -4,6 +4,7 @@ the messages a restart finds unfinished. Each becomes one core input for its con
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 
@@ -21,6 +22,7 @@ from bridge.core.inputs import (
     UserMessage,
 )
 from bridge.core.state import Attachment
+from bridge.engine.actor import Owed
 from bridge.engine.card_views import CardViews
 from bridge.engine.commands import parse_command
 from bridge.engine.conversations import Conversations
@@ -43,6 +45,7 @@ from bridge.store.port import (
     Store,
     Turn,
 )
+from bridge.store.port_owed import OwedPost
 
 log = logging.getLogger(__name__)
 
@@ -166,11 +169,14 @@ class Intake:
         now = self._clock()
         approvals = [a for a in await self._store.open_approvals() if a.created_at < before]
         await self._expire(approvals, now)
-        interrupted = [t for t in await self._store.running_turns() if t.started_at < before]
+        # Posts owed when the last process stopped go first, in order; a turn whose end
+        # signal is among them ended (its answer is on its way), it was not cut.
+        ended = self._owe_again(await self._store.owed())
+        running = [t for t in await self._store.running_turns() if t.started_at < before]
         await self._store.interrupt_running_messages(now)
-        fed = await self._interrupt(interrupted)
+        fed = await self._interrupt([t for t in running if t.turn_id not in ended])
         messages = [m for m in await self._store.unfinished_messages() if m.received_at < before]
-        await self._requeue(messages, fed, now)
+        await self._requeue(messages, fed | ended, now)
 
     async def take_over(self, key: str, fresh: Mapping[str, InboundMessage]) -> list[str]:
         """Several instances: this one just claimed a conversation whose owner died (or
@@ -209,6 +215,12 @@ class Intake:
             except Exception:
                 log.warning("could not expire approval card %s", approval.card_message_id)
 
+    def _owe_again(self, owed: list[OwedPost]) -> set[str]:
+        """Queue the owed posts on their conversations; the turns whose end signal is owed."""
+        for post in owed:
+            self._conversations.get(post.conversation_key).enqueue(Owed(post))
+        return {p.turn_id for p in owed if p.turn_id is not None and _is_final(p)}
+
     async def _interrupt(self, interrupted: list[Turn]) -> set[str]:
         """Tell each cut turn's user; returns the cut turns' message ids."""
         for turn in interrupted:
@@ -228,3 +240,7 @@ class Intake:
                 continue
             recovered = MessageRecovered(journaled_input(message))
             self._conversations.get(message.conversation_key).feed(recovered)
+
+
+def _is_final(post: OwedPost) -> bool:
+    return bool(json.loads(post.payload).get("final"))

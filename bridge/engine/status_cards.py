@@ -19,13 +19,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
+from functools import partial
+from typing import TypeVar
 
 from bridge.core.effects import CardView, ShowStatusCard
 from bridge.core.inputs import StatusCardFailed
 from bridge.core.text import format_elapsed
 from bridge.engine.actor import ConversationActor
+from bridge.engine.delivery import FeishuGate
 from bridge.engine.live_card import ANSWER, answer_markdown, live_card
 from bridge.engine.tasks import TaskTracker
 from bridge.feishu.api import FeishuApi
@@ -35,6 +38,7 @@ from bridge.ops.metrics import Metrics
 from bridge.store.port import Store
 
 log = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 _CARDKIT = "cardkit:"  # marks the card id among the ids the store keeps for a card key
 _SEQUENCE_EPOCH = 1_767_225_600  # 2026-01-01; tenths of a second since then fit an int32
@@ -64,6 +68,7 @@ class StatusCards:
         clock: Callable[[], float],
         tasks: TaskTracker,
         interval: float,
+        gate: FeishuGate,
         metrics: Metrics | None = None,
     ) -> None:
         self._feishu = feishu
@@ -72,6 +77,7 @@ class StatusCards:
         self._clock = clock
         self._tasks = tasks
         self._interval = interval
+        self._gate = gate
         self._metrics = metrics
         self._cards: dict[str, _Card] = {}
 
@@ -104,9 +110,15 @@ class StatusCards:
         body = live_card(self._t, work.view, streaming=not work.final)
         uuid, in_thread = work.card_key, actor.in_thread
         try:
-            card_id = await self._feishu.create_card(body)
-            message_id = await self._feishu.reply_card_entity(
-                work.reply_to, card_id, uuid=uuid, in_thread=in_thread
+            card_id = await self._through(partial(self._feishu.create_card, body))
+            message_id = await self._through(
+                partial(
+                    self._feishu.reply_card_entity,
+                    work.reply_to,
+                    card_id,
+                    uuid=uuid,
+                    in_thread=in_thread,
+                )
             )
             self._count("create")
             card = _Card(work.turn_id, work.reply_to, message_id, card_id)
@@ -114,8 +126,10 @@ class StatusCards:
             log.warning("status card via CardKit refused (%s); trying a patched card", exc)
             self._count("fallback_patch")
             try:
-                message_id = await self._feishu.reply_card(
-                    work.reply_to, body, uuid=uuid, in_thread=in_thread
+                message_id = await self._through(
+                    partial(
+                        self._feishu.reply_card, work.reply_to, body, uuid=uuid, in_thread=in_thread
+                    )
                 )
             except FeishuError as again:
                 self._give_up(actor, work.turn_id, work.reply_to, work.view, work.final, again)
@@ -185,7 +199,7 @@ class StatusCards:
                 card.card_id = None
         try:
             body = live_card(self._t, view, streaming=False)
-            await self._feishu.update_card(card.message_id, body)
+            await self._through(partial(self._feishu.update_card, card.message_id, body))
             self._count("patch")
             return self._shown(card, view)
         except FeishuError as exc:
@@ -199,16 +213,30 @@ class StatusCards:
         if not final and shown is not None and _only_text_grew(shown, view):
             text = answer_markdown(view.text)
             try:
-                await self._feishu.stream_card_text(
-                    card_id, ANSWER, text, sequence=self._next(card)
+                await self._through(
+                    partial(
+                        self._feishu.stream_card_text,
+                        card_id,
+                        ANSWER,
+                        text,
+                        sequence=self._next(card),
+                    )
                 )
                 self._count("stream")
                 return
             except FeishuError as exc:  # e.g. streaming closed itself after 10 minutes
                 log.info("status card stream refused (%s); updating it whole", exc)
         body = live_card(self._t, view, streaming=not final)
-        await self._feishu.update_card_entity(card_id, body, sequence=self._next(card))
+        await self._through(
+            partial(self._feishu.update_card_entity, card_id, body, sequence=self._next(card))
+        )
         self._count("update")
+
+    async def _through(self, call: Callable[[], Awaitable[_T]]) -> _T:
+        """A card call that waits out an outage (the gate, delivery.py) rather than taking a
+        passing 5xx or 429 for a refusal: the card then shows its newest view, never one per
+        change it missed, and does not fall back to lines for a blip."""
+        return await self._gate.attempt(call, owed_since=self._clock())
 
     def _shown(self, card: _Card, view: CardView) -> bool:
         card.shown = view

@@ -37,6 +37,36 @@ class _ConversationStates(Collector):
         yield family
 
 
+class _FeishuApiState(Collector):
+    """Feishu as the bridge's posts last found it (the outbox's gate), read at scrape."""
+
+    def __init__(self, state: Callable[[], Mapping[str, float]]) -> None:
+        self._state = state
+
+    def collect(self) -> Iterator[Metric]:
+        state = self._state()
+        yield GaugeMetricFamily(
+            "bridge_feishu_api_down",
+            "1 while Feishu's API is taken to be down (owed posts wait for a probe), else 0.",
+            value=state["down"],
+        )
+        yield GaugeMetricFamily(
+            "bridge_feishu_api_down_seconds",
+            "How long it has been down (0 while up).",
+            value=state["down_seconds"],
+        )
+        yield CounterMetricFamily(
+            "bridge_feishu_api_probes",
+            "Calls made while the API was taken to be down (one at a time).",
+            value=state["probes"],
+        )
+        yield CounterMetricFamily(
+            "bridge_feishu_api_failed_posts",
+            "Post attempts that failed for a reason an outage explains (5xx, 429, timeout).",
+            value=state["failures"],
+        )
+
+
 class _AgentUpdatesDropped(Collector):
     """Agent updates never shown: after their prompt's result (late), of an unknown kind, or
     a stdout line over the size cap (oversize). Read from the runtime's counters at scrape."""
@@ -115,9 +145,17 @@ class Metrics:
             "Agent processes that died under a running turn.",
             registry=self.registry,
         )
+        self.posts_given_up = Counter(
+            "bridge_posts_given_up_total",
+            "Posts Feishu never took within the idempotency window (the chat is told).",
+            registry=self.registry,
+        )
         self.registry.register(_ConversationStates(projection))
         if runtime_snapshot is not None:
             self.registry.register(_AgentUpdatesDropped(runtime_snapshot))
+
+    def watch_feishu(self, state: Callable[[], Mapping[str, float]]) -> None:
+        self.registry.register(_FeishuApiState(state))
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -15,6 +15,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from bridge.store.memory_cluster import MemoryCluster
+from bridge.store.memory_owed import MemoryOwed
 from bridge.store.memory_schedules import MemorySchedules
 from bridge.store.port import (
     DEFAULT_RETENTION_SECONDS,
@@ -35,7 +36,7 @@ from bridge.store.port import (
 )
 
 
-class MemoryStore(MemoryCluster, MemorySchedules, AsyncLifecycle):
+class MemoryStore(MemoryCluster, MemoryOwed, MemorySchedules, AsyncLifecycle):
     def __init__(self, *, retention_seconds: float = DEFAULT_RETENTION_SECONDS) -> None:
         super().__init__()
         self.retention_seconds = retention_seconds
@@ -298,6 +299,7 @@ class MemoryStore(MemoryCluster, MemorySchedules, AsyncLifecycle):
         if idempotency_key in self._outbox:
             return False
         self._outbox[idempotency_key] = (tuple(str(m) for m in message_ids), now)
+        self._owed.pop(idempotency_key, None)  # the mark settles its post
         return True
 
     async def sent(self, idempotency_key: str) -> list[str] | None:

@@ -29,6 +29,7 @@ from types import TracebackType
 from typing import Protocol, Self
 
 from bridge.store.port_cluster import ClusterStore
+from bridge.store.port_owed import OwedStore
 
 DEFAULT_RETENTION_SECONDS = 7 * 24 * 3600.0
 
@@ -199,7 +200,7 @@ class AsyncLifecycle:
         await self.close()
 
 
-class Store(ClusterStore, Protocol):
+class Store(ClusterStore, OwedStore, Protocol):
     """Persistence port of the bridge. All methods need an open store (else `StoreClosed`)."""
 
     # -- lifecycle ---------------------------------------------------------------------------

@@ -168,6 +168,25 @@ CREATE TABLE instances (
 );
 """
 
+# Posts recorded before they are tried, settled by their outbox mark (bridge/store/port_owed.py).
+_SCHEMA_V8 = """
+CREATE TABLE owed (
+    seq              BIGSERIAL PRIMARY KEY,
+    idempotency_key  TEXT NOT NULL UNIQUE,
+    conversation_key TEXT NOT NULL,
+    turn_id          TEXT,
+    payload          TEXT NOT NULL,       -- JSON: the post as it will be made
+    owed_at          DOUBLE PRECISION NOT NULL
+);
+CREATE FUNCTION owed_settled() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    DELETE FROM owed WHERE idempotency_key = NEW.idempotency_key;
+    RETURN NEW;
+END $$;
+CREATE TRIGGER owed_settled AFTER INSERT ON outbox
+    FOR EACH ROW EXECUTE FUNCTION owed_settled();
+"""
+
 # Ordered; migration N (1-based) brings the schema from version N-1 to N. Append only.
 MIGRATIONS: tuple[str, ...] = (
     _SCHEMA_V1,
@@ -177,6 +196,7 @@ MIGRATIONS: tuple[str, ...] = (
     _SCHEMA_V5,
     _SCHEMA_V6,
     _SCHEMA_V7,
+    _SCHEMA_V8,
 )
 
 # pg_advisory_xact_lock key of the migrations: "fpbridge" in ASCII, as a bigint.

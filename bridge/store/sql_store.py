@@ -14,9 +14,12 @@ from bridge.store.sql_approvals import SqlApprovals
 from bridge.store.sql_choices import ConversationChoices
 from bridge.store.sql_cluster import SqlCluster
 from bridge.store.sql_journal import SqlJournal
+from bridge.store.sql_owed import SqlOwed
 from bridge.store.sql_schedules import SqlSchedules
 from bridge.store.sql_turns import SqlTurns
 
 
-class SqlStore(SqlJournal, SqlTurns, SqlApprovals, ConversationChoices, SqlSchedules, SqlCluster):
+class SqlStore(
+    SqlJournal, SqlTurns, SqlApprovals, ConversationChoices, SqlSchedules, SqlCluster, SqlOwed
+):
     """The statements of the `Store` port shared by both SQL adapters."""

@@ -165,6 +165,22 @@ CREATE TABLE instances (
 );
 """
 
+# Posts recorded before they are tried, settled by their outbox mark (bridge/store/port_owed.py).
+_SCHEMA_V8 = """
+CREATE TABLE owed (
+    seq              INTEGER PRIMARY KEY AUTOINCREMENT,
+    idempotency_key  TEXT NOT NULL UNIQUE,
+    conversation_key TEXT NOT NULL,
+    turn_id          TEXT,
+    payload          TEXT NOT NULL,       -- JSON: the post as it will be made
+    owed_at          REAL NOT NULL
+);
+CREATE TRIGGER owed_settled AFTER INSERT ON outbox
+BEGIN
+    DELETE FROM owed WHERE idempotency_key = NEW.idempotency_key;
+END;
+"""
+
 MIGRATIONS: tuple[str, ...] = (
     _SCHEMA_V1,
     _SCHEMA_V2,
@@ -173,6 +189,7 @@ MIGRATIONS: tuple[str, ...] = (
     _SCHEMA_V5,
     _SCHEMA_V6,
     _SCHEMA_V7,
+    _SCHEMA_V8,
 )
 
 

@@ -11,8 +11,10 @@ from pathlib import Path
 from typing import Any
 
 from bridge.feishu.api import BotInfo
-from bridge.feishu.errors import FeishuError, RateLimited, ServerError
+from bridge.feishu.errors import FeishuError, RateLimited, ServerError, TransportError
 from bridge.feishu.resources import Downloaded
+
+from .loop import EPOCH
 
 
 @dataclass
@@ -35,7 +37,10 @@ class FaultPlan:
     """How unkind the API is in one run (the seed picks it)."""
 
     slow: float = 0.05  # share of calls that take seconds, not milliseconds
-    fail: float = 0.0  # share of calls answered 5xx / 429 / a timeout
+    outage: tuple[float, float] | None = None  # the API is down from..until (world seconds)
+
+    def down(self, at: float) -> bool:
+        return self.outage is not None and self.outage[0] <= at < self.outage[1]
 
 
 @dataclass
@@ -49,24 +54,33 @@ class SimFeishu:
     async def _call(self, op: str, target: str, **kw: Any) -> Post:
         post = Post(self.now(), op, target, **kw)
         self.posts.append(post)
+        if self.faults.down(self.now() - EPOCH):
+            await self._refuse(post)
         slow = self.rng.random() < self.faults.slow
         try:
             await asyncio.sleep(
                 self.rng.uniform(0.5, 3.0) if slow else self.rng.uniform(0.005, 0.2)
             )
-        except asyncio.CancelledError:
-            post.ok = False  # the bridge gave up waiting (a card's last state superseded it)
-            raise
         finally:
+            # Cancelled too: the bridge stopped waiting (a card's last state superseded
+            # the change), but the request had gone out; it may well have landed.
             post.end = self.now()
-        roll = self.rng.random()
-        if roll < self.faults.fail:
-            post.ok = False
-            if roll < self.faults.fail / 2:
-                raise ServerError(1500, "simulated 503", http_status=503)
-            raise RateLimited(99991400, "simulated 429", http_status=429, reset_after=1.0)
         post.result = f"om_bot_{next(self._ids)}"
         return post
+
+    async def _refuse(self, post: Post) -> None:
+        """An outage's answer: a 503, a 429 with its reset, or a call that times out."""
+        post.ok = False
+        kind = self.rng.choice(("503", "429", "timeout"))
+        if kind == "timeout":
+            await asyncio.sleep(10.0)  # the client's read timeout
+            post.end = self.now()
+            raise TransportError(-1, "simulated timeout")
+        post.end = self.now()
+        if kind == "503":
+            raise ServerError(1500, "simulated 503", http_status=503)
+        reset = self.rng.choice((1.0, 5.0, 20.0))
+        raise RateLimited(99991400, "simulated 429", http_status=429, reset_after=reset)
 
     async def reply_text(
         self, message_id: str, text: str, *, uuid: str, in_thread: bool = False

@@ -52,6 +52,7 @@ class Seen:
     end: float
     op: str
     text: str
+    ok: bool = True  # Feishu took it (an outage's refusals are kept: they took the time)
 
 
 def _t(at: float) -> float:
@@ -76,15 +77,17 @@ def by_message(posts: Iterable[Post]) -> dict[str, list[Seen]]:
         elif post.op != "add_reaction":
             continue
         text = post.text if post.card is None else repr(post.card)
-        seen[target].append(Seen(_t(post.start), _t(post.end or post.start), post.op, text))
+        end = _t(post.end or post.start)
+        seen[target].append(Seen(_t(post.start), end, post.op, text, post.ok))
     return seen
 
 
 def _ends(got: list[Seen], prompt: str) -> list[Seen]:
     """A turn's end signals: its ending lines (stopped, failed, ...) or, when it has none,
     the answer (a stopped turn shows what it had written, then says it stopped)."""
-    lines = [s for s in got if s.op == "reply_text" and s.text.startswith(ENDINGS)]
-    return lines or [s for s in got if s.op == "reply_text" and answer_for(prompt) in s.text]
+    replies = [s for s in got if s.op == "reply_text" and s.ok]
+    lines = [s for s in replies if s.text.startswith(ENDINGS)]
+    return lines or [s for s in replies if answer_for(prompt) in s.text]
 
 
 def check(run: Run) -> list[str]:
@@ -98,8 +101,10 @@ def check(run: Run) -> list[str]:
 def one_ack_each(run: Run, seen: dict[str, list[Seen]]) -> list[str]:
     out = []
     for sent in run.sent:
-        acks = [s for s in seen[sent.message_id] if s.op == "add_reaction"]
-        if len(acks) != 1:
+        tries = [s for s in seen[sent.message_id] if s.op == "add_reaction"]
+        acks = [s for s in tries if s.ok]
+        # An ack is best-effort: one Feishu refused during an outage is not tried again.
+        if len(acks) > 1 or (not acks and all(s.ok for s in tries)):
             out.append(f"{sent.message_id}: {len(acks)} acks")
     return out
 
@@ -111,7 +116,9 @@ def one_end_each(run: Run, seen: dict[str, list[Seen]]) -> list[str]:
             continue
         ends = _ends(seen[sent.message_id], sent.text)
         in_card = run.style is PresenceStyle.CARD and any(
-            answer_for(sent.text) in s.text for s in seen[sent.message_id] if s.op != "reply_text"
+            answer_for(sent.text) in s.text
+            for s in seen[sent.message_id]
+            if s.op != "reply_text" and s.ok
         )
         if len(ends) > 1 or (not ends and not in_card):
             out.append(f"{sent.message_id}: {len(ends)} end signals")
@@ -125,7 +132,7 @@ def nothing_running_after_the_end(run: Run, seen: dict[str, list[Seen]]) -> list
         ends = [s.at for s in _ends(got, sent.text)] if sent.plan is not None else []
         if not ends:
             continue
-        late = [s for s in got if s.at > ends[0] and s.text.startswith(RUNNING)]
+        late = [s for s in got if s.ok and s.at > ends[0] and s.text.startswith(RUNNING)]
         if late:
             out.append(f"{sent.message_id}: '正在处理' at {late[0].at} after its end at {ends[0]}")
     return out
@@ -161,31 +168,76 @@ def hint_and_heartbeat(run: Run, seen: dict[str, list[Seen]]) -> list[str]:
         start, ended = _t(prompt.started), _t(prompt.ended)
         if prompt.cancelled_at is not None:
             ended = min(ended, _t(prompt.cancelled_at))
+        if _touches_outage(run, start, ended):
+            continue  # nothing can be shown while Feishu is away (delivered_after_the_storm)
         silent_until = start + sent.plan.first_silence
         shown = sorted(
-            s.at for s in seen[sent.message_id] if s.op != "add_reaction" and s.at >= start
+            s.at for s in seen[sent.message_id] if s.op != "add_reaction" and s.ok and s.at >= start
         )
         due = start + t.first_hint
         if silent_until > due + TOLERANCE and ended > due + TOLERANCE:
             limit = _busy_until(due, chat_calls[sent.chat], after) + slack
+            if _touches_outage(run, start, limit):
+                continue  # the chat's posts were still waiting for Feishu to come back
             if not shown or shown[0] > limit:
                 first = shown[0] if shown else None
                 out.append(f"{sent.message_id}: first hint due by {limit:.3f}, came at {first}")
                 continue
         # After the hint, any line in the chat shows the bot alive (a queued line included).
         alive = sorted(
-            s.at for s in chat_calls[sent.chat] if s.op != "add_reaction" and s.at >= start
+            s.at for s in chat_calls[sent.chat] if s.op != "add_reaction" and s.ok and s.at >= start
         )
         last = shown[0] if shown else start
         for at in [*(a for a in alive if a > last), ended]:
             if at > ended:
                 break
             limit = _busy_until(last + t.heartbeat, chat_calls[sent.chat], after) + slack
+            if _touches_outage(run, start, limit):
+                break
             if at > limit and shown:
                 out.append(f"{sent.message_id}: nothing shown from {last} to {at} while running")
                 break
             last = at
     return out
+
+
+def _touches_outage(run: Run, start: float, end: float) -> bool:
+    outage = run.faults.outage
+    if outage is None:
+        return False
+    # The API is back at its end; the first probe may come up to the longest wait later.
+    return start <= outage[1] + run.timings.heartbeat + 16.0 and end >= outage[0]
+
+
+def answers_in_order(run: Run, seen: dict[str, list[Seen]]) -> list[str]:
+    """A chat's end signals reach it in the order its messages were sent."""
+    out = []
+    by_chat: dict[str, list[tuple[float, str]]] = defaultdict(list)
+    for sent in run.sent:
+        ends = _ends(seen[sent.message_id], sent.text) if sent.plan is not None else []
+        if ends:
+            by_chat[sent.chat].append((ends[0].at, sent.message_id))
+    for chat, ends_at in by_chat.items():
+        order = [mid for _, mid in sorted(ends_at)]
+        sent_order = [mid for _, mid in ends_at]
+        if order != sent_order:
+            out.append(f"{chat}: answers came as {order}, messages were {sent_order}")
+    return out
+
+
+def few_calls_while_down(run: Run, seen: dict[str, list[Seen]]) -> list[str]:
+    """While Feishu is down the bridge probes; it does not retry every post on its own."""
+    outage = run.faults.outage
+    if outage is None:
+        return []
+    start, end = outage[0] + EPOCH, outage[1] + EPOCH
+    calls = [p for p in run.posts if start <= p.start < end]
+    acks = [p for p in calls if p.op == "add_reaction"]  # one per message, never retried
+    chats = len({s.chat for s in run.sent})
+    allowed = 2 * chats + (end - start) / 4 + 3
+    if len(calls) - len(acks) > allowed:
+        return [f"{len(calls) - len(acks)} calls in {end - start:.0f} s of outage"]
+    return []
 
 
 def no_overlapping_prompts(run: Run, seen: dict[str, list[Seen]]) -> list[str]:
@@ -206,6 +258,8 @@ RULES: tuple[Callable[[Run, dict[str, list[Seen]]], list[str]], ...] = (
     one_end_each,
     nothing_running_after_the_end,
     hint_and_heartbeat,
+    answers_in_order,
+    few_calls_while_down,
     no_overlapping_prompts,
     nothing_posted_twice,
     every_conversation_settles,
@@ -215,7 +269,9 @@ RULES: tuple[Callable[[Run, dict[str, list[Seen]]], list[str]], ...] = (
 def transcript(run: Run) -> str:
     """The run as a person would read it: what each user said and what each got, in order."""
     seen = by_message(run.posts)
-    lines = [f"seed {run.seed}, style {run.style.value}"]
+    outage = run.faults.outage
+    down = f", Feishu down {outage[0]:.3f}..{outage[1]:.3f}" if outage else ""
+    lines = [f"seed {run.seed}, style {run.style.value}{down}"]
     for sent in sorted(run.sent, key=lambda s: (s.chat, s.at)):
         plan = "" if sent.plan is None else f"  plan {[(s.after, s.kind) for s in sent.plan.steps]}"
         lines.append(f"{_t(sent.at):9.3f} >> {sent.chat} {sent.message_id}: {sent.text}{plan}")
@@ -226,5 +282,6 @@ def transcript(run: Run) -> str:
                 lines.append(f"{_t(prompt.started):9.3f}    prompt sent (ended {ended}{cancel})")
         for s in seen[sent.message_id]:
             text = s.text if len(s.text) < 90 else s.text[:87] + "..."
-            lines.append(f"{s.at:9.3f}    {s.op} -> {s.end:.3f}: {text}")
+            failed = "" if s.ok else " (refused)"
+            lines.append(f"{s.at:9.3f}    {s.op} -> {s.end:.3f}{failed}: {text}")
     return "\n".join(lines)

@@ -5,10 +5,12 @@ transcript; `python -m tests.sim --seed N` replays it byte for byte."""
 from __future__ import annotations
 
 import os
+from collections.abc import Awaitable, Callable
 
 import pytest
 
 from bridge.clock import Alarm
+from bridge.engine.delivery import FeishuGate
 from tests.sim.invariants import check, transcript
 from tests.sim.world import run_seed
 
@@ -53,13 +55,28 @@ def test_the_sweep_finds_a_timer_that_trusts_an_early_wake_up(
     assert "first hint" in found[1][0] or "nothing shown" in found[1][0]
 
 
-# Seeds that found bugs, kept: each failed before its fix.
+def test_the_sweep_finds_answers_lost_in_an_outage(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 35's loss, put back: a post tried once, whatever Feishu answers. The sweep must
+    find an answer that never arrives (it did at seed 5; 24 of the first 100 seeds)."""
+
+    async def once(self: FeishuGate, call: Callable[[], Awaitable[object]], **_: object) -> object:
+        return await call()
+
+    monkeypatch.setattr(FeishuGate, "attempt", once)
+    found = _sweep(range(20))
+    assert found is not None
+    assert "0 end signals" in found[1][0]
+
+
+# Seeds that found bugs, kept: each failed before its fix. (`storms`: the worlds drawn before
+# Feishu outages were, which those seeds found their bugs in.)
 @pytest.mark.parametrize(
-    "seed",
+    ("seed", "storms"),
     [
-        0,  # the early timer wake-up lost the first hint (bridge/clock.py Alarm)
-        1252,  # a card change asked for during a slow one waited for the next (status_cards)
+        (0, False),  # the early timer wake-up lost the first hint (bridge/clock.py Alarm)
+        (1252, False),  # a card change asked for during a slow one waited for the next
+        (5, True),  # an answer given while Feishu was down was never delivered (the outbox)
     ],
 )
-def test_seeds_that_found_bugs(seed: int) -> None:
-    assert check(run_seed(seed)) == []
+def test_seeds_that_found_bugs(seed: int, storms: bool) -> None:
+    assert check(run_seed(seed, storms=storms)) == []

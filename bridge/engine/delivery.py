@@ -1,0 +1,143 @@
+"""Getting an owed post through an outage: one gate per app, probes instead of a storm.
+
+The Feishu client already retries a failed call a few times within seconds. When it still
+fails for a reason that passes (5xx, 429, a timeout), Feishu is taken to be down: the post
+stays owed (in the store, see `store/port_owed.py`) and its conversation waits here. While
+the API is down, one call at a time goes out as a probe, after a wait that grows from
+`first_probe` to `max_probe` seconds with jitter (or Feishu's own `x-ogw-ratelimit-reset`,
+if longer); every other owed post waits for the probe's answer instead of trying on its own,
+so an outage costs a handful of calls a minute, not a retry per post. A post still owed
+`give_up_after` seconds after it was first tried (Feishu's `uuid` de-duplication lasts an
+hour: past it a retry could post twice) is given up: `Undeliverable`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TypeVar
+
+from bridge.feishu.errors import FeishuError, RateLimited, ServerError, TransportError
+
+log = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
+PASSING = (ServerError, TransportError, RateLimited)  # failures that an outage explains
+
+
+class Undeliverable(FeishuError):
+    """The post could not be delivered within the idempotency window; it is given up (a
+    `FeishuError`, so whoever falls back on a refusal falls back on this too)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(-1, reason)
+
+
+@dataclass(frozen=True)
+class DeliveryPolicy:
+    first_probe: float = 1.0  # seconds from the failure that opened the gate to the first probe
+    max_probe: float = 15.0  # the longest wait between two probes (4 a minute, at worst)
+    give_up_after: float = 3600.0  # Feishu's uuid window
+
+
+class FeishuGate:
+    """Whether Feishu is up, as the bridge's posts last found it; shared by every chat."""
+
+    def __init__(
+        self,
+        now: Callable[[], float],
+        rng: random.Random,
+        policy: DeliveryPolicy | None = None,
+    ) -> None:
+        self._now = now
+        self._rng = rng
+        self.policy = policy or DeliveryPolicy()
+        self.down_since: float | None = None
+        self._next_probe = 0.0
+        self._wait = self.policy.first_probe
+        self._probing = False
+        self._changed = asyncio.Event()
+        self.probes = 0  # calls made while down (for /metrics)
+        self.failures = 0  # posts that found it down
+
+    @property
+    def down(self) -> bool:
+        return self.down_since is not None
+
+    def state(self) -> dict[str, float]:
+        """For /status and /metrics."""
+        since = self.down_since
+        return {
+            "down": 1.0 if since is not None else 0.0,
+            "down_seconds": 0.0 if since is None else round(self._now() - since, 3),
+            "probes": float(self.probes),
+            "failures": float(self.failures),
+        }
+
+    async def attempt(self, call: Callable[[], Awaitable[_T]], *, owed_since: float) -> _T:
+        """`call` once Feishu takes it: at once while up; while down, as a probe in turn.
+        Raises `Undeliverable` past the window, and whatever else `call` raises."""
+        while True:
+            probe = await self._take_turn(owed_since)
+            try:
+                result = await call()
+            except PASSING as exc:
+                self._failed(exc, probe)
+                if self._now() - owed_since >= self.policy.give_up_after:
+                    raise Undeliverable(str(exc)) from exc
+                continue
+            except BaseException:
+                self._release(probe)
+                raise
+            self._up()
+            return result
+
+    async def _take_turn(self, owed_since: float) -> bool:
+        """Wait until this caller may call; True when its call is the probe."""
+        while self.down:
+            if self._now() - owed_since >= self.policy.give_up_after:
+                raise Undeliverable("Feishu was down for the whole window")
+            if not self._probing and self._now() >= self._next_probe:
+                self._probing = True
+                self.probes += 1
+                return True
+            self._changed.clear()
+            wait = self._next_probe - self._now() if not self._probing else self.policy.max_probe
+            # Until the probe's time (or the probe's answer): then look again.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), max(0.001, wait))
+        return False
+
+    def _failed(self, exc: FeishuError, probe: bool) -> None:
+        self.failures += 1
+        now = self._now()
+        if self.down_since is None:
+            log.warning("Feishu looks down (%s); owed posts wait for it", type(exc).__name__)
+            self.down_since = now
+            self._wait = self.policy.first_probe
+        elif probe:
+            self._wait = min(self.policy.max_probe, self._wait * 2)
+        else:
+            return  # a call already on its way when the gate closed: the schedule stands
+        wait = self._wait * self._rng.uniform(0.8, 1.2)
+        if isinstance(exc, RateLimited) and exc.reset_after is not None:
+            wait = max(wait, exc.reset_after)
+        self._next_probe = now + wait
+        self._probing = False
+        self._changed.set()
+
+    def _release(self, probe: bool) -> None:
+        if probe:
+            self._probing = False
+            self._changed.set()
+
+    def _up(self) -> None:
+        if self.down_since is not None:
+            log.warning("Feishu answers again after %.1f s", self._now() - self.down_since)
+        self.down_since = None
+        self._probing = False
+        self._changed.set()

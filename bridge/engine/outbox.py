@@ -1,0 +1,128 @@
+"""The executor's part of the outbox: presence lines gone stale while Feishu was away are
+dropped, posts owed before a restart are delivered, and a post given up is told.
+
+A `正在处理` or a heartbeat is true only while it is new: after an outage the conversation's
+owed posts go out in the order they were made, but a hint for a turn that has ended since,
+or a heartbeat with a newer one queued behind it, is dropped rather than posted late. The
+answer and the ending line are never dropped.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+
+from bridge.core.effects import PostText, RecordTerminal
+from bridge.core.inputs import PostGivenUp
+from bridge.engine.actor import ConversationActor, Owed, Work
+from bridge.engine.answers import Answers, Owing
+from bridge.engine.delivery import Undeliverable
+from bridge.ops.metrics import Metrics
+from bridge.store.port import Store, TurnOutcome
+
+log = logging.getLogger(__name__)
+
+# Lines that only say "still working" or "still waiting": worthless once late.
+PRESENCE_ONLY = frozenset(
+    {
+        "presence.running_hint",
+        "presence.heartbeat",
+        "presence.stale",
+        "presence.stale_no_activity",
+        "presence.stopping",
+        "presence.approval_reminder",
+        "presence.reply_reminder",
+    }
+)
+
+
+def stale(actor: ConversationActor, work: PostText) -> bool:
+    """A presence line whose turn has ended, or with a newer one of its turn queued."""
+    if work.key not in PRESENCE_ONLY or work.turn_id is None:
+        return False
+    turn = actor.conv.turn
+    if turn is None or turn.turn_id != work.turn_id:
+        return True
+
+    def newer(queued: Work) -> bool:
+        return (
+            isinstance(queued, PostText)
+            and queued.key in PRESENCE_ONLY
+            and queued.turn_id == work.turn_id
+        )
+
+    return actor.queued(newer)
+
+
+def owing_of(actor: ConversationActor, turn_id: str | None, final: bool) -> Owing:
+    """What to keep of a post: its turn, and for an end signal the outcome the turn's
+    `RecordTerminal` (queued right behind it) will write."""
+    if not final or turn_id is None:
+        return Owing(turn_id=turn_id)
+    outcome = TurnOutcome.COMPLETED.value
+
+    def ending(queued: Work) -> bool:
+        nonlocal outcome
+        if isinstance(queued, RecordTerminal) and queued.turn_id == turn_id:
+            outcome = queued.outcome.value
+            return True
+        return False
+
+    actor.queued(ending)
+    return Owing(turn_id=turn_id, final=True, outcome=outcome)
+
+
+class Outbox:
+    def __init__(
+        self,
+        *,
+        answers: Answers,
+        store: Store,
+        clock: Callable[[], float],
+        metrics: Metrics | None = None,
+    ) -> None:
+        self._answers = answers
+        self._store = store
+        self._clock = clock
+        self._metrics = metrics
+
+    async def given_up(self, actor: ConversationActor, idem: str, reply_to: str) -> None:
+        """Feishu never took the post within its window: drop it, count it, tell the chat."""
+        log.error("a post to %s was given up after the idempotency window (%s)", actor.key, idem)
+        await self._store.settle(idem)
+        if self._metrics:
+            self._metrics.posts_given_up.inc()
+        actor.feed(PostGivenUp(reply_to, idem))
+
+    async def deliver(self, actor: ConversationActor, work: Owed) -> None:
+        """A post owed before a restart. An end signal ends its turn with it (the process
+        that owed it died before it could), so the turn is not reported as cut."""
+        post = work.post
+        payload = json.loads(post.payload)
+        actor.in_thread = ":" in actor.key
+        owing = Owing(
+            turn_id=post.turn_id,
+            final=bool(payload.get("final")),
+            outcome=str(payload.get("outcome") or ""),
+            since=post.owed_at,
+        )
+        post_it = (
+            self._answers.post_answer if payload["op"] == "answer" else self._answers.post_text
+        )
+        reply_to, idem = str(payload["reply_to"]), post.idempotency_key
+        try:
+            mark = await post_it(
+                actor, reply_to, str(payload["text"]), idem, hold=True, owing=owing
+            )
+        except Undeliverable:
+            await self.given_up(actor, idem, reply_to)
+            return
+        now = self._clock()
+        if owing.final and post.turn_id is not None:
+            outcome = TurnOutcome(owing.outcome or TurnOutcome.COMPLETED.value)
+            await self._store.end_turn(post.turn_id, post.turn_id, outcome, now, sent=mark)
+        elif mark is not None:
+            await self._store.mark_sent(mark[0], mark[1], now)
+        if mark is None:
+            await self._store.settle(idem)  # sent before the restart after all
