@@ -2,7 +2,7 @@
 
 One catch-all handler instead of aiohttp's router so that every request — routed, unknown,
 fault-injected or unauthenticated — goes through the same steps and is recorded the same way:
-parse → injected fault? → route → token check → handle → record → answer.
+parse → API down (outage)? → injected fault? → route → token check → handle → record → answer.
 """
 
 from __future__ import annotations
