@@ -11,6 +11,7 @@ See `emulator.FeishuEmulator` for the API and `codes` for the error codes it ans
 from bridge.devtools.emulator.callbacks import CALLBACK_ERROR_TOAST
 from bridge.devtools.emulator.emulator import MIN_DEADLINE_S, EmulatorOptions, FeishuEmulator
 from bridge.devtools.emulator.faults import FaultKind
+from bridge.devtools.emulator.outage import OutageMode, OutageState, OutageStep, RefusedCall
 from bridge.devtools.emulator.records import (
     ApiCall,
     CardCallbackResult,
@@ -37,7 +38,11 @@ __all__ = [
     "FaultKind",
     "FeishuEmulator",
     "Mention",
+    "OutageMode",
+    "OutageState",
+    "OutageStep",
     "Reaction",
+    "RefusedCall",
     "Toast",
     "UrlVerificationResult",
 ]

@@ -35,6 +35,7 @@ from bridge.devtools.emulator.delivery import (
     EventDelivery,
 )
 from bridge.devtools.emulator.faults import Fault, FaultKind, FaultPlan
+from bridge.devtools.emulator.outage import Outage, OutageState, Plan, RefusedCall
 from bridge.devtools.emulator.records import (
     ApiCall,
     CardCallbackResult,
@@ -121,6 +122,7 @@ class FeishuEmulator(UserSide):
         self._calls: list[ApiCall] = []
         self._callbacks: list[CardCallbackResult] = []
         self._faults = FaultPlan()
+        self.outage = Outage(clock=clock, on_change=self._changed)
         self._tokens = TokenIssuer(app_id, app_secret, o.token_ttl_seconds, clock)
         self._world = ChatWorld(
             app_id=app_id,
@@ -161,6 +163,7 @@ class FeishuEmulator(UserSide):
             world=self._world,
             tokens=self._tokens,
             faults=self._faults,
+            outage=self.outage,
             bot_info=self._bot_info,
             record=self._record_call,
             closing=self._closing,
@@ -273,6 +276,16 @@ class FeishuEmulator(UserSide):
 
     def clear_faults(self) -> None:
         self._faults.clear()
+
+    def set_api_outage(self, plan: Plan, **options: Any) -> OutageState:
+        """Take the message API down now: a mode ("503", "429", "timeout"; "up" ends it)
+        until changed, or a schedule such as `[("503", 20), ("429", 20), ("timeout", 20)]`
+        after which it is up. Options and answers: `outage.Outage.set`."""
+        return self.outage.set(plan, **options)
+
+    def refused_calls(self) -> list[RefusedCall]:
+        """Every call refused by an outage, in order, with the mode and the clock time."""
+        return list(self.outage.refused)
 
     def open_chat(
         self, chat_type: str = "p2p", *, chat_id: str | None = None, user_open_id: str | None = None

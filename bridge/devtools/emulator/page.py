@@ -15,6 +15,7 @@ from typing import Any, Protocol
 
 from aiohttp import web
 
+from bridge.devtools.emulator.outage import Outage, plan_from_json
 from bridge.devtools.emulator.records import (
     CardCallbackResult,
     ChatMessage,
@@ -49,6 +50,8 @@ class ChatWorldView(Protocol):
     def webhook_url(self) -> str | None: ...
     @property
     def revision(self) -> int: ...
+    @property
+    def outage(self) -> Outage: ...
     async def wait_revision(self, since: int, max_wait: float) -> int: ...
     def messages(
         self, chat_id: str | None = None, *, sender_type: SenderType | None = None
@@ -86,6 +89,8 @@ def add_routes(app: web.Application, emulator: ChatWorldView) -> None:
     app.router.add_post("/_emulator/click", _click)
     app.router.add_post("/_emulator/attach", _attach)
     app.router.add_post("/_emulator/recall", _recall)
+    app.router.add_get("/_emulator/outage", _outage)
+    app.router.add_post("/_emulator/outage", _set_outage)
 
 
 def _emulator(request: web.Request) -> ChatWorldView:
@@ -141,8 +146,33 @@ async def _timeline(request: web.Request) -> web.Response:
                 if emu.message(c.message_id).chat_id == chat_id
             ],
             "failed_deliveries": sum(1 for a in emu.deliveries() if not a.ok),
+            "outage": emu.outage.state().to_json(),
         }
     )
+
+
+async def _outage(request: web.Request) -> web.Response:
+    """The message API's state, and every call an outage refused (`at`: the emulator's
+    clock, monotonic seconds)."""
+    outage = _emulator(request).outage
+    refused = [
+        {"method": c.method, "path": c.path, "mode": c.mode.value, "at": c.at}
+        for c in outage.refused
+    ]
+    return web.json_response({**outage.state().to_json(), "refused_calls": refused})
+
+
+async def _set_outage(request: web.Request) -> web.Response:
+    """`{"mode": "503"}` (or "429", "timeout", "up") until changed, or `{"schedule":
+    [{"mode": "503", "seconds": 20}, …]}` then up; options `cardkit`, `hold_seconds`,
+    `reset_seconds`. Answers the new state."""
+    body = await _json(request)
+    try:
+        plan, options = plan_from_json(body)
+        state = _emulator(request).outage.set(plan, **options)
+    except (ValueError, TypeError) as exc:
+        raise web.HTTPBadRequest(text=str(exc)) from None
+    return web.json_response(state.to_json())
 
 
 async def _send(request: web.Request) -> web.Response:

@@ -25,10 +25,12 @@ class ApiCall:
     query: Mapping[str, str]
     headers: Mapping[str, str]
     body: Any  # the parsed JSON body, or None when absent or not JSON
-    status: int  # the HTTP status the emulator answered (or would have, for a timeout)
-    response: Any  # the JSON the emulator answered
+    # the HTTP status the emulator answered (or would have, for a timeout fault); 0: never
+    # answered (an outage's timeout)
+    status: int
+    response: Any  # the JSON the emulator answered (None: no JSON, or no answer)
     at: float  # wall-clock seconds
-    fault: str | None = None  # the injected fault kind, if any
+    fault: str | None = None  # the injected fault kind, or `outage_<mode>`, if any
 
     @property
     def code(self) -> int | None:

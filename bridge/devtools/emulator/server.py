@@ -2,7 +2,7 @@
 
 One catch-all handler instead of aiohttp's router so that every request — routed, unknown,
 fault-injected or unauthenticated — goes through the same steps and is recorded the same way:
-parse → injected fault? → route → token check → handle → record → answer.
+parse → API down (outage)? → injected fault? → route → token check → handle → record → answer.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from bridge.devtools.emulator import codes
 from bridge.devtools.emulator.cardkit import CardKit
 from bridge.devtools.emulator.chats import ChatWorld, message_data, reaction_data
 from bridge.devtools.emulator.faults import Fault, FaultKind, FaultPlan
+from bridge.devtools.emulator.outage import Outage, Refusal
 from bridge.devtools.emulator.records import ApiCall, ChatMessage
 from bridge.devtools.emulator.tokens import TokenIssuer
 
@@ -89,6 +90,7 @@ class OpenApi:
         world: ChatWorld,
         tokens: TokenIssuer,
         faults: FaultPlan,
+        outage: Outage,
         bot_info: Callable[[], Mapping[str, Any]],
         record: Callable[[ApiCall], None],
         closing: asyncio.Event,
@@ -98,6 +100,7 @@ class OpenApi:
         self._cardkit = cardkit
         self._tokens = tokens
         self._faults = faults
+        self._outage = outage
         self._bot_info = bot_info
         self._record = record
         self._closing = closing
@@ -142,6 +145,9 @@ class OpenApi:
             except ValueError:
                 malformed = True
         api = ApiRequest(request.method, request.path, {}, dict(request.query), body)
+        refusal = self._outage.refuse(request.method, request.path)
+        if refusal is not None:  # the API is down: armed faults wait for it to come back
+            return await self._refuse(request, body, refusal)
         fault = self._faults.take(request.method, request.path)
         if fault is not None and fault.kind is not FaultKind.TIMEOUT:
             status, payload, extra = self._fault_answer(fault)
@@ -154,21 +160,14 @@ class OpenApi:
             extra = {}
         else:
             status, payload, extra = self._serve(api, request.headers.get("Authorization"))
-        self._record(
-            ApiCall(
-                seq=next(self._seq),
-                method=request.method,
-                path=request.path,
-                query=dict(request.query),
-                headers={k.lower(): v for k, v in request.headers.items()},
-                body=body,
-                status=status,
-                response={"bytes": len(payload.data), "mime": payload.mime}
-                if isinstance(payload, Blob)
-                else payload,
-                at=time.time(),
-                fault=fault.kind.value if fault is not None else None,
-            )
+        self._record_call(
+            request,
+            body,
+            status,
+            {"bytes": len(payload.data), "mime": payload.mime}
+            if isinstance(payload, Blob)
+            else payload,
+            fault.kind.value if fault is not None else None,
         )
         if fault is not None and fault.kind is FaultKind.TIMEOUT:
             # Hold past the client's timeout; end early only when the emulator shuts down.
@@ -180,6 +179,41 @@ class OpenApi:
                 body=payload.data, status=status, headers=headers, content_type=payload.mime
             )
         return web.json_response(payload, status=status, headers=headers)
+
+    async def _refuse(
+        self, request: web.Request, body: Any, refusal: Refusal
+    ) -> web.StreamResponse:
+        self._record_call(
+            request, body, refusal.status, refusal.body or None, f"outage_{refusal.mode}"
+        )
+        if refusal.hold_seconds is not None:
+            # Hang until the client gives up (or the emulator shuts down), then hang up: no
+            # status line, no body, as a dead upstream behind a load balancer does.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._closing.wait(), refusal.hold_seconds)
+            if request.transport is not None:
+                request.transport.close()
+            return web.Response(status=504)  # never written: the connection is gone
+        headers = {"X-Tt-Logid": secrets.token_hex(16).upper(), **refusal.headers}
+        return web.json_response(refusal.body, status=refusal.status, headers=headers)
+
+    def _record_call(
+        self, request: web.Request, body: Any, status: int, response: Any, fault: str | None
+    ) -> None:
+        self._record(
+            ApiCall(
+                seq=next(self._seq),
+                method=request.method,
+                path=request.path,
+                query=dict(request.query),
+                headers={k.lower(): v for k, v in request.headers.items()},
+                body=body,
+                status=status,
+                response=response,
+                at=time.time(),
+                fault=fault,
+            )
+        )
 
     # --- pipeline steps ------------------------------------------------------------------
     def _serve(self, api: ApiRequest, authorization: str | None) -> tuple[int, Any, dict[str, str]]:

@@ -4,7 +4,10 @@
 
 const state = {
   chats: {}, names: {}, chatType: "p2p", revision: -1, seenCallbacks: null, abort: null,
+  outage: null, outageTick: null,
 };
+// The switch's "drill": the outage a bridge must ride out, then the API is up again.
+const DRILL = [{ mode: "503", seconds: 20 }, { mode: "429", seconds: 20 }, { mode: "timeout", seconds: 20 }];
 const $ = (sel) => document.querySelector(sel);
 
 function el(tag, cls, text) {
@@ -199,6 +202,52 @@ function render(data) {
   });
   const failed = data.failed_deliveries ? ` · ${data.failed_deliveries} failed pushes` : "";
   setStatus(`live · rev ${data.revision}${failed}`, false);
+  if (data.outage) renderOutage(data.outage);
+}
+
+// The message API's state (from /_emulator/outage, also in every timeline answer). While a
+// schedule runs, a local countdown ticks and the state is read again when the step ends.
+function renderOutage(outage) {
+  state.outage = { ...outage, until: Date.now() + (outage.remaining_seconds || 0) * 1000 };
+  const select = $("#api-mode");
+  if (document.activeElement !== select) select.value = outage.mode;
+  clearInterval(state.outageTick);
+  showOutage();
+  if (outage.remaining_seconds !== null) state.outageTick = setInterval(showOutage, 1000);
+}
+
+function showOutage() {
+  const outage = state.outage;
+  const down = outage.mode !== "up";
+  let text = down ? `API ${outage.mode} · 已拒绝 ${outage.refused} 次` : "API up";
+  if (outage.remaining_seconds !== null) {
+    const left = Math.max(0, Math.ceil((outage.until - Date.now()) / 1000));
+    text += ` · ${left} 秒后 → ${outage.next.length ? outage.next[0].mode : "up"}`;
+    if (left === 0) { clearInterval(state.outageTick); refreshOutage(); }
+  }
+  const node = $("#api-state");
+  node.textContent = text;
+  node.classList.toggle("down", down);
+}
+
+async function refreshOutage() {
+  const response = await fetch("/_emulator/outage");
+  if (response.ok) renderOutage(await response.json());
+}
+
+async function setOutage(value) {
+  const body = value === "drill" ? { schedule: DRILL } : { mode: value };
+  const response = await fetch($("#api-mode").dataset.endpoint, {
+    method: "POST",
+    headers: { "Content-Type": "application/json" },
+    body: JSON.stringify(body),
+  });
+  if (!response.ok) {
+    showToast({ type: "error", content: await response.text() });
+    return;
+  }
+  $("#api-mode").blur();
+  renderOutage(await response.json());
 }
 
 async function poll() {
@@ -286,6 +335,7 @@ async function main() {
     radio.addEventListener("change", () => switchChat(radio.value)));
   $("#composer-form").addEventListener("submit", (event) => { event.preventDefault(); send(); });
   $("#attach").addEventListener("change", (event) => attach(event.target));
+  $("#api-mode").addEventListener("change", (event) => setOutage(event.target.value));
   $("#composer").addEventListener("keydown", (event) => {
     if (event.key === "Enter" && !event.shiftKey) { event.preventDefault(); send(); }
   });
