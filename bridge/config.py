@@ -227,6 +227,22 @@ class Settings(BaseSettings):
     bridge_card_update_interval_seconds: float = Field(
         default=0.5, gt=0, description="Least time between two updates of one status card."
     )
+    bridge_delivery_first_probe_seconds: float = Field(
+        default=1.0,
+        gt=0,
+        description="When Feishu's API fails (5xx, 429, timeout), the wait before the first"
+        " probe; owed posts wait for it instead of retrying on their own.",
+    )
+    bridge_delivery_max_probe_seconds: float = Field(
+        default=15.0, gt=0, description="The longest wait between two probes while it is down."
+    )
+    bridge_delivery_give_up_seconds: float = Field(
+        default=3600.0,
+        gt=0,
+        le=3600.0,
+        description="A post Feishu has not taken after this long is given up and its chat told"
+        " (at most an hour: Feishu's uuid de-duplication window).",
+    )
     bridge_allowed_users: CommaList = Field(
         default=(), description="Comma-separated open_ids allowed to talk to the bot."
     )

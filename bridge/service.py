@@ -29,6 +29,7 @@ from bridge.config_checks import (
     root_without_sandbox,
 )
 from bridge.core import Options, PresenceStyle, Timings
+from bridge.engine.delivery import DeliveryPolicy
 from bridge.engine.engine import Engine, EngineConfig
 from bridge.engine.ownership import Ownership
 from bridge.engine.schedules import ScheduleSettings
@@ -272,6 +273,11 @@ def build_service(
             max_running_turns=settings.bridge_max_running_turns,
             card_interval=settings.bridge_card_update_interval_seconds,
             schedules=ScheduleSettings.from_settings(settings),
+            delivery=DeliveryPolicy(
+                first_probe=settings.bridge_delivery_first_probe_seconds,
+                max_probe=settings.bridge_delivery_max_probe_seconds,
+                give_up_after=settings.bridge_delivery_give_up_seconds,
+            ),
         ),
         clock=clock,
         publish=watch.publish,
@@ -396,6 +402,7 @@ def _status(
         "bot_open_id": bot.open_id,
         "long_connection": longconn.state.name.lower() if longconn else None,
         "conversations": len(engine.conversations),
+        "feishu_api": engine.gate.state(),
         "event_subscribers": projection.subscribers(),
         "runtime": runtime.snapshot(),
     }
