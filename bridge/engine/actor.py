@@ -61,7 +61,15 @@ class Owed:
     post: OwedPost
 
 
-Work = Effect | Trace | Owed
+@dataclass(frozen=True)
+class Owe:
+    """Record a line or an answer as owed the moment the core decides it (on the work lane,
+    which no outage holds), so a crash while it waits for Feishu cannot lose it."""
+
+    post: PostText | RelayAgentText
+
+
+Work = Effect | Trace | Owed | Owe
 
 
 @dataclass
@@ -152,6 +160,8 @@ class ConversationActor:
                     effect.turn_id,
                 )
             elif not isinstance(effect, _TO_CALLER):
+                if isinstance(effect, PostText | RelayAgentText):
+                    self.enqueue(Owe(effect))
                 self.enqueue(effect)
         self._publish(self.key, snapshot(self.conv))
         return effects

@@ -39,12 +39,15 @@ class Owing:
     outcome: str = ""  # the turn's outcome, when final (a restart ends the turn with it)
     since: float | None = None  # first owed at (a post owed before a restart)
 
+    key: str = ""  # a line's text key (a presence line is not worth delivering late)
+
     def payload(self, op: str, reply_to: str, text: str) -> str:
         return json.dumps(
             {
                 "op": op,
                 "reply_to": reply_to,
                 "text": text,
+                "key": self.key,
                 "final": self.final,
                 "outcome": self.outcome,
             },
@@ -77,12 +80,12 @@ class Answers:
         (each post of a turn has its own key). `hold`: the outbox mark is returned, not
         written; the caller writes it (with the turn's end, in one transaction)."""
         if fresh or not await self._already_sent(idem):
-            since = await self._owe(actor, idem, owing, "text", reply_to, text)
+            since = await self.owe(actor, idem, owing, "text", reply_to, text)
             ids = await self._delivered(lambda: self._send_text(actor, reply_to, text, idem), since)
             return await self._marked(idem, ids, hold)
         return None
 
-    async def _owe(
+    async def owe(
         self,
         actor: ConversationActor,
         idem: str,
@@ -140,7 +143,7 @@ class Answers:
         `owing`: as in `post_text`)."""
         if not fresh and await self._already_sent(idem):
             return None
-        since = await self._owe(actor, idem, owing, "answer", reply_to, text)
+        since = await self.owe(actor, idem, owing, "answer", reply_to, text)
 
         def as_text() -> Awaitable[list[str]]:
             return self._delivered(lambda: self._send_text(actor, reply_to, text, idem), since)

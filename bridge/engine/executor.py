@@ -39,12 +39,12 @@ from bridge.core.effects import (
 )
 from bridge.core.inputs import AgentCommands, CardNotShown, ConfigAnswered, ModesAnswered
 from bridge.core.text import Text
-from bridge.engine.actor import ConversationActor, Owed, Trace, Work
+from bridge.engine.actor import ConversationActor, Owe, Owed, Trace, Work
 from bridge.engine.answers import Answers, Mark
 from bridge.engine.card_views import CardViews, PostedCards, approval_status
-from bridge.engine.delivery import FeishuGate, Undeliverable
+from bridge.engine.delivery import FeishuGate
 from bridge.engine.files_out import FilesOut
-from bridge.engine.outbox import Outbox, owing_of, stale
+from bridge.engine.outbox import Outbox
 from bridge.engine.render import render, render_text
 from bridge.engine.schedules import Scheduler
 from bridge.engine.status_cards import StatusCards
@@ -132,36 +132,16 @@ class EffectExecutor:
                 await self._feishu.add_reaction(message_id, self._ack_emoji)
             case MarkMessageDone(message_id):
                 await self._store.set_message_state(message_id, MessageState.DONE, self._clock())
-            case PostText(key, params, reply_to, idem, turn_id=turn_id, footer=footer):
-                if stale(actor, work):
-                    return  # a "still working" that came due behind a slow post: not true now
-                text = self._footed(render(self._t, key, params), footer)
-                fresh, hold = turn_id in self._started, work.final and turn_id is not None
-                owing = owing_of(actor, turn_id, work.final)
-                try:
-                    mark = await self._answers.post_text(
-                        actor, reply_to, text, idem, fresh=fresh, hold=hold, owing=owing
-                    )
-                except Undeliverable:
-                    await self.outbox.given_up(actor, idem, reply_to)
-                    return
-                self._hold(actor, turn_id, mark)
-                if self._metrics:
-                    self._metrics.lines.labels(key).inc()
+            case PostText() | RelayAgentText():
+                fresh = work.turn_id in self._started
+                mark = await self.outbox.post(actor, work, self._text_of(work), fresh=fresh)
+                self._hold(actor, work.turn_id, mark)
+                if self._metrics and isinstance(work, PostText):
+                    self._metrics.lines.labels(work.key).inc()
+            case Owe(post):
+                await self.outbox.record(actor, post, self._text_of(post))
             case EditText(posted_key, key, params):
                 await self._edit_text(posted_key, render(self._t, key, params))
-            case RelayAgentText(text, reply_to, idem, turn_id=turn_id, footer=footer):
-                text = self._footed(text, footer)
-                fresh, hold = turn_id in self._started, work.final and turn_id is not None
-                owing = owing_of(actor, turn_id, work.final)
-                try:
-                    mark = await self._answers.post_answer(
-                        actor, reply_to, text, idem, fresh=fresh, hold=hold, owing=owing
-                    )
-                except Undeliverable:
-                    await self.outbox.given_up(actor, idem, reply_to)
-                    return
-                self._hold(actor, turn_id, mark)
             case Owed():
                 await self.outbox.deliver(actor, work)
             case StartTurn():
@@ -263,6 +243,10 @@ class EffectExecutor:
             name = CONFIG_CHOICE + model.config_id
             await self._store.set_preference(actor.key, name, work.choice, self._clock())
         actor.feed(ConfigAnswered(work.message_id, work.kind, options, work.choice, error))
+
+    def _text_of(self, work: PostText | RelayAgentText) -> str:
+        text = render(self._t, work.key, work.params) if isinstance(work, PostText) else work.text
+        return self._footed(text, work.footer)
 
     def _footed(self, text: str, footer: Text | None) -> str:
         return text if footer is None else f"{text}\n\n{render_text(self._t, footer)}"

@@ -13,10 +13,10 @@ import json
 import logging
 from collections.abc import Callable
 
-from bridge.core.effects import PostText, RecordTerminal
+from bridge.core.effects import PostText, RecordTerminal, RelayAgentText
 from bridge.core.inputs import PostGivenUp
 from bridge.engine.actor import ConversationActor, Owed, Work
-from bridge.engine.answers import Answers, Owing
+from bridge.engine.answers import Answers, Mark, Owing
 from bridge.engine.delivery import Undeliverable
 from bridge.ops.metrics import Metrics
 from bridge.store.port import Store, TurnOutcome
@@ -55,11 +55,12 @@ def stale(actor: ConversationActor, work: PostText) -> bool:
     return actor.queued(newer)
 
 
-def owing_of(actor: ConversationActor, turn_id: str | None, final: bool) -> Owing:
-    """What to keep of a post: its turn, and for an end signal the outcome the turn's
-    `RecordTerminal` (queued right behind it) will write."""
-    if not final or turn_id is None:
-        return Owing(turn_id=turn_id)
+def owing_of(actor: ConversationActor, work: PostText | RelayAgentText) -> Owing:
+    """What to keep of a post: its turn, its text key, and for an end signal the outcome
+    the turn's `RecordTerminal` (queued behind it) will write."""
+    turn_id, key = work.turn_id, work.key if isinstance(work, PostText) else ""
+    if not work.final or turn_id is None:
+        return Owing(turn_id=turn_id, key=key)
     outcome = TurnOutcome.COMPLETED.value
 
     def ending(queued: Work) -> bool:
@@ -70,7 +71,7 @@ def owing_of(actor: ConversationActor, turn_id: str | None, final: bool) -> Owin
         return False
 
     actor.queued(ending)
-    return Owing(turn_id=turn_id, final=True, outcome=outcome)
+    return Owing(turn_id=turn_id, final=True, outcome=outcome, key=key)
 
 
 class Outbox:
@@ -87,6 +88,39 @@ class Outbox:
         self._clock = clock
         self._metrics = metrics
 
+    async def record(
+        self, actor: ConversationActor, work: PostText | RelayAgentText, text: str
+    ) -> None:
+        """The post is owed from now on (the work lane, as the core decides it)."""
+        op = "text" if isinstance(work, PostText) else "answer"
+        owing = owing_of(actor, work)
+        await self._answers.owe(actor, work.idempotency_key, owing, op, work.reply_to, text)
+
+    async def post(
+        self, actor: ConversationActor, work: PostText | RelayAgentText, text: str, *, fresh: bool
+    ) -> Mark | None:
+        """Post it (the shown lane), through an outage; its outbox mark when `hold`ing it
+        for the turn's end record. A presence line gone stale meanwhile is dropped."""
+        idem = work.idempotency_key
+        if isinstance(work, PostText) and stale(actor, work):
+            await self._store.settle(idem)  # "still working", for a turn that is not
+            return None
+        hold = work.final and work.turn_id is not None
+        send = self._answers.post_text if isinstance(work, PostText) else self._answers.post_answer
+        try:
+            return await send(
+                actor,
+                work.reply_to,
+                text,
+                idem,
+                fresh=fresh,
+                hold=hold,
+                owing=owing_of(actor, work),
+            )
+        except Undeliverable:
+            await self.given_up(actor, idem, work.reply_to)
+            return None
+
     async def given_up(self, actor: ConversationActor, idem: str, reply_to: str) -> None:
         """Feishu never took the post within its window: drop it, count it, tell the chat."""
         log.error("a post to %s was given up after the idempotency window (%s)", actor.key, idem)
@@ -100,11 +134,15 @@ class Outbox:
         that owed it died before it could), so the turn is not reported as cut."""
         post = work.post
         payload = json.loads(post.payload)
+        if payload.get("key") in PRESENCE_ONLY:
+            await self._store.settle(post.idempotency_key)  # not worth saying late
+            return
         actor.in_thread = ":" in actor.key
         owing = Owing(
             turn_id=post.turn_id,
             final=bool(payload.get("final")),
             outcome=str(payload.get("outcome") or ""),
+            key=str(payload.get("key") or ""),
             since=post.owed_at,
         )
         post_it = (

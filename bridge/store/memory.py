@@ -10,7 +10,7 @@ Every method completes without awaiting anything, so each call is atomic on the 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Container, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -301,6 +301,9 @@ class MemoryStore(MemoryCluster, MemoryOwed, MemorySchedules, AsyncLifecycle):
         self._outbox[idempotency_key] = (tuple(str(m) for m in message_ids), now)
         self._owed.pop(idempotency_key, None)  # the mark settles its post
         return True
+
+    def _sent_keys(self) -> Container[str]:
+        return self._outbox
 
     async def sent(self, idempotency_key: str) -> list[str] | None:
         self._check()

@@ -3,6 +3,8 @@ settles its post, as their trigger does)."""
 
 from __future__ import annotations
 
+from collections.abc import Container
+
 from bridge.store.port_owed import OwedPost
 
 
@@ -15,6 +17,9 @@ class MemoryOwed:
     def _check(self) -> None:
         raise NotImplementedError  # pragma: no cover - MemoryStore's
 
+    def _sent_keys(self) -> Container[str]:
+        raise NotImplementedError  # pragma: no cover - MemoryStore's (its outbox marks)
+
     async def owe(
         self,
         idempotency_key: str,
@@ -24,7 +29,7 @@ class MemoryOwed:
         now: float,
     ) -> bool:
         self._check()
-        if idempotency_key in self._owed:
+        if idempotency_key in self._owed or idempotency_key in self._sent_keys():
             return False
         self._owed_seq += 1
         post = OwedPost(self._owed_seq, idempotency_key, conversation_key, turn_id, payload, now)

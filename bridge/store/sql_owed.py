@@ -17,13 +17,15 @@ class SqlOwed(SqlStatements):
         payload: str,
         now: float,
     ) -> bool:
+        # Not once its mark is written: a record that comes after its post was confirmed
+        # would never be settled.
         sql = self._sql(
             "INSERT INTO owed (idempotency_key, conversation_key, turn_id, payload, owed_at)"
-            " VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING"
+            " SELECT ?, ?, ?, ?, ? WHERE NOT EXISTS"
+            " (SELECT 1 FROM outbox WHERE idempotency_key = ?) ON CONFLICT DO NOTHING"
         )
-        return (
-            await self._write(sql, (idempotency_key, conversation_key, turn_id, payload, now)) == 1
-        )
+        params = (idempotency_key, conversation_key, turn_id, payload, now, idempotency_key)
+        return await self._write(sql, params) == 1
 
     async def owed(self) -> list[OwedPost]:
         rows = await self._all(

@@ -172,9 +172,16 @@ async def test_three_instances_answer_every_message_once_in_order_per_chat(
 
 
 def spawn_instance(
-    emu: FeishuEmulator, url: str, name: str, folder: Path, lease: float, agent_state: Path
+    emu: FeishuEmulator,
+    url: str | None,
+    name: str,
+    folder: Path,
+    lease: float,
+    agent_state: Path,
+    **extra: str,
 ) -> tuple[subprocess.Popen[bytes], int, int]:
-    """`feishu-bridge run` as its own process (so it can be SIGKILLed); its ports."""
+    """`feishu-bridge run` as its own process (so it can be SIGKILLed); its ports. `url`:
+    the PostgreSQL database (None: the instance's own SQLite file); `extra`: more settings."""
     port, ops_port = free_port(), free_port()
     inherited = {k: v for k, v in os.environ.items() if not k.startswith(("FEISHU_", "BRIDGE_"))}
     env = {
@@ -193,15 +200,16 @@ def spawn_instance(
         "SCRIPTED_AGENT_STATE_DIR": str(agent_state),
         "BRIDGE_ALLOW_ALL": "true",
         "BRIDGE_ALLOW_ROOT_WITHOUT_SANDBOX": "true",  # CI runs as root; the agent is ours
-        "BRIDGE_DATABASE_URL": url,
+        **({"BRIDGE_DATABASE_URL": url} if url else {}),
         "BRIDGE_INSTANCE_ID": name,
         "BRIDGE_LEASE_SECONDS": str(lease),
         "BRIDGE_FINISH_GRACE_SECONDS": "0.05",
         "BRIDGE_LOG_LEVEL": "INFO",
+        **extra,
     }
     (folder / "work").mkdir(exist_ok=True)
     program = Path(sys.executable).parent / "feishu-bridge"
-    with open(folder / f"{name}.log", "wb") as log:  # the child keeps its own copy
+    with open(folder / f"{name}.log", "ab") as log:  # the child keeps its own copy (a restart adds)
         process = subprocess.Popen(
             [str(program), "run"],
             env=env,

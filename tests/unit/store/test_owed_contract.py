@@ -37,3 +37,9 @@ async def test_a_mark_settles_its_post_whichever_call_writes_it(store: Store) ->
     await store.settle("t1:gone:3")
     await store.settle("never-owed")  # nothing to settle: no error
     assert [p.idempotency_key for p in await store.owed()] == ["t1:later:4"]
+
+
+async def test_a_post_already_marked_is_not_owed_again(store: Store) -> None:
+    await store.mark_sent("t1:answer:2", ["om_1"], T0)
+    assert not await store.owe("t1:answer:2", "A", "t1", "{}", T0 + 1)
+    assert await store.owed() == []
