@@ -130,6 +130,11 @@ class FeishuGate:
         self._probing = False
         self._changed.set()
 
+    def heard_back(self) -> None:
+        """A call outside the gate (an ack) got through: Feishu is up again."""
+        if self.down:
+            self._up()
+
     def _release(self, probe: bool) -> None:
         if probe:
             self._probing = False

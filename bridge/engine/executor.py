@@ -5,6 +5,7 @@ core chose.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable
 from functools import partial
@@ -68,6 +69,8 @@ from bridge.store.port import MessageState, Store, TurnOutcome
 
 log = logging.getLogger(__name__)
 
+ACK_WAIT = 2.0  # seconds a chat's next post waits for its ack reaction, at most
+
 
 class EffectExecutor:
     def __init__(
@@ -113,6 +116,7 @@ class EffectExecutor:
         self._held: dict[str, tuple[str, Mark]] = {}
         self._clock = clock
         self._ack_emoji = ack_emoji
+        self._acks: set[asyncio.Future[str | None]] = set()  # acks still under way
         self._metrics = metrics
         # Several instances: whether this one holds the conversation's lease (a turn starts
         # only then). One instance alone holds every conversation.
@@ -129,7 +133,7 @@ class EffectExecutor:
             await self._write_held(actor.key)
         match work:
             case React(message_id):
-                await self._feishu.add_reaction(message_id, self._ack_emoji)
+                await self._ack(message_id)
             case MarkMessageDone(message_id):
                 await self._store.set_message_state(message_id, MessageState.DONE, self._clock())
             case PostText() | RelayAgentText():
@@ -195,6 +199,20 @@ class EffectExecutor:
         traced = _trace_of(work)
         if traced is not None:
             await self._trace(*traced)
+
+    async def _ack(self, message_id: str) -> None:
+        """The ack reaction: best-effort, and never what holds a chat's posts. While Feishu
+        is down it is skipped (it would only fail); otherwise the chat's next post waits for
+        it at most `ACK_WAIT` (a hanging call goes on alone, tracked)."""
+        gate = self._answers.gate
+        if gate.down:
+            return
+        ack = asyncio.ensure_future(self._feishu.add_reaction(message_id, self._ack_emoji))
+        self._acks.add(ack)
+        ack.add_done_callback(self._acks.discard)
+        done, _ = await asyncio.wait({ack}, timeout=ACK_WAIT)
+        if ack in done and not ack.cancelled() and ack.result() is not None:
+            gate.heard_back()  # Feishu answers: owed posts may go
 
     def _hold(self, actor: ConversationActor, turn_id: str | None, mark: Mark | None) -> None:
         if mark is not None and turn_id is not None:

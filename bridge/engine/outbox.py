@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from bridge.core.effects import PostText, RecordTerminal, RelayAgentText
 from bridge.core.inputs import PostGivenUp
@@ -19,14 +19,17 @@ from bridge.engine.actor import ConversationActor, Owed, Work
 from bridge.engine.answers import Answers, Mark, Owing
 from bridge.engine.delivery import Undeliverable
 from bridge.ops.metrics import Metrics
-from bridge.store.port import Store, TurnOutcome
+from bridge.store.port import Store, Turn, TurnOutcome
+from bridge.store.port_owed import OwedPost
 
 log = logging.getLogger(__name__)
 
-# Lines that only say "still working" or "still waiting": worthless once late.
+# Lines that only say "still working" or "your turn": untrue once their turn has ended.
 PRESENCE_ONLY = frozenset(
     {
         "presence.running_hint",
+        "presence.waiting_approval",
+        "presence.waiting_reply",
         "presence.heartbeat",
         "presence.stale",
         "presence.stale_no_activity",
@@ -72,6 +75,22 @@ def owing_of(actor: ConversationActor, work: PostText | RelayAgentText) -> Owing
 
     actor.queued(ending)
     return Owing(turn_id=turn_id, final=True, outcome=outcome, key=key)
+
+
+def replay_order(
+    owed: list[OwedPost], cut: list[Turn], starts: Mapping[str, float]
+) -> list[OwedPost | Turn]:
+    """What a restart replays, in the order it happened: a round's owed posts, then (if it
+    was cut) its interruption, before anything of a later round. `starts`: when each round
+    began."""
+
+    def when(item: OwedPost | Turn) -> tuple[float, int, int]:
+        if isinstance(item, OwedPost):
+            anchor = starts.get(item.turn_id, item.owed_at) if item.turn_id else item.owed_at
+            return anchor, 0, item.seq
+        return item.started_at, 1, 0
+
+    return sorted([*owed, *cut], key=when)
 
 
 class Outbox:

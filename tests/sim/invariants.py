@@ -16,7 +16,7 @@ from bridge.i18n import Translator
 from .agent import answer_for
 from .feishu import Post
 from .loop import EPOCH
-from .world import Run
+from .world import Run, Sent
 
 T = Translator("zh_CN")
 TOLERANCE = 0.3  # seconds a deadline may be missed by (one loop's worth of work)
@@ -103,8 +103,12 @@ def one_ack_each(run: Run, seen: dict[str, list[Seen]]) -> list[str]:
     for sent in run.sent:
         tries = [s for s in seen[sent.message_id] if s.op == "add_reaction"]
         acks = [s for s in tries if s.ok]
-        # An ack is best-effort: one Feishu refused during an outage is not tried again.
-        if len(acks) > 1 or (not acks and all(s.ok for s in tries)):
+        # An ack is best-effort: one Feishu refused during an outage is not tried again, and
+        # one still waiting its turn when the bridge was killed is not made up for.
+        killed = run.restarted_at is not None and not tries and sent.at < run.restarted_at
+        # Nor is one skipped while the bridge knew Feishu was down (it would only fail).
+        skipped = not tries and _touches_outage(run, _t(sent.at), _t(sent.at))
+        if len(acks) > 1 or (not acks and all(s.ok for s in tries) and not (killed or skipped)):
             out.append(f"{sent.message_id}: {len(acks)} acks")
     return out
 
@@ -187,10 +191,14 @@ def hint_and_heartbeat(run: Run, seen: dict[str, list[Seen]]) -> list[str]:
         alive = sorted(
             s.at for s in chat_calls[sent.chat] if s.op != "add_reaction" and s.ok and s.at >= start
         )
+        waits = _waiting(run, seen, sent)
         last = shown[0] if shown else start
         for at in [*(a for a in alive if a > last), ended]:
             if at > ended:
                 break
+            for w0, w1 in waits:  # waiting on a person: no heartbeat owed meanwhile
+                if w0 < at and w1 > last:
+                    last = max(last, min(w1, at))
             limit = _busy_until(last + t.heartbeat, chat_calls[sent.chat], after) + slack
             if _touches_outage(run, start, limit):
                 break
@@ -201,12 +209,45 @@ def hint_and_heartbeat(run: Run, seen: dict[str, list[Seen]]) -> list[str]:
     return out
 
 
+def _waiting(run: Run, seen: dict[str, list[Seen]], sent: Sent) -> list[tuple[float, float]]:
+    """When the message's turn waited on its requester: from each approval card to the
+    requester's click (or forever, if none came)."""
+    cards = [s.at for s in seen[sent.message_id] if s.op == "reply_card"]
+    answered = sorted(
+        _t(c.at)
+        for c in run.clicks
+        if c.reply_to == sent.message_id and c.operator == f"ou_{sent.chat}"
+    )
+    out = []
+    for at in cards:
+        done = next((c for c in answered if c >= at), float("inf"))
+        out.append((at, done))
+    return out
+
+
+def quiet_while_waiting(run: Run, seen: dict[str, list[Seen]]) -> list[str]:
+    """No 'still working' line while the turn waits for its requester's decision."""
+    out = []
+    for sent in run.sent:
+        for w0, w1 in _waiting(run, seen, sent):
+            for s in seen[sent.message_id]:
+                if s.ok and w0 < s.at < w1 and s.text.startswith(RUNNING):
+                    out.append(f"{sent.message_id}: '{s.text}' at {s.at} while waiting since {w0}")
+    return out
+
+
 def _touches_outage(run: Run, start: float, end: float) -> bool:
+    """Whether Feishu's outage, or the bridge's kill and restart, fell in [start, end]."""
+    if run.restarted_at is not None and start <= _t(run.restarted_at) <= end:
+        return True
     outage = run.faults.outage
     if outage is None:
         return False
-    # The API is back at its end; the first probe may come up to the longest wait later.
-    return start <= outage[1] + run.timings.heartbeat + 16.0 and end >= outage[0]
+    # The API is back at its end, but the bridge learns it only from its next probe's answer:
+    # until the first call that got through, every chat's posts still wait at the gate.
+    back = [_t(p.start) for p in run.posts if p.ok and _t(p.start) >= outage[1]]
+    reopened = min(back, default=outage[1])
+    return start <= reopened + TOLERANCE and end >= outage[0]
 
 
 def answers_in_order(run: Run, seen: dict[str, list[Seen]]) -> list[str]:
@@ -245,7 +286,7 @@ def no_overlapping_prompts(run: Run, seen: dict[str, list[Seen]]) -> list[str]:
 
 
 def nothing_posted_twice(run: Run, seen: dict[str, list[Seen]]) -> list[str]:
-    uuids = [p.uuid for p in run.posts if p.uuid and p.ok]
+    uuids = [p.uuid for p in run.posts if p.uuid and p.ok and not p.repeat]
     return [f"uuid {u} posted twice" for u in sorted({u for u in uuids if uuids.count(u) > 1})]
 
 
@@ -259,6 +300,7 @@ RULES: tuple[Callable[[Run, dict[str, list[Seen]]], list[str]], ...] = (
     nothing_running_after_the_end,
     hint_and_heartbeat,
     answers_in_order,
+    quiet_while_waiting,
     few_calls_while_down,
     no_overlapping_prompts,
     nothing_posted_twice,
@@ -271,6 +313,8 @@ def transcript(run: Run) -> str:
     seen = by_message(run.posts)
     outage = run.faults.outage
     down = f", Feishu down {outage[0]:.3f}..{outage[1]:.3f}" if outage else ""
+    if run.restarted_at is not None:
+        down += f", bridge killed and restarted at {_t(run.restarted_at):.3f}"
     lines = [f"seed {run.seed}, style {run.style.value}{down}"]
     for sent in sorted(run.sent, key=lambda s: (s.chat, s.at)):
         plan = "" if sent.plan is None else f"  plan {[(s.after, s.kind) for s in sent.plan.steps]}"

@@ -7,17 +7,19 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from bridge.core import Options, Timings
 from bridge.core.state import PresenceStyle
 from bridge.engine.engine import Engine, EngineConfig
-from bridge.feishu.models import InboundMessage
+from bridge.feishu.models import CardAction, InboundMessage
 from bridge.i18n import Translator
 from bridge.store import MemoryStore
 
 from .agent import Plan, SimRuntime, draw_plan
-from .feishu import FaultPlan, Post, SimFeishu
+from .feishu import FaultPlan, Post, SimFeishu, buttons
 from .loop import SimClock, SimLoop, WorldAtRest
 
 T = Translator("zh_CN")
@@ -46,6 +48,17 @@ class Sent:
     plan: Plan | None  # None for a command
 
 
+@dataclass(frozen=True)
+class Click:
+    """A person's click on an approval card: when, on which card, by whom, what."""
+
+    at: float
+    reply_to: str  # the user message the card answers
+    operator: str
+    choice: str
+    toast: str
+
+
 @dataclass
 class Run:
     seed: int
@@ -56,6 +69,8 @@ class Run:
     timings: Timings = TIMINGS
     card_interval: float = CARD_INTERVAL
     faults: FaultPlan = field(default_factory=FaultPlan)
+    clicks: list[Click] = field(default_factory=list)
+    restarted_at: float | None = None  # the bridge was killed and started again then
     stuck: list[str] = field(default_factory=list)  # conversations never back to idle
 
 
@@ -70,6 +85,14 @@ def run_seed(seed: int, *, jitter: bool = True, storms: bool = True) -> Run:
     finally:
         loop.close()
         logging.disable(was)
+
+
+@dataclass
+class Bridge:
+    """The bridge process of the world; a restart replaces its engine (the store stays)."""
+
+    engine: Engine
+    restarted_at: float | None = None
 
 
 async def _world(seed: int, loop: SimLoop, jitter: bool, storms: bool) -> Run:
@@ -88,46 +111,91 @@ async def _world(seed: int, loop: SimLoop, jitter: bool, storms: bool) -> Run:
     runtime = SimRuntime(random.Random(rng.random()), clock.now, plans)
     store = MemoryStore()
     await store.open()
-    engine = Engine(
-        feishu=feishu,
-        runtime=runtime,
-        store=store,
-        translator=T,
-        config=EngineConfig(
-            timings=TIMINGS,
-            options=Options(presence_style=style),
-            ack_emoji="OnIt",
-            max_running_turns=8,
-            card_interval=CARD_INTERVAL,
-        ),
-        clock=clock,
-        publish=lambda key, snapshot: None,
-        rng=random.Random(storm.random()),
-    )
+    engine_rng = random.Random(storm.random())
+    restart = storm.uniform(0.0, 60.0) if storms and storm.random() < 0.3 else None
+
+    def build() -> Engine:
+        return Engine(
+            feishu=feishu,
+            runtime=runtime,
+            store=store,
+            translator=T,
+            config=EngineConfig(
+                timings=TIMINGS,
+                options=Options(presence_style=style),
+                ack_emoji="OnIt",
+                max_running_turns=8,
+                card_interval=CARD_INTERVAL,
+            ),
+            clock=clock,
+            publish=lambda key, snapshot: None,
+            rng=engine_rng,
+        )
+
+    bridge = Bridge(build())
     sent: list[Sent] = []
+    clicks: list[Click] = []
+    clicking = random.Random(f"clicks:{seed}")
+    tasks: set[asyncio.Future[None]] = set()
+    feishu.on_card = lambda post: tasks.add(
+        asyncio.ensure_future(_click(clicking, post, bridge, sent, clock, clicks))
+    )
     users = [
-        _user(random.Random(rng.random()), f"oc_{n}", engine, store, clock, plans, sent)
+        _user(random.Random(rng.random()), f"oc_{n}", bridge, store, clock, plans, sent)
         for n in range(rng.randint(1, 3))
     ]
+    world: list[asyncio.Future[None]] = [asyncio.ensure_future(u) for u in users]
+    if restart is not None:
+        main = asyncio.current_task()
+        people = lambda: {main, *world, *tasks}  # noqa: E731 - what a kill spares
+        killer = _restart(restart, bridge, build, runtime, clock, people)
+        world.append(asyncio.ensure_future(killer))
     try:
-        await asyncio.gather(*users)
+        await asyncio.gather(*world)
         await asyncio.sleep(HORIZON)
     except WorldAtRest:
         pass
-    run = Run(seed, style, sent, feishu.posts, runtime, faults=faults)
+    run = Run(seed, style, sent, feishu.posts, runtime, faults=faults, clicks=clicks)
+    run.restarted_at = bridge.restarted_at
+    for task in tasks:
+        task.cancel()
     run.stuck = [
         key
-        for key, actor in engine.conversations.items()
+        for key, actor in bridge.engine.conversations.items()
         if actor.conv.turn is not None or actor.conv.queue
     ]
-    await engine.drain(0.0)
+    await bridge.engine.drain(0.0)
     return run
+
+
+async def _restart(
+    at: float,
+    bridge: Bridge,
+    build: Callable[[], Engine],
+    runtime: SimRuntime,
+    clock: SimClock,
+    people: Callable[[], set[Any]],
+) -> None:
+    """SIGKILL at `at`, and a new process at once: everything the old one was doing stops
+    where it stood (its agent processes die with it); the store is what survives."""
+    await asyncio.sleep(at)
+    bridge.restarted_at = clock.now()
+    old = bridge.engine
+    for actor in old.conversations.values():
+        actor.close()
+    spared = {asyncio.current_task(), *people()}
+    for task in asyncio.all_tasks():
+        if task not in spared:
+            task.cancel()
+    runtime.died()
+    bridge.engine = build()
+    await bridge.engine.recover(before=clock.now())
 
 
 async def _user(
     rng: random.Random,
     chat: str,
-    engine: Engine,
+    bridge: Bridge,
     store: MemoryStore,
     clock: SimClock,
     plans: dict[str, Plan],
@@ -154,4 +222,32 @@ async def _user(
         await store.journal_message(
             message.conversation_key, message_id, message.sender_open_id, chat, text, clock.now()
         )
-        engine.accept(message)
+        bridge.engine.accept(message)
+
+
+async def _click(
+    rng: random.Random,
+    card: Post,
+    bridge: Bridge,
+    sent: list[Sent],
+    clock: SimClock,
+    clicks: list[Click],
+) -> None:
+    """Someone answers an approval card: soon, late, never; a bystander first, sometimes."""
+    chat = next((s.chat for s in sent if s.message_id == card.target), None)
+    if chat is None:
+        return
+    await asyncio.sleep(rng.choice((0.2, 1.0, 3.0, 12.0, 45.0, 1000.0)))  # 1000: never
+    values = buttons(card.card or {})
+    people = [f"ou_bystander_{chat}"] if rng.random() < 0.2 else []
+    for operator in [*people, f"ou_{chat}"]:
+        value = rng.choice(values)
+        action = CardAction(
+            event_id=f"ev_click_{len(clicks)}",
+            operator_open_id=operator,
+            open_message_id=card.result,
+            value=value,
+        )
+        reply = await bridge.engine.card_action(action)
+        toast = reply.toast_text or ""
+        clicks.append(Click(clock.now(), card.target, operator, str(value.get("choice")), toast))
