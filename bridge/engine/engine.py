@@ -108,8 +108,9 @@ class Engine:
             store=store,
             feishu=feishu,
             translator=translator,
-            clock=now,
+            clock=clock,
             settings=config.schedules,
+            gate=self.gate,
             metrics=metrics,
         )
         self.executor = EffectExecutor(

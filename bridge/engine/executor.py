@@ -202,17 +202,17 @@ class EffectExecutor:
 
     async def _ack(self, message_id: str) -> None:
         """The ack reaction: best-effort, and never what holds a chat's posts. While Feishu
-        is down it is skipped (it would only fail); otherwise the chat's next post waits for
-        it at most `ACK_WAIT` (a hanging call goes on alone, tracked)."""
+        is down it goes only as the gate's probe (else it would only fail); the chat's next
+        post waits for it at most `ACK_WAIT` (a hanging call goes on alone, tracked)."""
         gate = self._answers.gate
-        if gate.down:
+        if not gate.probe_due():
             return
         ack = asyncio.ensure_future(self._feishu.add_reaction(message_id, self._ack_emoji))
         self._acks.add(ack)
         ack.add_done_callback(self._acks.discard)
         done, _ = await asyncio.wait({ack}, timeout=ACK_WAIT)
-        if ack in done and not ack.cancelled() and ack.result() is not None:
-            gate.heard_back()  # Feishu answers: owed posts may go
+        if ack in done and not ack.cancelled():
+            gate.heard_back(ack.result() is not None)
 
     def _hold(self, actor: ConversationActor, turn_id: str | None, mark: Mark | None) -> None:
         if mark is not None and turn_id is not None:

@@ -82,6 +82,27 @@ def by_message(posts: Iterable[Post]) -> dict[str, list[Seen]]:
     return seen
 
 
+def by_chat(run: Run) -> dict[str, list[Seen]]:
+    """Every call about a chat, whatever it answers: its users' messages, the chat itself
+    (a schedule's header), and the bot's own messages there (a scheduled round's lines)."""
+    chat_of = {s.message_id: s.chat for s in run.sent} | {s.chat: s.chat for s in run.sent}
+    for post in run.posts:  # what each id belongs to: the bot's messages, its card entities
+        chat = chat_of.get(post.target)
+        if chat is not None and post.result:
+            chat_of[post.result] = chat
+        if chat is not None and post.op == "reply_card_entity":
+            chat_of[post.text] = chat
+    calls: dict[str, list[Seen]] = defaultdict(list)
+    for post in run.posts:
+        chat = chat_of.get(post.target) or chat_of.get(post.result)
+        if chat is None:
+            continue
+        text = post.text if post.card is None else repr(post.card)
+        end = _t(post.end or post.start)
+        calls[chat].append(Seen(_t(post.start), end, post.op, text, post.ok))
+    return calls
+
+
 def _ends(got: list[Seen], prompt: str) -> list[Seen]:
     """A turn's end signals: its ending lines (stopped, failed, ...) or, when it has none,
     the answer (a stopped turn shows what it had written, then says it stopped)."""
@@ -158,9 +179,7 @@ def _busy_until(deadline: float, calls: list[Seen], after: float) -> float:
 def hint_and_heartbeat(run: Run, seen: dict[str, list[Seen]]) -> list[str]:
     out = []
     by_text = {s.text: s for s in run.sent if s.plan is not None}
-    chat_calls: dict[str, list[Seen]] = defaultdict(list)
-    for sent in run.sent:
-        chat_calls[sent.chat].extend(seen[sent.message_id])
+    chat_calls = by_chat(run)
     t = run.timings
     # A card changes at most once per card interval: a change due meanwhile waits for it.
     after = run.card_interval if run.style is PresenceStyle.CARD else 0.0
@@ -240,14 +259,13 @@ def _touches_outage(run: Run, start: float, end: float) -> bool:
     """Whether Feishu's outage, or the bridge's kill and restart, fell in [start, end]."""
     if run.restarted_at is not None and start <= _t(run.restarted_at) <= end:
         return True
-    outage = run.faults.outage
-    if outage is None:
-        return False
-    # The API is back at its end, but the bridge learns it only from its next probe's answer:
-    # until the first call that got through, every chat's posts still wait at the gate.
-    back = [_t(p.start) for p in run.posts if p.ok and _t(p.start) >= outage[1]]
-    reopened = min(back, default=outage[1])
-    return start <= reopened + TOLERANCE and end >= outage[0]
+    # The API is back at the outage's end, but the bridge learns it only from a probe's
+    # answer (Feishu's own reset header may ask it to wait longer): until then every chat's
+    # posts wait at the gate.
+    windows = [(_t(a), _t(b)) for a, b in run.gate_down]
+    if run.faults.outage is not None:
+        windows.append(run.faults.outage)
+    return any(start <= b + TOLERANCE and end >= a for a, b in windows)
 
 
 def answers_in_order(run: Run, seen: dict[str, list[Seen]]) -> list[str]:

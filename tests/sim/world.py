@@ -7,13 +7,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC
 from typing import Any
 
 from bridge.core import Options, Timings
 from bridge.core.state import PresenceStyle
 from bridge.engine.engine import Engine, EngineConfig
+from bridge.engine.schedules import ScheduleSettings
 from bridge.feishu.models import CardAction, InboundMessage
 from bridge.i18n import Translator
 from bridge.store import MemoryStore
@@ -71,6 +74,7 @@ class Run:
     faults: FaultPlan = field(default_factory=FaultPlan)
     clicks: list[Click] = field(default_factory=list)
     restarted_at: float | None = None  # the bridge was killed and started again then
+    gate_down: list[tuple[float, float]] = field(default_factory=list)  # bridge knew it down
     stuck: list[str] = field(default_factory=list)  # conversations never back to idle
 
 
@@ -85,6 +89,12 @@ def run_seed(seed: int, *, jitter: bool = True, storms: bool = True) -> Run:
     finally:
         loop.close()
         logging.disable(was)
+
+
+def _every(seed: int, chat: str) -> float | None:
+    """Whether the chat asks for a scheduled prompt, and how often (its own stream)."""
+    draw = random.Random(f"every:{seed}:{chat}")
+    return draw.choice((2.0, 3.0, 7.0)) if draw.random() < 0.25 else None
 
 
 @dataclass
@@ -126,13 +136,16 @@ async def _world(seed: int, loop: SimLoop, jitter: bool, storms: bool) -> Run:
                 ack_emoji="OnIt",
                 max_running_turns=8,
                 card_interval=CARD_INTERVAL,
+                schedules=ScheduleSettings(min_interval=1.0, zone=UTC),
             ),
             clock=clock,
             publish=lambda key, snapshot: None,
             rng=engine_rng,
         )
 
-    bridge = Bridge(build())
+    gate_log: list[tuple[float, bool]] = []
+    bridge = Bridge(_watched(build(), clock, gate_log))
+    await bridge.engine.start_schedules()
     sent: list[Sent] = []
     clicks: list[Click] = []
     clicking = random.Random(f"clicks:{seed}")
@@ -140,15 +153,19 @@ async def _world(seed: int, loop: SimLoop, jitter: bool, storms: bool) -> Run:
     feishu.on_card = lambda post: tasks.add(
         asyncio.ensure_future(_click(clicking, post, bridge, sent, clock, clicks))
     )
+    chats = [f"oc_{n}" for n in range(rng.randint(1, 3))]
+    every = {c: _every(seed, c) if storms else None for c in chats}
     users = [
-        _user(random.Random(rng.random()), f"oc_{n}", bridge, store, clock, plans, sent)
-        for n in range(rng.randint(1, 3))
+        _user(random.Random(rng.random()), c, bridge, store, clock, plans, sent, feishu, every[c])
+        for c in chats
     ]
     world: list[asyncio.Future[None]] = [asyncio.ensure_future(u) for u in users]
     if restart is not None:
         main = asyncio.current_task()
         people = lambda: {main, *world, *tasks}  # noqa: E731 - what a kill spares
-        killer = _restart(restart, bridge, build, runtime, clock, people)
+        killer = _restart(
+            restart, bridge, lambda: _watched(build(), clock, gate_log), runtime, clock, people
+        )
         world.append(asyncio.ensure_future(killer))
     try:
         await asyncio.gather(*world)
@@ -157,6 +174,7 @@ async def _world(seed: int, loop: SimLoop, jitter: bool, storms: bool) -> Run:
         pass
     run = Run(seed, style, sent, feishu.posts, runtime, faults=faults, clicks=clicks)
     run.restarted_at = bridge.restarted_at
+    run.gate_down = _intervals(gate_log, clock.now())
     for task in tasks:
         task.cancel()
     run.stuck = [
@@ -166,6 +184,37 @@ async def _world(seed: int, loop: SimLoop, jitter: bool, storms: bool) -> Run:
     ]
     await bridge.engine.drain(0.0)
     return run
+
+
+def _watched(engine: Engine, clock: SimClock, log: list[tuple[float, bool]]) -> Engine:
+    """Note when the bridge took Feishu to be down, and up again (observation only)."""
+    gate = engine.gate
+    failed, up = gate._failed, gate._up
+
+    def on_failed(*args: Any) -> None:
+        failed(*args)
+        log.append((clock.now(), gate.down))
+
+    def on_up() -> None:
+        up()
+        log.append((clock.now(), gate.down))
+
+    gate._failed, gate._up = on_failed, on_up  # type: ignore[method-assign]
+    return engine
+
+
+def _intervals(log: list[tuple[float, bool]], end: float) -> list[tuple[float, float]]:
+    out: list[tuple[float, float]] = []
+    since: float | None = None
+    for at, down in log:
+        if down and since is None:
+            since = at
+        elif not down and since is not None:
+            out.append((since, at))
+            since = None
+    if since is not None:
+        out.append((since, end))
+    return out
 
 
 async def _restart(
@@ -181,6 +230,7 @@ async def _restart(
     await asyncio.sleep(at)
     bridge.restarted_at = clock.now()
     old = bridge.engine
+    old.schedules.close()  # its timers are the loop's, not tasks: stopped by hand
     for actor in old.conversations.values():
         actor.close()
     spared = {asyncio.current_task(), *people()}
@@ -190,6 +240,7 @@ async def _restart(
     runtime.died()
     bridge.engine = build()
     await bridge.engine.recover(before=clock.now())
+    await bridge.engine.start_schedules()
 
 
 async def _user(
@@ -200,15 +251,10 @@ async def _user(
     clock: SimClock,
     plans: dict[str, Plan],
     sent: list[Sent],
+    feishu: SimFeishu,
+    schedule: float | None,
 ) -> None:
-    for n in range(rng.randint(1, 4)):
-        await asyncio.sleep(rng.choice((0.0, 0.3, 1.5, 4.0, 10.0, 30.0)))
-        stop = n > 0 and rng.random() < 0.2
-        text = "/stop" if stop else f"task {chat}.{n}"
-        plan = None if stop else draw_plan(rng, text)
-        if plan is not None:
-            plans[text] = plan
-        message_id = f"om_{chat}_{n}"
+    async def say(message_id: str, text: str, plan: Plan | None) -> None:
         sent.append(Sent(clock.now(), chat, message_id, text, plan))
         message = InboundMessage(
             event_id=f"ev_{message_id}",
@@ -223,6 +269,29 @@ async def _user(
             message.conversation_key, message_id, message.sender_open_id, chat, text, clock.now()
         )
         bridge.engine.accept(message)
+
+    if schedule is not None:  # "/every 3s tick oc_0", taken back after the last message
+        await say(f"om_{chat}_every", f"/every {schedule:g}s tick {chat}", None)
+    for n in range(rng.randint(1, 4)):
+        await asyncio.sleep(rng.choice((0.0, 0.3, 1.5, 4.0, 10.0, 30.0)))
+        stop = n > 0 and rng.random() < 0.2
+        text = "/stop" if stop else f"task {chat}.{n}"
+        plan = None if stop else draw_plan(rng, text)
+        if plan is not None:
+            plans[text] = plan
+        await say(f"om_{chat}_{n}", text, plan)
+    if schedule is not None:
+        await asyncio.sleep(rng.choice((0.5, 5.0)))
+        for _ in range(600):  # a person reads the number off the confirmation, once it shows
+            added = [p.text for p in feishu.posts if p.ok and p.target == f"om_{chat}_every"]
+            number = next((m.group(1) for t in added if (m := _NUMBER.search(t))), None)
+            if number is not None:
+                await say(f"om_{chat}_unschedule", f"/unschedule {number}", None)
+                return
+            await asyncio.sleep(1.0)
+
+
+_NUMBER = re.compile(r"#(\d+)")
 
 
 async def _click(
