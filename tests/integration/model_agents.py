@@ -1,4 +1,4 @@
-"""The three agents users run (Claude Code, Codex, Qwen Code), offline against the scripted
+"""The agents users run (Claude Code, Codex, Qwen Code, Gemini CLI), offline against the scripted
 model (`bridge/devtools/fake_model`), as profiles the tests in
 test_agents_on_scripted_model.py run through the whole bridge.
 
@@ -48,6 +48,10 @@ class ModelAgent:
     configure: Callable[[Path], None] = lambda home: None  # its settings in the throwaway HOME
     approval_mode: str | None = None  # the session mode in which its writes ask first
     refusal_ends_round: bool = False  # a refused write ends the round (no answer follows)
+    # After /stop the bridge restarts the agent and reloads the session; this agent's reload
+    # fails, so the next answer comes in a new session after the `session.fresh` line
+    # (issue 36: until a stop is settled in place)
+    reload_fails_after_stop: bool = False
 
     @property
     def version(self) -> str:
@@ -232,7 +236,40 @@ QWEN = ModelAgent(
     refusal_ends_round=True,  # a refused tool fails and the round ends with an empty end_turn
 )
 
-AGENTS = (CLAUDE, CODEX, QWEN)
+
+# --- Gemini CLI ----------------------------------------------------------------------------------
+
+
+def _gemini_home(home: Path) -> None:
+    gemini = home / ".gemini"
+    gemini.mkdir(exist_ok=True)
+    settings = {
+        # else it posts usage statistics to play.googleapis.com on every run
+        "privacy": {"usageStatisticsEnabled": False},
+        "telemetry": {"enabled": False},
+        "general": {"enableAutoUpdate": False, "enableAutoUpdateNotification": False},
+    }
+    (gemini / "settings.json").write_text(json.dumps(settings))
+
+
+GEMINI = ModelAgent(
+    name="gemini",
+    package="@google/gemini-cli",
+    entry="gemini",
+    args=("--acp",),
+    env={
+        "GOOGLE_GEMINI_BASE_URL": "{url}",
+        "GEMINI_API_KEY": "scripted",
+        # In a folder it does not trust, "Allow for this session" fails the tool ("Cannot
+        # enable privileged approval modes in an untrusted folder"): the workspace is trusted,
+        # as an operator trusts the folder the bridge gives it.
+        "GEMINI_CLI_TRUST_WORKSPACE": "true",
+    },
+    configure=_gemini_home,
+    reload_fails_after_stop=True,  # session/load -32603 "Invalid session identifier"
+)
+
+AGENTS = (CLAUDE, CODEX, QWEN, GEMINI)
 
 
 def netns_works() -> bool:
