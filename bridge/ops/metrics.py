@@ -69,7 +69,8 @@ class _FeishuApiState(Collector):
 
 class _AgentUpdatesDropped(Collector):
     """Agent updates never shown: after their prompt's result (late), of an unknown kind, or
-    a stdout line over the size cap (oversize). Read from the runtime's counters at scrape."""
+    a stdout line over the size cap (oversize); and results that belonged to a cancelled
+    turn (cancel tails). Read from the runtime's counters at scrape."""
 
     def __init__(self, snapshot: Callable[[], Mapping[str, Any]]) -> None:
         self._snapshot = snapshot
@@ -85,6 +86,12 @@ class _AgentUpdatesDropped(Collector):
         for reason in ("late", "unknown", "oversize"):
             family.add_metric([reason], float(snapshot.get(f"{reason}_updates", 0)))
         yield family
+        yield CounterMetricFamily(
+            "bridge_agent_cancel_tails",
+            "Prompts an agent answered with a cancelled turn's leftover result (a tail); the"
+            " bridge restarted the agent and sent the prompt again.",
+            value=float(snapshot.get("cancel_tails", 0)),
+        )
 
 
 class Metrics:

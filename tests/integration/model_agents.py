@@ -51,7 +51,6 @@ class ModelAgent:
     # After /stop the bridge restarts the agent and reloads the session; this agent's reload
     # fails, so the next answer comes in a new session after the `session.fresh` line
     # (issue 36: until a stop is settled in place)
-    reload_fails_after_stop: bool = False
 
     @property
     def version(self) -> str:
@@ -266,7 +265,6 @@ GEMINI = ModelAgent(
         "GEMINI_CLI_TRUST_WORKSPACE": "true",
     },
     configure=_gemini_home,
-    reload_fails_after_stop=True,  # session/load -32603 "Invalid session identifier"
 )
 
 AGENTS = (CLAUDE, CODEX, QWEN, GEMINI)

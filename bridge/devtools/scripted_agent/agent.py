@@ -56,6 +56,7 @@ class ScriptedAgent(SessionMethods):
         resume_session: bool = True,
         list_sessions: bool = True,
         name: str = "scripted-agent",
+        version: str = "1.0",
         images: bool = True,
         quirks: frozenset[str] = frozenset(),
     ) -> None:
@@ -69,6 +70,7 @@ class ScriptedAgent(SessionMethods):
         self.load_enabled = load_session
         self.resume_enabled = resume_session
         self.name = name
+        self.version = version
         self.images = images
         self.list_enabled = list_sessions
         self.scenario = scenario
@@ -94,7 +96,7 @@ class ScriptedAgent(SessionMethods):
                     resume=SessionResumeCapabilities() if self.resume_enabled else None,
                 ),
             ),
-            agent_info=Implementation(name=self.name, version="1.0"),
+            agent_info=Implementation(name=self.name, version=self.version),
         )
 
     async def prompt(self, session_id: str, prompt: list[Any], **_: Any) -> PromptResponse:
