@@ -48,9 +48,6 @@ class ModelAgent:
     configure: Callable[[Path], None] = lambda home: None  # its settings in the throwaway HOME
     approval_mode: str | None = None  # the session mode in which its writes ask first
     refusal_ends_round: bool = False  # a refused write ends the round (no answer follows)
-    # After /stop the bridge restarts the agent and reloads the session; this agent's reload
-    # fails, so the next answer comes in a new session after the `session.fresh` line
-    # (issue 36: until a stop is settled in place)
 
     @property
     def version(self) -> str:
