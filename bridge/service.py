@@ -247,6 +247,8 @@ def build_service(
             cut_notice=lambda kept, total: translator("reply.cut", kept=kept, total=total),
             budget=budget,
         )
+    elif isinstance(feishu, FeishuClient):
+        feishu.pace(budget)  # a client made by a test or the demo, paced as the product's
     routes = Routes.of(settings.agent_profiles, settings.workspace_roots)
     watch = ProcessWatch(projection, routes.agents[0][0], routes.workspaces[0][0])
     if runtime is None:

@@ -129,6 +129,9 @@ class FeishuClient(CardKitCalls, ResourceCalls):
     def __repr__(self) -> str:
         return f"FeishuClient(domain={self._domain!r})"
 
+    def pace(self, budget: CallBudget) -> None:
+        self._budget = self._budget or budget
+
     @property
     def breaker(self) -> CircuitBreaker:
         return self._breaker
