@@ -34,8 +34,10 @@ from bridge.engine.engine import Engine, EngineConfig
 from bridge.engine.ownership import Ownership
 from bridge.engine.schedules import ScheduleSettings
 from bridge.feishu.api import FeishuApi
+from bridge.feishu.budget import BudgetPolicy
 from bridge.feishu.client import FeishuClient
 from bridge.feishu.longconn import ConnectionState, LongConnection
+from bridge.feishu.pacer import CallBudget
 from bridge.i18n import Translator
 from bridge.listener import Listener
 from bridge.ops.access import ops_middlewares
@@ -236,13 +238,17 @@ def build_service(
     translator = Translator(settings.bridge_locale)
     projection = Projection(clock=wall, instance_id=settings.bridge_instance_id)
     store = store_for(settings)
+    budget = CallBudget(BudgetPolicy.of(settings), now=clock.now, call_at=clock.call_at)
     if feishu is None:
         feishu = FeishuClient(
             settings.feishu_app_id or "",
             secret(settings.feishu_app_secret) or "",
             settings.feishu_domain,
             cut_notice=lambda kept, total: translator("reply.cut", kept=kept, total=total),
+            budget=budget,
         )
+    elif isinstance(feishu, FeishuClient):
+        feishu.pace(budget)  # a client made by a test or the demo, paced as the product's
     routes = Routes.of(settings.agent_profiles, settings.workspace_roots)
     watch = ProcessWatch(projection, routes.agents[0][0], routes.workspaces[0][0])
     if runtime is None:
@@ -252,6 +258,7 @@ def build_service(
         runtime = DeferredRuntime(build, program=program)
     watch.runtime = runtime
     metrics = Metrics(projection, runtime_snapshot=runtime.snapshot)
+    metrics.watch_budget(budget.state)
     engine = Engine(
         feishu=feishu,
         runtime=runtime,
@@ -283,6 +290,7 @@ def build_service(
         publish=watch.publish,
         metrics=metrics,
         session_ended=projection.session_ended,
+        budget=budget,
     )
     bot = BotIdentity()
     ownership = ownership_for(settings, store, engine, wall)
@@ -403,6 +411,7 @@ def _status(
         "long_connection": longconn.state.name.lower() if longconn else None,
         "conversations": len(engine.conversations),
         "feishu_api": engine.gate.state(),
+        "feishu_budget": engine.budget.state() if engine.budget else None,
         "event_subscribers": projection.subscribers(),
         "runtime": runtime.snapshot(),
     }

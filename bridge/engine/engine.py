@@ -33,6 +33,7 @@ from bridge.engine.tasks import TaskTracker
 from bridge.engine.turn_runner import SessionEnded, TurnRunner
 from bridge.feishu.api import FeishuApi
 from bridge.feishu.models import CardAction, CardActionReply, InboundMessage
+from bridge.feishu.pacer import CallBudget
 from bridge.i18n import Translator
 from bridge.ops.metrics import Metrics
 from bridge.runtime.port import AgentRuntime
@@ -71,8 +72,10 @@ class Engine:
         metrics: Metrics | None = None,
         session_ended: SessionEnded | None = None,
         rng: random.Random | None = None,
+        budget: CallBudget | None = None,
     ) -> None:
         self._tasks = TaskTracker("engine")
+        self.budget = budget  # the app's Feishu call budget (for /status)
         now = clock.now
         # Feishu's health as the posts find it: one gate for the app (delivery.py).
         self.gate = FeishuGate(now, rng or system_random(), config.delivery)
@@ -103,6 +106,7 @@ class Engine:
             interval=config.card_interval,
             gate=self.gate,
             metrics=metrics,
+            budget=budget,
         )
         self.schedules = Scheduler(
             store=store,

@@ -42,6 +42,7 @@ from bridge.core.inputs import AgentCommands, CardNotShown, ConfigAnswered, Mode
 from bridge.core.text import Text
 from bridge.engine.actor import ConversationActor, Owe, Owed, Trace, Work
 from bridge.engine.answers import Answers, Mark
+from bridge.engine.call_lanes import chat_of, lane_of
 from bridge.engine.card_views import CardViews, PostedCards, approval_status
 from bridge.engine.delivery import FeishuGate
 from bridge.engine.files_out import FilesOut
@@ -54,6 +55,7 @@ from bridge.engine.trace_buffer import TraceBuffer
 from bridge.engine.turn_runner import TurnRunner
 from bridge.feishu.api import FeishuApi
 from bridge.feishu.errors import BusinessError, FeishuError
+from bridge.feishu.pacer import scope
 from bridge.i18n import Translator
 from bridge.ops.metrics import Metrics
 from bridge.runtime.events import model_option
@@ -128,6 +130,11 @@ class EffectExecutor:
         return len(self._posted)
 
     async def perform(self, actor: ConversationActor, work: Work) -> None:
+        # Its Feishu calls take from the app's budget as this chat's, in the effect's lane.
+        with scope(chat_of(actor.key), lane_of(work)):
+            await self._perform(actor, work)
+
+    async def _perform(self, actor: ConversationActor, work: Work) -> None:
         held = self._held.get(actor.key)
         if held is not None and not (isinstance(work, RecordTerminal) and work.turn_id == held[0]):
             await self._write_held(actor.key)

@@ -7,6 +7,7 @@ import contextlib
 import json
 import os
 from collections.abc import Awaitable, Callable
+from functools import partial
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -26,6 +27,7 @@ from acp.schema import (
     TextContentBlock,
 )
 
+from bridge.devtools.scripted_agent import realistic
 from bridge.devtools.scripted_agent.language import (
     PERMISSION_OPTIONS,
     SCENARIOS,
@@ -194,6 +196,9 @@ class ScriptedAgent(SessionMethods):
                 await self._say(session, f"c{index} ")
                 if delay:
                     await self._pause(session, delay)
+        elif word == "realistic":  # a coding agent's streaming turn (realistic.py)
+            tool = partial(self._tool, session)
+            await realistic.play(rest, partial(self._update, sid), tool, session.cancelled)
         elif word == "tool":
             await self._tool(session, rest or "tool")
         elif word == "plan":
