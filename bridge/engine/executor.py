@@ -5,7 +5,6 @@ core chose.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Callable
 from functools import partial
@@ -71,8 +70,6 @@ from bridge.store.port import MessageState, Store, TurnOutcome
 
 log = logging.getLogger(__name__)
 
-ACK_WAIT = 2.0  # seconds a chat's next post waits for its ack reaction, at most
-
 
 class EffectExecutor:
     def __init__(
@@ -105,7 +102,9 @@ class EffectExecutor:
         self._status_cards = status_cards
         self.traces = TraceBuffer(store, clock)
         self._answers = Answers(feishu=feishu, store=store, clock=clock, gate=gate)
-        self.outbox = Outbox(answers=self._answers, store=store, clock=clock, metrics=metrics)
+        self.outbox = Outbox(
+            answers=self._answers, store=store, clock=clock, ack_emoji=ack_emoji, metrics=metrics
+        )
         self._files = FilesOut(
             feishu=feishu, store=store, routes=routes, answers=self._answers, clock=clock
         )
@@ -117,8 +116,6 @@ class EffectExecutor:
         # anything else comes.
         self._held: dict[str, tuple[str, Mark]] = {}
         self._clock = clock
-        self._ack_emoji = ack_emoji
-        self._acks: set[asyncio.Future[str | None]] = set()  # acks still under way
         self._metrics = metrics
         # Several instances: whether this one holds the conversation's lease (a turn starts
         # only then). One instance alone holds every conversation.
@@ -140,7 +137,7 @@ class EffectExecutor:
             await self._write_held(actor.key)
         match work:
             case React(message_id):
-                await self._ack(message_id)
+                await self.outbox.ack(message_id)
             case MarkMessageDone(message_id):
                 await self._store.set_message_state(message_id, MessageState.DONE, self._clock())
             case PostText() | RelayAgentText():
@@ -206,20 +203,6 @@ class EffectExecutor:
         traced = _trace_of(work)
         if traced is not None:
             await self._trace(*traced)
-
-    async def _ack(self, message_id: str) -> None:
-        """The ack reaction: best-effort, and never what holds a chat's posts. While Feishu
-        is down it goes only as the gate's probe (else it would only fail); the chat's next
-        post waits for it at most `ACK_WAIT` (a hanging call goes on alone, tracked)."""
-        gate = self._answers.gate
-        if not gate.probe_due():
-            return
-        ack = asyncio.ensure_future(self._feishu.add_reaction(message_id, self._ack_emoji))
-        self._acks.add(ack)
-        ack.add_done_callback(self._acks.discard)
-        done, _ = await asyncio.wait({ack}, timeout=ACK_WAIT)
-        if ack in done and not ack.cancelled():
-            gate.heard_back(ack.result() is not None)
 
     def _hold(self, actor: ConversationActor, turn_id: str | None, mark: Mark | None) -> None:
         if mark is not None and turn_id is not None:

@@ -9,6 +9,7 @@ answer and the ending line are never dropped.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections.abc import Callable, Mapping
@@ -23,6 +24,8 @@ from bridge.store.port import Store, Turn, TurnOutcome
 from bridge.store.port_owed import OwedPost
 
 log = logging.getLogger(__name__)
+
+ACK_WAIT = 2.0  # seconds a chat's next post waits for its ack reaction, at most
 
 # Lines that only say "still working" or "your turn": untrue once their turn has ended.
 PRESENCE_ONLY = frozenset(
@@ -100,12 +103,30 @@ class Outbox:
         answers: Answers,
         store: Store,
         clock: Callable[[], float],
+        ack_emoji: str,
         metrics: Metrics | None = None,
     ) -> None:
         self._answers = answers
         self._store = store
         self._clock = clock
+        self._ack_emoji = ack_emoji
         self._metrics = metrics
+        self._acks: set[asyncio.Future[str | None]] = set()  # acks still under way
+
+    async def ack(self, message_id: str) -> None:
+        """The ack reaction: best-effort, and never what holds a chat's posts. While Feishu
+        is down it goes only as the gate's probe (else it would only fail); the chat's next
+        post waits for it at most `ACK_WAIT` (a hanging call goes on alone, tracked)."""
+        gate = self._answers.gate
+        if not gate.probe_due():
+            return
+        react = self._answers.feishu.add_reaction(message_id, self._ack_emoji)
+        ack = asyncio.ensure_future(react)
+        self._acks.add(ack)
+        ack.add_done_callback(self._acks.discard)
+        done, _ = await asyncio.wait({ack}, timeout=ACK_WAIT)
+        if ack in done and not ack.cancelled():
+            gate.heard_back(ack.result() is not None)
 
     async def record(
         self, actor: ConversationActor, work: PostText | RelayAgentText, text: str
