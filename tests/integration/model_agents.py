@@ -48,6 +48,7 @@ class ModelAgent:
     configure: Callable[[Path], None] = lambda home: None  # its settings in the throwaway HOME
     approval_mode: str | None = None  # the session mode in which its writes ask first
     refusal_ends_round: bool = False  # a refused write ends the round (no answer follows)
+    restarted_after_stop: bool = False  # in the bridge's cancel-tail table (cancel_tails.py)
 
     @property
     def version(self) -> str:
@@ -117,6 +118,7 @@ CLAUDE = ModelAgent(
         "IS_SANDBOX": "1",  # Claude Code refuses root (CI containers) unless told so
     },
     configure=_claude_home,
+    restarted_after_stop=True,
     approval_mode="default",  # it starts in "auto" (a classifier approves, nobody is asked)
 )
 

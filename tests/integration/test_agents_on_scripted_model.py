@@ -22,6 +22,8 @@ import asyncio
 import json
 import os
 import signal
+import time
+from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any
 
@@ -239,25 +241,42 @@ async def test_the_agent_killed_mid_turn_is_told_restarted_and_works_again(
 # --- 6. /stop mid-turn --------------------------------------------------------------------------
 
 
-async def test_stop_mid_turn_cancels_tells_and_the_next_message_works(
+async def test_stop_mid_turn_cancels_tells_and_the_next_messages_work(
     agent: ModelAgent, tmp_path: Path
 ) -> None:
     stacked, record = await run_agent(agent, tmp_path)
     async with stacked as stack:
         run = Run(stack, record, tmp_path / "bridge")
+        plain = await _timed(run.said("ECHO warm"))  # a plain answer from a warm agent
+        assert plain[0] == "echo: warm"
         sent = await stack.say("HANG")
         await run.model_heard("HANG")
         served = [p.pid for p in stack.demo.service.runtime.running_processes()]
         await stack.say("/stop")
         await stack.wait_text(lambda shown: shown == STOPPED, within=WITHIN)
         await stack.settled(within=WITHIN)
-        assert await run.said("ECHO next") == "echo: next"
-        # None of them leaves a tail: cancelled in place, the same process answers (Gemini
-        # CLI's failing session/load is never asked for).
-        assert [p.pid for p in stack.demo.service.runtime.running_processes()] == served
+        first = await _timed(run.said("ECHO next"))
+        second = await _timed(run.said("ECHO then"))
+        assert (first[0], second[0]) == ("echo: next", "echo: then")  # each its own, in order
+        now = [p.pid for p in stack.demo.service.runtime.running_processes()]
+        if agent.restarted_after_stop:  # in the cancel-tail table: a new process answers
+            assert now != served, (now, served)
+        else:  # cancelled in place: the process that served the stopped turn answers
+            assert now == served, (now, served)
         # What the model had streamed before the stop may be shown first, never after.
         assert stack.texts() in (
-            [STOPPED, "echo: next"],
-            ["working on it", STOPPED, "echo: next"],
+            ["echo: warm", STOPPED, "echo: next", "echo: then"],
+            ["echo: warm", "working on it", STOPPED, "echo: next", "echo: then"],
         ), stack.texts()
         assert stack.reactions(sent.message_id) == ["OnIt"]
+        # Seconds from each message to its answer, printed (`-rP`), not judged: timing is
+        # the bench's; issue 36 asks the first within 1.5x the warm plain answer.
+        print(
+            f"{agent.name}: plain {plain[1]:.2f} s, after /stop {first[1]:.2f} s, {second[1]:.2f} s"
+        )
+
+
+async def _timed(answer: Awaitable[str]) -> tuple[str, float]:
+    started = time.perf_counter()
+    text = await answer
+    return text, time.perf_counter() - started

@@ -25,7 +25,7 @@ def info(name: str, version: str) -> Implementation:
         ("@zed-industries/claude-agent-acp", "0.23.1", True),
         ("@zed-industries/claude-agent-acp", "0.24.0", True),
         ("@zed-industries/claude-agent-acp", "0.22.9", False),
-        ("@agentclientprotocol/claude-agent-acp", "0.101.0", False),  # settles in place
+        ("@agentclientprotocol/claude-agent-acp", "0.101.0", True),  # restarted all the same
         ("qwen-code", "0.24.4", False),
         ("@zed-industries/claude-agent-acp", "not a version", False),
     ],
