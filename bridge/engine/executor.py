@@ -6,7 +6,7 @@ core chose.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from functools import partial
 
 from bridge.core.effects import (
@@ -37,7 +37,13 @@ from bridge.core.effects import (
     UpdateApprovalCard,
     UpdateQuestionCard,
 )
-from bridge.core.inputs import AgentCommands, CardNotShown, ConfigAnswered, ModesAnswered
+from bridge.core.inputs import (
+    AgentCommands,
+    CardNotShown,
+    ConfigAnswered,
+    ModesAnswered,
+    StartFailed,
+)
 from bridge.core.text import Text
 from bridge.engine.actor import ConversationActor, Owe, Owed, Trace, Work
 from bridge.engine.answers import Answers, Mark
@@ -64,7 +70,8 @@ from bridge.runtime.port import (
     RuntimeUnavailable,
 )
 from bridge.runtime.router import Routes
-from bridge.store.port import MessageState, Store, TurnOutcome
+from bridge.store.port import MessageState, Store, StoreUnavailable, TurnOutcome
+from bridge.store.steady import StoreRetry
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +93,7 @@ class EffectExecutor:
         clock: Callable[[], float],
         ack_emoji: str,
         gate: FeishuGate,
+        retry: StoreRetry,
         metrics: Metrics | None = None,
     ) -> None:
         self._schedules = schedules
@@ -115,8 +123,9 @@ class EffectExecutor:
         self._ack_emoji = ack_emoji
         self._metrics = metrics
         # Several instances: whether this one holds the conversation's lease (a turn starts
-        # only then). One instance alone holds every conversation.
-        self.owns: Callable[[str], bool] = _always
+        # only then; an unconfirmed one is waited on). One instance alone holds every one.
+        self.confirm: Callable[[str], Awaitable[bool]] = _always
+        self._retry = retry
 
     @property
     def cards_held(self) -> int:
@@ -131,7 +140,10 @@ class EffectExecutor:
             case React(message_id):
                 await self._feishu.add_reaction(message_id, self._ack_emoji)
             case MarkMessageDone(message_id):
-                await self._store.set_message_state(message_id, MessageState.DONE, self._clock())
+                done = partial(
+                    self._store.set_message_state, message_id, MessageState.DONE, self._clock()
+                )
+                await self._retry.call("message_done", done)
             case PostText() | RelayAgentText():
                 fresh = work.turn_id in self._started
                 mark = await self.outbox.post(actor, work, self._text_of(work), fresh=fresh)
@@ -139,7 +151,8 @@ class EffectExecutor:
                 if self._metrics and isinstance(work, PostText):
                     self._metrics.lines.labels(work.key).inc()
             case Owe(post):
-                await self.outbox.record(actor, post, self._text_of(post))
+                owe = partial(self.outbox.record, actor, post, self._text_of(post))
+                await self._retry.call("owe", owe)
             case EditText(posted_key, key, params):
                 await self._edit_text(posted_key, render(self._t, key, params))
             case Owed():
@@ -204,7 +217,8 @@ class EffectExecutor:
         held = self._held.pop(key, None)
         if held is not None:
             idem, ids = held[1]
-            await self._store.mark_sent(idem, ids, self._clock())
+            mark = partial(self._store.mark_sent, idem, ids, self._clock())
+            await self._retry.call("mark_sent", mark)
 
     async def _ask_modes(self, actor: ConversationActor, work: AskModes) -> None:
         try:
@@ -345,7 +359,8 @@ class EffectExecutor:
         started = self._started.pop(turn_id, None)
         # The turn's message is the one it answers (a turn's id is its message's id); `sent`,
         # its end signal's outbox mark, is written in the same transaction.
-        if await self._store.end_turn(turn_id, turn_id, TurnOutcome(outcome), now, sent=sent):
+        end = partial(self._store.end_turn, turn_id, turn_id, TurnOutcome(outcome), now, sent=sent)
+        if await self._retry.call("end_turn", end):
             # "<outcome> <ending>: <detail>": /turns/{id} reads the typed ending back from it.
             await self.traces.add(turn_id, "terminal", f"{outcome} {ending}: {detail}", now)
             if self._metrics:
@@ -361,12 +376,19 @@ class EffectExecutor:
             # Left queued in the journal: the next start runs it, as if it had just come.
             log.info("turn %s not started: the bridge is shutting down", work.turn_id)
             return
-        if not self.owns(actor.key):
+        if not await self.confirm(actor.key):
             # Several instances: the lease went to another one, which runs it from the journal.
             log.warning("turn %s not started: %s is not this instance's", work.turn_id, actor.key)
             return
         now = self._clock()
-        if await self._store.begin_turn(work.turn_id, actor.key, work.turn_id, now):
+        begin = partial(self._store.begin_turn, work.turn_id, actor.key, work.turn_id, now)
+        try:
+            begun = await self._retry.call("begin_turn", begin)
+        except StoreUnavailable:  # past the retries: the bridge's part failed, not the agent
+            log.error("turn %s not started: the store stayed unavailable", work.turn_id)
+            actor.feed(StartFailed(work.turn_id, "StoreUnavailable"))
+            return
+        if begun:
             self._started[work.turn_id] = now
             await self.traces.add(work.turn_id, "start", "", now)
         if self._runner.stopping():  # began meanwhile: the next start tells its user
@@ -375,7 +397,7 @@ class EffectExecutor:
         self._runner.start(actor, work)
 
 
-def _always(key: str) -> bool:
+async def _always(key: str) -> bool:
     return True
 
 

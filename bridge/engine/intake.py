@@ -221,8 +221,11 @@ class Intake:
             self._conversations.get(post.conversation_key).enqueue(Owed(post))
         return {p.turn_id for p in owed if p.turn_id is not None and _is_final(p)}
 
-    async def _interrupt(self, interrupted: list[Turn]) -> set[str]:
-        """Tell each cut turn's user; returns the cut turns' message ids."""
+    async def _interrupt(self, running: list[Turn]) -> set[str]:
+        """Tell each cut turn's user; returns the cut turns' message ids. A turn whose prompt
+        never went out (no `prompted_at`: cut while it waited for its session, its slot or
+        the store) lost nothing: its message is not among them, so it runs again."""
+        interrupted = [t for t in running if t.prompted_at is not None]
         for turn in interrupted:
             message = await self._store.message(turn.message_id)
             requester = message.sender_open_id if message else ""
