@@ -98,6 +98,28 @@ class PgServer:
             cwd=self.base,
             **self._as_user(),
         )
+        for attempt in range(3):  # the free port may be taken between the probe and the bind
+            self.port = _free_port()
+            if self._launch():
+                self._create(DATABASE)
+                return
+            self._terminate()
+            if attempt == 2:
+                break
+        raise RuntimeError(f"postgres did not start:\n{self.log.read_text(errors='replace')}")
+
+    def halt(self) -> None:
+        """Stop the server as `pg_ctl stop -m fast` does (SIGINT: every session aborted, a
+        clean shutdown); its data stays for `resume`."""
+        self._terminate()
+
+    def resume(self) -> None:
+        """Start the server again on the same data and port (after `halt`)."""
+        if not self._launch():
+            self._terminate()
+            raise RuntimeError(f"postgres did not restart:\n{self.log.read_text(errors='replace')}")
+
+    def _launch(self) -> bool:
         settings = {
             "listen_addresses": "127.0.0.1",
             "unix_socket_directories": str(self.base),
@@ -106,27 +128,19 @@ class PgServer:
             "full_page_writes": "off",
             "max_connections": "200",
         }
-        for attempt in range(3):  # the free port may be taken between the probe and the bind
-            self.port = _free_port()
-            args = [str(self.bin_dir / "postgres"), "-D", str(self.data), "-p", str(self.port)]
-            for name, value in settings.items():
-                args += ["-c", f"{name}={value}"]
-            with open(self.log, "ab") as log:
-                self._proc = subprocess.Popen(
-                    args,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    stdin=subprocess.DEVNULL,
-                    cwd=self.base,
-                    **self._as_user(),
-                )
-            if self._wait_ready():
-                self._create(DATABASE)
-                return
-            self._terminate()
-            if attempt == 2:
-                break
-        raise RuntimeError(f"postgres did not start:\n{self.log.read_text(errors='replace')}")
+        args = [str(self.bin_dir / "postgres"), "-D", str(self.data), "-p", str(self.port)]
+        for name, value in settings.items():
+            args += ["-c", f"{name}={value}"]
+        with open(self.log, "ab") as log:
+            self._proc = subprocess.Popen(
+                args,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                cwd=self.base,
+                **self._as_user(),
+            )
+        return self._wait_ready()
 
     def _wait_ready(self) -> bool:
         import psycopg

@@ -4,10 +4,15 @@ One keeper per bridge process. `acquire(key)` claims a conversation's lease befo
 instance runs anything of it; `owns(key)` says whether it may act on it *now*; `run()`
 renews every lease every `ttl / 3` in one statement, and a lease the renewal no longer
 returns (another instance took it over after it expired) is reported once through
-`on_lost` and forgotten. A lease whose renewal has not succeeded by its expiry (the
-database was unreachable, the process paused) counts as lost as well, since another
-instance may take it from then on; if nobody did, the next renewal still finds it in the
-store, and the keeper releases it there so that it is taken over the normal way.
+`on_lost` and forgotten.
+
+A renewal that fails (the database is restarting, unreachable) loses nothing by itself.
+Past the confirmed expiry the lease is *unconfirmed*: `owns` is False, so nothing new
+starts on it (`confirmed(key)` waits for the answer), but what runs goes on and the
+conversation stays here. The next renewal that reaches the store decides: still ours
+(nobody took it; the others hold off their takeover for a while after an outage, see
+`steady`) and the conversation carries on without a word, or taken, and it is lost as
+above. Renewing an expired lease is safe: `renew_leases` extends only the caller's own.
 
 Time is injected: `clock` (seconds since the epoch: the store compares it with the other
 instances' clocks) and `sleep`, so tests run the loop without waiting.
@@ -24,7 +29,7 @@ from typing import Literal, Protocol
 
 logger = logging.getLogger(__name__)
 
-LossReason = Literal["taken", "expired"]
+LossReason = Literal["taken"]
 OnLost = Callable[[str, LossReason], None]
 
 
@@ -32,7 +37,13 @@ class LeaseStore(Protocol):
     """What the keeper needs of the `Store`."""
 
     async def claim_lease(
-        self, conversation_key: str, owner: str, now: float, ttl: float
+        self,
+        conversation_key: str,
+        owner: str,
+        now: float,
+        ttl: float,
+        *,
+        take_expired: bool = True,
     ) -> int | None: ...
 
     async def renew_leases(self, owner: str, now: float, ttl: float) -> list[str]: ...
@@ -62,6 +73,7 @@ class LeaseKeeper:
         clock: Callable[[], float] = time.time,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         renew_every: float | None = None,
+        takeover_grace: float | None = None,
     ) -> None:
         if ttl <= 0:
             raise ValueError("the lease time must be positive")
@@ -69,6 +81,10 @@ class LeaseKeeper:
         self.instance_id = instance_id
         self.ttl = ttl
         self.renew_every = ttl / 3 if renew_every is None else renew_every
+        # After its own renewals failed (the store was away), how long this instance leaves
+        # the others' expired leases to them: twice the lease time covers their renewal
+        # period and their connection pool coming back later than this one's.
+        self.takeover_grace = 2 * ttl if takeover_grace is None else takeover_grace
         self._on_lost = on_lost
         self._clock = clock
         self._sleep = sleep
@@ -76,6 +92,11 @@ class LeaseKeeper:
         self._acquiring: set[str] = set()
         self._stamps = 0
         self._stopping = asyncio.Event()
+        # Each renewal's outcome, for those waiting on an unconfirmed lease (`confirmed`).
+        self._renewed = asyncio.Condition()
+        # Since when renewals succeed without a break (None: the last one failed); before
+        # the first failure, since ever.
+        self._steady_since: float | None = float("-inf")
 
     def __repr__(self) -> str:
         return f"LeaseKeeper({self.instance_id!r}, {len(self._held)} held)"
@@ -92,8 +113,32 @@ class LeaseKeeper:
         held = self._held.get(key)
         return None if held is None else held.fence
 
+    def holds(self, key: str) -> bool:
+        """Whether the lease is held here, confirmed or not."""
+        return key in self._held
+
     def held(self) -> list[str]:
+        """Every lease held here, confirmed or not."""
         return sorted(self._held)
+
+    async def confirmed(self, key: str) -> bool:
+        """Whether this instance holds the lease now: at once while it is confirmed (or not
+        held at all); while unconfirmed (the store was away past its expiry), at the next
+        renewal that reaches the store: True if it was still ours, False if taken."""
+        if key not in self._held or self.owns(key):
+            return self.owns(key)
+        async with self._renewed:
+            while key in self._held and not self.owns(key):
+                await self._renewed.wait()
+            return self.owns(key)
+
+    def steady(self, grace: float) -> bool:
+        """The store has answered every renewal for at least `grace` seconds. After an
+        outage, an instance whose own renewals failed gives the others this long to renew
+        theirs before it claims their expired leases (`acquire`): they were cut off as it
+        was, and most likely live on."""
+        since = self._steady_since
+        return since is not None and self._clock() - since >= grace
 
     async def acquire(self, key: str) -> int | None:
         """Claim (or confirm) the lease; its fence when this instance holds it now, None while
@@ -103,15 +148,20 @@ class LeaseKeeper:
         self._acquiring.add(key)
         try:
             now = self._clock()
-            fence = await self.store.claim_lease(key, self.instance_id, now, self.ttl)
+            take_expired = self.steady(self.takeover_grace)
+            fence = await self.store.claim_lease(
+                key, self.instance_id, now, self.ttl, take_expired=take_expired
+            )
         finally:
             self._acquiring.discard(key)
+        before = self._held.pop(key, None)
+        if before is not None and fence != before.fence:
+            self._lose(key, "taken")  # held by another meanwhile (the fence grew)
         if fence is None:
-            if self._held.pop(key, None) is not None:
-                self._lose(key, "taken")
             return None
         self._stamps += 1
         self._held[key] = _Held(fence, now + self.ttl, self._stamps)
+        await self._tell()
         return fence
 
     async def release(self, keys: Sequence[str] | None = None) -> None:
@@ -119,6 +169,7 @@ class LeaseKeeper:
         chosen = list(self._held) if keys is None else [k for k in keys if k in self._held]
         for key in chosen:
             del self._held[key]
+        await self._tell()
         if chosen:
             await self.store.release_leases(self.instance_id, chosen)
 
@@ -141,8 +192,13 @@ class LeaseKeeper:
             try:
                 await self.renew()
             except Exception as exc:  # the store is down: try again at the next tick
-                logger.warning("lease renewal failed: %s", type(exc).__name__)
-                self._expire()
+                self._steady_since = None
+                unconfirmed = self._unconfirmed()
+                logger.warning(
+                    "lease renewal failed (%s); %d leases unconfirmed",
+                    type(exc).__name__,
+                    len(unconfirmed),
+                )
 
     def stop(self) -> None:
         self._stopping.set()
@@ -157,31 +213,36 @@ class LeaseKeeper:
         before = {key: held.stamp for key, held in self._held.items()}
         now = self._clock()
         kept = set(await self.store.renew_leases(self.instance_id, now, self.ttl))
+        if self._steady_since is None:
+            self._steady_since = now
         lost: list[str] = []
         for key, stamp in before.items():
             held = self._held.get(key)
             if held is None or held.stamp != stamp:
                 continue  # released or acquired again meanwhile: not this renewal's to judge
             if key in kept:
+                if held.deadline <= now:
+                    logger.info("lease reclaimed after the store was away: %s", key)
                 self._held[key] = _Held(held.fence, now + self.ttl, stamp)
             else:
                 del self._held[key]
                 lost.append(key)
         strays = sorted(kept - self._held.keys() - self._acquiring)
         if strays:
-            # Ours in the store but not here (expired here, or an earlier process's).
+            # Ours in the store but not here (an earlier process's, or released meanwhile).
             await self.store.release_leases(self.instance_id, strays)
         for key in lost:
             self._lose(key, "taken")
-        return lost + self._expire()
+        await self._tell()
+        return lost
 
-    def _expire(self) -> list[str]:
+    def _unconfirmed(self) -> list[str]:
         now = self._clock()
-        gone = sorted(key for key, held in self._held.items() if held.deadline <= now)
-        for key in gone:
-            del self._held[key]
-            self._lose(key, "expired")
-        return gone
+        return sorted(key for key, held in self._held.items() if held.deadline <= now)
+
+    async def _tell(self) -> None:
+        async with self._renewed:
+            self._renewed.notify_all()
 
     def _lose(self, key: str, reason: LossReason) -> None:
         logger.warning("lease lost (%s): %s", reason, key)

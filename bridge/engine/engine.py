@@ -39,6 +39,7 @@ from bridge.ops.metrics import Metrics
 from bridge.runtime.port import AgentRuntime
 from bridge.runtime.router import Routes
 from bridge.store.port import Store
+from bridge.store.steady import StoreRetry
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +57,7 @@ class EngineConfig:
     max_attachment_mb: int = 20
     schedules: ScheduleSettings = field(default_factory=ScheduleSettings)
     delivery: DeliveryPolicy = field(default_factory=DeliveryPolicy)  # through an outage
+    store_retry: StoreRetry = field(default_factory=StoreRetry)  # a turn's store calls, likewise
 
 
 class Engine:
@@ -83,9 +85,10 @@ class Engine:
             metrics.watch_feishu(self.gate.state)
         self._publish = publish
         cards = CardViews(translator, requester_may_approve=config.options.requester_may_approve)
-        runner = TurnRunner(
+        self.runner = runner = TurnRunner(
             runtime=runtime,
             store=store,
+            retry=config.store_retry,
             clock=now,
             tasks=self._tasks,
             max_running_turns=config.max_running_turns,
@@ -133,6 +136,7 @@ class Engine:
             clock=now,
             ack_emoji=config.ack_emoji,
             gate=self.gate,
+            retry=config.store_retry,
             metrics=metrics,
         )
         self._conversations = Conversations(

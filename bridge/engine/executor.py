@@ -6,7 +6,7 @@ core chose.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from functools import partial
 
 from bridge.core.effects import (
@@ -37,10 +37,15 @@ from bridge.core.effects import (
     UpdateApprovalCard,
     UpdateQuestionCard,
 )
-from bridge.core.inputs import AgentCommands, CardNotShown, ConfigAnswered, ModesAnswered
+from bridge.core.inputs import (
+    AgentCommands,
+    CardNotShown,
+    StartFailed,
+)
 from bridge.core.text import Text
 from bridge.engine.actor import ConversationActor, Owe, Owed, Trace, Work
 from bridge.engine.answers import Answers, Mark
+from bridge.engine.asks import Asks
 from bridge.engine.call_lanes import chat_of, lane_of
 from bridge.engine.card_views import CardViews, PostedCards, approval_status
 from bridge.engine.delivery import FeishuGate
@@ -57,16 +62,12 @@ from bridge.feishu.errors import BusinessError, FeishuError
 from bridge.feishu.pacer import scope
 from bridge.i18n import Translator
 from bridge.ops.metrics import Metrics
-from bridge.runtime.events import model_option
 from bridge.runtime.port import (
-    CONFIG_CHOICE,
-    MODE_CHOICE,
-    AgentRefused,
     AgentRuntime,
-    RuntimeUnavailable,
 )
 from bridge.runtime.router import Routes
-from bridge.store.port import MessageState, Store, TurnOutcome
+from bridge.store.port import MessageState, Store, StoreUnavailable, TurnOutcome
+from bridge.store.steady import StoreRetry
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +89,7 @@ class EffectExecutor:
         clock: Callable[[], float],
         ack_emoji: str,
         gate: FeishuGate,
+        retry: StoreRetry,
         metrics: Metrics | None = None,
     ) -> None:
         self._schedules = schedules
@@ -118,8 +120,10 @@ class EffectExecutor:
         self._clock = clock
         self._metrics = metrics
         # Several instances: whether this one holds the conversation's lease (a turn starts
-        # only then). One instance alone holds every conversation.
-        self.owns: Callable[[str], bool] = _always
+        # only then; an unconfirmed one is waited on). One instance alone holds every one.
+        self.confirm: Callable[[str], Awaitable[bool]] = _always
+        self._retry = retry
+        self._asks = Asks(runtime=runtime, store=store, runner=runner, clock=clock)
 
     @property
     def cards_held(self) -> int:
@@ -139,7 +143,10 @@ class EffectExecutor:
             case React(message_id):
                 await self.outbox.ack(message_id)
             case MarkMessageDone(message_id):
-                await self._store.set_message_state(message_id, MessageState.DONE, self._clock())
+                done = partial(
+                    self._store.set_message_state, message_id, MessageState.DONE, self._clock()
+                )
+                await self._retry.call("message_done", done)
             case PostText() | RelayAgentText():
                 fresh = work.turn_id in self._started
                 mark = await self.outbox.post(actor, work, self._text_of(work), fresh=fresh)
@@ -147,7 +154,8 @@ class EffectExecutor:
                 if self._metrics and isinstance(work, PostText):
                     self._metrics.lines.labels(work.key).inc()
             case Owe(post):
-                await self.outbox.record(actor, post, self._text_of(post))
+                owe = partial(self.outbox.record, actor, post, self._text_of(post))
+                await self._retry.call("owe", owe)
             case EditText(posted_key, key, params):
                 await self._edit_text(posted_key, render(self._t, key, params))
             case Owed():
@@ -173,9 +181,9 @@ class EffectExecutor:
             case NewSession(reason):
                 await self._runner.leave(actor.key, reason)
             case AskModes():
-                await self._ask_modes(actor, work)
+                await self._asks.modes(actor, work)
             case AskConfig():
-                await self._ask_config(actor, work)
+                await self._asks.config(actor, work)
             case AskSwitch():
                 await self._switches.switch(actor, work)
             case AskStatus():
@@ -212,45 +220,8 @@ class EffectExecutor:
         held = self._held.pop(key, None)
         if held is not None:
             idem, ids = held[1]
-            await self._store.mark_sent(idem, ids, self._clock())
-
-    async def _ask_modes(self, actor: ConversationActor, work: AskModes) -> None:
-        try:
-            session_id = work.session_id or await self._runner.open_session(actor.key)
-        except RuntimeUnavailable as exc:
-            actor.feed(ModesAnswered(work.message_id, None, work.choice, exc.reason))
-            return
-        modes = await self._runtime.modes(session_id)
-        error = None
-        offered = modes is not None and any(m.mode_id == work.choice for m in modes.available)
-        if offered and modes is not None and work.choice != modes.current:
-            try:
-                await self._runtime.set_mode(session_id, work.choice)
-            except AgentRefused as exc:
-                error = exc.reason
-        if offered and error is None:
-            await self._store.set_preference(actor.key, MODE_CHOICE, work.choice, self._clock())
-        actor.feed(ModesAnswered(work.message_id, modes, work.choice, error))
-
-    async def _ask_config(self, actor: ConversationActor, work: AskConfig) -> None:
-        try:
-            session_id = work.session_id or await self._runner.open_session(actor.key)
-        except RuntimeUnavailable as exc:
-            log.warning("/%s: no session (%s)", work.kind, exc.reason)
-            actor.feed(ConfigAnswered(work.message_id, work.kind, (), work.choice))
-            return
-        options = await self._runtime.config(session_id)
-        model, error = model_option(options), None
-        offered = model is not None and any(v.mode_id == work.choice for v in model.values)
-        if offered and model is not None and work.choice != model.current:
-            try:
-                await self._runtime.set_config(session_id, model.config_id, work.choice)
-            except AgentRefused as exc:
-                error = exc.reason
-        if offered and model is not None and error is None:
-            name = CONFIG_CHOICE + model.config_id
-            await self._store.set_preference(actor.key, name, work.choice, self._clock())
-        actor.feed(ConfigAnswered(work.message_id, work.kind, options, work.choice, error))
+            mark = partial(self._store.mark_sent, idem, ids, self._clock())
+            await self._retry.call("mark_sent", mark)
 
     def _text_of(self, work: PostText | RelayAgentText) -> str:
         text = render(self._t, work.key, work.params) if isinstance(work, PostText) else work.text
@@ -353,7 +324,8 @@ class EffectExecutor:
         started = self._started.pop(turn_id, None)
         # The turn's message is the one it answers (a turn's id is its message's id); `sent`,
         # its end signal's outbox mark, is written in the same transaction.
-        if await self._store.end_turn(turn_id, turn_id, TurnOutcome(outcome), now, sent=sent):
+        end = partial(self._store.end_turn, turn_id, turn_id, TurnOutcome(outcome), now, sent=sent)
+        if await self._retry.call("end_turn", end):
             # "<outcome> <ending>: <detail>": /turns/{id} reads the typed ending back from it.
             await self.traces.add(turn_id, "terminal", f"{outcome} {ending}: {detail}", now)
             if self._metrics:
@@ -369,12 +341,19 @@ class EffectExecutor:
             # Left queued in the journal: the next start runs it, as if it had just come.
             log.info("turn %s not started: the bridge is shutting down", work.turn_id)
             return
-        if not self.owns(actor.key):
+        if not await self.confirm(actor.key):
             # Several instances: the lease went to another one, which runs it from the journal.
             log.warning("turn %s not started: %s is not this instance's", work.turn_id, actor.key)
             return
         now = self._clock()
-        if await self._store.begin_turn(work.turn_id, actor.key, work.turn_id, now):
+        begin = partial(self._store.begin_turn, work.turn_id, actor.key, work.turn_id, now)
+        try:
+            begun = await self._retry.call("begin_turn", begin)
+        except StoreUnavailable:  # past the retries: the bridge's part failed, not the agent
+            log.error("turn %s not started: the store stayed unavailable", work.turn_id)
+            actor.feed(StartFailed(work.turn_id, "StoreUnavailable"))
+            return
+        if begun:
             self._started[work.turn_id] = now
             await self.traces.add(work.turn_id, "start", "", now)
         if self._runner.stopping():  # began meanwhile: the next start tells its user
@@ -383,7 +362,7 @@ class EffectExecutor:
         self._runner.start(actor, work)
 
 
-def _always(key: str) -> bool:
+async def _always(key: str) -> bool:
     return True
 
 

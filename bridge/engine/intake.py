@@ -189,7 +189,8 @@ class Intake:
         owed = await self._store.owed()
         ended = {p.turn_id for p in owed if p.turn_id is not None and _is_final(p)}
         running = [t for t in await self._store.running_turns() if t.started_at < before]
-        cut = [t for t in running if t.turn_id not in ended]
+        # Cut: prompted, and its end signal not owed (an unprompted turn's message runs again).
+        cut = [t for t in running if t.turn_id not in ended and t.prompted_at is not None]
         await self._store.interrupt_running_messages(now)
         starts = {t.turn_id: t.started_at for t in running}
         for turn_id in sorted({p.turn_id for p in owed if p.turn_id} - starts.keys()):
@@ -244,8 +245,11 @@ class Intake:
             except Exception:
                 log.warning("could not expire approval card %s", approval.card_message_id)
 
-    async def _interrupt(self, interrupted: list[Turn]) -> set[str]:
-        """Tell each cut turn's user; returns the cut turns' message ids."""
+    async def _interrupt(self, running: list[Turn]) -> set[str]:
+        """Tell each cut turn's user; returns the cut turns' message ids. A turn whose prompt
+        never went out (no `prompted_at`: cut while it waited for its session, its slot or
+        the store) lost nothing: its message is not among them, so it runs again."""
+        interrupted = [t for t in running if t.prompted_at is not None]
         for turn in interrupted:
             message = await self._store.message(turn.message_id)
             requester = message.sender_open_id if message else ""

@@ -18,9 +18,11 @@ instances, so a redelivery to another instance is already dropped as a duplicate
   interrupted turns' users are told, its open approval cards expire and its queue runs
   (`Intake.take_over`). A conversation whose lease was released (a clean shutdown) or
   never claimed is left one sweep for the instance that just received its message.
-- *Never two runners.* A turn starts only while this instance holds the lease (the
-  engine's `owns` check); a lease lost (taken over after a stall) drops the conversation
-  here: its turn is cancelled and its actor forgotten.
+- *Never two runners.* A turn starts, and its prompt goes out, only while this instance
+  holds the lease (the engine waits on `LeaseKeeper.confirmed`); a lease lost (taken over
+  after a stall) drops the conversation here: its turn is cancelled and its actor
+  forgotten. A lease only unconfirmed (the store was away past its expiry) is not lost:
+  what runs goes on, and it carries on silently once a renewal finds it still ours.
 - Card clicks and recalls for a conversation another instance runs are forwarded to it
   (`Forwarder`); `take_forwarded` is the owner's side.
 """
@@ -37,7 +39,7 @@ from bridge.cluster.leases import LeaseKeeper, LossReason
 from bridge.cluster.wake import Subscription, Wake, WakeKind
 from bridge.engine.engine import Engine
 from bridge.feishu.models import CardAction, CardActionReply, InboundMessage
-from bridge.store.port import JournaledMessage, MessageState, Store
+from bridge.store.port import JournaledMessage, MessageState, Store, StoreUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +81,8 @@ class Ownership:
         self._loose: set[asyncio.Task[None]] = set()
         self._stopped = False
         engine.intake.forward = self._forward_click
-        engine.executor.owns = keeper.owns
+        engine.executor.confirm = keeper.confirmed
+        engine.runner.confirm = keeper.confirmed
         engine.schedules.owner = self
 
     # -- lifecycle -----------------------------------------------------------------------
@@ -168,22 +171,32 @@ class Ownership:
                     return
         except asyncio.CancelledError:
             raise
-        except Exception:
-            # The store hiccuped: the message stays journaled; the sweep or the next kick
-            # reads it again.
-            log.exception("reading the journal of %s failed", key)
+        except Exception as exc:
+            # The store hiccuped: the message stays journaled; the sweep (here, or the
+            # owner's) reads it again. The request's copies go: by then another instance
+            # may have fed (and acked) them, so they are no longer new to a takeover here.
+            self._inbound.pop(key, None)
+            if isinstance(exc, StoreUnavailable):
+                log.warning("reading the journal of %s failed: the store is away", key)
+            else:
+                log.exception("reading the journal of %s failed", key)
         finally:
             self._pulls.pop(key, None)
 
     async def _pull_once(self, key: str) -> None:
-        claimed = not self._keeper.owns(key)
-        if claimed:
-            takeover = key in self._takeover
-            self._takeover.discard(key)
-            if await self._keeper.acquire(key) is None:
+        takeover = key in self._takeover
+        self._takeover.discard(key)
+        claimed = False
+        if not self._keeper.owns(key):
+            held = self._keeper.fence(key)  # held here, unconfirmed: the store was away
+            fence = await self._keeper.acquire(key)
+            if fence is None:
                 if self._inbound.pop(key, None):  # ours to hand over: wake the owner
                     await self._wake.publish(key, WakeKind.MESSAGE)
                 return
+            # The same fence: still ours, nobody ran it meanwhile (nothing to take over).
+            claimed = fence != held
+        if claimed:
             log.info("conversation %s claimed%s", key, " (takeover)" if takeover else "")
             self._fed[key] = set()
         pending = await self._store.pending_messages(key)
@@ -216,6 +229,7 @@ class Ownership:
         """Claim the conversations with unfinished messages that no live lease covers, and
         read again those held here with a message not fed yet (its wake-up was lost)."""
         waited: set[str] = set()
+        me, steady = self._keeper.instance_id, self._keeper.steady(self._keeper.takeover_grace)
         for found in await self._store.unowned_conversations(self._clock()):
             key = found.conversation_key
             if key in self._pulls:
@@ -223,14 +237,17 @@ class Ownership:
             if patient and found.last_owner is None and key not in self._waited:
                 waited.add(key)  # its receiver is claiming it right now, most likely
                 continue
+            if found.last_owner not in (None, me) and not steady:
+                continue  # after an outage: its owner, cut off too, renews it first
             self.kick(key, takeover=True)
         self._waited = waited
+        held = set(self._keeper.held())  # unconfirmed ones too: the pull reclaims them
         for message in await self._store.unfinished_messages():
             key = message.conversation_key
             if (
                 message.state is MessageState.QUEUED
                 and message.message_id not in self._fed.get(key, ())
-                and self._keeper.owns(key)
+                and key in held
             ):
                 self.kick(key)
 
@@ -248,7 +265,7 @@ class Ownership:
                 for key in self._keeper.held():
                     self.kick(key)
                 self._spawn(self.sweep(), "rescan-sweep")
-            elif self._keeper.owns(wakeup.conversation_key):
+            elif self._keeper.holds(wakeup.conversation_key):
                 self.kick(wakeup.conversation_key)
 
     def lost(self, key: str, reason: LossReason) -> None:

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from functools import partial
 
 from bridge.core.effects import SendPrompt, StartTurn
 from bridge.core.inputs import (
@@ -36,7 +37,8 @@ from bridge.runtime.events import (
     TurnEvent,
 )
 from bridge.runtime.port import AgentRuntime, PromptFile, RuntimeUnavailable
-from bridge.store.port import SessionRecord, Store
+from bridge.store.port import SessionRecord, Store, StoreUnavailable
+from bridge.store.steady import StoreRetry
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +62,7 @@ class TurnRunner:
         *,
         runtime: AgentRuntime,
         store: Store,
+        retry: StoreRetry,
         clock: Callable[[], float],
         tasks: TaskTracker,
         max_running_turns: int,
@@ -72,6 +75,11 @@ class TurnRunner:
         self._noted: dict[str, tuple[str, float]] = {}  # session id -> (title, when) noted
         self._runtime = runtime
         self._store = store
+        # The store's calls of a turn wait out a database restart (bridge/store/steady.py).
+        self._retry = retry
+        # Several instances: whether the conversation's lease is this instance's, waited on
+        # while unconfirmed, before a prompt goes out. One instance alone holds every one.
+        self.confirm: Callable[[str], Awaitable[bool]] = _always
         self._clock = clock
         self._tasks = tasks
         self._slots = asyncio.Semaphore(max_running_turns)
@@ -133,9 +141,15 @@ class TurnRunner:
         except RuntimeUnavailable as exc:
             actor.feed(RuntimeUnavailableAtStart(work.turn_id, exc.reason, exc.limit_reached))
             return
+        except StoreUnavailable:  # past the retries: the bridge's part failed, not the agent
+            log.error("turn %s: the store stayed unavailable", work.turn_id)
+            actor.feed(StartFailed(work.turn_id, "StoreUnavailable"))
+            return
         except Exception as exc:  # a bug or a malformed answer must not strand the turn
             log.exception("opening a session for turn %s failed", work.turn_id)
             actor.feed(RuntimeUnavailableAtStart(work.turn_id, type(exc).__name__))
+            return
+        if not await self._may_prompt(actor, work):
             return
         answer = actor.feed(SessionOpened(work.turn_id, session_id, fresh=fresh))
         if not any(isinstance(e, SendPrompt) and e.turn_id == work.turn_id for e in answer):
@@ -145,20 +159,40 @@ class TurnRunner:
             # opens a new one (the core then says the context was lost), and prompts again.
             await self._open_and_prompt(actor, work, files, None, retry=False)
 
+    async def _may_prompt(self, actor: ConversationActor, work: StartTurn) -> bool:
+        """Before the prompt can go out: the lease is still this instance's, and the turn is
+        marked prompted in the store (a turn cut without the mark never reached the agent,
+        so a takeover or a restart runs its message again instead of asking for a resend).
+        Marked before it is sent: a crash in between asks for a resend rather than running
+        the prompt twice."""
+        if not await self.confirm(actor.key):
+            log.info("turn %s: %s went to another instance", work.turn_id, actor.key)
+            return False
+        mark = partial(self._store.mark_prompted, work.turn_id, self._clock())
+        try:
+            await self._retry.call("mark_prompted", mark)
+        except StoreUnavailable:
+            log.error("turn %s: the store stayed unavailable", work.turn_id)
+            actor.feed(StartFailed(work.turn_id, "StoreUnavailable"))
+            return False
+        return True
+
     async def open_session(self, key: str) -> str:
         """The conversation's session: resumed from the store's binding, or a new one."""
         return (await self._open_for_turn(key))[0]
 
     async def _open_for_turn(self, key: str) -> tuple[str, bool]:
         """The session, and whether a bound one could not be resumed (a fresh one instead)."""
-        resume = await self._store.session_for(key)
+        resume = await self._retry.call("session_for", partial(self._store.session_for, key))
         # /mode, /model, /agent, /cd: kept across restarts (the operator's own names stay here)
-        chosen = agent_choices(await self._store.preferences(key))
+        kept = await self._retry.call("preferences", partial(self._store.preferences, key))
+        chosen = agent_choices(kept)
         handle = await self._runtime.open_session(key, resume_session_id=resume, chosen=chosen)
         if resume is not None and handle.session_id != resume:
             self._session_ended("session_died", key, resume, "not_resumable")
         if handle.session_id != resume:
-            await self._store.bind_session(key, handle.session_id, self._clock())
+            bind = partial(self._store.bind_session, key, handle.session_id, self._clock())
+            await self._retry.call("bind_session", bind)
             await self.remember(key, handle.session_id)
         return handle.session_id, resume is not None and handle.session_id != resume
 
@@ -186,7 +220,7 @@ class TurnRunner:
             return facts  # /sessions shows minutes: a write a turn would buy nothing
         self._noted[session_id] = (title, now)
         record = SessionRecord(key, session_id, facts.agent, facts.folder, title, now, now)
-        await self._store.note_session(record)
+        await self._retry.call("note_session", partial(self._store.note_session, record))
         return facts
 
     async def _prompt(
@@ -253,6 +287,10 @@ class TurnRunner:
             self._session_ended("session_died", actor.key, session_id, "agent_exit")
         await self._store.bind_session(actor.key, handle.session_id, self._clock())
         actor.feed(RuntimeRestarted(handle.session_id, reloaded=handle.loaded))
+
+
+async def _always(key: str) -> bool:
+    return True
 
 
 def _is_current(actor: ConversationActor, turn_id: str, *, running: bool = False) -> bool:

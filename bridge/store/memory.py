@@ -209,6 +209,14 @@ class MemoryStore(MemoryCluster, MemoryOwed, MemorySchedules, AsyncLifecycle):
         await self.set_message_state(message_id, MessageState.DONE, now)
         return finished
 
+    async def mark_prompted(self, turn_id: str, now: float) -> bool:
+        self._check()
+        current = self._turns.get(turn_id)
+        if current is None or current.prompted_at is not None:
+            return False
+        self._turns[turn_id] = replace(current, prompted_at=now)
+        return True
+
     async def turn(self, turn_id: str) -> Turn | None:
         self._check()
         return self._turns.get(turn_id)

@@ -25,7 +25,13 @@ class MemoryCluster:
         raise NotImplementedError  # pragma: no cover - MemoryStore's
 
     async def claim_lease(
-        self, conversation_key: str, owner: str, now: float, ttl: float
+        self,
+        conversation_key: str,
+        owner: str,
+        now: float,
+        ttl: float,
+        *,
+        take_expired: bool = True,
     ) -> int | None:
         self._check()
         if not owner:
@@ -35,7 +41,7 @@ class MemoryCluster:
             fence = 1
         else:
             holder, fence, expires_at = held
-            if holder is not None and holder != owner and expires_at > now:
+            if holder is not None and holder != owner and (expires_at > now or not take_expired):
                 return None
             fence = fence if holder == owner else fence + 1
         self._leases[conversation_key] = (owner, fence, now + ttl)

@@ -42,6 +42,10 @@ class StoreClosed(StoreError):
     """The store was used before `open()` or after `close()`."""
 
 
+class StoreUnavailable(StoreError):
+    """The database is away (a restart, a failover); the call may have taken effect."""
+
+
 class UnknownTurn(StoreError, KeyError):
     """A trace entry or an approval names a turn the store does not know."""
 
@@ -107,6 +111,7 @@ class Turn:
     started_at: float
     outcome: TurnOutcome | None  # None while running
     finished_at: float | None
+    prompted_at: float | None = None  # when its prompt went out (None: it never reached the agent)
 
 
 # One timeline entry to write: (turn id, kind, detail, at).
@@ -312,6 +317,10 @@ class Store(ClusterStore, OwedStore, Protocol):
         trip; the result is `finish_turn`'s (the message is marked done either way). `sent`:
         an outbox mark (`mark_sent`'s key and message ids), the turn's end signal's, written
         in the same step (first mark wins, as in `mark_sent`)."""
+
+    async def mark_prompted(self, turn_id: str, now: float) -> bool:
+        """The turn's prompt goes out now (written before it is sent; a turn cut without it
+        is run again, not reported cut). False if unknown or already marked."""
 
     async def turn(self, turn_id: str) -> Turn | None: ...
 

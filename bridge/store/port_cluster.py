@@ -60,10 +60,17 @@ class ClusterStore(Protocol):
     """Leases and instances; part of `Store` (all methods need an open store)."""
 
     async def claim_lease(
-        self, conversation_key: str, owner: str, now: float, ttl: float
+        self,
+        conversation_key: str,
+        owner: str,
+        now: float,
+        ttl: float,
+        *,
+        take_expired: bool = True,
     ) -> int | None:
         """Hold the conversation's lease until `now + ttl` if it is free, expired or
-        already `owner`'s; returns its fence then, None while another owner holds it."""
+        already `owner`'s; returns its fence then, None while another owner holds it.
+        `take_expired=False`: another owner's expired lease is left to it (None)."""
 
     async def renew_leases(self, owner: str, now: float, ttl: float) -> list[str]:
         """Extend every lease `owner` still holds to `now + ttl`; returns their keys, sorted."""

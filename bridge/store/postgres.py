@@ -19,11 +19,12 @@ within one bridge, as in SQLite.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
-from psycopg import AsyncConnection
+from psycopg import AsyncConnection, OperationalError
 from psycopg.errors import ForeignKeyViolation
 from psycopg_pool import AsyncConnectionPool
 
@@ -32,6 +33,7 @@ from bridge.store.port import (
     AsyncLifecycle,
     Store,
     StoreClosed,
+    StoreUnavailable,
     TraceRecord,
 )
 from bridge.store.postgres_schema import migrate, schema_version
@@ -67,11 +69,15 @@ class PostgresStore(SqlStore, AsyncLifecycle):
         retention_seconds: float = DEFAULT_RETENTION_SECONDS,
         pool_size: int = 4,
         connect_timeout: float = 30.0,
+        wait_seconds: float = 5.0,
     ) -> None:
         self._url = url
         self.retention_seconds = retention_seconds
         self._pool_size = max(1, int(pool_size))
         self._connect_timeout = connect_timeout
+        # How long a call waits for a connection while the server is away before it fails
+        # (`StoreUnavailable`): its caller's retry decides how long to keep at it.
+        self._wait = wait_seconds
         self._pool: Pool | None = None
         self._lifecycle = asyncio.Lock()  # two racing open() calls make one pool
 
@@ -127,29 +133,45 @@ class PostgresStore(SqlStore, AsyncLifecycle):
             raise StoreClosed(f"{self!r} is not open")
         return self._pool
 
+    # A server gone (a restart, a failover: the connection dropped, or none to be had
+    # within the pool's timeout) is `StoreUnavailable`, one type for every caller to retry.
+
     async def _write(self, sql: str, params: Iterable[Any] = ()) -> int:
-        async with self._conn().connection() as conn:
-            cur = await conn.execute(sql, tuple(params))
-            return int(cur.rowcount)
+        try:
+            async with self._conn().connection(timeout=self._wait) as conn:
+                cur = await conn.execute(sql, tuple(params))
+                return int(cur.rowcount)
+        except OperationalError as exc:
+            raise StoreUnavailable(type(exc).__name__) from exc
 
     async def _all(self, sql: str, params: Iterable[Any] = ()) -> list[Row]:
-        async with self._conn().connection() as conn:
-            cur = await conn.execute(sql, tuple(params))
-            return await cur.fetchall()
+        try:
+            async with self._conn().connection(timeout=self._wait) as conn:
+                cur = await conn.execute(sql, tuple(params))
+                return await cur.fetchall()
+        except OperationalError as exc:
+            raise StoreUnavailable(type(exc).__name__) from exc
 
     async def _atomically(self, statements: Sequence[Statement]) -> list[int]:
+        try:
+            return await self._transaction(statements)
+        except OperationalError as exc:
+            raise StoreUnavailable(type(exc).__name__) from exc
+
+    async def _transaction(self, statements: Sequence[Statement]) -> list[int]:
         # BEGIN, the statements and COMMIT in one pipeline: they go out together and their
         # results come back at its end, one round trip (`conn.transaction()` would wait for
         # BEGIN and COMMIT apart). After an error the server skips the rest, COMMIT too,
         # and the transaction is rolled back here before the connection goes back.
-        async with self._conn().connection() as conn:
+        async with self._conn().connection(timeout=self._wait) as conn:
             try:
                 async with conn.pipeline():
                     await conn.execute("BEGIN")
                     cursors = [await conn.execute(self._sql(s), p) for s, p in statements]
                     await conn.execute("COMMIT")
             except BaseException:
-                await conn.rollback()
+                with contextlib.suppress(OperationalError):  # the server may be gone
+                    await conn.rollback()
                 raise
             return [int(cur.rowcount) for cur in cursors]
 

@@ -187,6 +187,12 @@ CREATE TRIGGER owed_settled AFTER INSERT ON outbox
     FOR EACH ROW EXECUTE FUNCTION owed_settled();
 """
 
+# When a turn's prompt went out to the agent (NULL: never). A turn cut before that lost
+# nothing: its message is run again, not reported cut (issue 35, a database restart).
+_SCHEMA_V9 = """
+ALTER TABLE turns ADD COLUMN prompted_at DOUBLE PRECISION;
+"""
+
 # Ordered; migration N (1-based) brings the schema from version N-1 to N. Append only.
 MIGRATIONS: tuple[str, ...] = (
     _SCHEMA_V1,
@@ -197,6 +203,7 @@ MIGRATIONS: tuple[str, ...] = (
     _SCHEMA_V6,
     _SCHEMA_V7,
     _SCHEMA_V8,
+    _SCHEMA_V9,
 )
 
 # pg_advisory_xact_lock key of the migrations: "fpbridge" in ASCII, as a bigint.

@@ -59,11 +59,19 @@ class SqlCluster(SqlStatements):
     # -- leases ------------------------------------------------------------------------------
 
     async def claim_lease(
-        self, conversation_key: str, owner: str, now: float, ttl: float
+        self,
+        conversation_key: str,
+        owner: str,
+        now: float,
+        ttl: float,
+        *,
+        take_expired: bool = True,
     ) -> int | None:
         if not owner:
             raise ValueError("a lease owner is a non-empty instance id")
-        rows = await self._all(self._sql(_CLAIM), (conversation_key, owner, now + ttl, now))
+        expired_before = now if take_expired else float("-inf")  # -inf: none is
+        params = (conversation_key, owner, now + ttl, expired_before)
+        rows = await self._all(self._sql(_CLAIM), params)
         return int(rows[0][0]) if rows else None
 
     async def renew_leases(self, owner: str, now: float, ttl: float) -> list[str]:

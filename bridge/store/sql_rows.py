@@ -20,7 +20,9 @@ MESSAGE_COLUMNS = (
     "seq, message_id, conversation_key, sender_open_id, chat_id, text, state, "
     "received_at, updated_at, attachments"
 )
-TURN_COLUMNS = "turn_id, conversation_key, message_id, started_at, outcome, finished_at"
+TURN_COLUMNS = (
+    "turn_id, conversation_key, message_id, started_at, outcome, finished_at, prompted_at"
+)
 APPROVAL_COLUMNS = (
     "request_id, turn_id, conversation_key, card_message_id, requester_open_id, created_at, "
     "status, decided_by, decided_at, title"
@@ -60,6 +62,7 @@ def turn_of(row: Row) -> Turn:
         started_at=float(row[3]),
         outcome=None if row[4] is None else TurnOutcome(row[4]),
         finished_at=_opt_float(row[5]),
+        prompted_at=_opt_float(row[6]),
     )
 
 

@@ -65,6 +65,10 @@ class SqlTurns(SqlStatements):
         mark = None if sent is None else outbox_mark(sent[0], sent[1], now)
         return await self._with_turn(finish, done, mark)
 
+    async def mark_prompted(self, turn_id: str, now: float) -> bool:
+        sql = "UPDATE turns SET prompted_at = ? WHERE turn_id = ? AND prompted_at IS NULL"
+        return await self._write(self._sql(sql), (now, turn_id)) == 1
+
     async def _with_turn(self, turn: Statement, *more: Statement | None) -> bool:
         """`turn` and the `more` statements as one transaction; whether `turn` changed a row."""
         counts = await self._atomically([turn, *(s for s in more if s is not None)])

@@ -181,6 +181,12 @@ BEGIN
 END;
 """
 
+# When a turn's prompt went out to the agent (NULL: never). A turn cut before that lost
+# nothing: its message is run again, not reported cut (issue 35, a database restart).
+_SCHEMA_V9 = """
+ALTER TABLE turns ADD COLUMN prompted_at REAL;
+"""
+
 MIGRATIONS: tuple[str, ...] = (
     _SCHEMA_V1,
     _SCHEMA_V2,
@@ -190,6 +196,7 @@ MIGRATIONS: tuple[str, ...] = (
     _SCHEMA_V6,
     _SCHEMA_V7,
     _SCHEMA_V8,
+    _SCHEMA_V9,
 )
 
 

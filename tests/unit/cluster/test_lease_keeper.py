@@ -146,21 +146,86 @@ class FlakyStore(MemoryStore):
         return await super().release_leases(owner, keys)
 
 
-async def test_renewals_failing_past_the_expiry_lose_the_lease_then_release_it() -> None:
+async def test_renewals_failing_past_the_expiry_keep_the_lease_unconfirmed_then_reclaim_it() -> (
+    None
+):
+    """Issue 35, a database restart: the store away past the expiry loses nothing here."""
     store = FlakyStore()
     await store.open()
     h = Harness(store, ticks=4)
     assert await h.keeper.acquire("A") == 1
     store.down = True
     await h.keeper.run()  # renewals at +5, +10 fail; at +15 the lease expired; +20 fails
-    assert h.lost == [("A", "expired")]
-    assert not h.keeper.owns("A")
-    # The database is back and nobody took A: the store still says it is ours, so the
-    # keeper releases it there (the takeover path picks its work up, here or elsewhere).
+    assert h.lost == []  # nothing cancelled, nobody told
+    assert not h.keeper.owns("A")  # but nothing new starts on it
+    assert h.keeper.holds("A")
+    waiting = asyncio.create_task(h.keeper.confirmed("A"))
+    await asyncio.sleep(0)
+    assert not waiting.done()  # a turn waits for the answer
+    # The database is back and nobody took A: the same lease, the same fence, silently.
     store.down = False
     assert await h.keeper.renew() == []
-    assert store.released == [["A"]]
-    assert await store.lease_of("A", h.clock.now) is None
+    assert await waiting is True
+    assert h.keeper.owns("A")
+    assert h.lost == []
+    assert store.released == []
+    assert await store.lease_of("A", h.clock.now) == Lease("me", 1, h.clock.now + TTL)
+
+
+async def test_an_unconfirmed_lease_taken_over_meanwhile_is_lost_once() -> None:
+    store = FlakyStore()
+    await store.open()
+    h = Harness(store, ticks=4)
+    assert await h.keeper.acquire("A") == 1
+    store.down = True
+    await h.keeper.run()
+    waiting = asyncio.create_task(h.keeper.confirmed("A"))
+    await asyncio.sleep(0)
+    assert await store.claim_lease("A", "other", h.clock.now, TTL) == 2  # it expired
+    store.down = False
+    assert await h.keeper.renew() == ["A"]
+    assert await waiting is False
+    assert h.lost == [("A", "taken")]
+    assert not h.keeper.holds("A")
+
+
+async def test_an_unconfirmed_lease_acquired_again_with_its_fence_is_not_a_new_holding() -> None:
+    store = FlakyStore()
+    await store.open()
+    h = Harness(store, ticks=4)
+    assert await h.keeper.acquire("A") == 1
+    store.down = True
+    await h.keeper.run()
+    store.down = False
+    assert await h.keeper.acquire("A") == 1  # a pull reclaims it: no loss, same fence
+    assert h.lost == []
+    assert await h.keeper.confirmed("A") is True
+
+
+async def test_after_its_own_outage_it_leaves_the_others_expired_leases_to_them_a_while() -> None:
+    """The database is back: the other instance, cut off as this one was, renews its
+    leases within the grace; a takeover before then would cut its running turns."""
+    store = FlakyStore()
+    await store.open()
+    h = Harness(store, ticks=4)
+    assert await store.claim_lease("B", "other", T0, TTL) == 1
+    store.down = True
+    await h.keeper.run()  # 20 s of failed renewals: B expired at +15 meanwhile
+    store.down = False
+    assert not h.keeper.steady(0.0)
+    assert await h.keeper.acquire("B") is None  # not even steady yet
+    await h.keeper.renew()
+    back = h.clock.now
+    assert h.keeper.takeover_grace == 2 * TTL
+    h.clock.now = back + 2 * TTL - 1
+    assert await h.keeper.acquire("B") is None  # its owner may still come back
+    h.clock.now = back + 2 * TTL
+    assert await h.keeper.acquire("B") == 2  # nobody renewed it: a dead owner's, taken over
+    # An instance that never lost the store takes an expired lease at once (as before).
+    fresh = Harness(store)
+    assert await store.claim_lease("C", "other", T0, TTL) == 1
+    fresh.clock.now = T0 + TTL
+    assert await fresh.keeper.acquire("C") == 2
 
 
 async def test_start_releases_leases_an_earlier_process_left(store: MemoryStore) -> None:
@@ -178,7 +243,9 @@ async def test_a_claim_landing_before_a_renewal_is_not_released_as_a_stray() -> 
     gate = asyncio.Event()
     claim = store.claim_lease
 
-    async def slow_claim(key: str, owner: str, now: float, ttl: float) -> int | None:
+    async def slow_claim(
+        key: str, owner: str, now: float, ttl: float, *, take_expired: bool = True
+    ) -> int | None:
         fence = await claim(key, owner, now, ttl)  # in the store before the renewal runs
         await gate.wait()
         return fence

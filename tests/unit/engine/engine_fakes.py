@@ -32,6 +32,7 @@ from bridge.runtime.events import (
 )
 from bridge.runtime.port import EventSink, PromptFile, RuntimeUnavailable, SessionHandle
 from bridge.store import MemoryStore
+from bridge.store.steady import StoreRetry
 
 T = Translator("zh_CN")
 NOW = 1_700_000_000.0
@@ -273,7 +274,9 @@ class Harness:
         max_running_turns: int = 4,
         schedules: ScheduleSettings | None = None,
         attachments_dir: Path | None = None,
+        store_retry: StoreRetry | None = None,
     ) -> None:
+        self.store_retry = store_retry or StoreRetry()
         self.feishu = RecordingFeishu()
         self.runtime = FakeRuntime()
         self.store = store
@@ -296,6 +299,7 @@ class Harness:
                 max_running_turns=max_running_turns,
                 schedules=self._schedules,
                 attachments_dir=self.attachments_dir,
+                store_retry=self.store_retry,
             ),
             clock=_HarnessClock(self),
             publish=lambda key, snapshot: None,

@@ -26,6 +26,17 @@ async def test_a_free_lease_is_claimed_with_fence_one_and_renewed_by_its_owner(
     assert await store.lease_of("A", T0 + 5) == Lease("i1", 1, T0 + 5 + TTL)
 
 
+async def test_an_expired_lease_is_left_to_its_owner_when_asked(store: Store) -> None:
+    """`take_expired=False`: after its own outage an instance claims only free leases and
+    its own (issue 35, a database restart)."""
+    assert await store.claim_lease("A", "i1", T0, TTL) == 1
+    later = T0 + TTL + 1
+    assert await store.claim_lease("A", "i2", later, TTL, take_expired=False) is None
+    assert await store.claim_lease("B", "i2", later, TTL, take_expired=False) == 1  # free
+    assert await store.claim_lease("A", "i1", later, TTL, take_expired=False) == 1  # its own
+    assert await store.lease_of("A", later) == Lease("i1", 1, later + TTL)
+
+
 async def test_a_live_lease_refuses_another_owner_until_it_expires(store: Store) -> None:
     assert await store.claim_lease("A", "i1", T0, TTL) == 1
     assert await store.claim_lease("A", "i2", T0 + TTL - 0.001, TTL) is None

@@ -271,6 +271,19 @@ async def test_running_turns_in_start_order(store: Store) -> None:
     assert all(t.outcome is None and t.finished_at is None for t in running)
 
 
+async def test_a_turn_is_marked_prompted_once(store: Store) -> None:
+    """Issue 35: recovery tells a cut turn's user only if its prompt went out."""
+    await store.start_turn("t1", "A", "m1", T0)
+    assert (await store.running_turns())[0].prompted_at is None
+    assert await store.mark_prompted("t1", T0 + 1)
+    assert not await store.mark_prompted("t1", T0 + 2)  # the first mark stays
+    assert not await store.mark_prompted("nope", T0)
+    assert (await store.running_turns())[0].prompted_at == T0 + 1
+    turn = await store.turn("t1")
+    assert turn is not None
+    assert turn.prompted_at == T0 + 1
+
+
 async def test_outcome_must_be_a_known_value(store: Store) -> None:
     await store.start_turn("t1", "A", "m1", T0)
     with pytest.raises(ValueError, match="done"):
