@@ -53,6 +53,8 @@ async def test_the_console_shows_conversations_live_and_a_turn_timeline(tmp_path
                 wait_until="domcontentloaded",
             )
             await expect(page.locator("#status")).to_have_text("live")
+            # Feishu's API as the bridge finds it, and the call budget's use (GET /status).
+            await expect(page.locator("#feishu")).to_contain_text("Feishu API: up")
             assert "#" not in page.url  # the token left the address bar
             await expect(page.locator("#empty")).to_be_visible()
 

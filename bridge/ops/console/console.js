@@ -1,5 +1,7 @@
 // The operator console. Live from GET /events, read with fetch() and a streaming body reader
-// (EventSource cannot send the Authorization header the operator API requires); no polling.
+// (EventSource cannot send the Authorization header the operator API requires). Only the
+// Feishu line (its API up or down, the call budget's use) is read from GET /status, every
+// FEISHU_POLL_MS: it is the bridge's, not a conversation's, and has no event of its own.
 // A reconnect sends the last frame id read (Last-Event-ID): the bridge replays what was
 // missed, or sends a fresh snapshot when it cannot (restarted, or too long ago).
 // Every value shown comes from the bridge, the agent or an operator (display names) and is
@@ -9,6 +11,7 @@
 const KEY = "feishu-bridge-ops-token";
 const USER_STATES = new Set(["waiting_approval", "waiting_reply"]);
 const MAX_FAULTS = 50;
+const FEISHU_POLL_MS = 5000;
 const conversations = new Map(); // key -> snapshot (with revision)
 let processes = [];
 let faults = []; // oldest first
@@ -283,3 +286,29 @@ $("auth").addEventListener("submit", (event) => {
 takeToken();
 reconnect("connecting");
 setInterval(() => { tick(); renderProcesses(); }, 1000); // ages count up (no request)
+
+// Feishu's API as the bridge's posts find it, and the call budget's use (GET /status).
+async function showFeishu() {
+  const line = $("feishu");
+  try {
+    const response = await fetch("/status", { headers: headers(), cache: "no-store" });
+    if (!response.ok) return;
+    const body = await response.json();
+    const api = body.feishu_api || {};
+    let text = api.down
+      ? "Feishu API: DOWN for " + Math.round(api.down_seconds) + " s; " + api.probes +
+        " probes; posts are owed and go out, in order, when it is back"
+      : "Feishu API: up";
+    const budget = body.feishu_budget;
+    if (budget) {
+      text += " · calls " + budget.calls_per_second + "/s of " + budget.rate + "/s allowed" +
+        " (limit " + budget.limit + "/s), 429s " + budget.rate_limited;
+    }
+    line.textContent = text;
+    line.className = api.down ? "proc-exited" : "";
+  } catch (error) {
+    // Not reachable now: the next round tries again.
+  }
+}
+setInterval(showFeishu, FEISHU_POLL_MS);
+showFeishu();
