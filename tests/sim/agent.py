@@ -16,6 +16,7 @@ from bridge.runtime.events import (
     PermissionOption,
     PermissionRequested,
     PromptSent,
+    RuntimeExited,
     StopReason,
     ToolCallStarted,
     ToolCallUpdated,
@@ -32,7 +33,7 @@ OPTIONS = (
 @dataclass(frozen=True)
 class Step:
     after: float  # seconds of silence before it
-    kind: str  # chunk | tool | permission | end
+    kind: str  # chunk | tool | permission | crash | end
     text: str = ""
 
 
@@ -55,6 +56,8 @@ def draw_plan(rng: random.Random, prompt: str) -> Plan:
     for _ in range(rng.randint(0, 4)):
         kind = rng.choice(("chunk", "tool", "chunk", "tool", "permission"))
         steps.append(Step(rng.choice((0.05, 0.3, 1.0, 2.5, 5.0)), kind, f"{kind} of {prompt}"))
+    if rng.random() < 0.05:  # the agent process dies mid-turn
+        steps.append(Step(rng.choice((0.1, 1.0, 3.0)), "crash"))
     steps.append(Step(rng.choice((0.1, 0.5, 1.0, 3.0)), "chunk", answer_for(prompt)))
     steps.append(Step(rng.choice((0.0, 0.05)), "end"))
     cancel = None if rng.random() < 0.15 else rng.choice((0.0, 0.2, 2.0, 6.0))
@@ -124,6 +127,9 @@ class SimRuntime:
                     tool = f"tool_{n}"
                     sink(ToolCallStarted(session_id, tool_call_id=tool, title=step.text))
                     sink(ToolCallUpdated(session_id, tool_call_id=tool, status="completed"))
+                elif step.kind == "crash":
+                    sink(RuntimeExited(session_id, returncode=1, restarting=True))
+                    return
                 elif step.kind == "permission":
                     request_id = f"perm_{len(self._asks) + 1}"
                     answer = self._asks[request_id] = asyncio.get_running_loop().create_future()
@@ -151,7 +157,7 @@ class SimRuntime:
     async def cancel(self, session_id: str) -> None:
         for record in self.prompts:
             if record.session_id == session_id and record.ended is None:
-                record.cancelled_at = self.now()
+                record.cancelled_at = record.cancelled_at or self.now()  # the first one
         found = self._cancels.get(session_id)
         if found is not None:
             found.set()

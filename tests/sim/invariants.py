@@ -35,6 +35,7 @@ _ENDING_KEYS = (
     "presence.max_turn_requests",
     "presence.refusal",
     "presence.recalled",
+    "presence.recalled_queued",
     "presence.approval_timed_out",
     "presence.reply_timed_out",
 )
@@ -145,7 +146,9 @@ def one_end_each(run: Run, seen: dict[str, list[Seen]]) -> list[str]:
             for s in seen[sent.message_id]
             if s.op != "reply_text" and s.ok
         )
-        if len(ends) > 1 or (not ends and not in_card):
+        # A message taken back may end silently: its queue line is edited to say so.
+        recalled = sent.message_id in run.recalled
+        if len(ends) > 1 or (not ends and not in_card and not recalled):
             out.append(f"{sent.message_id}: {len(ends)} end signals")
     return out
 
@@ -171,7 +174,9 @@ def _busy_until(deadline: float, calls: list[Seen], after: float) -> float:
     while moved:
         moved = False
         for call in calls:
-            if call.at <= deadline < call.end:
+            # In flight at the deadline, or started within the tolerance after it (a timer a
+            # little late finds the chat's lane taken by what came meanwhile).
+            if call.at <= deadline + TOLERANCE and deadline < call.end:
                 deadline, moved = call.end + after, True
     return deadline
 

@@ -5,6 +5,7 @@ agent, the users and the clock's wake-ups all drawn from one seeded `random.Rand
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 import re
@@ -17,8 +18,9 @@ from bridge.core import Options, Timings
 from bridge.core.state import PresenceStyle
 from bridge.engine.engine import Engine, EngineConfig
 from bridge.engine.schedules import ScheduleSettings
-from bridge.feishu.models import CardAction, InboundMessage
+from bridge.feishu.models import CardAction, CardActionReply, InboundMessage
 from bridge.i18n import Translator
+from bridge.receiver import AccessPolicy, Receiver
 from bridge.store import MemoryStore
 
 from .agent import Plan, SimRuntime, draw_plan
@@ -75,6 +77,7 @@ class Run:
     clicks: list[Click] = field(default_factory=list)
     restarted_at: float | None = None  # the bridge was killed and started again then
     gate_down: list[tuple[float, float]] = field(default_factory=list)  # bridge knew it down
+    recalled: dict[str, float] = field(default_factory=dict)  # message id -> taken back at
     stuck: list[str] = field(default_factory=list)  # conversations never back to idle
 
 
@@ -87,8 +90,23 @@ def run_seed(seed: int, *, jitter: bool = True, storms: bool = True) -> Run:
     try:
         return loop.run_until_complete(_world(seed, loop, jitter, storms))
     finally:
-        loop.close()
+        _wind_down(loop)
         logging.disable(was)
+
+
+def _wind_down(loop: SimLoop) -> None:
+    """Cancel what is left (a killed process's stragglers, timers' tasks) and let it finish,
+    so nothing is destroyed pending when the loop closes."""
+    pending = asyncio.all_tasks(loop)
+    for task in pending:
+        task.cancel()
+
+    async def finished() -> None:
+        await asyncio.gather(*pending, return_exceptions=True)
+
+    with contextlib.suppress(WorldAtRest):
+        loop.run_until_complete(finished())
+    loop.close()
 
 
 def _every(seed: int, chat: str) -> float | None:
@@ -99,10 +117,23 @@ def _every(seed: int, chat: str) -> float | None:
 
 @dataclass
 class Bridge:
-    """The bridge process of the world; a restart replaces its engine (the store stays)."""
+    """The bridge process of the world; a restart replaces its engine (the store stays).
+    It is also the real `Receiver`'s sink: whichever engine runs now takes what comes."""
 
     engine: Engine
     restarted_at: float | None = None
+
+    def accept(self, message: InboundMessage) -> None:
+        self.engine.accept(message)
+
+    def refuse(self, message: InboundMessage) -> None:
+        self.engine.refuse(message)
+
+    async def card_action(self, action: CardAction) -> CardActionReply:
+        return await self.engine.card_action(action)
+
+    def recall(self, conversation_key: str, message_id: str) -> None:
+        self.engine.recall(conversation_key, message_id)
 
 
 async def _world(seed: int, loop: SimLoop, jitter: bool, storms: bool) -> Run:
@@ -155,25 +186,49 @@ async def _world(seed: int, loop: SimLoop, jitter: bool, storms: bool) -> Run:
     )
     chats = [f"oc_{n}" for n in range(rng.randint(1, 3))]
     every = {c: _every(seed, c) if storms else None for c in chats}
+    recalls: dict[str, float] = {}
+    extra: list[asyncio.Future[None]] = []
+    receiver = Receiver(  # the real one: its de-duplication meets redeliveries
+        store=store,
+        sink=bridge,
+        policy=AccessPolicy(allow_all=True),
+        bot_open_id=lambda: "ou_bot",
+        clock=clock.now,
+    )
     users = [
-        _user(random.Random(rng.random()), c, bridge, store, clock, plans, sent, feishu, every[c])
+        _user(
+            random.Random(rng.random()),
+            c,
+            receiver,
+            bridge,
+            clock,
+            plans,
+            sent,
+            feishu,
+            every[c],
+            random.Random(f"mishaps:{seed}:{c}") if storms else None,
+            recalls,
+            extra,
+        )
         for c in chats
     ]
     world: list[asyncio.Future[None]] = [asyncio.ensure_future(u) for u in users]
     if restart is not None:
         main = asyncio.current_task()
-        people = lambda: {main, *world, *tasks}  # noqa: E731 - what a kill spares
+        people = lambda: {main, *world, *tasks, *extra}  # noqa: E731 - what a kill spares
         killer = _restart(
             restart, bridge, lambda: _watched(build(), clock, gate_log), runtime, clock, people
         )
         world.append(asyncio.ensure_future(killer))
     try:
         await asyncio.gather(*world)
+        await asyncio.gather(*extra)
         await asyncio.sleep(HORIZON)
     except WorldAtRest:
         pass
     run = Run(seed, style, sent, feishu.posts, runtime, faults=faults, clicks=clicks)
     run.restarted_at = bridge.restarted_at
+    run.recalled = recalls
     run.gate_down = _intervals(gate_log, clock.now())
     for task in tasks:
         task.cancel()
@@ -246,29 +301,20 @@ async def _restart(
 async def _user(
     rng: random.Random,
     chat: str,
+    receiver: Receiver,
     bridge: Bridge,
-    store: MemoryStore,
     clock: SimClock,
     plans: dict[str, Plan],
     sent: list[Sent],
     feishu: SimFeishu,
     schedule: float | None,
+    mishaps: random.Random | None,
+    recalls: dict[str, float],
+    extra: list[asyncio.Future[None]],
 ) -> None:
     async def say(message_id: str, text: str, plan: Plan | None) -> None:
         sent.append(Sent(clock.now(), chat, message_id, text, plan))
-        message = InboundMessage(
-            event_id=f"ev_{message_id}",
-            message_id=message_id,
-            chat_id=chat,
-            chat_type="p2p",
-            sender_open_id=f"ou_{chat}",
-            message_type="text",
-            text=text,
-        )
-        await store.journal_message(
-            message.conversation_key, message_id, message.sender_open_id, chat, text, clock.now()
-        )
-        bridge.engine.accept(message)
+        await receiver.on_message(_message(chat, message_id, text))
 
     if schedule is not None:  # "/every 3s tick oc_0", taken back after the last message
         await say(f"om_{chat}_every", f"/every {schedule:g}s tick {chat}", None)
@@ -280,6 +326,13 @@ async def _user(
         if plan is not None:
             plans[text] = plan
         await say(f"om_{chat}_{n}", text, plan)
+        if mishaps is not None and (fate := mishaps.random()) < 0.2:
+            message_id, after = f"om_{chat}_{n}", mishaps.choice((0.05, 1.0, 4.0))
+            if fate < 0.1:  # Feishu delivers it again (past the receiver's de-duplication)
+                again = _again(receiver, chat, message_id, text, after)
+            else:  # its sender takes it back
+                again = _recall(bridge, chat, message_id, after, recalls, clock)
+            extra.append(asyncio.ensure_future(again))
     if schedule is not None:
         await asyncio.sleep(rng.choice((0.5, 5.0)))
         for _ in range(600):  # a person reads the number off the confirmation, once it shows
@@ -289,6 +342,36 @@ async def _user(
                 await say(f"om_{chat}_unschedule", f"/unschedule {number}", None)
                 return
             await asyncio.sleep(1.0)
+
+
+async def _again(receiver: Receiver, chat: str, message_id: str, text: str, after: float) -> None:
+    await asyncio.sleep(after)
+    await receiver.on_message(_message(chat, message_id, text))
+
+
+def _message(chat: str, message_id: str, text: str) -> InboundMessage:
+    return InboundMessage(
+        event_id=f"ev_{message_id}",
+        message_id=message_id,
+        chat_id=chat,
+        chat_type="p2p",
+        sender_open_id=f"ou_{chat}",
+        message_type="text",
+        text=text,
+    )
+
+
+async def _recall(
+    bridge: Bridge,
+    chat: str,
+    message_id: str,
+    after: float,
+    recalls: dict[str, float],
+    clock: SimClock,
+) -> None:
+    await asyncio.sleep(after)
+    recalls[message_id] = clock.now()
+    bridge.engine.recall(chat, message_id)
 
 
 _NUMBER = re.compile(r"#(\d+)")
