@@ -145,6 +145,20 @@ class Settings(BaseSettings):
         description="Largest image or file (MB) a user may send the agent; past it, one line"
         " says the limit.",
     )
+    bridge_voice: Literal["transcribe", "file", "off"] | None = Field(
+        default=None,
+        description="Voice messages: `transcribe` (Feishu's speech recognition; the words are the"
+        " prompt), `file` (the audio goes to the agent as a file), `off` (refused politely)."
+        " Unset: `transcribe` when the app has the speech_to_text:speech scope (asked at"
+        " start-up), else `file`.",
+    )
+    bridge_voice_max_seconds: int = Field(
+        default=300,
+        ge=1,
+        le=3600,
+        description="Longest voice message recognized (seconds); past it, one line names the"
+        " limit. Up to 60 s is one recognition call, longer goes in 200 ms pieces of a stream.",
+    )
     bridge_usage_footer: bool = Field(
         default=False,
         description="End each turn's last message with a line of context use (and cost) when"

@@ -111,6 +111,7 @@ class BridgeService:
     identity_retry_seconds: float = 30.0
     _identity_retry: asyncio.Task[None] | None = None
     _warmup: asyncio.Task[None] | None = None
+    _voice_probe: asyncio.Task[None] | None = None
 
     @property
     def port(self) -> int:
@@ -142,6 +143,8 @@ class BridgeService:
         await self.feishu_listener.start()
         await self.ops_listener.start()
         await self._identify()
+        # In the background: a voice message before the answer is heard (the default).
+        self._voice_probe = asyncio.create_task(self.engine.probe_voice(), name="voice-probe")
         if self.ownership is None:
             await self.engine.recover(before=self.readiness.started_at)
         else:  # only what no live instance runs: claimed, then recovered the same way
@@ -187,7 +190,7 @@ class BridgeService:
 
     async def stop(self) -> None:
         self.readiness.ready = False
-        for task in (self._identity_retry, self._warmup):
+        for task in (self._identity_retry, self._warmup, self._voice_probe):
             if task is not None:
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)
@@ -269,6 +272,8 @@ def build_service(
             routes=routes,
             attachments_dir=settings.bridge_data_dir / "inbox",
             max_attachment_mb=settings.bridge_max_attachment_mb,
+            voice=settings.bridge_voice,
+            voice_max_seconds=settings.bridge_voice_max_seconds,
             ack_emoji=settings.bridge_ack_emoji,
             max_running_turns=settings.bridge_max_running_turns,
             card_interval=settings.bridge_card_update_interval_seconds,
@@ -283,6 +288,7 @@ def build_service(
         publish=watch.publish,
         metrics=metrics,
         session_ended=projection.session_ended,
+        speech=feishu if isinstance(feishu, FeishuClient) else None,
     )
     bot = BotIdentity()
     ownership = ownership_for(settings, store, engine, wall)
@@ -300,6 +306,7 @@ def build_service(
         app_id=settings.feishu_app_id,
         max_event_age=settings.bridge_max_event_age_seconds,
         quoted_content=feishu.message_content,
+        voice_kind=engine.voice_mode.kind,
     )
     readiness = Readiness(wall)
     feishu_app = _feishu_app(settings, receiver, bot, readiness)

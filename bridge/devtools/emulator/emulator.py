@@ -45,6 +45,7 @@ from bridge.devtools.emulator.records import (
     SenderType,
 )
 from bridge.devtools.emulator.server import OpenApi
+from bridge.devtools.emulator.speech import SpeechRecognition
 from bridge.devtools.emulator.tokens import TokenIssuer
 from bridge.devtools.emulator.users import UserSide
 
@@ -83,6 +84,7 @@ class EmulatorOptions:
     scenarios: Sequence[str] = ()
     host: str = "127.0.0.1"
     port: int = 0
+    speech_scope: bool = True  # the app has speech_to_text:speech (99991672 without it)
 
 
 class FeishuEmulator(UserSide):
@@ -140,6 +142,8 @@ class FeishuEmulator(UserSide):
             on_change=self._changed,
         )
         self.cardkit = CardKit(redraw=self._world.replace_card)
+        self.speech = SpeechRecognition()  # speech_to_text/v1; `scope_granted`, transcripts
+        self.speech.scope_granted = o.speech_scope
         self._runner: web.AppRunner | None = None
 
     # --- lifecycle -----------------------------------------------------------------------
@@ -168,6 +172,7 @@ class FeishuEmulator(UserSide):
             record=self._record_call,
             closing=self._closing,
             cardkit=self.cardkit,
+            speech=self.speech,
         )
         app = web.Application()
         app.router.add_route("*", "/open-apis/{tail:.*}", api.handle)

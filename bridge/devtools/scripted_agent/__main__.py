@@ -51,6 +51,7 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--no-images", action="store_true", help="do not accept images as prompt content"
     )
+    parser.add_argument("--audio", action="store_true", help="accept audio as prompt content")
     return parser.parse_args(argv)
 
 
@@ -74,6 +75,7 @@ def main(argv: list[str] | None = None) -> None:
         list_sessions=not arguments.no_list,
         name=arguments.name,
         images=not arguments.no_images,
+        audio=arguments.audio,
     )
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(serve(agent))

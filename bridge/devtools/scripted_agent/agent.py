@@ -57,6 +57,7 @@ class ScriptedAgent(SessionMethods):
         list_sessions: bool = True,
         name: str = "scripted-agent",
         images: bool = True,
+        audio: bool = False,
         quirks: frozenset[str] = frozenset(),
     ) -> None:
         self.store = store
@@ -70,6 +71,7 @@ class ScriptedAgent(SessionMethods):
         self.resume_enabled = resume_session
         self.name = name
         self.images = images
+        self.audio = audio
         self.list_enabled = list_sessions
         self.scenario = scenario
         self.elicitation = False
@@ -88,7 +90,7 @@ class ScriptedAgent(SessionMethods):
             protocol_version=PROTOCOL_VERSION,
             agent_capabilities=AgentCapabilities(
                 load_session=self.load_enabled,
-                prompt_capabilities=PromptCapabilities(image=self.images),
+                prompt_capabilities=PromptCapabilities(image=self.images, audio=self.audio),
                 session_capabilities=SessionCapabilities(
                     list=SessionListCapabilities() if self.list_enabled else None,
                     resume=SessionResumeCapabilities() if self.resume_enabled else None,

@@ -214,8 +214,8 @@ class AcpRuntime(SessionSettings, Diagnostics):
         turn.emit(PromptSent(session_id))
         try:
             self._on_change()  # a slot's running turns
-            images = process.accepts_images
-            blocks = prompt_blocks(text, files, images=images, cwd=session.cwd)
+            images, audio = process.accepts_images, process.accepts_audio
+            blocks = prompt_blocks(text, files, images=images, audio=audio, cwd=session.cwd)
             await run_prompt(
                 process,
                 turn,
