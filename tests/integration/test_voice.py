@@ -203,3 +203,18 @@ async def test_without_the_scope_start_up_says_so_and_voice_goes_as_a_file(
         assert "lacks the scope speech_to_text:speech" in caplog.text
         await s.emu.send_user_voice()
         await s.wait_text(lambda t: t == T("attachment.held", count=1))
+
+
+async def test_in_card_style_what_was_heard_still_comes_before_the_card(tmp_path: Path) -> None:
+    settings = {
+        "bridge_presence_style": "card",
+        "bridge_first_hint_seconds": 0.05,
+        "bridge_card_update_interval_seconds": 0.05,
+    }
+    async with running_stack(tmp_path / "bridge", settings=settings) as stack:
+        await stack.emu.send_user_voice(transcript="sleep 300\nsay Done.")
+        await stack.wait_text(lambda t: "Done." in t)
+        await stack.settled()
+        first, *rest = stack.bot()
+        assert first.text == T("voice.heard", text="sleep 300 say Done.")  # one line
+        assert [m.msg_type for m in rest] == ["interactive"]  # the status card, then no line

@@ -9,8 +9,6 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Final
 
-import av
-
 SPOKEN_CLIP: Final = Path(__file__).with_name("spoken.ogg")
 SPOKEN_TRANSCRIPT: Final = "Please fix the login page error, then run the tests."
 RATE: Final = 16_000
@@ -24,6 +22,8 @@ def spoken_clip() -> bytes:
 def pcm_of(clip: bytes) -> bytes:
     """The clip as 16 kHz mono signed 16-bit PCM: what the bridge must send to recognition
     (the emulator's own decode, to check the bridge's against)."""
+    import av  # FFmpeg's libraries load with the first voice, not with the emulator
+
     out = bytearray()
     with av.open(io.BytesIO(clip), mode="r") as container:
         resampler = av.AudioResampler(format="s16", layout="mono", rate=RATE)
@@ -37,6 +37,8 @@ def pcm_of(clip: bytes) -> bytes:
 
 def encode_opus(pcm: bytes, rate: int = RATE) -> bytes:
     """Mono 16-bit PCM at `rate` as an Ogg Opus file at 16 kHz, as a Feishu client sends one."""
+    import av
+
     buffer = io.BytesIO()
     with av.open(buffer, "w", format="ogg") as container:
         stream = container.add_stream("libopus", rate=RATE, layout="mono")
