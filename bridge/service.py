@@ -410,6 +410,7 @@ def _status(
         "long_connection": longconn.state.name.lower() if longconn else None,
         "conversations": len(engine.conversations),
         "feishu_api": engine.gate.state(),
+        "voice": engine.voice_mode.state(),
         "event_subscribers": projection.subscribers(),
         "runtime": runtime.snapshot(),
     }

@@ -141,6 +141,10 @@ class VoiceMode:
         self.mode = configured or "transcribe"
         self.scope_missing = False
 
+    def state(self) -> dict[str, object]:
+        """For `/status`: the mode in force, and whether Feishu refused for the scope."""
+        return {"mode": self.mode, "scope_missing": self.scope_missing}
+
     def kind(self) -> str:
         """The attachment kind the receiver gives an audio message (core/voice.py)."""
         return KINDS[self.mode]

@@ -11,6 +11,7 @@ import json
 import logging
 from pathlib import Path
 
+import httpx
 import pytest
 
 from bridge.demo import scripted_agent_command
@@ -201,6 +202,9 @@ async def test_without_the_scope_start_up_says_so_and_voice_goes_as_a_file(
     async with running_stack(tmp_path / "bridge", emulator_options={"speech_scope": False}) as s:
         await s.emu.wait_for(lambda: s.demo.service.engine.voice_mode.scope_missing)
         assert "lacks the scope speech_to_text:speech" in caplog.text
+        async with httpx.AsyncClient(trust_env=False) as http:
+            status = (await http.get(f"{s.ops_url}/status")).json()
+        assert status["voice"] == {"mode": "file", "scope_missing": True}
         await s.emu.send_user_voice()
         await s.wait_text(lambda t: t == T("attachment.held", count=1))
 
