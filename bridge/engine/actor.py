@@ -89,10 +89,11 @@ class _Lane:
 # Effects answered by whoever fed the input (the card callback, the turn runner), never
 # queued for the performer.
 _TO_CALLER = (AnswerCallback, SendPrompt)
-# The "shown" lane: effects a user sees, through Feishu, and the record of a turn's end,
-# which follows its end signal (it carries that post's outbox mark, and a card still to be
-# closed is forgotten only then).
+# The "shown" lane: effects a user sees, through Feishu, and the turn's timeline and end
+# record, which follow what was shown in order (the end record carries the end signal's
+# outbox mark, and a card still to be closed is forgotten only then).
 _TO_FEISHU = (
+    Trace,
     RecordTerminal,
     React,
     PostText,

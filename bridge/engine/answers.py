@@ -59,7 +59,7 @@ class Answers:
     def __init__(
         self, *, feishu: FeishuApi, store: Store, clock: Callable[[], float], gate: FeishuGate
     ) -> None:
-        self._feishu = feishu
+        self.feishu = feishu
         self._store = store
         self._clock = clock
         self.gate = gate
@@ -118,14 +118,12 @@ class Answers:
         # Agent words and tool titles are data: they never mention anyone.
         safe = neutralize_mentions(text)
         try:
-            ids = await self._feishu.reply_text(
-                reply_to, safe, uuid=idem, in_thread=actor.in_thread
-            )
+            ids = await self.feishu.reply_text(reply_to, safe, uuid=idem, in_thread=actor.in_thread)
         except BusinessError as exc:
             if exc.code != MESSAGE_RECALLED:
                 raise
             # The user took that message back: the line goes to the chat itself instead.
-            ids = await self._feishu.send_text(_chat_of(actor), safe, uuid=f"{idem}:chat")
+            ids = await self.feishu.send_text(_chat_of(actor), safe, uuid=f"{idem}:chat")
         return ids
 
     async def post_answer(
@@ -168,13 +166,13 @@ class Answers:
         self, actor: ConversationActor, reply_to: str, card: dict[str, object], uuid: str
     ) -> str:
         try:
-            return await self._feishu.reply_card(
+            return await self.feishu.reply_card(
                 reply_to, card, uuid=uuid, in_thread=actor.in_thread
             )
         except BusinessError as exc:
             if exc.code != MESSAGE_RECALLED:
                 raise
-            return await self._feishu.send_card(_chat_of(actor), card, uuid=f"{uuid}:chat")
+            return await self.feishu.send_card(_chat_of(actor), card, uuid=f"{uuid}:chat")
 
     async def _already_sent(self, idem: str) -> bool:
         if await self._store.sent(idem) is not None:

@@ -130,6 +130,20 @@ class FeishuGate:
         self._probing = False
         self._changed.set()
 
+    def probe_due(self) -> bool:
+        """Up, or down with a probe due and none under way: a call outside the gate (an
+        ack) may go now, and serves as the probe."""
+        return not self.down or (not self._probing and self._now() >= self._next_probe)
+
+    def heard_back(self, ok: bool) -> None:
+        """What a call outside the gate (an ack) found: up again, or still down (the next
+        probe waits longer, as after a failed probe)."""
+        if ok and self.down:
+            self._up()
+        elif not ok and self.down:
+            self._wait = min(self.policy.max_probe, self._wait * 2)
+            self._next_probe = self._now() + self._wait * self._rng.uniform(0.8, 1.2)
+
     def _release(self, probe: bool) -> None:
         if probe:
             self._probing = False

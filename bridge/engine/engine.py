@@ -34,6 +34,7 @@ from bridge.engine.turn_runner import SessionEnded, TurnRunner
 from bridge.engine.voice import SpeechApi, Voice, VoiceMode
 from bridge.feishu.api import FeishuApi
 from bridge.feishu.models import CardAction, CardActionReply, InboundMessage
+from bridge.feishu.pacer import CallBudget
 from bridge.i18n import Translator
 from bridge.ops.metrics import Metrics
 from bridge.runtime.port import AgentRuntime
@@ -74,9 +75,10 @@ class Engine:
         metrics: Metrics | None = None,
         session_ended: SessionEnded | None = None,
         rng: random.Random | None = None,
-        speech: SpeechApi | None = None,
+        budget: CallBudget | None = None,
     ) -> None:
         self._tasks = TaskTracker("engine")
+        self.budget = budget  # the app's Feishu call budget (for /status)
         now = clock.now
         # Feishu's health as the posts find it: one gate for the app (delivery.py).
         self.gate = FeishuGate(now, rng or system_random(), config.delivery)
@@ -84,7 +86,7 @@ class Engine:
             metrics.watch_feishu(self.gate.state)
         self._publish = publish
         cards = CardViews(translator, requester_may_approve=config.options.requester_may_approve)
-        self._speech = speech
+        speech = self._speech = feishu if isinstance(feishu, SpeechApi) else None
         self.voice_mode = VoiceMode(config.voice if speech is not None else "file")
         attachments = (
             Attachments(
@@ -120,13 +122,15 @@ class Engine:
             interval=config.card_interval,
             gate=self.gate,
             metrics=metrics,
+            budget=budget,
         )
         self.schedules = Scheduler(
             store=store,
             feishu=feishu,
             translator=translator,
-            clock=now,
+            clock=clock,
             settings=config.schedules,
+            gate=self.gate,
             metrics=metrics,
         )
         self.executor = EffectExecutor(
@@ -211,10 +215,11 @@ class Engine:
     async def recover(self, before: float) -> None:
         await self.intake.recover(before)
 
-    async def probe_voice(self) -> None:
-        """Asks Feishu once whether it will recognize speech (start-up; logged plainly)."""
+    def probe_voice(self) -> None:
+        """Asks Feishu, in the background, whether it will recognize speech (start-up; said
+        plainly in the log); a voice that comes before the answer is heard (the default)."""
         if self._speech is not None:
-            await self.voice_mode.probe(self._speech)
+            self._tasks.spawn(self.voice_mode.probe(self._speech), name="voice-probe")
 
     async def start_schedules(self) -> None:
         """Load the scheduled prompts and start their clock (after `recover`)."""

@@ -41,6 +41,7 @@ from bridge.core.inputs import AgentCommands, CardNotShown, ConfigAnswered, Mode
 from bridge.core.text import Text
 from bridge.engine.actor import ConversationActor, Owe, Owed, Trace, Work
 from bridge.engine.answers import Answers, Mark
+from bridge.engine.call_lanes import chat_of, lane_of
 from bridge.engine.card_views import CardViews, PostedCards, approval_status
 from bridge.engine.delivery import FeishuGate
 from bridge.engine.files_out import FilesOut
@@ -53,6 +54,7 @@ from bridge.engine.trace_buffer import TraceBuffer
 from bridge.engine.turn_runner import TurnRunner
 from bridge.feishu.api import FeishuApi
 from bridge.feishu.errors import BusinessError, FeishuError
+from bridge.feishu.pacer import scope
 from bridge.i18n import Translator
 from bridge.ops.metrics import Metrics
 from bridge.runtime.events import model_option
@@ -100,7 +102,9 @@ class EffectExecutor:
         self._status_cards = status_cards
         self.traces = TraceBuffer(store, clock)
         self._answers = Answers(feishu=feishu, store=store, clock=clock, gate=gate)
-        self.outbox = Outbox(answers=self._answers, store=store, clock=clock, metrics=metrics)
+        self.outbox = Outbox(
+            answers=self._answers, store=store, clock=clock, ack_emoji=ack_emoji, metrics=metrics
+        )
         self._files = FilesOut(
             feishu=feishu, store=store, routes=routes, answers=self._answers, clock=clock
         )
@@ -112,7 +116,6 @@ class EffectExecutor:
         # anything else comes.
         self._held: dict[str, tuple[str, Mark]] = {}
         self._clock = clock
-        self._ack_emoji = ack_emoji
         self._metrics = metrics
         # Several instances: whether this one holds the conversation's lease (a turn starts
         # only then). One instance alone holds every conversation.
@@ -124,12 +127,17 @@ class EffectExecutor:
         return len(self._posted)
 
     async def perform(self, actor: ConversationActor, work: Work) -> None:
+        # Its Feishu calls take from the app's budget as this chat's, in the effect's lane.
+        with scope(chat_of(actor.key), lane_of(work)):
+            await self._perform(actor, work)
+
+    async def _perform(self, actor: ConversationActor, work: Work) -> None:
         held = self._held.get(actor.key)
         if held is not None and not (isinstance(work, RecordTerminal) and work.turn_id == held[0]):
             await self._write_held(actor.key)
         match work:
             case React(message_id):
-                await self._feishu.add_reaction(message_id, self._ack_emoji)
+                await self.outbox.ack(message_id)
             case MarkMessageDone(message_id):
                 await self._store.set_message_state(message_id, MessageState.DONE, self._clock())
             case PostText() | RelayAgentText():

@@ -26,6 +26,7 @@ from bridge.engine.actor import Owed
 from bridge.engine.card_views import CardViews
 from bridge.engine.commands import parse_command
 from bridge.engine.conversations import Conversations
+from bridge.engine.outbox import replay_order
 from bridge.engine.render import render
 from bridge.feishu.api import FeishuApi
 from bridge.feishu.cards import APPROVAL, decode_action
@@ -108,8 +109,13 @@ class Intake:
         self._clock = clock
         # Several instances: asks the others for a click on a card none of ours carries.
         self.forward: Callable[[CardAction], Awaitable[CardActionReply | None]] | None = None
+        # While a restart's recovery feeds what came before, newer messages wait here.
+        self._held: list[InboundMessage] | None = None
 
     def accept(self, message: InboundMessage) -> None:
+        if self._held is not None:
+            self._held.append(message)
+            return
         actor = self._conversations.get(message.conversation_key)
         if message.thread_id:
             actor.in_thread = True  # answer inside the topic thread, not in the main chat
@@ -167,14 +173,37 @@ class Intake:
         what was queued behind them. Only what predates `before` (this process's start): a
         message the new process already took is not recovered twice."""
         now = self._clock()
-        approvals = [a for a in await self._store.open_approvals() if a.created_at < before]
+        self._held = []  # until what came before them is fed (a later answer never first)
+        try:
+            approvals = [a for a in await self._store.open_approvals() if a.created_at < before]
+            await self._replay(before, now)
+        finally:
+            held, self._held = self._held, None
+            for message in held:
+                self.accept(message)
         await self._expire(approvals, now)
-        # Posts owed when the last process stopped go first, in order; a turn whose end
-        # signal is among them ended (its answer is on its way), it was not cut.
-        ended = self._owe_again(await self._store.owed())
+
+    async def _replay(self, before: float, now: float) -> None:
+        # Posts owed when the last process stopped go out; a turn whose end signal is among
+        # them ended (its answer is on its way), it was not cut.
+        owed = await self._store.owed()
+        ended = {p.turn_id for p in owed if p.turn_id is not None and _is_final(p)}
         running = [t for t in await self._store.running_turns() if t.started_at < before]
+        cut = [t for t in running if t.turn_id not in ended]
         await self._store.interrupt_running_messages(now)
-        fed = await self._interrupt([t for t in running if t.turn_id not in ended])
+        starts = {t.turn_id: t.started_at for t in running}
+        for turn_id in sorted({p.turn_id for p in owed if p.turn_id} - starts.keys()):
+            turn = await self._store.turn(turn_id)
+            if turn is not None:
+                starts[turn_id] = turn.started_at
+        # In the order it happened, per chat: a later round's answer never comes before an
+        # earlier round's "cannot recover".
+        for item in replay_order(owed, cut, starts):
+            if isinstance(item, OwedPost):
+                self._conversations.get(item.conversation_key).enqueue(Owed(item))
+            else:
+                await self._interrupt([item])
+        fed = {t.message_id for t in cut}
         messages = [m for m in await self._store.unfinished_messages() if m.received_at < before]
         await self._requeue(messages, fed | ended, now)
 
@@ -214,12 +243,6 @@ class Intake:
                 )
             except Exception:
                 log.warning("could not expire approval card %s", approval.card_message_id)
-
-    def _owe_again(self, owed: list[OwedPost]) -> set[str]:
-        """Queue the owed posts on their conversations; the turns whose end signal is owed."""
-        for post in owed:
-            self._conversations.get(post.conversation_key).enqueue(Owed(post))
-        return {p.turn_id for p in owed if p.turn_id is not None and _is_final(p)}
 
     async def _interrupt(self, interrupted: list[Turn]) -> set[str]:
         """Tell each cut turn's user; returns the cut turns' message ids."""

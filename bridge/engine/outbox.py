@@ -9,9 +9,10 @@ answer and the ending line are never dropped.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from bridge.core.effects import PostText, RecordTerminal, RelayAgentText
 from bridge.core.inputs import PostGivenUp
@@ -19,14 +20,19 @@ from bridge.engine.actor import ConversationActor, Owed, Work
 from bridge.engine.answers import Answers, Mark, Owing
 from bridge.engine.delivery import Undeliverable
 from bridge.ops.metrics import Metrics
-from bridge.store.port import Store, TurnOutcome
+from bridge.store.port import Store, Turn, TurnOutcome
+from bridge.store.port_owed import OwedPost
 
 log = logging.getLogger(__name__)
 
-# Lines that only say "still working" or "still waiting": worthless once late.
+ACK_WAIT = 2.0  # seconds a chat's next post waits for its ack reaction, at most
+
+# Lines that only say "still working" or "your turn": untrue once their turn has ended.
 PRESENCE_ONLY = frozenset(
     {
         "presence.running_hint",
+        "presence.waiting_approval",
+        "presence.waiting_reply",
         "presence.heartbeat",
         "presence.stale",
         "presence.stale_no_activity",
@@ -74,6 +80,22 @@ def owing_of(actor: ConversationActor, work: PostText | RelayAgentText) -> Owing
     return Owing(turn_id=turn_id, final=True, outcome=outcome, key=key)
 
 
+def replay_order(
+    owed: list[OwedPost], cut: list[Turn], starts: Mapping[str, float]
+) -> list[OwedPost | Turn]:
+    """What a restart replays, in the order it happened: a round's owed posts, then (if it
+    was cut) its interruption, before anything of a later round. `starts`: when each round
+    began."""
+
+    def when(item: OwedPost | Turn) -> tuple[float, int, int]:
+        if isinstance(item, OwedPost):
+            anchor = starts.get(item.turn_id, item.owed_at) if item.turn_id else item.owed_at
+            return anchor, 0, item.seq
+        return item.started_at, 1, 0
+
+    return sorted([*owed, *cut], key=when)
+
+
 class Outbox:
     def __init__(
         self,
@@ -81,12 +103,30 @@ class Outbox:
         answers: Answers,
         store: Store,
         clock: Callable[[], float],
+        ack_emoji: str,
         metrics: Metrics | None = None,
     ) -> None:
         self._answers = answers
         self._store = store
         self._clock = clock
+        self._ack_emoji = ack_emoji
         self._metrics = metrics
+        self._acks: set[asyncio.Future[str | None]] = set()  # acks still under way
+
+    async def ack(self, message_id: str) -> None:
+        """The ack reaction: best-effort, and never what holds a chat's posts. While Feishu
+        is down it goes only as the gate's probe (else it would only fail); the chat's next
+        post waits for it at most `ACK_WAIT` (a hanging call goes on alone, tracked)."""
+        gate = self._answers.gate
+        if not gate.probe_due():
+            return
+        react = self._answers.feishu.add_reaction(message_id, self._ack_emoji)
+        ack = asyncio.ensure_future(react)
+        self._acks.add(ack)
+        ack.add_done_callback(self._acks.discard)
+        done, _ = await asyncio.wait({ack}, timeout=ACK_WAIT)
+        if ack in done and not ack.cancelled():
+            gate.heard_back(ack.result() is not None)
 
     async def record(
         self, actor: ConversationActor, work: PostText | RelayAgentText, text: str

@@ -17,12 +17,12 @@ import asyncio
 import hashlib
 import json
 import logging
-from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime, tzinfo
+from datetime import datetime, tzinfo
 from typing import Protocol
 from zoneinfo import ZoneInfo
 
+from bridge.clock import Cancellable, Clock
 from bridge.config import Settings
 from bridge.core.effects import AnnounceSchedule, ManageSchedules, ScheduleSkipped
 from bridge.core.inputs import (
@@ -33,7 +33,6 @@ from bridge.core.inputs import (
     ScheduleResult,
 )
 from bridge.core.schedules import (
-    excerpt,
     format_interval,
     next_after,
     parse_interval,
@@ -41,6 +40,8 @@ from bridge.core.schedules import (
 )
 from bridge.engine.actor import ConversationActor
 from bridge.engine.conversations import Conversations
+from bridge.engine.delivery import FeishuGate
+from bridge.engine.schedule_texts import ScheduleTexts
 from bridge.engine.schedule_times import parse_at
 from bridge.feishu.api import FeishuApi
 from bridge.feishu.markup import neutralize_mentions
@@ -118,20 +119,26 @@ class Scheduler:
         store: Store,
         feishu: FeishuApi,
         translator: Translator,
-        clock: Callable[[], float],
+        clock: Clock,
         settings: ScheduleSettings,
+        gate: FeishuGate | None = None,
         metrics: Metrics | None = None,
     ) -> None:
         self._store = store
         self._feishu = feishu
         self._t = translator
-        self._clock = clock
+        self._texts = ScheduleTexts(translator, settings.zone)
+        # Slots are wall-clock times (/at 09:30); the wake-up is asked of the clock port,
+        # and `check` re-arms a wake-up that comes before its slot.
+        self._clock = clock.wall
+        self._wake = clock
         self._settings = settings
+        self._gate = gate  # while Feishu is down a due run waits (its header could not go)
         self._metrics = metrics
         self._conversations: Conversations | None = None
         self._cache: dict[int, Schedule] = {}  # every live schedule, as the store holds it
         self._next: dict[int, _Run] = {}  # announced runs, in flight until recorded
-        self._timer: asyncio.TimerHandle | None = None
+        self._timer: Cancellable | None = None
         self._poked = False
         self._started = False
         # Several instances: only the conversation's owner runs its schedules.
@@ -196,8 +203,7 @@ class Scheduler:
             return
         retry = self._settings.retry or self._settings.min_interval
         at = min(due if due > now else now + retry for due in waiting)
-        loop = asyncio.get_running_loop()
-        self._timer = loop.call_later(max(0.0, at - self._clock()), self.check)
+        self._timer = self._wake.call_at(self._wake.now() + max(0.0, at - now), self.check)
 
     def on_snapshot(self, key: str, snapshot: dict[str, object]) -> None:
         """A conversation's state changed: when it is idle and owes a due schedule, try
@@ -225,6 +231,8 @@ class Scheduler:
         assert self._conversations is not None, "bind() first"
         if self.owner is not None and not self.owner.holds(schedule.conversation_key):
             self.owner.kick(schedule.conversation_key)  # claimed when nobody runs it
+            return
+        if self._gate is not None and self._gate.down:
             return
         actor = self._conversations.get(schedule.conversation_key)
         effects = actor.feed(
@@ -305,7 +313,7 @@ class Scheduler:
     ) -> tuple[ScheduleResult, dict[str, str | int]]:
         match work.command:
             case CommandName.SCHEDULES.value:
-                return self._listing(await self._store.schedules(actor.key))
+                return self._texts.listing(await self._store.schedules(actor.key), self._clock())
             case CommandName.UNSCHEDULE.value:
                 return await self._unschedule(actor, work)
             case _:
@@ -329,9 +337,9 @@ class Scheduler:
                 }
             kind, due = ScheduleKind.EVERY, now + every
         else:
-            at = parse_at(when, now, self._zone())
+            at = parse_at(when, now, self._texts.zone())
             if at is None:
-                return ScheduleResult.BAD_TIME, {"time": when, "zone": self._zone_name()}
+                return ScheduleResult.BAD_TIME, {"time": when, "zone": self._texts.zone_name()}
             kind, due = ScheduleKind.AT, at
         if len(await self._store.schedules(actor.key)) >= MAX_PER_CONVERSATION:
             return ScheduleResult.TOO_MANY, {"limit": MAX_PER_CONVERSATION}
@@ -351,8 +359,8 @@ class Scheduler:
         self._arm(now)
         return ScheduleResult.ADDED, {
             "number": made.schedule_id,
-            "when": self._when(made),
-            "next": self._time(made.next_due_at),
+            "when": self._texts.when(made),
+            "next": self._texts.time(made.next_due_at),
         }
 
     async def _unschedule(
@@ -375,45 +383,3 @@ class Scheduler:
         return ScheduleResult.REMOVED, params
 
     # -- texts -------------------------------------------------------------------------------
-
-    def _listing(self, schedules: list[Schedule]) -> tuple[ScheduleResult, dict[str, str | int]]:
-        if not schedules:
-            return ScheduleResult.EMPTY, {}
-        now = self._clock()
-        lines = [self._entry(s, now) for s in schedules]
-        return ScheduleResult.LISTED, {"entries": "\n".join(lines)}
-
-    def _entry(self, s: Schedule, now: float) -> str:
-        last = ""
-        if s.last_run_at is not None:
-            last += self._t("schedule.last_run", at=self._time(s.last_run_at))
-        if s.last_skip_at is not None and (s.last_run_at is None or s.last_skip_at > s.last_run_at):
-            reason = self._t(f"schedule.reason.{s.last_skip_reason}")
-            last += self._t("schedule.last_skip", at=self._time(s.last_skip_at), reason=reason)
-        upcoming = (
-            self._t("schedule.due_now") if s.next_due_at <= now else self._time(s.next_due_at)
-        )
-        return self._t(
-            "schedule.entry",
-            number=s.schedule_id,
-            when=self._when(s),
-            prompt=neutralize_mentions(excerpt(s.prompt)),
-            next=upcoming,
-            by=self._t("schedule.by_operator") if s.config_key else "",
-            last=last,
-        )
-
-    def _when(self, s: Schedule) -> str:
-        if s.every_seconds is not None:
-            return self._t("schedule.when_every", interval=format_interval(s.every_seconds))
-        return self._t("schedule.when_at", at=self._time(s.next_due_at))
-
-    def _zone(self) -> tzinfo:
-        zone = self._settings.zone
-        return zone if zone is not None else datetime.now().astimezone().tzinfo or UTC
-
-    def _zone_name(self) -> str:
-        return str(self._zone())
-
-    def _time(self, at: float) -> str:
-        return datetime.fromtimestamp(at, self._zone()).strftime("%Y-%m-%d %H:%M")

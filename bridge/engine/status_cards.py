@@ -32,7 +32,9 @@ from bridge.engine.delivery import FeishuGate
 from bridge.engine.live_card import ANSWER, answer_markdown, live_card
 from bridge.engine.tasks import TaskTracker
 from bridge.feishu.api import FeishuApi
+from bridge.feishu.budget import Lane
 from bridge.feishu.errors import FeishuError
+from bridge.feishu.pacer import CallBudget, paid
 from bridge.i18n import Translator
 from bridge.ops.metrics import Metrics
 from bridge.store.port import Store
@@ -70,8 +72,10 @@ class StatusCards:
         interval: float,
         gate: FeishuGate,
         metrics: Metrics | None = None,
+        budget: CallBudget | None = None,
     ) -> None:
         self._feishu = feishu
+        self._budget = budget
         self._store = store
         self._t = translator
         self._clock = clock
@@ -95,8 +99,9 @@ class StatusCards:
             return
         card.pending = work.view
         wait = card.pushed_at + self._interval - asyncio.get_running_loop().time()
-        if wait <= 0 and not card.lock.locked():
-            await self._flush(actor, card)
+        if wait <= 0 and not card.lock.locked() and self._may_now():
+            with paid(Lane.REFRESH):
+                await self._flush(actor, card)
         elif card.flusher is None or card.flusher.done():
             name = f"status-card:{work.turn_id}"
             card.flusher = self._tasks.spawn(self._flush_later(actor, card, wait), name=name)
@@ -156,10 +161,21 @@ class StatusCards:
         # change (a heartbeat lost behind a slow call; found by the simulator, seed 1252).
         while True:
             await asyncio.sleep(max(0.0, wait))
-            await self._flush(actor, card)
+            if self._budget is None:
+                await self._flush(actor, card)
+            else:
+                # The token first, then the view: however long the refresh waited for its
+                # turn in the app's budget, it shows the newest view.
+                async with self._budget.ahead(Lane.REFRESH):
+                    await self._flush(actor, card)
             if card.pending is None or self._cards.get(card.turn_id) is not card:
                 return
             wait = card.pushed_at + self._interval - asyncio.get_running_loop().time()
+
+    def _may_now(self) -> bool:
+        """A refresh may go inline (its effect lane waits for it) only when the budget has
+        room now; otherwise the card's flusher waits for it, and the lane moves on."""
+        return self._budget is None or self._budget.try_take(Lane.REFRESH)
 
     async def _flush(self, actor: ConversationActor, card: _Card) -> None:
         async with card.lock:

@@ -7,6 +7,7 @@ collected mid-flight, and an exception in it would vanish.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Coroutine
 from typing import Any
@@ -58,10 +59,10 @@ class TaskTracker:
         """Refuse new tasks (but those started `while_draining`), wait up to `grace` seconds
         for the running ones and any they start, then cancel the rest."""
         self._draining = True
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + grace
-        while self._tasks and (left := deadline - loop.time()) > 0:
-            await asyncio.wait(set(self._tasks), timeout=left)
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(grace if grace > 0 else 0.0):
+                while self._tasks:
+                    await asyncio.wait(set(self._tasks))
         self._closing = True
         pending = set(self._tasks)
         for task in pending:

@@ -12,7 +12,7 @@ import logging
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from bridge.core.effects import StartTurn
 from bridge.core.inputs import VoiceHeard
@@ -30,8 +30,10 @@ MB = 1024 * 1024
 VOICE_MIME = "audio/ogg"  # Feishu keeps voice messages as Ogg Opus
 
 
+@runtime_checkable
 class SpeechApi(Protocol):
-    """What hearing a voice needs of Feishu (`FeishuClient` has both)."""
+    """What hearing a voice needs of Feishu (`FeishuClient` has both; a fake without
+    `recognize_speech` leaves voice messages to pass as files)."""
 
     async def download_resource(
         self, message_id: str, key: str, resource_type: str, dest: Path, *, max_bytes: int

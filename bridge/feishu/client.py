@@ -31,6 +31,7 @@ from bridge.feishu.errors import (
     check_response,
 )
 from bridge.feishu.http import FeishuHttp
+from bridge.feishu.pacer import CallBudget
 from bridge.feishu.resources import ResourceCalls
 from bridge.feishu.retry import RetryPolicy, retried
 from bridge.feishu.speech import SpeechCalls
@@ -104,6 +105,7 @@ class FeishuClient(CardKitCalls, ResourceCalls, SpeechCalls):
         max_bytes: int = DEFAULT_MAX_BYTES,
         max_parts: int = DEFAULT_MAX_PARTS,
         cut_notice: Callable[[int, int], str] | None = None,
+        budget: CallBudget | None = None,
     ) -> None:
         self._domain = domain.rstrip("/")
         self._owns_http = http is None
@@ -115,6 +117,7 @@ class FeishuClient(CardKitCalls, ResourceCalls, SpeechCalls):
         self._max_bytes = max_bytes
         self._max_parts = max_parts
         self._cut_notice = cut_notice or _default_cut_notice
+        self._budget = budget  # every request waits for its turn in the app's call budget
         self.tokens = TenantTokenManager(
             self._http,
             self._domain,
@@ -126,6 +129,9 @@ class FeishuClient(CardKitCalls, ResourceCalls, SpeechCalls):
 
     def __repr__(self) -> str:
         return f"FeishuClient(domain={self._domain!r})"
+
+    def pace(self, budget: CallBudget) -> None:
+        self._budget = self._budget or budget
 
     @property
     def breaker(self) -> CircuitBreaker:
@@ -345,12 +351,28 @@ class FeishuClient(CardKitCalls, ResourceCalls, SpeechCalls):
     ) -> dict[str, Any]:
         token = await self.tokens.get()
         try:
-            return check_response(await self._send(method, path, params, content, token))
+            return check_response(await self._paced(method, path, params, content, token))
+        except RateLimited as exc:
+            if self._budget is not None:
+                self._budget.rate_limited(exc.reset_after)
+            raise
         except TokenInvalid:
             # Revoked or expired early: fetch a new token and try exactly once more.
             await self.tokens.invalidate(token)
             token = await self.tokens.get()
-            return check_response(await self._send(method, path, params, content, token))
+            return check_response(await self._paced(method, path, params, content, token))
+
+    async def _paced(
+        self,
+        method: str,
+        path: str,
+        params: dict[str, str] | None,
+        content: bytes | None,
+        token: str,
+    ) -> httpx.Response:
+        if self._budget is not None:
+            await self._budget.before_call(method, path)
+        return await self._send(method, path, params, content, token)
 
     async def _send(
         self,

@@ -69,7 +69,8 @@ class _FeishuApiState(Collector):
 
 class _AgentUpdatesDropped(Collector):
     """Agent updates never shown: after their prompt's result (late), of an unknown kind, or
-    a stdout line over the size cap (oversize). Read from the runtime's counters at scrape."""
+    a stdout line over the size cap (oversize); and results that belonged to a cancelled
+    turn (cancel tails). Read from the runtime's counters at scrape."""
 
     def __init__(self, snapshot: Callable[[], Mapping[str, Any]]) -> None:
         self._snapshot = snapshot
@@ -85,6 +86,64 @@ class _AgentUpdatesDropped(Collector):
         for reason in ("late", "unknown", "oversize"):
             family.add_metric([reason], float(snapshot.get(f"{reason}_updates", 0)))
         yield family
+        yield CounterMetricFamily(
+            "bridge_agent_cancel_tails",
+            "Prompts an agent answered with a cancelled turn's leftover result (a tail); the"
+            " bridge restarted the agent and sent the prompt again.",
+            value=float(snapshot.get("cancel_tails", 0)),
+        )
+
+
+class _CallBudget(Collector):
+    """The app's Feishu call budget (bridge/feishu/budget.py), read at scrape."""
+
+    def __init__(self, state: Callable[[], Mapping[str, Any]]) -> None:
+        self._state = state
+
+    def collect(self) -> Iterator[Metric]:
+        state = self._state()
+        yield GaugeMetricFamily(
+            "bridge_feishu_budget_rate",
+            "Calls a second the bridge allows itself now (below the limit after 429s).",
+            value=state["rate"],
+        )
+        yield GaugeMetricFamily(
+            "bridge_feishu_budget_limit",
+            "Calls a second the budget is set to (Feishu's limit times the margin).",
+            value=state["limit"],
+        )
+        yield GaugeMetricFamily(
+            "bridge_feishu_budget_calls_per_second",
+            "Feishu calls a second over the last 10 seconds.",
+            value=state["calls_per_second"],
+        )
+        yield CounterMetricFamily(
+            "bridge_feishu_budget_rate_limited",
+            "429s Feishu answered (each halves the pace until they stop).",
+            value=state["rate_limited"],
+        )
+        lanes = ("waiting", "granted", "waited_seconds")
+        families: dict[str, GaugeMetricFamily | CounterMetricFamily] = {
+            "waiting": GaugeMetricFamily(
+                "bridge_feishu_budget_waiting",
+                "Calls waiting for their turn, by lane (ending, answer, card, hint, refresh).",
+                labels=["lane"],
+            ),
+            "granted": CounterMetricFamily(
+                "bridge_feishu_budget_calls",
+                "Feishu calls let through, by lane.",
+                labels=["lane"],
+            ),
+            "waited_seconds": CounterMetricFamily(
+                "bridge_feishu_budget_wait_seconds",
+                "Seconds calls waited for their turn, by lane.",
+                labels=["lane"],
+            ),
+        }
+        for name in lanes:
+            for lane, value in state[name].items():
+                families[name].add_metric([lane], float(value))
+            yield families[name]
 
 
 class Metrics:
@@ -156,6 +215,9 @@ class Metrics:
 
     def watch_feishu(self, state: Callable[[], Mapping[str, float]]) -> None:
         self.registry.register(_FeishuApiState(state))
+
+    def watch_budget(self, state: Callable[[], Mapping[str, Any]]) -> None:
+        self.registry.register(_CallBudget(state))
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -101,5 +101,5 @@ class DeferredRuntime:
     def snapshot(self) -> dict[str, Any]:
         if self._runtime is not None:
             return self._runtime.snapshot()
-        idle = {"unknown_updates": 0, "late_updates": 0, "oversize_updates": 0}
+        idle = {"unknown_updates": 0, "late_updates": 0, "oversize_updates": 0, "cancel_tails": 0}
         return {"command": self._program, **idle, "pending_requests": 0, "agents": []}

@@ -1,4 +1,4 @@
-"""The three agents users run (Claude Code, Codex, Qwen Code), offline against the scripted
+"""The agents users run (Claude Code, Codex, Qwen Code, Gemini CLI), offline against the scripted
 model (`bridge/devtools/fake_model`), as profiles the tests in
 test_agents_on_scripted_model.py run through the whole bridge.
 
@@ -232,7 +232,39 @@ QWEN = ModelAgent(
     refusal_ends_round=True,  # a refused tool fails and the round ends with an empty end_turn
 )
 
-AGENTS = (CLAUDE, CODEX, QWEN)
+
+# --- Gemini CLI ----------------------------------------------------------------------------------
+
+
+def _gemini_home(home: Path) -> None:
+    gemini = home / ".gemini"
+    gemini.mkdir(exist_ok=True)
+    settings = {
+        # else it posts usage statistics to play.googleapis.com on every run
+        "privacy": {"usageStatisticsEnabled": False},
+        "telemetry": {"enabled": False},
+        "general": {"enableAutoUpdate": False, "enableAutoUpdateNotification": False},
+    }
+    (gemini / "settings.json").write_text(json.dumps(settings))
+
+
+GEMINI = ModelAgent(
+    name="gemini",
+    package="@google/gemini-cli",
+    entry="gemini",
+    args=("--acp",),
+    env={
+        "GOOGLE_GEMINI_BASE_URL": "{url}",
+        "GEMINI_API_KEY": "scripted",
+        # In a folder it does not trust, "Allow for this session" fails the tool ("Cannot
+        # enable privileged approval modes in an untrusted folder"): the workspace is trusted,
+        # as an operator trusts the folder the bridge gives it.
+        "GEMINI_CLI_TRUST_WORKSPACE": "true",
+    },
+    configure=_gemini_home,
+)
+
+AGENTS = (CLAUDE, CODEX, QWEN, GEMINI)
 
 
 def netns_works() -> bool:

@@ -32,6 +32,11 @@ FAST = {
     # CI runs as root without bubblewrap; said explicitly, as an operator would have to (the
     # demo implies it for the scripted agent only, and tests give other agents too).
     "bridge_allow_root_without_sandbox": True,
+    # Feishu's limits are real-time and these tests run in milliseconds: the call budget
+    # (issue 33) would only slow them; test_call_budget.py sets the limits it tests.
+    "bridge_feishu_app_calls_per_second": 100_000.0,
+    "bridge_feishu_sends_per_minute": 6_000_000.0,
+    "bridge_feishu_chat_calls_per_second": 100_000.0,
 }
 
 

@@ -1,4 +1,4 @@
-"""Claude Code, Codex and Qwen Code doing real work through the bridge, offline.
+"""Claude Code, Codex, Qwen Code and Gemini CLI doing real work through the bridge, offline.
 
 Each agent is the real program at a pinned version (scripts/fetch-real-agents.sh), in a
 network namespace of its own with a scripted model on its loopback (bridge/devtools/
@@ -12,7 +12,8 @@ asks the bridge for permission as it would for any user. What each agent must sh
 3. approval, reject: no file, and a line for the user;
 4. a long streamed answer arrives whole and in order;
 5. the agent killed mid-turn: the recovering line, the resend line, and the next message works;
-6. /stop mid-turn: the stopped line, and the next message works.
+6. /stop mid-turn: the stopped line, and the next message works, answered by the same
+   agent process (cancelled in place, issue 36).
 """
 
 from __future__ import annotations
@@ -246,10 +247,14 @@ async def test_stop_mid_turn_cancels_tells_and_the_next_message_works(
         run = Run(stack, record, tmp_path / "bridge")
         sent = await stack.say("HANG")
         await run.model_heard("HANG")
+        served = [p.pid for p in stack.demo.service.runtime.running_processes()]
         await stack.say("/stop")
         await stack.wait_text(lambda shown: shown == STOPPED, within=WITHIN)
         await stack.settled(within=WITHIN)
         assert await run.said("ECHO next") == "echo: next"
+        # None of them leaves a tail: cancelled in place, the same process answers (Gemini
+        # CLI's failing session/load is never asked for).
+        assert [p.pid for p in stack.demo.service.runtime.running_processes()] == served
         # What the model had streamed before the stop may be shown first, never after.
         assert stack.texts() in (
             [STOPPED, "echo: next"],

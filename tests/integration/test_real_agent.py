@@ -203,7 +203,9 @@ def offline_environment(mp: pytest.MonkeyPatch, home: Path) -> None:
         json.dumps(
             {
                 "privacy": {"usageStatisticsEnabled": False},  # else: play.googleapis.com
-                "general": {"disableAutoUpdate": True, "disableUpdateNag": True},
+                # the current names (the old disableAutoUpdate / disableUpdateNag are
+                # migrated, and the file rewritten, at every start)
+                "general": {"enableAutoUpdate": False, "enableAutoUpdateNotification": False},
                 "telemetry": {"enabled": False},
             }
         )

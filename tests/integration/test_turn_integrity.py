@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from bridge.i18n import Translator
 from tests.integration.stack import Stack, running_stack
@@ -25,12 +26,19 @@ STOPPED = T("presence.stopped")
 WORKING = T("progress.tool", title="Working")
 
 
-def agent(*quirks: str, no_load: bool = False) -> str:
+# A row of the cancel-tail table (bridge/runtime/acp/cancel_tails.py, docs/agents.md).
+CLAUDE_0_23 = ("@zed-industries/claude-agent-acp", "0.23.1")
+
+
+def agent(*quirks: str, no_load: bool = False, info: tuple[str, str] | None = None) -> str:
+    """The scripted agent with `quirks`; `info`: the agentInfo (name, version) it reports."""
     argv = [sys.executable, "-m", "bridge.devtools.scripted_agent"]
     for quirk in quirks:
         argv += ["--quirk", quirk]
     if no_load:
         argv.append("--no-load")
+    if info is not None:
+        argv += ["--name", info[0], "--version", info[1]]
     return shlex.join(argv)
 
 
@@ -52,18 +60,57 @@ async def answered(stack: Stack, text: str, line: str) -> None:
 
 
 async def stop_a_running_turn(stack: Stack) -> None:
-    """A turn that shows it works, then hangs; /stop; the stopped line."""
+    """A turn that shows it works, then hangs; /stop; the stopped line (once more each call)."""
+    stops = stack.texts().count(STOPPED)
     await stack.say("tool Working\nhang")
-    await stack.wait_text(lambda shown: shown == WORKING)
+    await stack.emu.wait_for(lambda: stack.texts().count(WORKING) > stops)
     await stack.say("/stop")
-    await stack.wait_text(lambda shown: shown == STOPPED)
+    await stack.emu.wait_for(lambda: stack.texts().count(STOPPED) > stops)
+
+
+async def test_after_stop_the_next_message_goes_to_the_same_agent_and_session(
+    tmp_path: Path,
+) -> None:
+    """An agent that settles a cancel cleanly (issue 36): after /stop the next message is
+    answered by the same process, in the same session, with no restart."""
+    async with running_stack(tmp_path, agent_command=agent()) as stack:
+        await answered(stack, "first", "echo: first")
+        await stop_a_running_turn(stack)
+        before = await agent_pids(stack)
+
+        # first, tool+hang, history: the same session, so the agent counts all three.
+        await answered(stack, "history", "history: 3 prompts")
+        await stack.settled()
+
+        assert stack.texts() == ["echo: first", WORKING, STOPPED, "history: 3 prompts"]
+        assert await agent_pids(stack) == before
+        status = await ops(stack, "/status")
+        assert [a["restarts"] for a in status["runtime"]["agents"] if a["alive"]] == [0]
+        assert cancel_tails(await ops(stack, "/metrics")) == 0
+
+
+async def test_after_stop_a_session_gemini_cannot_reload_is_not_reloaded(tmp_path: Path) -> None:
+    """load-fails, not in the cancel-tail table (Gemini CLI, issue 36): nothing is
+    restarted or reloaded after /stop, so the next message goes on in its own session."""
+    command = agent("load-fails") + " --no-resume"
+    async with running_stack(tmp_path, agent_command=command) as stack:
+        await answered(stack, "first", "echo: first")
+        await stop_a_running_turn(stack)
+        before = await agent_pids(stack)
+        await answered(stack, "history", "history: 3 prompts")
+        await stack.settled()
+
+        assert T("session.fresh") not in stack.texts()
+        assert await agent_pids(stack) == before
 
 
 async def test_after_stop_each_next_message_gets_its_own_answer(tmp_path: Path) -> None:
-    """cancel-tail (claude-agent-acp 0.23.1): the agent owes the cancelled prompt a second
-    result and hands it to the next prompt. The bridge restarts the agent and reloads the
-    session, so hello is answered by hello, and the next by the next."""
-    async with running_stack(tmp_path, agent_command=agent("cancel-tail")) as stack:
+    """cancel-tail on an agent in the cancel-tail table (claude-agent-acp 0.23.1): the agent
+    owes the cancelled prompt a second result and hands it to the next prompt. The bridge
+    restarts the agent and reloads the session before the next prompt goes out, so hello is
+    answered by hello, and the next by the next; no tail ever reaches it."""
+    command = agent("cancel-tail", info=CLAUDE_0_23)
+    async with running_stack(tmp_path, agent_command=command) as stack:
         await stop_a_running_turn(stack)
         before = await agent_pids(stack)
 
@@ -76,11 +123,39 @@ async def test_after_stop_each_next_message_gets_its_own_answer(tmp_path: Path) 
         assert stack.texts() == [WORKING, STOPPED, "hello", "and again"]
         assert T("presence.ended_empty") not in stack.texts()
         assert set(await agent_pids(stack)).isdisjoint(before)  # a new process after the stop
+        assert cancel_tails(await ops(stack, "/metrics")) == 0  # restarted before the prompt
+
+
+async def test_a_tail_from_an_agent_not_in_the_table_is_caught_and_counted(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """cancel-tail on an agent the table does not name: the prompt after the stop goes to the
+    same process and is answered by the leftover `end_turn`. The bridge sees it, restarts
+    the agent, reloads the session and sends the prompt again: each message still gets its
+    own answer, shown once; the tail is logged and counted."""
+    async with running_stack(tmp_path, agent_command=agent("cancel-tail")) as stack:
+        await stop_a_running_turn(stack)
+        before = await agent_pids(stack)
+
+        await answered(stack, "sleep 200\nsay hello", "hello")
+        await answered(stack, "sleep 200\nsay and again", "and again")
+        await stack.settled()
+
+        assert stack.texts() == [WORKING, STOPPED, "hello", "and again"]
+        assert cancel_tails(await ops(stack, "/metrics")) == 1
+        assert set(await agent_pids(stack)).isdisjoint(before)
+        assert "leftover result" in caplog.text
+
+        # Now known to leave a tail: the next stop restarts it before the prompt goes out.
+        await stop_a_running_turn(stack)
+        await answered(stack, "sleep 200\nsay third", "third")
+        assert cancel_tails(await ops(stack, "/metrics")) == 1
 
 
 async def test_a_history_survives_the_restart_after_a_stop(tmp_path: Path) -> None:
     """The restart after a cancel reloads the session: the agent still knows the chat."""
-    async with running_stack(tmp_path, agent_command=agent("cancel-tail")) as stack:
+    command = agent("cancel-tail", info=CLAUDE_0_23)
+    async with running_stack(tmp_path, agent_command=command) as stack:
         await answered(stack, "first", "echo: first")
         await stop_a_running_turn(stack)
         await stack.say("history")
@@ -176,6 +251,12 @@ async def test_updates_after_the_result_are_dropped_and_counted(tmp_path: Path) 
         assert stack.texts() == ["echo: hello", "echo: again"]
 
 
+def cancel_tails(metrics: str) -> float:
+    match = re.search(r"^bridge_agent_cancel_tails_total (\S+)$", metrics, re.M)
+    assert match, "the cancel-tail counter is exported"
+    return float(match[1])
+
+
 def late_updates(metrics: str) -> float:
     match = re.search(r'^bridge_agent_updates_dropped_total\{reason="late"\} (\S+)$', metrics, re.M)
     return float(match[1]) if match else 0.0
@@ -184,10 +265,10 @@ def late_updates(metrics: str) -> float:
 async def test_after_stop_a_session_the_agent_cannot_load_goes_on_in_a_new_one(
     tmp_path: Path,
 ) -> None:
-    """load-fails (Gemini CLI; issues 34 and 35): after /stop the bridge restarts the agent
-    and reloads the session, and the agent answers -32603 'No previous sessions found'. The
-    next message is still answered, in a new session (its first prompt), told so first."""
-    command = agent("load-fails") + " --no-resume"  # Gemini CLI offers no session/resume
+    """load-fails (Gemini CLI's; issues 34 and 35) on an agent restarted after /stop (one in
+    the cancel-tail table): the agent answers the reload -32603 'No previous sessions found'.
+    The next message is still answered, in a new session (its first prompt), told so first."""
+    command = agent("load-fails", info=CLAUDE_0_23) + " --no-resume"
     async with running_stack(tmp_path, agent_command=command) as stack:
         await answered(stack, "first", "echo: first")
         await stop_a_running_turn(stack)
@@ -203,3 +284,26 @@ async def test_after_stop_a_session_the_agent_cannot_load_goes_on_in_a_new_one(
             "history: 1 prompts",
         ]
         assert set(await agent_pids(stack)).isdisjoint(before)  # restarted after the stop
+
+
+async def test_a_tail_whose_reload_fails_ends_its_round_and_the_next_goes_on(
+    tmp_path: Path,
+) -> None:
+    """cancel-tail and load-fails, not in the table: the tail is caught, the restarted agent
+    cannot reload the session. That round ends with the fault line (never a hang), and the
+    next message goes on in a new session, told so first."""
+    command = agent("cancel-tail", "load-fails") + " --no-resume"
+    async with running_stack(tmp_path, agent_command=command) as stack:
+        await stop_a_running_turn(stack)
+        await stack.say("sleep 200\nsay hello")  # a model's moment: the tail comes first
+        await stack.wait_text(lambda shown: shown == T("presence.unrecoverable"))
+        await answered(stack, "history", "history: 1 prompts")  # a new session's first
+        await stack.settled()
+
+        assert stack.texts() == [
+            WORKING,
+            STOPPED,
+            T("presence.unrecoverable"),
+            T("session.fresh"),
+            "history: 1 prompts",
+        ]

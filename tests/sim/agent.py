@@ -12,6 +12,9 @@ from typing import Any
 
 from bridge.runtime.events import (
     MessageChunk,
+    PermissionKind,
+    PermissionOption,
+    PermissionRequested,
     PromptSent,
     StopReason,
     ToolCallStarted,
@@ -20,11 +23,16 @@ from bridge.runtime.events import (
 )
 from bridge.runtime.port import EventSink, PromptFile, SessionHandle
 
+OPTIONS = (
+    PermissionOption("allow", "Allow", PermissionKind.ALLOW_ONCE),
+    PermissionOption("reject", "Reject", PermissionKind.REJECT_ONCE),
+)
+
 
 @dataclass(frozen=True)
 class Step:
     after: float  # seconds of silence before it
-    kind: str  # chunk | tool | end
+    kind: str  # chunk | tool | permission | end
     text: str = ""
 
 
@@ -45,7 +53,7 @@ def answer_for(prompt: str) -> str:
 def draw_plan(rng: random.Random, prompt: str) -> Plan:
     steps: list[Step] = []
     for _ in range(rng.randint(0, 4)):
-        kind = rng.choice(("chunk", "tool"))
+        kind = rng.choice(("chunk", "tool", "chunk", "tool", "permission"))
         steps.append(Step(rng.choice((0.05, 0.3, 1.0, 2.5, 5.0)), kind, f"{kind} of {prompt}"))
     steps.append(Step(rng.choice((0.1, 0.5, 1.0, 3.0)), "chunk", answer_for(prompt)))
     steps.append(Step(rng.choice((0.0, 0.05)), "end"))
@@ -72,6 +80,7 @@ class SimRuntime:
     _sessions: Any = field(default_factory=lambda: itertools.count(1))
     _cancels: dict[str, asyncio.Event] = field(default_factory=dict)
     _abandoned: dict[str, asyncio.Event] = field(default_factory=dict)
+    _asks: dict[str, asyncio.Future[str | None]] = field(default_factory=dict)
 
     async def start(self) -> None:
         return None
@@ -115,6 +124,24 @@ class SimRuntime:
                     tool = f"tool_{n}"
                     sink(ToolCallStarted(session_id, tool_call_id=tool, title=step.text))
                     sink(ToolCallUpdated(session_id, tool_call_id=tool, status="completed"))
+                elif step.kind == "permission":
+                    request_id = f"perm_{len(self._asks) + 1}"
+                    answer = self._asks[request_id] = asyncio.get_running_loop().create_future()
+                    sink(
+                        PermissionRequested(
+                            session_id, request_id=request_id, title=step.text, options=OPTIONS
+                        )
+                    )
+                    waits = {asyncio.ensure_future(e.wait()) for e in (cancel, abandoned)}
+                    await asyncio.wait({answer, *waits}, return_when=asyncio.FIRST_COMPLETED)
+                    for wait in waits:
+                        wait.cancel()
+                    if abandoned.is_set():
+                        return
+                    if cancel.is_set() and not answer.done():
+                        await asyncio.sleep(plan.cancel_delay or 0.0)
+                        sink(TurnEnded(session_id, stop_reason=StopReason.CANCELLED))
+                        return
                 else:
                     sink(TurnEnded(session_id, stop_reason=StopReason.END_TURN))
                     return
@@ -129,6 +156,14 @@ class SimRuntime:
         if found is not None:
             found.set()
 
+    def died(self) -> None:
+        """The bridge was killed: its agent processes died with it, mid-prompt or not."""
+        for record in self.prompts:
+            if record.ended is None:
+                record.ended = self.now()
+        for event in self._abandoned.values():
+            event.set()
+
     async def abandon(self, session_id: str) -> None:
         """The bridge gave up on the session's prompt (a real runtime restarts the agent)."""
         found = self._abandoned.get(session_id)
@@ -139,7 +174,9 @@ class SimRuntime:
                 record.ended = self.now()
 
     async def answer_permission(self, request_id: str, option_id: str | None) -> None:
-        return None
+        found = self._asks.get(request_id)
+        if found is not None and not found.done():
+            found.set_result(option_id)
 
     async def answer_question(self, request_id: str, answers: Mapping[str, str] | None) -> None:
         return None

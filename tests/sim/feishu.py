@@ -28,8 +28,9 @@ class Post:
     card: dict[str, Any] | None = None
     uuid: str = ""
     end: float = 0.0
-    ok: bool = True
+    ok: bool = True  # Feishu took it and showed it
     result: str = ""  # the message or card id it made
+    repeat: bool = False  # a repeated uuid: Feishu showed nothing new
 
 
 @dataclass
@@ -49,6 +50,8 @@ class SimFeishu:
     now: Any  # () -> float, the world's clock
     faults: FaultPlan = field(default_factory=FaultPlan)
     posts: list[Post] = field(default_factory=list)
+    on_card: Any = None  # (Post) -> None: told of each interactive card with buttons
+    _by_uuid: dict[str, str] = field(default_factory=dict)  # Feishu's de-duplication
     _ids: Any = field(default_factory=lambda: itertools.count(1))
 
     async def _call(self, op: str, target: str, **kw: Any) -> Post:
@@ -56,6 +59,13 @@ class SimFeishu:
         self.posts.append(post)
         if self.faults.down(self.now() - EPOCH):
             await self._refuse(post)
+        # Taken the moment it arrives, whether or not its answer gets back to the bridge.
+        if post.uuid in self._by_uuid:  # Feishu answers a repeat with the first message
+            post.result, post.ok, post.repeat = self._by_uuid[post.uuid], False, True
+        else:
+            post.result = f"om_bot_{next(self._ids)}"
+            if post.uuid:
+                self._by_uuid[post.uuid] = post.result
         slow = self.rng.random() < self.faults.slow
         try:
             await asyncio.sleep(
@@ -65,7 +75,6 @@ class SimFeishu:
             # Cancelled too: the bridge stopped waiting (a card's last state superseded
             # the change), but the request had gone out; it may well have landed.
             post.end = self.now()
-        post.result = f"om_bot_{next(self._ids)}"
         return post
 
     async def _refuse(self, post: Post) -> None:
@@ -93,7 +102,10 @@ class SimFeishu:
     async def reply_card(
         self, message_id: str, card: dict[str, Any], *, uuid: str, in_thread: bool = False
     ) -> str:
-        return (await self._call("reply_card", message_id, card=card, uuid=uuid)).result
+        post = await self._call("reply_card", message_id, card=card, uuid=uuid)
+        if self.on_card is not None and buttons(card):
+            self.on_card(post)
+        return post.result
 
     async def send_card(self, chat_id: str, card: dict[str, Any], *, uuid: str) -> str:
         return (await self._call("send_card", chat_id, card=card, uuid=uuid)).result
@@ -158,3 +170,13 @@ class SimFeishu:
 
     async def aclose(self) -> None:
         return None
+
+
+def buttons(card: dict[str, Any]) -> list[dict[str, Any]]:
+    """The values of a card's buttons (an approval's choices)."""
+    return [
+        action["value"]
+        for element in card.get("elements", [])
+        for action in element.get("actions", [])
+        if isinstance(action.get("value"), dict)
+    ]

@@ -16,7 +16,7 @@ from bridge.i18n import Translator
 from .agent import answer_for
 from .feishu import Post
 from .loop import EPOCH
-from .world import Run
+from .world import Run, Sent
 
 T = Translator("zh_CN")
 TOLERANCE = 0.3  # seconds a deadline may be missed by (one loop's worth of work)
@@ -82,6 +82,27 @@ def by_message(posts: Iterable[Post]) -> dict[str, list[Seen]]:
     return seen
 
 
+def by_chat(run: Run) -> dict[str, list[Seen]]:
+    """Every call about a chat, whatever it answers: its users' messages, the chat itself
+    (a schedule's header), and the bot's own messages there (a scheduled round's lines)."""
+    chat_of = {s.message_id: s.chat for s in run.sent} | {s.chat: s.chat for s in run.sent}
+    for post in run.posts:  # what each id belongs to: the bot's messages, its card entities
+        chat = chat_of.get(post.target)
+        if chat is not None and post.result:
+            chat_of[post.result] = chat
+        if chat is not None and post.op == "reply_card_entity":
+            chat_of[post.text] = chat
+    calls: dict[str, list[Seen]] = defaultdict(list)
+    for post in run.posts:
+        chat = chat_of.get(post.target) or chat_of.get(post.result)
+        if chat is None:
+            continue
+        text = post.text if post.card is None else repr(post.card)
+        end = _t(post.end or post.start)
+        calls[chat].append(Seen(_t(post.start), end, post.op, text, post.ok))
+    return calls
+
+
 def _ends(got: list[Seen], prompt: str) -> list[Seen]:
     """A turn's end signals: its ending lines (stopped, failed, ...) or, when it has none,
     the answer (a stopped turn shows what it had written, then says it stopped)."""
@@ -103,8 +124,12 @@ def one_ack_each(run: Run, seen: dict[str, list[Seen]]) -> list[str]:
     for sent in run.sent:
         tries = [s for s in seen[sent.message_id] if s.op == "add_reaction"]
         acks = [s for s in tries if s.ok]
-        # An ack is best-effort: one Feishu refused during an outage is not tried again.
-        if len(acks) > 1 or (not acks and all(s.ok for s in tries)):
+        # An ack is best-effort: one Feishu refused during an outage is not tried again, and
+        # one still waiting its turn when the bridge was killed is not made up for.
+        killed = run.restarted_at is not None and not tries and sent.at < run.restarted_at
+        # Nor is one skipped while the bridge knew Feishu was down (it would only fail).
+        skipped = not tries and _touches_outage(run, _t(sent.at), _t(sent.at))
+        if len(acks) > 1 or (not acks and all(s.ok for s in tries) and not (killed or skipped)):
             out.append(f"{sent.message_id}: {len(acks)} acks")
     return out
 
@@ -154,9 +179,7 @@ def _busy_until(deadline: float, calls: list[Seen], after: float) -> float:
 def hint_and_heartbeat(run: Run, seen: dict[str, list[Seen]]) -> list[str]:
     out = []
     by_text = {s.text: s for s in run.sent if s.plan is not None}
-    chat_calls: dict[str, list[Seen]] = defaultdict(list)
-    for sent in run.sent:
-        chat_calls[sent.chat].extend(seen[sent.message_id])
+    chat_calls = by_chat(run)
     t = run.timings
     # A card changes at most once per card interval: a change due meanwhile waits for it.
     after = run.card_interval if run.style is PresenceStyle.CARD else 0.0
@@ -187,10 +210,14 @@ def hint_and_heartbeat(run: Run, seen: dict[str, list[Seen]]) -> list[str]:
         alive = sorted(
             s.at for s in chat_calls[sent.chat] if s.op != "add_reaction" and s.ok and s.at >= start
         )
+        waits = _waiting(run, seen, sent)
         last = shown[0] if shown else start
         for at in [*(a for a in alive if a > last), ended]:
             if at > ended:
                 break
+            for w0, w1 in waits:  # waiting on a person: no heartbeat owed meanwhile
+                if w0 < at and w1 > last:
+                    last = max(last, min(w1, at))
             limit = _busy_until(last + t.heartbeat, chat_calls[sent.chat], after) + slack
             if _touches_outage(run, start, limit):
                 break
@@ -201,12 +228,44 @@ def hint_and_heartbeat(run: Run, seen: dict[str, list[Seen]]) -> list[str]:
     return out
 
 
+def _waiting(run: Run, seen: dict[str, list[Seen]], sent: Sent) -> list[tuple[float, float]]:
+    """When the message's turn waited on its requester: from each approval card to the
+    requester's click (or forever, if none came)."""
+    cards = [s.at for s in seen[sent.message_id] if s.op == "reply_card"]
+    answered = sorted(
+        _t(c.at)
+        for c in run.clicks
+        if c.reply_to == sent.message_id and c.operator == f"ou_{sent.chat}"
+    )
+    out = []
+    for at in cards:
+        done = next((c for c in answered if c >= at), float("inf"))
+        out.append((at, done))
+    return out
+
+
+def quiet_while_waiting(run: Run, seen: dict[str, list[Seen]]) -> list[str]:
+    """No 'still working' line while the turn waits for its requester's decision."""
+    out = []
+    for sent in run.sent:
+        for w0, w1 in _waiting(run, seen, sent):
+            for s in seen[sent.message_id]:
+                if s.ok and w0 < s.at < w1 and s.text.startswith(RUNNING):
+                    out.append(f"{sent.message_id}: '{s.text}' at {s.at} while waiting since {w0}")
+    return out
+
+
 def _touches_outage(run: Run, start: float, end: float) -> bool:
-    outage = run.faults.outage
-    if outage is None:
-        return False
-    # The API is back at its end; the first probe may come up to the longest wait later.
-    return start <= outage[1] + run.timings.heartbeat + 16.0 and end >= outage[0]
+    """Whether Feishu's outage, or the bridge's kill and restart, fell in [start, end]."""
+    if run.restarted_at is not None and start <= _t(run.restarted_at) <= end:
+        return True
+    # The API is back at the outage's end, but the bridge learns it only from a probe's
+    # answer (Feishu's own reset header may ask it to wait longer): until then every chat's
+    # posts wait at the gate.
+    windows = [(_t(a), _t(b)) for a, b in run.gate_down]
+    if run.faults.outage is not None:
+        windows.append(run.faults.outage)
+    return any(start <= b + TOLERANCE and end >= a for a, b in windows)
 
 
 def answers_in_order(run: Run, seen: dict[str, list[Seen]]) -> list[str]:
@@ -245,7 +304,7 @@ def no_overlapping_prompts(run: Run, seen: dict[str, list[Seen]]) -> list[str]:
 
 
 def nothing_posted_twice(run: Run, seen: dict[str, list[Seen]]) -> list[str]:
-    uuids = [p.uuid for p in run.posts if p.uuid and p.ok]
+    uuids = [p.uuid for p in run.posts if p.uuid and p.ok and not p.repeat]
     return [f"uuid {u} posted twice" for u in sorted({u for u in uuids if uuids.count(u) > 1})]
 
 
@@ -259,6 +318,7 @@ RULES: tuple[Callable[[Run, dict[str, list[Seen]]], list[str]], ...] = (
     nothing_running_after_the_end,
     hint_and_heartbeat,
     answers_in_order,
+    quiet_while_waiting,
     few_calls_while_down,
     no_overlapping_prompts,
     nothing_posted_twice,
@@ -271,6 +331,8 @@ def transcript(run: Run) -> str:
     seen = by_message(run.posts)
     outage = run.faults.outage
     down = f", Feishu down {outage[0]:.3f}..{outage[1]:.3f}" if outage else ""
+    if run.restarted_at is not None:
+        down += f", bridge killed and restarted at {_t(run.restarted_at):.3f}"
     lines = [f"seed {run.seed}, style {run.style.value}{down}"]
     for sent in sorted(run.sent, key=lambda s: (s.chat, s.at)):
         plan = "" if sent.plan is None else f"  plan {[(s.after, s.kind) for s in sent.plan.steps]}"

@@ -10,6 +10,8 @@ from collections.abc import Awaitable, Callable
 import pytest
 
 from bridge.clock import Alarm
+from bridge.core import Conversation, Timings, presence
+from bridge.core.state import ExecState
 from bridge.engine.delivery import FeishuGate
 from tests.sim.invariants import check, transcript
 from tests.sim.world import run_seed
@@ -66,6 +68,25 @@ def test_the_sweep_finds_answers_lost_in_an_outage(monkeypatch: pytest.MonkeyPat
     found = _sweep(range(20))
     assert found is not None
     assert "0 end signals" in found[1][0]
+
+
+def test_the_sweep_finds_a_heartbeat_while_waiting_for_an_approval(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A "still working" line while the turn waits for its requester's click breaks the
+    presence rules; the sweep must see it (it did at seed 95 of the first 100)."""
+    real = presence.deadlines
+
+    def nagging(conv: Conversation, timings: Timings) -> dict[str, float]:
+        found = real(conv, timings)
+        if conv.state is ExecState.WAITING_APPROVAL and conv.turn is not None:
+            found[presence.HEARTBEAT] = conv.turn.last_posted_at + timings.heartbeat
+        return found
+
+    monkeypatch.setattr(presence, "deadlines", nagging)
+    found = _sweep(range(100))
+    assert found is not None
+    assert "while waiting" in found[1][0]
 
 
 # Seeds that found bugs, kept: each failed before its fix. (`storms`: the worlds drawn before

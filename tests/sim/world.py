@@ -7,17 +7,22 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC
+from typing import Any
 
 from bridge.core import Options, Timings
 from bridge.core.state import PresenceStyle
 from bridge.engine.engine import Engine, EngineConfig
-from bridge.feishu.models import InboundMessage
+from bridge.engine.schedules import ScheduleSettings
+from bridge.feishu.models import CardAction, InboundMessage
 from bridge.i18n import Translator
 from bridge.store import MemoryStore
 
 from .agent import Plan, SimRuntime, draw_plan
-from .feishu import FaultPlan, Post, SimFeishu
+from .feishu import FaultPlan, Post, SimFeishu, buttons
 from .loop import SimClock, SimLoop, WorldAtRest
 
 T = Translator("zh_CN")
@@ -46,6 +51,17 @@ class Sent:
     plan: Plan | None  # None for a command
 
 
+@dataclass(frozen=True)
+class Click:
+    """A person's click on an approval card: when, on which card, by whom, what."""
+
+    at: float
+    reply_to: str  # the user message the card answers
+    operator: str
+    choice: str
+    toast: str
+
+
 @dataclass
 class Run:
     seed: int
@@ -56,6 +72,9 @@ class Run:
     timings: Timings = TIMINGS
     card_interval: float = CARD_INTERVAL
     faults: FaultPlan = field(default_factory=FaultPlan)
+    clicks: list[Click] = field(default_factory=list)
+    restarted_at: float | None = None  # the bridge was killed and started again then
+    gate_down: list[tuple[float, float]] = field(default_factory=list)  # bridge knew it down
     stuck: list[str] = field(default_factory=list)  # conversations never back to idle
 
 
@@ -70,6 +89,20 @@ def run_seed(seed: int, *, jitter: bool = True, storms: bool = True) -> Run:
     finally:
         loop.close()
         logging.disable(was)
+
+
+def _every(seed: int, chat: str) -> float | None:
+    """Whether the chat asks for a scheduled prompt, and how often (its own stream)."""
+    draw = random.Random(f"every:{seed}:{chat}")
+    return draw.choice((2.0, 3.0, 7.0)) if draw.random() < 0.25 else None
+
+
+@dataclass
+class Bridge:
+    """The bridge process of the world; a restart replaces its engine (the store stays)."""
+
+    engine: Engine
+    restarted_at: float | None = None
 
 
 async def _world(seed: int, loop: SimLoop, jitter: bool, storms: bool) -> Run:
@@ -88,59 +121,140 @@ async def _world(seed: int, loop: SimLoop, jitter: bool, storms: bool) -> Run:
     runtime = SimRuntime(random.Random(rng.random()), clock.now, plans)
     store = MemoryStore()
     await store.open()
-    engine = Engine(
-        feishu=feishu,
-        runtime=runtime,
-        store=store,
-        translator=T,
-        config=EngineConfig(
-            timings=TIMINGS,
-            options=Options(presence_style=style),
-            ack_emoji="OnIt",
-            max_running_turns=8,
-            card_interval=CARD_INTERVAL,
-        ),
-        clock=clock,
-        publish=lambda key, snapshot: None,
-        rng=random.Random(storm.random()),
-    )
+    engine_rng = random.Random(storm.random())
+    restart = storm.uniform(0.0, 60.0) if storms and storm.random() < 0.3 else None
+
+    def build() -> Engine:
+        return Engine(
+            feishu=feishu,
+            runtime=runtime,
+            store=store,
+            translator=T,
+            config=EngineConfig(
+                timings=TIMINGS,
+                options=Options(presence_style=style),
+                ack_emoji="OnIt",
+                max_running_turns=8,
+                card_interval=CARD_INTERVAL,
+                schedules=ScheduleSettings(min_interval=1.0, zone=UTC),
+            ),
+            clock=clock,
+            publish=lambda key, snapshot: None,
+            rng=engine_rng,
+        )
+
+    gate_log: list[tuple[float, bool]] = []
+    bridge = Bridge(_watched(build(), clock, gate_log))
+    await bridge.engine.start_schedules()
     sent: list[Sent] = []
+    clicks: list[Click] = []
+    clicking = random.Random(f"clicks:{seed}")
+    tasks: set[asyncio.Future[None]] = set()
+    feishu.on_card = lambda post: tasks.add(
+        asyncio.ensure_future(_click(clicking, post, bridge, sent, clock, clicks))
+    )
+    chats = [f"oc_{n}" for n in range(rng.randint(1, 3))]
+    every = {c: _every(seed, c) if storms else None for c in chats}
     users = [
-        _user(random.Random(rng.random()), f"oc_{n}", engine, store, clock, plans, sent)
-        for n in range(rng.randint(1, 3))
+        _user(random.Random(rng.random()), c, bridge, store, clock, plans, sent, feishu, every[c])
+        for c in chats
     ]
+    world: list[asyncio.Future[None]] = [asyncio.ensure_future(u) for u in users]
+    if restart is not None:
+        main = asyncio.current_task()
+        people = lambda: {main, *world, *tasks}  # noqa: E731 - what a kill spares
+        killer = _restart(
+            restart, bridge, lambda: _watched(build(), clock, gate_log), runtime, clock, people
+        )
+        world.append(asyncio.ensure_future(killer))
     try:
-        await asyncio.gather(*users)
+        await asyncio.gather(*world)
         await asyncio.sleep(HORIZON)
     except WorldAtRest:
         pass
-    run = Run(seed, style, sent, feishu.posts, runtime, faults=faults)
+    run = Run(seed, style, sent, feishu.posts, runtime, faults=faults, clicks=clicks)
+    run.restarted_at = bridge.restarted_at
+    run.gate_down = _intervals(gate_log, clock.now())
+    for task in tasks:
+        task.cancel()
     run.stuck = [
         key
-        for key, actor in engine.conversations.items()
+        for key, actor in bridge.engine.conversations.items()
         if actor.conv.turn is not None or actor.conv.queue
     ]
-    await engine.drain(0.0)
+    await bridge.engine.drain(0.0)
     return run
+
+
+def _watched(engine: Engine, clock: SimClock, log: list[tuple[float, bool]]) -> Engine:
+    """Note when the bridge took Feishu to be down, and up again (observation only)."""
+    gate = engine.gate
+    failed, up = gate._failed, gate._up
+
+    def on_failed(*args: Any) -> None:
+        failed(*args)
+        log.append((clock.now(), gate.down))
+
+    def on_up() -> None:
+        up()
+        log.append((clock.now(), gate.down))
+
+    gate._failed, gate._up = on_failed, on_up  # type: ignore[method-assign]
+    return engine
+
+
+def _intervals(log: list[tuple[float, bool]], end: float) -> list[tuple[float, float]]:
+    out: list[tuple[float, float]] = []
+    since: float | None = None
+    for at, down in log:
+        if down and since is None:
+            since = at
+        elif not down and since is not None:
+            out.append((since, at))
+            since = None
+    if since is not None:
+        out.append((since, end))
+    return out
+
+
+async def _restart(
+    at: float,
+    bridge: Bridge,
+    build: Callable[[], Engine],
+    runtime: SimRuntime,
+    clock: SimClock,
+    people: Callable[[], set[Any]],
+) -> None:
+    """SIGKILL at `at`, and a new process at once: everything the old one was doing stops
+    where it stood (its agent processes die with it); the store is what survives."""
+    await asyncio.sleep(at)
+    bridge.restarted_at = clock.now()
+    old = bridge.engine
+    old.schedules.close()  # its timers are the loop's, not tasks: stopped by hand
+    for actor in old.conversations.values():
+        actor.close()
+    spared = {asyncio.current_task(), *people()}
+    for task in asyncio.all_tasks():
+        if task not in spared:
+            task.cancel()
+    runtime.died()
+    bridge.engine = build()
+    await bridge.engine.recover(before=clock.now())
+    await bridge.engine.start_schedules()
 
 
 async def _user(
     rng: random.Random,
     chat: str,
-    engine: Engine,
+    bridge: Bridge,
     store: MemoryStore,
     clock: SimClock,
     plans: dict[str, Plan],
     sent: list[Sent],
+    feishu: SimFeishu,
+    schedule: float | None,
 ) -> None:
-    for n in range(rng.randint(1, 4)):
-        await asyncio.sleep(rng.choice((0.0, 0.3, 1.5, 4.0, 10.0, 30.0)))
-        stop = n > 0 and rng.random() < 0.2
-        text = "/stop" if stop else f"task {chat}.{n}"
-        plan = None if stop else draw_plan(rng, text)
-        if plan is not None:
-            plans[text] = plan
-        message_id = f"om_{chat}_{n}"
+    async def say(message_id: str, text: str, plan: Plan | None) -> None:
         sent.append(Sent(clock.now(), chat, message_id, text, plan))
         message = InboundMessage(
             event_id=f"ev_{message_id}",
@@ -154,4 +268,55 @@ async def _user(
         await store.journal_message(
             message.conversation_key, message_id, message.sender_open_id, chat, text, clock.now()
         )
-        engine.accept(message)
+        bridge.engine.accept(message)
+
+    if schedule is not None:  # "/every 3s tick oc_0", taken back after the last message
+        await say(f"om_{chat}_every", f"/every {schedule:g}s tick {chat}", None)
+    for n in range(rng.randint(1, 4)):
+        await asyncio.sleep(rng.choice((0.0, 0.3, 1.5, 4.0, 10.0, 30.0)))
+        stop = n > 0 and rng.random() < 0.2
+        text = "/stop" if stop else f"task {chat}.{n}"
+        plan = None if stop else draw_plan(rng, text)
+        if plan is not None:
+            plans[text] = plan
+        await say(f"om_{chat}_{n}", text, plan)
+    if schedule is not None:
+        await asyncio.sleep(rng.choice((0.5, 5.0)))
+        for _ in range(600):  # a person reads the number off the confirmation, once it shows
+            added = [p.text for p in feishu.posts if p.ok and p.target == f"om_{chat}_every"]
+            number = next((m.group(1) for t in added if (m := _NUMBER.search(t))), None)
+            if number is not None:
+                await say(f"om_{chat}_unschedule", f"/unschedule {number}", None)
+                return
+            await asyncio.sleep(1.0)
+
+
+_NUMBER = re.compile(r"#(\d+)")
+
+
+async def _click(
+    rng: random.Random,
+    card: Post,
+    bridge: Bridge,
+    sent: list[Sent],
+    clock: SimClock,
+    clicks: list[Click],
+) -> None:
+    """Someone answers an approval card: soon, late, never; a bystander first, sometimes."""
+    chat = next((s.chat for s in sent if s.message_id == card.target), None)
+    if chat is None:
+        return
+    await asyncio.sleep(rng.choice((0.2, 1.0, 3.0, 12.0, 45.0, 1000.0)))  # 1000: never
+    values = buttons(card.card or {})
+    people = [f"ou_bystander_{chat}"] if rng.random() < 0.2 else []
+    for operator in [*people, f"ou_{chat}"]:
+        value = rng.choice(values)
+        action = CardAction(
+            event_id=f"ev_click_{len(clicks)}",
+            operator_open_id=operator,
+            open_message_id=card.result,
+            value=value,
+        )
+        reply = await bridge.engine.card_action(action)
+        toast = reply.toast_text or ""
+        clicks.append(Click(clock.now(), card.target, operator, str(value.get("choice")), toast))

@@ -35,6 +35,7 @@ from bridge.devtools.emulator.delivery import (
     EventDelivery,
 )
 from bridge.devtools.emulator.faults import Fault, FaultKind, FaultPlan
+from bridge.devtools.emulator.limits import RateLimits
 from bridge.devtools.emulator.outage import Outage, OutageState, Plan, RefusedCall
 from bridge.devtools.emulator.records import (
     ApiCall,
@@ -125,6 +126,7 @@ class FeishuEmulator(UserSide):
         self._callbacks: list[CardCallbackResult] = []
         self._faults = FaultPlan()
         self.outage = Outage(clock=clock, on_change=self._changed)
+        self.limits = RateLimits(clock=clock)  # Feishu's rate limits, once set
         self._tokens = TokenIssuer(app_id, app_secret, o.token_ttl_seconds, clock)
         self._world = ChatWorld(
             app_id=app_id,
@@ -173,6 +175,7 @@ class FeishuEmulator(UserSide):
             closing=self._closing,
             cardkit=self.cardkit,
             speech=self.speech,
+            limits=self.limits,
         )
         app = web.Application()
         app.router.add_route("*", "/open-apis/{tail:.*}", api.handle)
@@ -287,6 +290,11 @@ class FeishuEmulator(UserSide):
         until changed, or a schedule such as `[("503", 20), ("429", 20), ("timeout", 20)]`
         after which it is up. Options and answers: `outage.Outage.set`."""
         return self.outage.set(plan, **options)
+
+    def set_rate_limits(self, **limits: Any) -> None:
+        """Enforce Feishu's rate limits (app calls a second, sends a minute, calls a second to
+        one chat): past one a call gets Feishu's 429. Options: `limits.RateLimits.set`."""
+        self.limits.set(**limits)
 
     def refused_calls(self) -> list[RefusedCall]:
         """Every call refused by an outage, in order, with the mode and the clock time."""

@@ -25,12 +25,15 @@ from bridge.devtools.emulator import codes
 from bridge.devtools.emulator.cardkit import CardKit
 from bridge.devtools.emulator.chats import ChatWorld, message_data, reaction_data
 from bridge.devtools.emulator.faults import Fault, FaultKind, FaultPlan
+from bridge.devtools.emulator.limits import RateLimits
 from bridge.devtools.emulator.outage import Outage, Refusal
 from bridge.devtools.emulator.records import ApiCall, ChatMessage
 from bridge.devtools.emulator.speech import SpeechRecognition
 from bridge.devtools.emulator.tokens import TokenIssuer
 
 TOKEN_PATH = "/open-apis/auth/v3/tenant_access_token/internal"
+_MESSAGE_PATH = re.compile(r"/open-apis/im/v1/messages/(?P<id>[^/]+)")
+_CARD_PATH = re.compile(r"/open-apis/cardkit/v1/cards/(?P<id>[^/]+)")
 
 
 @dataclass(frozen=True)
@@ -97,8 +100,10 @@ class OpenApi:
         closing: asyncio.Event,
         cardkit: CardKit,
         speech: SpeechRecognition,
+        limits: RateLimits | None = None,
     ) -> None:
         self._speech = speech
+        self._limits = limits
         self._world = world
         self._cardkit = cardkit
         self._tokens = tokens
@@ -154,6 +159,13 @@ class OpenApi:
         refusal = self._outage.refuse(request.method, request.path)
         if refusal is not None:  # the API is down: armed faults wait for it to come back
             return await self._refuse(request, body, refusal)
+        if self._limits is not None and self._limits.enforced:
+            send = request.method == "POST" and (
+                request.path == "/open-apis/im/v1/messages" or request.path.endswith("/reply")
+            )
+            refusal = self._limits.check(request.method, request.path, self._chat_of(api), send)
+            if refusal is not None:  # past a rate limit: refused as Feishu does, not done
+                return await self._refuse(request, body, refusal, "rate_limited")
         fault = self._faults.take(request.method, request.path)
         if fault is not None and fault.kind is not FaultKind.TIMEOUT:
             status, payload, extra = self._fault_answer(fault)
@@ -187,11 +199,10 @@ class OpenApi:
         return web.json_response(payload, status=status, headers=headers)
 
     async def _refuse(
-        self, request: web.Request, body: Any, refusal: Refusal
+        self, request: web.Request, body: Any, refusal: Refusal, fault: str | None = None
     ) -> web.StreamResponse:
-        self._record_call(
-            request, body, refusal.status, refusal.body or None, f"outage_{refusal.mode}"
-        )
+        fault = fault or f"outage_{refusal.mode}"
+        self._record_call(request, body, refusal.status, refusal.body or None, fault)
         if refusal.hold_seconds is not None:
             # Hang until the client gives up (or the emulator shuts down), then hang up: no
             # status line, no body, as a dead upstream behind a load balancer does.
@@ -202,6 +213,24 @@ class OpenApi:
             return web.Response(status=504)  # never written: the connection is gone
         headers = {"X-Tt-Logid": secrets.token_hex(16).upper(), **refusal.headers}
         return web.json_response(refusal.body, status=refusal.status, headers=headers)
+
+    def _chat_of(self, api: ApiRequest) -> str | None:
+        """The chat a call is addressed to (a rate limit per chat counts it there)."""
+        match = _MESSAGE_PATH.match(api.path)
+        if match is not None:
+            found = self._world.messages.get(match["id"])
+            return found.chat_id if found is not None else None
+        match = _CARD_PATH.match(api.path)
+        if match is not None:
+            entity = self._cardkit.entities.get(match["id"])
+            if entity is not None and entity.message_ids:
+                found = self._world.messages.get(entity.message_ids[0])
+                return found.chat_id if found is not None else None
+            return None
+        if api.query.get("receive_id_type") == "chat_id" and isinstance(api.body, Mapping):
+            chat = api.body.get("receive_id")
+            return chat if isinstance(chat, str) else None
+        return None
 
     def _record_call(
         self, request: web.Request, body: Any, status: int, response: Any, fault: str | None

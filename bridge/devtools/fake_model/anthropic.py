@@ -94,6 +94,7 @@ async def messages(request: web.Request) -> web.StreamResponse:
             raw = json.dumps(block["input"], ensure_ascii=False)
             deltas = [{"type": "input_json_delta", "partial_json": p} for p in script.pieces(raw)]
         for delta in deltas:
+            await sse.pause(script.pace(turn))
             await sse.send(
                 response,
                 {"type": "content_block_delta", "index": index, "delta": delta},

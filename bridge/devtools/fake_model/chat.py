@@ -80,6 +80,7 @@ async def completions(request: web.Request) -> web.StreamResponse:
 
     await chunk({"role": "assistant", "content": ""})
     for piece in script.pieces(text) if text else []:
+        await sse.pause(script.pace(turn))
         await chunk({"content": piece})
     if isinstance(turn, script.Hang):
         await sse.hang(response)

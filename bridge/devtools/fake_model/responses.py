@@ -111,6 +111,7 @@ async def responses(request: web.Request) -> web.StreamResponse:
             "response.content_part.added", item_id=mid, output_index=0, content_index=0, part=part
         )
         for piece in script.pieces(turn.text):
+            await sse.pause(script.pace(turn))
             await event(
                 "response.output_text.delta",
                 item_id=mid,

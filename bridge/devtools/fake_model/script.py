@@ -9,16 +9,19 @@ from typing import Any
 LONG_LINE = "line {n:04d}: the quick brown fox jumps over the lazy dog"
 _WRITE = re.compile(r"\bWRITE (\S+) (.+)", re.DOTALL)
 _LONG = re.compile(r"\bLONG (\d{1,5})\b")
+_DRIP = re.compile(r"\bDRIP (\d{1,5})\b")
 _HANG = re.compile(r"\bHANG\b")
 _ECHO = re.compile(r"\bECHO (\S+)")
 HELLO = "hello from the scripted model"
+DRIP_SECONDS = 0.05  # between the pieces of a DRIP answer: 600 lines take about a minute
 
 
 @dataclass(frozen=True)
 class Say:
-    """A plain answer."""
+    """A plain answer; `pace`: seconds between its streamed pieces."""
 
     text: str
+    pace: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -44,7 +47,7 @@ def plan(user_text: str, *, tools: bool) -> Turn:
     (An agent may send two user messages as one: a round cut off before its answer, then
     the next, after a restart reloaded the first; the next one decides.) Without tools on
     offer (an agent's side request: a title, a summary) every turn is a plain answer."""
-    patterns = ((_WRITE, tools), (_LONG, True), (_HANG, True), (_ECHO, True))
+    patterns = ((_WRITE, tools), (_LONG, True), (_DRIP, True), (_HANG, True), (_ECHO, True))
     said = [m for pattern, offered in patterns if offered for m in pattern.finditer(user_text)]
     if not said:
         return Say(HELLO)
@@ -53,6 +56,8 @@ def plan(user_text: str, *, tools: bool) -> Turn:
         return Write(last.group(1), last.group(2).strip().split("\n", 1)[0])
     if last.re is _LONG:
         return Say(long_text(int(last.group(1))))
+    if last.re is _DRIP:
+        return Say(long_text(int(last.group(1))), pace=DRIP_SECONDS)
     if last.re is _HANG:
         return Hang()
     return Say(f"echo: {last.group(1)}")
@@ -73,6 +78,11 @@ def after_tool(result: str) -> Say:
     """The answer once the tool's result is back: it says what the tool reported."""
     first = " ".join(result.split())[:160]
     return Say(f"the tool said: {first}")
+
+
+def pace(turn: Turn) -> float:
+    """Seconds between the streamed pieces of this turn's answer."""
+    return turn.pace if isinstance(turn, Say) else 0.0
 
 
 def long_text(lines: int) -> str:

@@ -9,7 +9,7 @@ from pathlib import Path
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
-from bridge.devtools.fake_model import anthropic, chat, responses
+from bridge.devtools.fake_model import anthropic, chat, gemini, responses
 
 
 def build_app(record: Path | None = None) -> web.Application:
@@ -35,6 +35,10 @@ def build_app(record: Path | None = None) -> web.Application:
         app.router.add_post(f"{prefix}/responses", responses.responses)
         app.router.add_post(f"{prefix}/chat/completions", chat.completions)
         app.router.add_get(f"{prefix}/models", _models)
+    for version in ("v1beta", "v1"):  # the Gemini API; `{call}` is `{model}:{method}`
+        app.router.add_post(f"/{version}/models/{{call}}", gemini.call)
+        app.router.add_get(f"/{version}/models/{{model}}", gemini.model)
+    app.router.add_get("/v1beta/models", gemini.models)
     return app
 
 

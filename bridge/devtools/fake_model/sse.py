@@ -27,6 +27,12 @@ async def send(response: web.StreamResponse, data: Any, event: str | None = None
     await response.write(f"{head}data: {body}\n\n".encode())
 
 
+async def pause(seconds: float) -> None:
+    """The pace of a slow stream (a DRIP answer); nothing between the pieces of others."""
+    if seconds > 0:
+        await asyncio.sleep(seconds)
+
+
 async def hang(response: web.StreamResponse) -> None:
     """Keep the stream open with SSE comments (ignored by every parser) until the client goes
     away: a cancelled or killed agent closes its connection."""

@@ -38,6 +38,8 @@ Quirks
 ``--quirk NAME`` (repeatable) plays a misbehaviour seen in real agents (docs/agents.md,
 "Known agent quirks"); ``--no-load`` turns ``loadSession`` (and resume) off, ``--no-resume``
 and ``--no-list`` the ``session/resume`` and ``session/list`` capabilities. See `QUIRKS`.
+``--name`` and ``--version`` set the ``agentInfo`` it reports: a real agent's, to match a
+row of the bridge's table of agents that leave a tail after a cancel.
 
 After each prompt it tells a title (the first prompt's first line, ``session_info_update``)
 and its context use (``usage_update``: characters as tokens of a 200k window, a cent a

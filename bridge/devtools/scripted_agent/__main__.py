@@ -48,6 +48,7 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--no-resume", action="store_true", help="do not offer session/resume")
     parser.add_argument("--no-list", action="store_true", help="do not offer session/list")
     parser.add_argument("--name", default="scripted-agent", help="its name (agentInfo, whoami)")
+    parser.add_argument("--version", default="1.0", help="its version (agentInfo)")
     parser.add_argument(
         "--no-images", action="store_true", help="do not accept images as prompt content"
     )
@@ -74,6 +75,7 @@ def main(argv: list[str] | None = None) -> None:
         resume_session=load and not arguments.no_resume,  # no load: no way back at all
         list_sessions=not arguments.no_list,
         name=arguments.name,
+        version=arguments.version,
         images=not arguments.no_images,
         audio=arguments.audio,
     )

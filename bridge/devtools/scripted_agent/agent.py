@@ -7,6 +7,7 @@ import contextlib
 import json
 import os
 from collections.abc import Awaitable, Callable
+from functools import partial
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -26,6 +27,7 @@ from acp.schema import (
     TextContentBlock,
 )
 
+from bridge.devtools.scripted_agent import realistic
 from bridge.devtools.scripted_agent.language import (
     PERMISSION_OPTIONS,
     SCENARIOS,
@@ -56,6 +58,7 @@ class ScriptedAgent(SessionMethods):
         resume_session: bool = True,
         list_sessions: bool = True,
         name: str = "scripted-agent",
+        version: str = "1.0",
         images: bool = True,
         audio: bool = False,
         quirks: frozenset[str] = frozenset(),
@@ -70,6 +73,7 @@ class ScriptedAgent(SessionMethods):
         self.load_enabled = load_session
         self.resume_enabled = resume_session
         self.name = name
+        self.version = version
         self.images = images
         self.audio = audio
         self.list_enabled = list_sessions
@@ -96,7 +100,7 @@ class ScriptedAgent(SessionMethods):
                     resume=SessionResumeCapabilities() if self.resume_enabled else None,
                 ),
             ),
-            agent_info=Implementation(name=self.name, version="1.0"),
+            agent_info=Implementation(name=self.name, version=self.version),
         )
 
     async def prompt(self, session_id: str, prompt: list[Any], **_: Any) -> PromptResponse:
@@ -194,6 +198,9 @@ class ScriptedAgent(SessionMethods):
                 await self._say(session, f"c{index} ")
                 if delay:
                     await self._pause(session, delay)
+        elif word == "realistic":  # a coding agent's streaming turn (realistic.py)
+            tool = partial(self._tool, session)
+            await realistic.play(rest, partial(self._update, sid), tool, session.cancelled)
         elif word == "tool":
             await self._tool(session, rest or "tool")
         elif word == "plan":

@@ -10,6 +10,8 @@ SCENARIOS: dict[str, str] = {
     "md": "md TEXT — reply with TEXT, each `\\n` in it a line break (Markdown answers)",
     "think": "think TEXT — a thought chunk",
     "stream": "stream N [DELAY_MS] — N message chunks `c0 c1 …`, DELAY_MS apart",
+    "realistic": "realistic SEED SECONDS [LOG] — a coding agent's streaming turn: thoughts and"
+    " tool calls, then a 2,000–6,000 character answer (realistic.py)",
     "tool": "tool TITLE — a tool call: pending → in_progress → completed",
     "plan": "plan A | B | C — a plan; the first entry in progress",
     "permission": "permission TITLE — ask approval; allow → 'done', reject → 'not done'",

@@ -18,6 +18,7 @@ class Diagnostics:
     _requests: PendingRequests
     unknown_updates: int
     late_updates: int
+    cancel_tails: int
 
     def session_info(self, session_id: str) -> SessionInfo | None:
         session = self._sessions.get(session_id)
@@ -36,6 +37,7 @@ class Diagnostics:
             "command": self._pool.program,
             "unknown_updates": self.unknown_updates,
             "late_updates": self.late_updates,
+            "cancel_tails": self.cancel_tails,
             "oversize_updates": self._pool.oversize_lines,
             "pending_requests": len(self._requests),
             "agents": [

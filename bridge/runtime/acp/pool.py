@@ -30,6 +30,7 @@ from pydantic import ValidationError
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt
 from tenacity.wait import wait_base
 
+from bridge.runtime.acp.batches import DEFAULT_WINDOW_SECONDS
 from bridge.runtime.acp.lines import MAX_LINE_BYTES
 from bridge.runtime.acp.process import AgentProcess, SpawnError, spawn_agent
 from bridge.runtime.events import RuntimeExited
@@ -86,6 +87,7 @@ class PoolLimits:
     stderr_lines: int = 200
     sandbox: SandboxPolicy | None = None  # bubblewrap around every agent process
     max_line_bytes: int = MAX_LINE_BYTES  # one stdout line over this is dropped, not held
+    batch_window: float = DEFAULT_WINDOW_SECONDS  # streaming updates held this long to merge
 
 
 # Sessions a slot serves (by slot index), not counting the one a conversation replaces.
@@ -221,6 +223,7 @@ class AgentPool:
             sandbox=self._limits.sandbox,
             max_line_bytes=self._limits.max_line_bytes,
             on_oversize=self._count_oversize,
+            batch_window=self._limits.batch_window,
         )
         try:
             await asyncio.wait_for(

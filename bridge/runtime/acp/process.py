@@ -40,6 +40,7 @@ from acp.schema import (
 )
 from acp.utils import notify_model, request_model, serialize_params
 
+from bridge.runtime.acp.batches import DEFAULT_WINDOW_SECONDS, BatchedTransport
 from bridge.runtime.acp.lines import MAX_LINE_BYTES, CappedLines
 from bridge.runtime.sandbox import SandboxPolicy
 
@@ -325,9 +326,11 @@ async def spawn_agent(
     sandbox: SandboxPolicy | None = None,
     max_line_bytes: int = MAX_LINE_BYTES,
     on_oversize: Callable[[int], None] = lambda size: None,
+    batch_window: float = DEFAULT_WINDOW_SECONDS,
 ) -> AgentProcess:
     """Start the agent command (inside `sandbox` when given) and wire its stdio; raises
-    SpawnError when it cannot run."""
+    SpawnError when it cannot run. `batch_window`: how long streaming updates are held to
+    be merged (`batches.py`; 0 merges nothing)."""
     command = sandbox.wrap(argv) if sandbox is not None else list(argv)
     try:
         process = await asyncio.create_subprocess_exec(
@@ -351,8 +354,8 @@ async def spawn_agent(
     assert process.stderr is not None
     label = f"agent[{slot}] pid {process.pid}"
     stdout = CappedLines(process.stdout, label=label, on_oversize=on_oversize)
-    # CappedLines has the two reader methods the SDK's transport calls.
-    conn = Connection(handler, process.stdin, stdout)  # type: ignore[arg-type]
+    transport = BatchedTransport(stdout, process.stdin, window=batch_window, label=label)
+    conn = Connection(handler, transport)
     loop = asyncio.get_running_loop()
     agent = AgentProcess(
         slot=slot,

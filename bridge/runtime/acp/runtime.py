@@ -1,15 +1,16 @@
 """`AcpRuntime`: the `AgentRuntime` port over the Agent Client Protocol (stdio JSON-RPC).
 
 The pieces: `pool` (agent processes: placement, start, restart), `sessions` (bind, resume,
-reload), `turns` (one prompt and its one ending), `requests` (what an agent asks of the
-user, per dialect). This facade wires them and answers the agent's callbacks.
+reload), `prompting` (prompt, cancel, and a cancelled turn's leftover result), `turns` (one
+prompt and its one ending), `requests` (what an agent asks of the user, per dialect). This
+facade wires them and answers the agent's callbacks.
 
 * **Process death** is watched directly (the SDK only shows a dead agent as
   `ConnectionError`). Running turns on it end with `RuntimeExited` and their pending
   requests resolve; idle sessions get no event. The next caller needing the slot restarts
   it and reloads the session where the agent can.
 * **Cancel** sends `session/cancel` and answers every pending request of the session
-  `cancelled` at once, as the spec asks.
+  `cancelled` at once, as the spec asks; the session stays on its process (`prompting`).
 * **No watchdog here.** Turn staleness is the core's job; the SDK's receive timeout would
   kill the whole connection, so it is never set.
 """
@@ -20,7 +21,6 @@ import asyncio
 import contextlib
 import logging
 import os
-import signal
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -38,7 +38,6 @@ from tenacity.wait import wait_base
 
 from bridge.clock import Ids, new_id
 from bridge.runtime.acp.client import BridgeClient, build_handler, client_capabilities
-from bridge.runtime.acp.content import prompt_blocks
 from bridge.runtime.acp.diagnostics import Diagnostics
 from bridge.runtime.acp.normalize import (
     SESSION_STATE_KINDS,
@@ -52,6 +51,7 @@ from bridge.runtime.acp.normalize import (
 from bridge.runtime.acp.offers import offer_events
 from bridge.runtime.acp.pool import AgentPool, PoolLimits
 from bridge.runtime.acp.process import AgentProcess
+from bridge.runtime.acp.prompting import Prompting
 from bridge.runtime.acp.requests import (
     ElicitationRequest,
     PendingRequest,
@@ -63,9 +63,9 @@ from bridge.runtime.acp.requests import (
 from bridge.runtime.acp.session import AcpSession, SessionInfo
 from bridge.runtime.acp.session_settings import SessionSettings
 from bridge.runtime.acp.sessions import SessionLost, Sessions
-from bridge.runtime.acp.turns import AcpTurn, run_prompt
-from bridge.runtime.events import PromptSent, RuntimeExited, TurnEvent, UsageReported
-from bridge.runtime.port import EventSink, PromptFile, SessionHandle
+from bridge.runtime.acp.turns import AcpTurn
+from bridge.runtime.events import RuntimeExited, TurnEvent, UsageReported
+from bridge.runtime.port import SessionHandle
 from bridge.runtime.sandbox import SandboxPolicy
 
 if TYPE_CHECKING:
@@ -76,13 +76,11 @@ logger = logging.getLogger(__name__)
 # Environment variables an agent process never sees: the Feishu app secret, the operator
 # token, and every other setting of the bridge (a future secret among them).
 SCRUBBED_PREFIXES = ("FEISHU_", "BRIDGE_")
-# How long a prompt waits for a stopped round on its session to end (its agent being killed).
-STOPPED_TURN_WAIT = 5.0
 
 __all__ = ["AcpRuntime", "SessionInfo", "SessionLost"]
 
 
-class AcpRuntime(SessionSettings, Diagnostics):
+class AcpRuntime(Prompting, SessionSettings, Diagnostics):
     """Drives ACP agent subprocesses; see the module docstring for the policies."""
 
     def __init__(
@@ -143,6 +141,7 @@ class AcpRuntime(SessionSettings, Diagnostics):
         self._requests = PendingRequests()
         self.unknown_updates = 0
         self.late_updates = 0  # turn updates after their prompt's result: dropped
+        self.cancel_tails = 0  # prompts answered by a cancelled turn's leftover result
 
     @classmethod
     def from_settings(
@@ -188,73 +187,6 @@ class AcpRuntime(SessionSettings, Diagnostics):
         """The conversation now works with another agent or workspace (see `Sessions`)."""
         self._sessions.release(conversation_key)
         self._on_change()
-
-    async def prompt(
-        self, session_id: str, text: str, sink: EventSink, files: Sequence[PromptFile] = ()
-    ) -> None:
-        session = self._sessions.get(session_id)
-        if session is None:
-            raise SessionLost(f"unknown session {session_id}; open a session first")
-        stopped = session.turn
-        if stopped is not None and stopped.cancel_requested:
-            # A stopped round whose agent is being killed (it never confirmed the cancel):
-            # its end is a moment away; the next prompt waits for it rather than failing.
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stopped.ended.wait(), STOPPED_TURN_WAIT)
-        if session.turn is not None:
-            raise RuntimeError(f"a turn is already running on session {session_id}")
-        process = await self._sessions.ensure_bound(session)
-        suspect_tail = False
-        if session.after_cancel:
-            process, settled = await self._sessions.settle_after_cancel(session, process)
-            suspect_tail = not settled
-        turn = AcpTurn(session_id, sink, suspect_tail=suspect_tail)
-        self._sessions.turn_began(session, turn)
-        session.prompts += 1
-        turn.emit(PromptSent(session_id))
-        try:
-            self._on_change()  # a slot's running turns
-            images, audio = process.accepts_images, process.accepts_audio
-            blocks = prompt_blocks(text, files, images=images, audio=audio, cwd=session.cwd)
-            await run_prompt(
-                process,
-                turn,
-                blocks,
-                exited=self._pool.exited,
-                shutdown_timeout=self._shutdown_timeout,
-            )
-        finally:
-            self._sessions.turn_ended(session, turn)
-            turn.ended.set()
-            session.after_cancel = turn.cancel_requested
-            self._requests.cancel_session(session_id)
-            self._on_change()
-
-    async def cancel(self, session_id: str) -> None:
-        session = self._sessions.get(session_id)
-        turn = session.turn if session else None
-        if session is None or turn is None or turn.done:
-            return
-        turn.cancel_requested = True
-        self._requests.cancel_session(session_id)
-        if turn.released is not None and not turn.released.done():
-            turn.released.set_result(None)  # an absorbed tail: nothing more will come
-        if session.process.alive:
-            with contextlib.suppress(ConnectionError):
-                await session.process.cancel(session_id)
-
-    async def abandon(self, session_id: str) -> None:
-        session = self._sessions.get(session_id)
-        turn = session.turn if session else None
-        if session is None or turn is None or turn.done:
-            return  # the agent did answer the cancel after all
-        process = session.process
-        logger.warning(
-            "agent[%d] pid %d never confirmed a cancel; killing it (it restarts on demand)",
-            process.slot,
-            process.pid,
-        )
-        process.signal_group(signal.SIGKILL)
 
     async def answer_permission(self, request_id: str, option_id: str | None) -> None:
         pending = self._pending(request_id)
@@ -327,6 +259,8 @@ class AcpRuntime(SessionSettings, Diagnostics):
         session = self._sessions.get(session_id)
         if session is None or session.process.generation != generation:
             return None, None
+        if session.process.retiring:
+            return None, None  # a process being replaced: nothing of it is shown
         turn = session.turn
         return session, (turn if turn is not None and not turn.done else None)
 

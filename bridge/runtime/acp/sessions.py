@@ -16,6 +16,7 @@ from typing import Any
 
 from acp.exceptions import RequestError
 
+from bridge.runtime.acp.cancel_tails import CancelTails
 from bridge.runtime.acp.pool import AgentPool, describe_error
 from bridge.runtime.acp.process import AgentProcess
 from bridge.runtime.acp.session import AcpSession, SessionInfo
@@ -39,8 +40,9 @@ class SessionLost(RuntimeUnavailable):
 
 
 class Sessions:
-    def __init__(self, pool: AgentPool) -> None:
+    def __init__(self, pool: AgentPool, tails: CancelTails | None = None) -> None:
         self._pool = pool
+        self.tails = tails or CancelTails()
         self._sessions = SessionTable()
         self._by_conversation: dict[str, str] = {}
         self._chosen: dict[str, dict[str, str]] = {}  # conversation key -> its choices
@@ -55,8 +57,12 @@ class Sessions:
         return [s for s in self._sessions.values() if s.process is process]
 
     def turns_on(self, process: AgentProcess) -> list[AcpTurn]:
-        """The turns still running on `process`."""
-        return [s.turn for s in self.on_process(process) if s.turn is not None and not s.turn.done]
+        """The turns still running on `process` (a turn moving to a new process is not)."""
+        return [
+            s.turn
+            for s in self.on_process(process)
+            if s.turn is not None and not s.turn.done and not s.turn.moving
+        ]
 
     def load(self, slot: int, replacing: str | None = None) -> int:
         """Sessions a slot serves; the one a conversation is about to replace does not count."""
@@ -167,37 +173,33 @@ class Sessions:
     ) -> tuple[AgentProcess, bool]:
         """Settle a session whose last turn was cancelled, before its next prompt.
 
-        claude-agent-acp 0.23.1 answers the prompt after a cancelled one with the cancelled
-        turn's leftover result, and a `session/load` on the same process does not clear it;
-        a new process that loads the session does. So: restart the process and reload, when
-        no other conversation's turn runs on it; else reload in place. Returns the process
-        to prompt and whether the leftover is surely gone (False: the caller absorbs an
-        immediate empty `end_turn`)."""
+        Cancel in place: the next prompt goes to the same process and session, watched for
+        a tail (`cancel_tails`). An agent known to leave one is restarted and the session
+        reloaded first (a `session/load` on the same process does not clear it), when no
+        other conversation's turn runs on it. Returns the process to prompt and whether the
+        prompt is to be watched for a tail."""
         session.after_cancel = False
-        if not process.can_load:
-            return process, False
-        if not self.turns_on(process):  # this session's own turn has not started yet
-            logger.info(
-                "restarting agent[%d] after a cancelled turn (session %s)",
-                process.slot,
-                session.session_id,
-            )
-            process.retiring = True
-            await process.shutdown(self._pool.shutdown_timeout)
-            try:
-                return await self.ensure_bound(session), True
-            except SessionLost as exc:
-                raise RuntimeUnavailable(str(exc)) from exc
-        async with session.reload_lock:
-            try:
-                await process.load_session(session.cwd, session.session_id)
-            except RequestError as exc:
-                logger.warning("reload after a cancel failed: %s", describe_error(exc))
-                return process, False
-            except ConnectionError as exc:
-                raise RuntimeUnavailable("the agent exited while reloading a session") from exc
-        logger.info("reloaded session %s in place after a cancelled turn", session.session_id)
-        return process, False
+        if not self.tails.leaves_tail(process.agent_info) or not self.can_restart(process):
+            return process, True
+        return await self.restart(session, process, "after a cancelled turn"), False
+
+    def can_restart(self, process: AgentProcess, turn: AcpTurn | None = None) -> bool:
+        """A restart loses nothing: the agent can load its sessions back, and no turn but
+        `turn` runs on it."""
+        busy = [t for t in self.turns_on(process) if t is not turn]
+        return (process.can_load or process.can_resume) and not busy
+
+    async def restart(self, session: AcpSession, process: AgentProcess, why: str) -> AgentProcess:
+        """A new process for the session's slot, the session reloaded on it; raises
+        `RuntimeUnavailable` when it cannot be reloaded (the turn runner then opens a new
+        session, `session.fresh`)."""
+        logger.info("restarting agent[%d] %s (session %s)", process.slot, why, session.session_id)
+        process.retiring = True
+        await process.shutdown(self._pool.shutdown_timeout)
+        try:
+            return await self.ensure_bound(session)
+        except SessionLost as exc:
+            raise RuntimeUnavailable(str(exc)) from exc
 
     def modes(self, session_id: str) -> SessionModes | None:
         session = self._sessions.get(session_id)

@@ -29,9 +29,10 @@ class AcpTurn:
     done: bool = False
     cancel_requested: bool = False
     updates: int = 0  # session updates relayed for this prompt
-    # The first prompt after a cancel on an agent that cannot reload: an immediate empty
-    # `end_turn` is the cancelled turn's leftover, not this prompt's answer.
+    # The first prompt after a cancel (on the same process): an empty `end_turn` before any
+    # update is the cancelled turn's leftover (a tail), not this prompt's answer.
     suspect_tail: bool = False
+    moving: bool = False  # its process is being replaced after a tail; its exit ends nothing
     released: asyncio.Future[None] | None = None  # set by cancel(): stop waiting
     ended: asyncio.Event = field(default_factory=asyncio.Event)  # its prompt call returned
     # What each tool call of this prompt said it will do (content, raw input), for a
@@ -89,8 +90,10 @@ async def run_prompt(
     *,
     exited: Callable[[AgentProcess, str], RuntimeExited],
     shutdown_timeout: float,
-) -> None:
+) -> bool:
     """Send `session/prompt` and end the turn by its answer, or by the process's death.
+    Returns True, the turn left open, when the answer was a tail (`AcpTurn.suspect_tail`):
+    the caller recovers.
 
     An error answer to a cancelled prompt counts as the `cancelled` stop reason (the spec
     asks agents not to do that, but some do)."""
@@ -102,26 +105,14 @@ async def run_prompt(
         request.cancel()
         raise
     if request.done() and _is_stale_tail(turn, request):
-        # Not this prompt's answer: keep the turn open (its updates still count) until the
-        # user or the bridge cancels it, or the process dies; the core's stall rules apply.
-        logger.warning(
-            "absorbed an empty end_turn right after a cancel (session %s)", turn.session_id
-        )
-        released = asyncio.get_running_loop().create_future()
-        turn.released = released
-        await asyncio.wait([released, process.exited], return_when=asyncio.FIRST_COMPLETED)
-        if released.done():
-            turn.finish(TurnEnded(turn.session_id, StopReason.CANCELLED))
-        else:
-            turn.finish(exited(process, turn.session_id))
-        return
+        return True
     if not request.done():
         # The process died first; the exit callback already ended the turn.
         request.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await request
         turn.finish(exited(process, turn.session_id))
-        return
+        return False
     try:
         response = request.result()
     except RequestError as exc:
@@ -137,6 +128,27 @@ async def run_prompt(
         turn.finish(RuntimeFailed(turn.session_id, reason="invalid session/prompt answer"))
     else:
         turn.finish(TurnEnded(turn.session_id, StopReason(response.stop_reason)))
+    return False
+
+
+async def absorb_tail(
+    process: AgentProcess,
+    turn: AcpTurn,
+    *,
+    exited: Callable[[AgentProcess, str], RuntimeExited],
+) -> None:
+    """A tail on a process that cannot be restarted: keep the turn open (its updates still
+    count) until the user or the bridge cancels it, or the process dies; the core's stall
+    rules apply."""
+    released = asyncio.get_running_loop().create_future()
+    turn.released = released
+    if turn.cancel_requested:
+        released.set_result(None)
+    await asyncio.wait([released, process.exited], return_when=asyncio.FIRST_COMPLETED)
+    if released.done():
+        turn.finish(TurnEnded(turn.session_id, StopReason.CANCELLED))
+    else:
+        turn.finish(exited(process, turn.session_id))
 
 
 def _is_stale_tail(turn: AcpTurn, request: asyncio.Future[Any]) -> bool:

@@ -1,0 +1,189 @@
+"""The call budget on the event loop: every Feishu call the client makes waits here for its
+turn (`budget.py` decides which). Who a call is for and why travels with the task, not
+through the `FeishuApi` signatures: the executor opens a `scope` (chat and lane) around each
+effect it performs, and the client reads it when the call goes out.
+
+A status card refresh takes its token *before* it picks the view to show (`ahead`): the
+view it then draws is the newest one, however long it waited.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from bridge.feishu.budget import BudgetPolicy, Lane, Scheduler, Waiter
+
+_MESSAGES = "/open-apis/im/v1/messages"
+
+
+class _Handle(Protocol):
+    def cancel(self) -> None: ...
+
+
+CallAt = Callable[[float, Callable[[], None]], _Handle]
+
+
+@dataclass
+class _Scope:
+    chat: str | None
+    lane: Lane | None
+    credit: int = 0  # calls already paid for (`ahead`)
+
+
+_SCOPE: ContextVar[_Scope | None] = ContextVar("feishu_call_scope", default=None)
+
+
+@contextlib.contextmanager
+def scope(chat: str | None, lane: Lane | None) -> Iterator[None]:
+    """Calls made inside (and in tasks started inside) are `chat`'s, in `lane`."""
+    token = _SCOPE.set(_Scope(chat, lane))
+    try:
+        yield
+    finally:
+        _SCOPE.reset(token)
+
+
+@contextlib.contextmanager
+def lane(which: Lane) -> Iterator[None]:
+    """The same chat, another lane."""
+    current = _SCOPE.get()
+    with scope(current.chat if current else None, which):
+        yield
+
+
+@contextlib.contextmanager
+def paid(which: Lane) -> Iterator[None]:
+    """The first call made inside is already paid for (`CallBudget.try_take`, `ahead`)."""
+    token = _SCOPE.set(_Scope(_chat(), which, credit=1))
+    try:
+        yield
+    finally:
+        _SCOPE.reset(token)
+
+
+def _chat() -> str | None:
+    current = _SCOPE.get()
+    return current.chat if current is not None else None
+
+
+def default_lane(method: str, path: str) -> Lane:
+    """A call's lane when no scope names one."""
+    if "/reactions" in path:
+        return Lane.HINT
+    if path.startswith("/open-apis/cardkit/") or method in ("PATCH", "PUT"):
+        return Lane.REFRESH
+    return Lane.ANSWER
+
+
+def is_send(method: str, path: str) -> bool:
+    """A message send: a new message in a chat (a reply included)."""
+    return method == "POST" and (path == _MESSAGES or path.endswith("/reply"))
+
+
+class CallBudget:
+    def __init__(
+        self,
+        policy: BudgetPolicy | None = None,
+        *,
+        now: Callable[[], float] = time.monotonic,
+        call_at: CallAt | None = None,
+    ) -> None:
+        self._now = now
+        self._call_at = call_at
+        self._sched = Scheduler(policy or BudgetPolicy(), now())
+        self._wake: _Handle | None = None
+        self._wake_at = 0.0
+
+    @property
+    def scheduler(self) -> Scheduler:
+        return self._sched
+
+    async def before_call(self, method: str, path: str) -> None:
+        """Wait for this call's turn (the client calls it before each request, retries too)."""
+        current = _SCOPE.get()
+        if current is not None and current.credit > 0:
+            current.credit -= 1
+            return
+        which = current.lane if current is not None and current.lane is not None else None
+        await self.acquire(
+            which if which is not None else default_lane(method, path),
+            current.chat if current is not None else None,
+            send=is_send(method, path),
+        )
+
+    async def acquire(self, which: Lane, chat: str | None, *, send: bool = False) -> None:
+        now = self._now()
+        waiter = self._sched.waiter(which, chat, send, now)
+        granted = self._sched.offer(waiter, now)
+        if waiter in granted:
+            self._release([w for w in granted if w is not waiter])
+            return
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        waiter.handle = future
+        self._release(granted)
+        try:
+            await future
+        except asyncio.CancelledError:
+            self._sched.withdraw(waiter)  # (granted just before: that token is spent)
+            raise
+
+    def try_take(self, which: Lane) -> bool:
+        """Take a token for the current scope's chat if one is there now (nothing queued
+        waits for it); the caller then makes its call inside `paid`."""
+        chat = _chat()
+        now = self._now()
+        waiter = self._sched.waiter(which, chat, False, now)
+        granted = self._sched.offer(waiter, now)
+        if waiter not in granted:
+            self._sched.withdraw(waiter)
+        self._release([w for w in granted if w is not waiter])
+        return waiter in granted
+
+    @contextlib.asynccontextmanager
+    async def ahead(self, which: Lane) -> AsyncIterator[None]:
+        """A token taken first, for the first call made inside."""
+        await self.acquire(which, _chat())
+        with paid(which):
+            yield
+
+    def rate_limited(self, reset_after: float | None) -> None:
+        self._sched.rate_limited(self._now(), reset_after, _chat())
+        self._arm()
+
+    def state(self) -> dict[str, Any]:
+        return self._sched.state(self._now())
+
+    # -- waking ----------------------------------------------------------------------------
+
+    def _release(self, granted: list[Waiter]) -> None:
+        for waiter in granted:
+            future = waiter.handle
+            if isinstance(future, asyncio.Future) and not future.done():
+                future.set_result(None)
+        self._arm()
+
+    def _pump(self) -> None:
+        self._wake = None
+        self._release(self._sched.grant(self._now()))
+
+    def _arm(self) -> None:
+        """Wake at the next time a waiter could go (an early wake-up just re-arms)."""
+        when = self._sched.next_wake(self._now())
+        if when is None:
+            return
+        if self._wake is not None:
+            if self._wake_at <= when:
+                return
+            self._wake.cancel()
+        self._wake_at = when
+        if self._call_at is not None:
+            self._wake = self._call_at(when, self._pump)
+        else:
+            delay = max(0.0, when - self._now())
+            self._wake = asyncio.get_running_loop().call_later(delay, self._pump)

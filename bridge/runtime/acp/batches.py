@@ -1,0 +1,161 @@
+"""Agent stdout read in batches: the SDK connection's transport, with runs merged.
+
+The SDK's own NDJSON transport hands each line to the connection, which validates it and
+runs a task for it. This transport reads the same lines (through `CappedLines`: the
+ceiling and the surrogate repair stay) and parses them as the SDK would, but holds the
+streaming updates for up to `window` seconds, so a run of one session's chunks reaches the
+connection as one merged notification (`merge.py`). Anything else (a request from the
+agent, a response, any other notification) is let through at once, with everything held
+before it: no request or answer ever waits for the window, and none overtakes an update.
+A session's first update after a quiet window goes on at once too (the first sign of life
+of a turn, or of a tool's result, is never held); what follows it within the window waits.
+
+`window=0` merges nothing: each message goes on as it is read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections import deque
+from typing import Any
+
+from acp.task import MessageSender, TaskSupervisor
+
+from bridge.runtime.acp.lines import CappedLines
+from bridge.runtime.acp.merge import MergeKey, merge, merge_key, update_session
+
+logger = logging.getLogger(__name__)
+
+# Long enough that a streaming turn's chunks merge by the dozen (they come 30-80 a second),
+# short against what a user notices: a card is refreshed at most twice a second anyway.
+DEFAULT_WINDOW_SECONDS = 0.2
+
+
+class BatchedTransport:
+    """The SDK's `Transport` (send, receive, close) over an agent's stdin and stdout."""
+
+    def __init__(
+        self,
+        lines: CappedLines,
+        writer: asyncio.StreamWriter,
+        *,
+        window: float = DEFAULT_WINDOW_SECONDS,
+        label: str = "agent",
+    ) -> None:
+        self._lines = lines
+        self._window = window
+        self._tasks = TaskSupervisor(source=f"{label} transport")
+        self._sender = MessageSender(writer, self._tasks)
+        self._held: list[tuple[MergeKey | None, Any]] = []
+        self._holding: set[str] = set()  # sessions with updates held
+        self._recent: dict[str, float] = {}  # sessions let through within the window: when
+        self._ready: deque[Any] = deque()
+        self._flush_at: asyncio.TimerHandle | None = None
+        self._waiter: asyncio.Future[None] | None = None
+        self._ended = False
+        self._error: BaseException | None = None
+        self.lines_read = 0  # messages parsed off stdout
+        self.messages_out = 0  # messages handed to the connection, merged ones counted once
+        self._reader = self._tasks.create(self._read(), name=f"{label} stdout")
+
+    async def send(self, message: dict[str, Any]) -> None:
+        await self._sender.send(message)
+
+    async def receive(self) -> Any:
+        """The next message, or None at the end of the stream (what the SDK's transport
+        returns; a read error is raised once everything before it was received)."""
+        while not self._ready:
+            if self._ended:
+                if self._error is not None:
+                    error, self._error = self._error, None
+                    raise error
+                return None
+            self._waiter = asyncio.get_running_loop().create_future()
+            await self._waiter
+        self.messages_out += 1
+        return self._ready.popleft()
+
+    async def close(self) -> None:
+        self._cancel_flush()
+        self._reader.cancel()
+        await self._sender.close()
+        await self._tasks.shutdown()
+
+    # -- the reading side ---------------------------------------------------------------------
+
+    async def _read(self) -> None:
+        try:
+            while True:
+                line = await self._next_line()
+                if not line:
+                    break
+                line = line.strip()
+                if not line:
+                    continue
+                try:
+                    message = json.loads(line)
+                except Exception:
+                    # As the SDK's own transport does: logged and skipped.
+                    logger.exception("Error parsing JSON-RPC message")
+                    continue
+                self._take(message)
+        except Exception as exc:
+            self._error = exc
+        finally:
+            self._flush()
+            self._ended = True
+            self._wake()
+
+    async def _next_line(self) -> bytes:
+        try:
+            return await self._lines.readuntil(b"\n")
+        except asyncio.IncompleteReadError as exc:  # the last line, without its newline
+            return exc.partial
+
+    def _take(self, message: Any) -> None:
+        self.lines_read += 1
+        if self._window <= 0:
+            self._ready.append(message)
+            self._wake()
+            return
+        key = merge_key(message)
+        session = key[0] if key is not None else update_session(message)
+        if session is None:  # a request, a response: never held, nothing passes it
+            self._held.append((key, message))
+            self._flush()
+            return
+        loop = asyncio.get_running_loop()
+        if session not in self._holding and session not in self._recent:
+            # The first word after a quiet spell goes on at once (a sign of life is never
+            # late); other sessions' held updates may stay behind it, as in `merge`.
+            self._recent[session] = loop.time()
+            self._ready.append(message)
+            self._wake()
+            return
+        self._held.append((key, message))
+        self._holding.add(session)
+        if self._flush_at is None:
+            self._flush_at = loop.call_later(self._window, self._flush)
+
+    def _flush(self) -> None:
+        self._cancel_flush()
+        now = asyncio.get_running_loop().time()
+        self._recent = {s: at for s, at in self._recent.items() if now - at < self._window}
+        self._recent.update(dict.fromkeys(self._holding, now))
+        self._holding.clear()
+        if self._held:
+            self._ready.extend(merge(self._held))
+            self._held = []
+            self._wake()
+
+    def _cancel_flush(self) -> None:
+        if self._flush_at is not None:
+            self._flush_at.cancel()
+            self._flush_at = None
+
+    def _wake(self) -> None:
+        waiter, self._waiter = self._waiter, None
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)

@@ -1,0 +1,163 @@
+"""Prompts, cancels and tails: the `AgentRuntime` port's turn calls, mixed into `AcpRuntime`.
+
+* **Cancel in place.** `/stop` sends `session/cancel`; once the cancelled prompt's own result
+  is back, the next prompt goes to the same process and session. Only an agent known to
+  leave a tail (`cancel_tails`) is restarted and the session reloaded first; a cancel that
+  never settles is ended by the core, which kills the agent (`abandon`; it restarts on
+  demand).
+* **A tail is never an answer.** The first prompt after a cancel is watched: answered by
+  the cancelled turn's leftover result, the agent is restarted, the session reloaded and
+  the prompt sent again, so the bridge is never one turn behind (logged, and counted in
+  `cancel_tails`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from collections.abc import Callable, Sequence
+
+from bridge.runtime.acp.content import prompt_blocks
+from bridge.runtime.acp.pool import AgentPool
+from bridge.runtime.acp.process import AgentProcess
+from bridge.runtime.acp.requests import PendingRequests
+from bridge.runtime.acp.session import AcpSession
+from bridge.runtime.acp.sessions import SessionLost, Sessions
+from bridge.runtime.acp.turns import AcpTurn, absorb_tail, run_prompt
+from bridge.runtime.events import PromptSent, RuntimeFailed, StopReason, TurnEnded
+from bridge.runtime.port import EventSink, PromptFile, RuntimeUnavailable
+
+logger = logging.getLogger(__name__)
+
+# How long a prompt waits for a stopped round on its session to end (its agent being killed).
+STOPPED_TURN_WAIT = 5.0
+
+
+class Prompting:
+    _pool: AgentPool
+    _sessions: Sessions
+    _requests: PendingRequests
+    _on_change: Callable[[], None]
+    _shutdown_timeout: float
+    cancel_tails: int
+
+    async def prompt(
+        self, session_id: str, text: str, sink: EventSink, files: Sequence[PromptFile] = ()
+    ) -> None:
+        session = self._sessions.get(session_id)
+        if session is None:
+            raise SessionLost(f"unknown session {session_id}; open a session first")
+        stopped = session.turn
+        if stopped is not None and stopped.cancel_requested:
+            # A stopped round whose agent is being killed (it never confirmed the cancel):
+            # its end is a moment away; the next prompt waits for it rather than failing.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stopped.ended.wait(), STOPPED_TURN_WAIT)
+        if session.turn is not None:
+            raise RuntimeError(f"a turn is already running on session {session_id}")
+        process = await self._sessions.ensure_bound(session)
+        suspect_tail = False
+        if session.after_cancel:
+            process, suspect_tail = await self._sessions.settle_after_cancel(session, process)
+        turn = AcpTurn(session_id, sink, suspect_tail=suspect_tail)
+        self._sessions.turn_began(session, turn)
+        session.prompts += 1
+        turn.emit(PromptSent(session_id))
+        try:
+            self._on_change()  # a slot's running turns
+            if await self._run(process, session, turn, text, files):
+                await self._after_tail(process, session, turn, text, files)
+        finally:
+            self._sessions.turn_ended(session, turn)
+            turn.ended.set()
+            session.after_cancel = turn.cancel_requested
+            self._requests.cancel_session(session_id)
+            self._on_change()
+
+    async def _run(
+        self,
+        process: AgentProcess,
+        session: AcpSession,
+        turn: AcpTurn,
+        text: str,
+        files: Sequence[PromptFile],
+    ) -> bool:
+        """The prompt on `process`; True when its answer was a tail (the turn still open)."""
+        images, audio = process.accepts_images, process.accepts_audio
+        blocks = prompt_blocks(text, files, images=images, audio=audio, cwd=session.cwd)
+        return await run_prompt(
+            process,
+            turn,
+            blocks,
+            exited=self._pool.exited,
+            shutdown_timeout=self._shutdown_timeout,
+        )
+
+    async def _after_tail(
+        self,
+        process: AgentProcess,
+        session: AcpSession,
+        turn: AcpTurn,
+        text: str,
+        files: Sequence[PromptFile],
+    ) -> None:
+        """The prompt after a cancel was answered by the cancelled turn's leftover result:
+        the agent now runs this prompt with its result owed to the next one. Never one turn
+        behind: restart the agent, reload the session and send the prompt again (what the
+        old process still streams is dropped). Where a restart would lose something (no
+        `session/load`, or other turns on the process), the turn is kept open instead."""
+        info = process.agent_info
+        self.cancel_tails += 1
+        logger.warning(
+            "agent[%d] (%s) answered the first prompt after a cancel with the cancelled"
+            " turn's leftover result (session %s)",
+            process.slot,
+            info.name[:64] if info else "unknown",
+            session.session_id,
+        )
+        self._sessions.tails.saw_tail(info)
+        if not self._sessions.can_restart(process, turn):
+            await absorb_tail(process, turn, exited=self._pool.exited)
+            return
+        turn.moving = True
+        process.retiring = True  # its updates from now on are this prompt's first run: dropped
+        try:
+            process = await self._sessions.restart(session, process, "after a leftover result")
+        except RuntimeUnavailable as exc:
+            turn.finish(RuntimeFailed(session.session_id, reason=exc.reason[:80]))
+            return
+        finally:
+            turn.moving = False
+        if turn.cancel_requested:  # /stop while the agent restarted
+            turn.finish(TurnEnded(session.session_id, StopReason.CANCELLED))
+            return
+        turn.suspect_tail = False
+        await self._run(process, session, turn, text, files)
+
+    async def cancel(self, session_id: str) -> None:
+        session = self._sessions.get(session_id)
+        turn = session.turn if session else None
+        if session is None or turn is None or turn.done:
+            return
+        turn.cancel_requested = True
+        self._requests.cancel_session(session_id)
+        if turn.released is not None and not turn.released.done():
+            turn.released.set_result(None)  # an absorbed tail: nothing more will come
+        if session.process.alive:
+            with contextlib.suppress(ConnectionError):
+                await session.process.cancel(session_id)
+
+    async def abandon(self, session_id: str) -> None:
+        session = self._sessions.get(session_id)
+        turn = session.turn if session else None
+        if session is None or turn is None or turn.done:
+            return  # the agent did answer the cancel after all
+        process = session.process
+        logger.warning(
+            "agent[%d] pid %d never confirmed a cancel; killing it (it restarts on demand)",
+            process.slot,
+            process.pid,
+        )
+        process.signal_group(signal.SIGKILL)

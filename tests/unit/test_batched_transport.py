@@ -1,0 +1,170 @@
+"""Issue 33: agent stdout read in batches. Malformed and oversize lines are refused as the
+SDK's own transport refuses them, a request or a response is let through at once with
+everything read before it, and a run of chunks reaches the connection merged."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from typing import Any
+
+import pytest
+
+from bridge.runtime.acp.batches import BatchedTransport
+from bridge.runtime.acp.lines import CappedLines
+
+CAP = 256
+
+
+def line(message: Any) -> bytes:
+    return json.dumps(message).encode() + b"\n"
+
+
+def chunk(text: str, session: str = "s") -> dict[str, Any]:
+    update = {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": text}}
+    params = {"sessionId": session, "update": update}
+    return {"jsonrpc": "2.0", "method": "session/update", "params": params}
+
+
+REQUEST = {"jsonrpc": "2.0", "id": 1, "method": "session/request_permission", "params": {}}
+
+
+class _Writer:
+    def write(self, data: bytes) -> None:
+        pass
+
+    async def drain(self) -> None:
+        pass
+
+
+def transport(
+    reader: asyncio.StreamReader, window: float = 60.0, sizes: list[int] | None = None
+) -> BatchedTransport:
+    on_oversize = (sizes if sizes is not None else []).append
+    lines = CappedLines(reader, label="t", on_oversize=on_oversize)
+    return BatchedTransport(lines, _Writer(), window=window)  # type: ignore[arg-type]
+
+
+async def received(t: BatchedTransport) -> list[Any]:
+    out: list[Any] = []
+    while (message := await t.receive()) is not None:
+        out.append(message)
+    await t.close()
+    return out
+
+
+def fed(*data: bytes, eof: bool = True) -> asyncio.StreamReader:
+    reader = asyncio.StreamReader(limit=CAP)
+    for piece in data:
+        reader.feed_data(piece)
+    if eof:
+        reader.feed_eof()
+    return reader
+
+
+async def test_a_run_of_chunks_is_received_as_one() -> None:
+    # The first goes on at once (a sign of life is never held), the run behind it merged.
+    t = transport(fed(line(chunk("a")), line(chunk("b")), line(chunk("c")), line(chunk("d"))))
+    assert await received(t) == [chunk("a"), chunk("bcd")]
+    assert (t.lines_read, t.messages_out) == (4, 2)
+
+
+async def test_a_quiet_sessions_first_update_is_not_held_behind_another_sessions_run() -> None:
+    reader = fed(line(chunk("a")), line(chunk("b")), line(chunk("x", "other")), eof=False)
+    t = transport(reader, window=60.0)
+    async with asyncio.timeout(5):
+        assert [await t.receive(), await t.receive()] == [chunk("a"), chunk("x", "other")]
+    reader.feed_eof()
+    assert await received(t) == [chunk("b")]
+
+
+async def test_a_line_that_is_not_json_is_logged_skipped_and_the_rest_read(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    bad = b'{"jsonrpc": "2.0", "method": \n'
+    reader = fed(line(chunk("a")), line(chunk("b")), bad, b"\n", line(chunk("c")))
+    with caplog.at_level(logging.ERROR):
+        assert await received(transport(reader)) == [chunk("a"), chunk("bc")]
+    assert "Error parsing JSON-RPC message" in caplog.text
+
+
+async def test_a_line_over_the_cap_is_dropped_and_counted() -> None:
+    sizes: list[int] = []
+    big = line(chunk("x" * (2 * CAP)))
+    reader = fed(line(chunk("a")), line(chunk("b")), big, line(chunk("c")))
+    assert await received(transport(reader, sizes=sizes)) == [chunk("a"), chunk("bc")]
+    assert sizes == [len(big)]
+
+
+async def test_a_shape_the_sdk_refuses_passes_through_unmerged_for_it_to_refuse() -> None:
+    bad = chunk("b")
+    bad["params"]["update"]["content"]["text"] = 5
+    reader = fed(line(chunk("a")), line(bad), line(chunk("c")))
+    # The SDK drops the bad one (and the text either side stays apart, as it came).
+    assert await received(transport(reader)) == [chunk("a"), bad, chunk("c")]
+
+
+async def test_json_that_is_not_an_object_is_handed_on_as_the_sdk_would() -> None:
+    reader = fed(line(chunk("a")), b"[1, 2]\n", line(chunk("b")))
+    assert await received(transport(reader)) == [chunk("a"), [1, 2], chunk("b")]
+
+
+async def test_the_last_line_without_its_newline_is_read() -> None:
+    reader = fed(line(chunk("a")), line(chunk("b")), json.dumps(chunk("c")).encode())
+    assert await received(transport(reader)) == [chunk("a"), chunk("bc")]
+
+
+async def test_a_request_is_let_through_at_once_with_what_came_before_it() -> None:
+    reader = fed(*(line(chunk(c)) for c in "abc"), line(REQUEST), line(chunk("d")), eof=False)
+    t = transport(reader, window=60.0)  # held chunks would wait a minute: a request does not
+    async with asyncio.timeout(5):
+        assert await t.receive() == chunk("a")
+        assert await t.receive() == chunk("bc")
+        assert await t.receive() == REQUEST
+    reader.feed_eof()
+    assert await received(t) == [chunk("d")]
+
+
+async def test_held_chunks_go_on_when_the_window_ends() -> None:
+    reader = fed(line(chunk("a")), line(chunk("b")), line(chunk("c")), eof=False)
+    t = transport(reader, window=0.01)
+    async with asyncio.timeout(5):
+        assert [await t.receive(), await t.receive()] == [chunk("a"), chunk("bc")]
+    reader.feed_data(line(chunk("d")))
+    async with asyncio.timeout(5):
+        assert await t.receive() == chunk("d")
+    reader.feed_eof()
+    assert await received(t) == []
+
+
+async def test_a_zero_window_merges_nothing() -> None:
+    reader = fed(line(chunk("a")), line(chunk("b")))
+    assert await received(transport(reader, window=0)) == [chunk("a"), chunk("b")]
+
+
+async def test_a_read_error_is_raised_after_what_was_read_before_it() -> None:
+    reader = fed(line(chunk("a")), eof=False)
+    t = transport(reader, window=0.01)
+    assert await t.receive() == chunk("a")
+    reader.feed_data(line(chunk("b")))
+    await asyncio.sleep(0)  # read, held
+    reader.set_exception(ConnectionResetError("gone"))
+    assert await t.receive() == chunk("b")
+    with pytest.raises(ConnectionResetError):
+        await t.receive()
+    await t.close()
+
+
+async def test_sends_reach_the_writer() -> None:
+    written: list[bytes] = []
+
+    class Writer(_Writer):
+        def write(self, data: bytes) -> None:
+            written.append(data)
+
+    lines = CappedLines(fed(), label="t")
+    t = BatchedTransport(lines, Writer(), window=0.1)  # type: ignore[arg-type]
+    await t.send({"jsonrpc": "2.0", "id": 0, "method": "initialize"})
+    await t.close()
+    assert [json.loads(w) for w in written] == [{"jsonrpc": "2.0", "id": 0, "method": "initialize"}]

@@ -1,0 +1,223 @@
+"""The app's Feishu call budget (bridge/feishu/budget.py, pacer.py), on injected time: the
+lanes' order, each chat's fair share, a hint never starved past its deadline, a chat at its
+limit never holding the others, and a 429's pause, shrink and recovery."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from dataclasses import replace
+
+import pytest
+
+from bridge.feishu.budget import BudgetPolicy, Lane, Scheduler, Waiter
+from bridge.feishu.pacer import CallBudget, default_lane, is_send, scope
+
+# One call a second for the app, none kept in reserve: each grant is a tick of the clock.
+SLOW = BudgetPolicy(app_per_second=1.0, chat_per_second=100.0, burst_seconds=0.0)
+
+
+def drain(sched: Scheduler, start: float, until: float, step: float = 0.01) -> list[Waiter]:
+    """Every grant from `start` to `until`, in order."""
+    out: list[Waiter] = []
+    now = start
+    while now <= until:
+        out += sched.grant(now)
+        now = round(now + step, 6)
+    return out
+
+
+def test_the_ending_and_the_answer_go_before_cards_hints_and_refreshes() -> None:
+    sched = Scheduler(replace(SLOW, hint_deadline=60.0), now=0.0)
+    sched.grant(0.0)  # nothing waits
+    first = sched.waiter(Lane.REFRESH, "c0", False, 0.0)
+    assert sched.offer(first, 0.0) == [first]  # the one token there
+    lanes = [Lane.REFRESH, Lane.HINT, Lane.CARD, Lane.ANSWER, Lane.ENDING]
+    for index, lane in enumerate(lanes):
+        sched.offer(sched.waiter(lane, f"c{index + 1}", False, 0.1), 0.1)
+    granted = drain(sched, 0.2, 5.5)
+    assert [w.lane for w in granted] == [
+        Lane.ENDING,
+        Lane.ANSWER,
+        Lane.CARD,
+        Lane.HINT,
+        Lane.REFRESH,
+    ]
+
+
+def test_within_a_lane_the_chat_served_longest_ago_goes_first() -> None:
+    """Chat a has many refreshes queued, b and c one each: they do not wait behind a's."""
+    sched = Scheduler(SLOW, now=0.0)
+    granted: list[Waiter] = []
+    for chat in ["a", "a", "a", "a", "b", "c"]:
+        granted += sched.offer(sched.waiter(Lane.REFRESH, chat, False, 0.0), 0.0)
+    granted += drain(sched, 0.0, 6.0)
+    assert [w.chat for w in granted] == ["a", "b", "c", "a", "a", "a"]
+
+
+def test_many_streaming_chats_get_equal_shares_of_a_short_budget() -> None:
+    """Forty chats each keep one refresh waiting (a status card's flusher): ten calls a
+    second for all of them is shared out evenly, none starved."""
+    policy = BudgetPolicy(app_per_second=10.0, chat_per_second=4.0, burst_seconds=0.0)
+    sched = Scheduler(policy, now=0.0)
+    chats = [f"oc_{n}" for n in range(40)]
+    for chat in chats:
+        sched.offer(sched.waiter(Lane.REFRESH, chat, False, 0.0), 0.0)
+    served: Counter[str] = Counter()
+    now = 0.0
+    while now < 60.0:
+        for waiter in sched.grant(now):
+            served[waiter.chat or ""] += 1
+            sched.offer(sched.waiter(Lane.REFRESH, waiter.chat, False, now), now)
+        now = round(now + 0.01, 6)
+    assert sum(served.values()) == pytest.approx(600, abs=2)
+    assert min(served.values()) >= 14
+    assert max(served.values()) <= 16
+
+
+def test_a_hint_waits_at_most_its_deadline_behind_a_flood_of_answers() -> None:
+    sched = Scheduler(SLOW, now=0.0)
+    sched.grant(0.0)
+    for n in range(20):  # more answers than the budget can carry for seconds
+        sched.offer(sched.waiter(Lane.ANSWER, f"a{n}", False, 0.0), 0.0)
+    hint = sched.waiter(Lane.HINT, "h", False, 0.0)
+    sched.offer(hint, 0.0)
+    granted = drain(sched, 0.0, 3.0)
+    at = next(i for i, w in enumerate(granted) if w is hint)
+    # One a second: the answers took 0 s and 1 s; at 1 s the hint's deadline passed.
+    assert at <= 2
+    assert all(w.lane is Lane.ANSWER for w in granted[:at])
+
+
+def test_refreshes_never_delay_a_hint() -> None:
+    sched = Scheduler(SLOW, now=0.0)
+    for n in range(10):
+        sched.offer(sched.waiter(Lane.REFRESH, f"r{n}", False, 0.0), 0.0)  # the first goes
+    hint = sched.waiter(Lane.HINT, "h", False, 0.5)
+    sched.offer(hint, 0.5)
+    assert drain(sched, 0.5, 1.0) == [hint]
+
+
+def test_a_chat_at_its_limit_does_not_hold_the_other_chats() -> None:
+    policy = BudgetPolicy(app_per_second=100.0, chat_per_second=2.0, burst_seconds=0.1)
+    sched = Scheduler(policy, now=0.0)
+    for _ in range(10):
+        sched.offer(sched.waiter(Lane.ENDING, "busy", False, 0.0), 0.0)
+    quiet = sched.waiter(Lane.REFRESH, "quiet", False, 0.0)
+    granted = sched.offer(quiet, 0.0)
+    assert quiet in granted  # the busy chat's first went; its next must wait 0.5 s
+    later = drain(sched, 0.01, 2.0)
+    assert [w.chat for w in later] == ["busy"] * 4  # two a second, no more
+    assert sched.next_wake(2.0) == pytest.approx(2.5)
+
+
+def test_message_sends_are_counted_against_the_sends_a_minute_limit() -> None:
+    policy = BudgetPolicy(app_per_second=100.0, sends_per_minute=60.0, burst_seconds=0.05)
+    sched = Scheduler(policy, now=0.0)
+    for n in range(5):
+        sched.offer(sched.waiter(Lane.ANSWER, f"c{n}", True, 0.0), 0.0)
+    edit = sched.waiter(Lane.REFRESH, "c9", False, 0.0)
+    assert edit in sched.offer(edit, 0.0)  # not a send: not held by the sends
+    assert len(drain(sched, 0.0, 3.0)) == 3  # one send a second
+
+
+def test_a_429_pauses_its_chat_for_the_reset_and_halves_the_rate_until_429s_stop() -> None:
+    policy = BudgetPolicy(app_per_second=40.0, chat_per_second=100.0, recover_per_second=2.0)
+    sched = Scheduler(policy, now=0.0)
+    sched.rate_limited(10.0, reset_after=3.0, chat="hot")
+    assert sched.app_rate == 20.0
+    sched.rate_limited(10.2, reset_after=3.0, chat="hot")  # in flight with the first: once
+    assert sched.app_rate == pytest.approx(20.4)  # (it grows back from the first on)
+    hot = sched.waiter(Lane.ENDING, "hot", False, 10.5)
+    cold = sched.waiter(Lane.REFRESH, "cold", False, 10.5)
+    assert sched.offer(hot, 10.5) == []
+    assert sched.offer(cold, 10.5) == [cold]  # other chats carry on at the shrunk rate
+    assert drain(sched, 10.5, 13.19) == []
+    assert sched.grant(13.2) == [hot]  # the last reset, honoured
+    sched.rate_limited(14.0, reset_after=0.0, chat=None)  # a second storm: halved again
+    assert sched.app_rate == pytest.approx((20.0 + 2.0 * 4.0) / 2)  # grew 2/s for 4 s first
+    assert sched.state(19.0)["rate"] == pytest.approx(14.0 + 2.0 * 5.0)  # back up 2 a second
+    assert sched.state(40.0)["rate"] == 40.0  # and no further than the setting
+    assert sched.state(40.0)["rate_limited"] == 3
+
+
+def test_the_rate_never_shrinks_below_its_floor() -> None:
+    sched = Scheduler(BudgetPolicy(app_per_second=40.0, floor=0.1), now=0.0)
+    for n in range(20):
+        sched.rate_limited(float(n) * 2, reset_after=0.0, chat=None)
+    assert sched.app_rate == pytest.approx(4.0, abs=0.01)
+
+
+def test_paths_say_what_a_call_is() -> None:
+    assert is_send("POST", "/open-apis/im/v1/messages")
+    assert is_send("POST", "/open-apis/im/v1/messages/om_1/reply")
+    assert not is_send("POST", "/open-apis/im/v1/messages/om_1/reactions")
+    assert default_lane("POST", "/open-apis/im/v1/messages/om_1/reactions") is Lane.HINT
+    assert default_lane("PUT", "/open-apis/cardkit/v1/cards/c/elements/e/content") is Lane.REFRESH
+    assert default_lane("POST", "/open-apis/im/v1/messages/om_1/reply") is Lane.ANSWER
+
+
+class FakeTime:
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.timers: list[tuple[float, object]] = []
+
+    def call_at(self, when: float, callback: object) -> FakeTime.Timer:
+        timer = FakeTime.Timer(when, callback)
+        self.timers.append((when, timer))
+        return timer
+
+    def advance(self, to: float) -> None:
+        self.now = to
+        for when, timer in sorted(self.timers, key=lambda t: t[0]):
+            if when <= to and not timer.cancelled:  # type: ignore[attr-defined]
+                self.timers.remove((when, timer))
+                timer.callback()  # type: ignore[attr-defined]
+
+    class Timer:
+        def __init__(self, when: float, callback: object) -> None:
+            self.when, self.callback, self.cancelled = when, callback, False
+
+        def cancel(self) -> None:
+            self.cancelled = True
+
+
+async def test_calls_wait_on_the_loop_for_their_turn_and_a_cancelled_one_leaves() -> None:
+    time = FakeTime()
+    budget = CallBudget(SLOW, now=lambda: time.now, call_at=time.call_at)
+    order: list[str] = []
+
+    async def call(name: str, lane: Lane) -> None:
+        with scope(name, lane):
+            await budget.before_call("PUT", "/open-apis/cardkit/v1/cards/x")
+        order.append(name)
+
+    tasks = [
+        asyncio.create_task(call(n, lane))
+        for n, lane in [
+            ("r", Lane.REFRESH),
+            ("r2", Lane.REFRESH),
+            ("e", Lane.ENDING),
+            ("x", Lane.ANSWER),
+        ]
+    ]
+    await asyncio.sleep(0)
+    assert order == ["r"]  # the token there; the rest wait
+    tasks[3].cancel()
+    await asyncio.sleep(0)
+    for second in (1.0, 2.0, 3.0):
+        time.advance(second)
+        await asyncio.sleep(0)
+    assert order == ["r", "e", "r2"]
+    assert budget.state()["waiting"] == {lane.name.lower(): 0 for lane in Lane}
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def test_a_paid_refresh_takes_no_second_token() -> None:
+    time = FakeTime()
+    budget = CallBudget(SLOW, now=lambda: time.now, call_at=time.call_at)
+    with scope("c", Lane.HINT):
+        async with budget.ahead(Lane.REFRESH):
+            await budget.before_call("PUT", "/open-apis/cardkit/v1/cards/x")  # paid
+            assert budget.state()["granted"]["refresh"] == 1
+        assert not budget.try_take(Lane.REFRESH)  # one a second: the token is spent
