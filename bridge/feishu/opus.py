@@ -39,9 +39,12 @@ def decode_pcm16k(path: Path, *, max_seconds: int) -> bytes:
     limit = max_seconds * BYTES_PER_SECOND
     out = bytearray()
     try:
-        with av.open(str(path)) as container:
-            if not container.streams.audio:
-                raise Undecodable("no audio stream")
+        # Only Ogg and Opus, what Feishu keeps a voice as: no other of FFmpeg's demuxers or
+        # decoders ever sees these bytes from the chat.
+        with av.open(str(path), mode="r", format="ogg") as container:
+            audio = container.streams.audio
+            if not audio or audio[0].codec_context.name != "opus":
+                raise Undecodable("not Opus audio")
             resampler = av.AudioResampler(format="s16", layout="mono", rate=RATE)
             for frame in container.decode(audio=0):
                 for piece in resampler.resample(frame):

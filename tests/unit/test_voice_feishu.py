@@ -6,7 +6,9 @@ PCM, and the receiver giving an audio message its kind by BRIDGE_VOICE."""
 from __future__ import annotations
 
 import base64
+import io
 import json
+import wave
 from pathlib import Path
 from typing import Any
 
@@ -105,8 +107,14 @@ def test_past_the_limit_decoding_stops(tmp_path: Path) -> None:
     assert stopped.value.limit_seconds == 3
 
 
-def test_what_is_not_audio_is_undecodable(tmp_path: Path) -> None:
-    for junk in (b"", b"OggS" + bytes(300), b"\x89PNG\r\n\x1a\n" + bytes(64)):
+def test_what_is_not_ogg_opus_is_undecodable(tmp_path: Path) -> None:
+    wav = io.BytesIO()
+    with wave.open(wav, "wb") as out:  # real audio, but not what Feishu keeps a voice as
+        out.setnchannels(1)
+        out.setsampwidth(2)
+        out.setframerate(16_000)
+        out.writeframes(pcm_of(spoken_clip()))
+    for junk in (b"", b"OggS" + bytes(300), b"\x89PNG\r\n\x1a\n" + bytes(64), wav.getvalue()):
         path = tmp_path / "voice.ogg"
         path.write_bytes(junk)
         with pytest.raises(Undecodable):
