@@ -40,6 +40,7 @@ from bridge.config_schedules import (
     check_timezone,
     schedules_from_env,
 )
+from bridge.config_voice import VOICE_HELP, VOICE_MAX_HELP, VoiceChoice
 from bridge.loops import EVENT_LOOP_HELP
 
 FEISHU_DOMAIN = "https://open.feishu.cn"
@@ -145,6 +146,8 @@ class Settings(BaseSettings):
         description="Largest image or file (MB) a user may send the agent; past it, one line"
         " says the limit.",
     )
+    bridge_voice: VoiceChoice | None = Field(default=None, description=VOICE_HELP)
+    bridge_voice_max_seconds: int = Field(default=300, ge=1, le=3600, description=VOICE_MAX_HELP)
     bridge_usage_footer: bool = Field(
         default=False,
         description="End each turn's last message with a line of context use (and cost) when"

@@ -98,7 +98,9 @@ class Receiver:
         app_id: str | None = None,
         max_event_age: float = 0.0,
         quoted_content: QuotedContent | None = None,
+        voice_kind: Callable[[], str] = lambda: "audio",
     ) -> None:
+        self._voice_kind = voice_kind
         self._quoted_content = quoted_content
         self._count = count
         self._app_id = app_id
@@ -114,6 +116,7 @@ class Receiver:
                 self.ignore_own,
                 self.require_mention_in_groups,
                 self.allow_lists,
+                self.voice,
                 self.dedup,
             ],
             self.dispatch,
@@ -184,6 +187,18 @@ class Receiver:
             log.info("refused message %s from outside the allow-lists", message.message_id)
             self._count("refused")
             self._sink.refuse(message)
+
+    async def voice(self, message: InboundMessage, nxt: Next) -> None:
+        # What a voice message is, by BRIDGE_VOICE (engine/voice.py), before the journal, so
+        # a restart recovers it the same way: words to hear, a file, or refused.
+        kind = self._voice_kind()
+        if message.message_type == "audio" and kind != "audio":
+            refs = tuple(
+                r.model_copy(update={"kind": kind}) if r.kind == "audio" else r
+                for r in message.attachments
+            )
+            message = message.model_copy(update={"attachments": refs})
+        await nxt(message)
 
     async def dedup(self, message: InboundMessage, nxt: Next) -> None:
         # Journaling is the dedup: first-wins on the message id, and the journal is what a

@@ -139,11 +139,11 @@ class BridgeService:
                 sleep=asyncio.sleep,
             )
             await self.ownership.prepare()  # an earlier process's leases go before any claim
-        # The listeners first (healthz says "starting" meanwhile), so a slow Feishu at
-        # start-up does not look like a dead process to the orchestrator.
+        # The listeners first (healthz: "starting"): a slow Feishu is not a dead process.
         await self.feishu_listener.start()
         await self.ops_listener.start()
         await self._identify()
+        self.engine.probe_voice()
         if self.ownership is None:
             await self.engine.recover(before=self.readiness.started_at)
         else:  # only what no live instance runs: claimed, then recovered the same way
@@ -164,8 +164,7 @@ class BridgeService:
         )
 
     async def _identify(self) -> None:
-        # Without the bot's open id, group @-mentions cannot be recognised; keep running
-        # (private chats still work), say so plainly, and keep trying in the background.
+        # No bot open id, no group @-mentions (private chats work): say so, keep trying.
         if not await self._fetch_identity(logging.ERROR):
             self._identity_retry = asyncio.create_task(self._identify_later())
 
@@ -276,6 +275,8 @@ def build_service(
             routes=routes,
             attachments_dir=settings.bridge_data_dir / "inbox",
             max_attachment_mb=settings.bridge_max_attachment_mb,
+            voice=settings.bridge_voice,
+            voice_max_seconds=settings.bridge_voice_max_seconds,
             ack_emoji=settings.bridge_ack_emoji,
             max_running_turns=settings.bridge_max_running_turns,
             card_interval=settings.bridge_card_update_interval_seconds,
@@ -308,6 +309,7 @@ def build_service(
         app_id=settings.feishu_app_id,
         max_event_age=settings.bridge_max_event_age_seconds,
         quoted_content=feishu.message_content,
+        voice_kind=engine.voice_mode.kind,
     )
     readiness = Readiness(wall)
     feishu_app = _feishu_app(settings, receiver, bot, readiness)
@@ -411,6 +413,7 @@ def _status(
         "long_connection": longconn.state.name.lower() if longconn else None,
         "conversations": len(engine.conversations),
         "feishu_api": engine.gate.state(),
+        "voice": engine.voice_mode.state(),
         "feishu_budget": engine.budget.state() if engine.budget else None,
         "event_subscribers": projection.subscribers(),
         "runtime": runtime.snapshot(),

@@ -120,6 +120,8 @@ SECTIONS: list[tuple[str, list[str]]] = [
             "bridge_card_update_interval_seconds",
             "bridge_usage_footer",
             "bridge_max_attachment_mb",
+            "bridge_voice",
+            "bridge_voice_max_seconds",
             "bridge_allowed_users",
             "bridge_allowed_chats",
             "bridge_approvers",
@@ -186,6 +188,13 @@ NOTES = {
     "bridge_max_attachment_mb": "Images and files are fetched through Feishu's message-resource"
     " API when their turn starts; an image goes to an agent that accepts images as image content,"
     " anything else is saved in the session's folder under `.feishu/inbox/<message>/` and linked.",
+    "bridge_voice": "A voice message is downloaded, decoded (PyAV) to 16 kHz mono PCM and"
+    " recognized by Feishu; the user sees what was understood (`🎤 “…”`) before anything else"
+    " of the round, and the agent gets the words (and the audio, if it declares"
+    " `promptCapabilities.audio`). A voice that cannot be heard (too long, the scope missing,"
+    " recognition failed, nothing recognized, undecodable) gets one line, and nothing reaches"
+    " the agent. Start-up logs plainly when Feishu refuses recognition for lack of the scope."
+    " See [feishu-app-setup.md](feishu-app-setup.md).",
     "bridge_usage_footer": "From ACP `usage_update`; `/status` shows the same figures always.",
     "bridge_max_agents": "Each process serves several conversations.",
     "bridge_sessions_per_agent": (
@@ -290,6 +299,8 @@ MORE_EXAMPLES = {
     "BRIDGE_MAX_EVENT_AGE_SECONDS": "86400",
     "BRIDGE_RECEIVED_TEXT": "true",
     "BRIDGE_PRESENCE_STYLE": "card",
+    "BRIDGE_VOICE": "transcribe",
+    "BRIDGE_VOICE_MAX_SECONDS": "120",
     "BRIDGE_CARD_UPDATE_INTERVAL_SECONDS": "1",
     "BRIDGE_ALLOWED_USERS": "ou_1a2b3c,ou_4d5e6f",
     "BRIDGE_ALLOWED_CHATS": "oc_7a8b9c",

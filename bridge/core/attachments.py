@@ -9,11 +9,15 @@ from bridge.core.effects import MarkMessageDone, PostText
 from bridge.core.inputs import AttachmentFailed, UserMessage
 from bridge.core.state import Attachment
 from bridge.core.text import Params
+from bridge.core.voice import refuse_off, speaks
 
 
 def hold(ctx: StepContext, msg: UserMessage) -> bool:
-    """An attachment-only message is kept for its sender's next text; True when held."""
-    if msg.text.strip() or not msg.attachments:
+    """An attachment-only message is kept for its sender's next text; True when held (or,
+    voice being off, refused). A voice message is words: it takes what is held."""
+    if refuse_off(ctx, msg):
+        return True
+    if msg.text.strip() or not msg.attachments or speaks(msg):
         return False
     held = (*ctx.conv.held, *((msg.sender, a) for a in msg.attachments))
     ctx.update(held=held)
@@ -37,7 +41,9 @@ def take_held(ctx: StepContext, msg: UserMessage) -> tuple[Attachment, ...]:
 
 
 def is_attachment_only(msg: object) -> bool:
-    return isinstance(msg, UserMessage) and not msg.text.strip() and bool(msg.attachments)
+    if not isinstance(msg, UserMessage) or msg.text.strip() or not msg.attachments:
+        return False
+    return not speaks(msg)
 
 
 def on_attachment_failed(ctx: StepContext, event: AttachmentFailed) -> None:

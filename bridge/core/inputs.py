@@ -41,6 +41,18 @@ class AttachmentFailed:
 
 
 @dataclass(frozen=True)
+class VoiceHeard:
+    """The turn's voice message made words (`text`, the prompt), or why not: `failure` is
+    too_long (past `limit_seconds`), refused (the app lacks the scope), failed, silent,
+    undecodable or unfetched. A failure ends the turn with one line; the agent gets nothing."""
+
+    turn_id: str
+    text: str = ""
+    failure: str = ""
+    limit_seconds: int = 0
+
+
+@dataclass(frozen=True)
 class FileSent:
     """How posting a file went: `sent`, or why not — `outside` the workspace, `missing`,
     `too_large` (`limit_mb`), `failed` (Feishu refused it)."""
@@ -359,6 +371,7 @@ CoreEvent = (
     | MessageRecalled
     | FileSent
     | AttachmentFailed
+    | VoiceHeard
     | MessageRecovered
     | Command
     | SessionOpened

@@ -67,6 +67,7 @@ from bridge.core.inputs import (
     TurnInterruptedByRestart,
     UnsupportedMessage,
     UserMessage,
+    VoiceHeard,
 )
 from bridge.core.lifecycle import (
     cancel,
@@ -92,6 +93,7 @@ from bridge.core.state import (
 from bridge.core.status_lines import status_lines
 from bridge.core.switch_lines import on_session_close, on_switch_command, switch_lines
 from bridge.core.turn_events import on_turn_event, refuse_request
+from bridge.core.voice import on_voice_heard
 from bridge.runtime.events import TurnEvent, UsageReported
 
 
@@ -128,6 +130,8 @@ def _dispatch(ctx: StepContext, event: CoreEvent) -> None:
             on_recalled(ctx, event)
         case AttachmentFailed():
             on_attachment_failed(ctx, event)
+        case VoiceHeard():
+            on_voice_heard(ctx, event)
         case FileSent():
             on_file_sent(ctx, event)
         case AccessRefused():

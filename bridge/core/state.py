@@ -71,7 +71,7 @@ class Attachment:
     """An image or file a user sent, as Feishu names it (fetched when its turn starts)."""
 
     message_id: str  # the message it came with: the resource API asks for both
-    kind: str  # image, file, audio, media
+    kind: str  # image, file, audio, media; voice, voice_off (core/voice.py)
     key: str
     resource_type: str  # image or file
     name: str = ""
@@ -193,6 +193,7 @@ class Ending(StrEnum):
     BRIDGE_SHUTDOWN = "bridge_shutdown"  # the bridge stopped or restarted mid-turn
     RECALL = "recall"  # the user recalled the message being answered
     FEISHU_REFUSED = "feishu_refused"  # Feishu refused the card the round needed
+    VOICE = "voice"  # the voice message could not be made words (nothing went to the agent)
     CLOSED = "closed"  # the conversation was closed
 
 

@@ -38,9 +38,7 @@ class Attachments:
         failed: list[AttachmentFailed] = []
         if not wanted:
             return files, failed
-        folder = self._folder / safe_name(turn_id)
-        folder.mkdir(parents=True, exist_ok=True)
-        self._fetched.add(turn_id)
+        folder = self.folder_for(turn_id)
         for number, item in enumerate(wanted, start=1):
             name = safe_name(item.name) if item.name else f"{item.kind}-{number}"
             dest = folder / f"{number}-{name}"
@@ -64,6 +62,13 @@ class Attachments:
                 name += mimetypes.guess_extension(mime) or ""
             files.append(PromptFile(dest, item.kind, mime, name, item.message_id))
         return files, failed
+
+    def folder_for(self, turn_id: str) -> Path:
+        """The turn's own folder (made now), removed with its other files at its end."""
+        folder = self._folder / safe_name(turn_id)
+        folder.mkdir(parents=True, exist_ok=True)
+        self._fetched.add(turn_id)
+        return folder
 
     def release(self, turn_id: str) -> None:
         """Removes the turn's files, if it had any (most turns have none: no folder to try,

@@ -31,6 +31,7 @@ from bridge.engine.status_cards import StatusCards
 from bridge.engine.switches import Switches
 from bridge.engine.tasks import TaskTracker
 from bridge.engine.turn_runner import SessionEnded, TurnRunner
+from bridge.engine.voice import SpeechApi, Voice, VoiceMode
 from bridge.feishu.api import FeishuApi
 from bridge.feishu.models import CardAction, CardActionReply, InboundMessage
 from bridge.feishu.pacer import CallBudget
@@ -55,6 +56,8 @@ class EngineConfig:
     routes: Routes = field(default_factory=Routes.single)
     attachments_dir: Path | None = None  # where a turn's images and files wait (None: none)
     max_attachment_mb: int = 20
+    voice: str | None = None  # BRIDGE_VOICE (None: transcribe when Feishu grants it)
+    voice_max_seconds: int = 300
     schedules: ScheduleSettings = field(default_factory=ScheduleSettings)
     delivery: DeliveryPolicy = field(default_factory=DeliveryPolicy)  # through an outage
     store_retry: StoreRetry = field(default_factory=StoreRetry)  # a turn's store calls, likewise
@@ -85,6 +88,15 @@ class Engine:
             metrics.watch_feishu(self.gate.state)
         self._publish = publish
         cards = CardViews(translator, requester_may_approve=config.options.requester_may_approve)
+        speech = self._speech = feishu if isinstance(feishu, SpeechApi) else None
+        self.voice_mode = VoiceMode(config.voice if speech is not None else "file")
+        attachments = (
+            Attachments(
+                feishu=feishu, folder=config.attachments_dir, max_mb=config.max_attachment_mb
+            )
+            if config.attachments_dir is not None
+            else None
+        )
         self.runner = runner = TurnRunner(
             runtime=runtime,
             store=store,
@@ -92,13 +104,17 @@ class Engine:
             clock=now,
             tasks=self._tasks,
             max_running_turns=config.max_running_turns,
-            attachments=Attachments(
-                feishu=feishu, folder=config.attachments_dir, max_mb=config.max_attachment_mb
-            )
-            if config.attachments_dir is not None
-            else None,
+            attachments=attachments,
             metrics=metrics,
             session_ended=session_ended,
+            voice=Voice(
+                feishu=speech,
+                folders=attachments,
+                max_seconds=config.voice_max_seconds,
+                max_mb=config.max_attachment_mb,
+            )
+            if speech is not None and attachments is not None
+            else None,
         )
         status_cards = StatusCards(
             feishu=feishu,
@@ -202,6 +218,12 @@ class Engine:
 
     async def recover(self, before: float) -> None:
         await self.intake.recover(before)
+
+    def probe_voice(self) -> None:
+        """Asks Feishu, in the background, whether it will recognize speech (start-up; said
+        plainly in the log); a voice that comes before the answer is heard (the default)."""
+        if self._speech is not None:
+            self._tasks.spawn(self.voice_mode.probe(self._speech), name="voice-probe")
 
     async def start_schedules(self) -> None:
         """Load the scheduled prompts and start their clock (after `recover`)."""

@@ -23,6 +23,7 @@ from bridge.core.inputs import (
 from bridge.engine.actor import ConversationActor, Trace
 from bridge.engine.attachments import Attachments
 from bridge.engine.tasks import TaskTracker
+from bridge.engine.voice import Voice
 from bridge.ops.metrics import Metrics
 from bridge.preferences import agent_choices
 from bridge.runtime.events import (
@@ -69,7 +70,9 @@ class TurnRunner:
         attachments: Attachments | None = None,
         metrics: Metrics | None = None,
         session_ended: SessionEnded | None = None,
+        voice: Voice | None = None,
     ) -> None:
+        self._voice = voice
         self._session_ended = session_ended or _nobody
         self._attachments = attachments
         self._noted: dict[str, tuple[str, float]] = {}  # session id -> (title, when) noted
@@ -112,9 +115,15 @@ class TurnRunner:
 
     async def _run_in_slot(self, actor: ConversationActor, work: StartTurn) -> None:
         files: list[PromptFile] = []
+        if work.attachments and self._voice is not None:
+            heard = await self._voice.hear(actor, work)  # its words first, or the one line
+            if heard is None:
+                return
+            work, files = heard
         if work.attachments and self._attachments is not None:
             try:
-                files, failed = await self._attachments.fetch(work.turn_id, work.attachments)
+                fetched, failed = await self._attachments.fetch(work.turn_id, work.attachments)
+                files += fetched
             except Exception as exc:  # e.g. the data folder: not one file's problem, the turn's
                 log.exception("fetching the attachments of turn %s failed", work.turn_id)
                 actor.feed(StartFailed(work.turn_id, type(exc).__name__))

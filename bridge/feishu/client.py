@@ -34,6 +34,7 @@ from bridge.feishu.http import FeishuHttp
 from bridge.feishu.pacer import CallBudget
 from bridge.feishu.resources import ResourceCalls
 from bridge.feishu.retry import RetryPolicy, retried
+from bridge.feishu.speech import SpeechCalls
 from bridge.feishu.split import (
     DEFAULT_MAX_BYTES,
     DEFAULT_MAX_CHARS,
@@ -84,7 +85,7 @@ def _data(body: dict[str, Any] | None) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-class FeishuClient(CardKitCalls, ResourceCalls):
+class FeishuClient(CardKitCalls, ResourceCalls, SpeechCalls):
     """Implements `bridge.feishu.api.FeishuApi`."""
 
     def __init__(

@@ -101,8 +101,10 @@ async def test_an_attachment_over_the_limit_is_told_in_one_line_and_the_turn_goe
         assert not any(inbox.rglob("*")), "a partial download was left behind"
 
 
-async def test_audio_and_video_are_files_to_the_agent(tmp_path: Path) -> None:
-    async with running_stack(tmp_path / "bridge") as stack:
+async def test_audio_as_voice_file_and_video_are_files_to_the_agent(tmp_path: Path) -> None:
+    # BRIDGE_VOICE=file: a voice message passes through as a file (tests/integration/
+    # test_voice.py has the default, where it is heard).
+    async with running_stack(tmp_path / "bridge", settings={"bridge_voice": "file"}) as stack:
         await stack.emu.send_user_file(b"OggS....", kind="audio", mime="audio/ogg")
         await stack.emu.send_user_file(
             b"\x00\x00\x00 ftypmp4", kind="media", name="clip.mp4", mime="video/mp4"

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from bridge.devtools.emulator.clips import SPOKEN_TRANSCRIPT
 from bridge.i18n import Translator
 from tests.integration.stack import running_stack
 
@@ -208,3 +209,35 @@ async def test_an_image_attached_in_the_chat_page_reaches_the_agent(tmp_path: Pa
         await page.locator("#send").click()
         await expect(bot.filter(has_text=t("presence.stopped"))).to_have_count(1)
         await expect(bot.filter(has_text="never")).to_have_count(0)
+
+
+VOICE_SHOT = REPO_ROOT / "artifacts" / "voice.png"
+
+
+async def test_a_voice_message_from_the_chat_page_is_heard_and_answered(tmp_path: Path) -> None:
+    """The page's 🎤 sends the generated spoken clip (espeak-ng, Ogg Opus): the chat shows
+    the voice, then what was understood quoted in one line, then the agent's answer to
+    those words. What recognition hears is the composer's text, here a scenario line."""
+    _need_browser()
+    from playwright.async_api import expect
+
+    expect.set_options(timeout=TIMEOUT_MS)
+    t = Translator("zh_CN")
+    async with chat_page(tmp_path, {"bridge_locale": "zh_CN"}) as page:
+        await page.locator("#voice").click()  # the clip's own words
+        user = page.locator(".msg.user")
+        await expect(user.filter(has_text="[语音] 3.6″")).to_have_count(1)
+        bot = page.locator(".msg.bot .bubble")
+        heard = t("voice.heard", text=SPOKEN_TRANSCRIPT)
+        await expect(bot.filter(has_text=heard)).to_have_count(1)
+        await expect(bot.filter(has_text=f"echo: {SPOKEN_TRANSCRIPT}")).to_have_count(1)
+
+        await page.locator("#composer").fill("say 登录页已修好")
+        await page.locator("#voice").click()
+        said = t("voice.heard", text="say 登录页已修好")
+        await expect(bot.filter(has_text=said)).to_have_count(1)
+        await expect(bot.filter(has_text=re.compile("^登录页已修好$"))).to_have_count(1)
+        texts = await bot.all_inner_texts()
+        assert texts == [heard, f"echo: {SPOKEN_TRANSCRIPT}", said, "登录页已修好"], texts
+        VOICE_SHOT.parent.mkdir(parents=True, exist_ok=True)
+        await page.screenshot(path=str(VOICE_SHOT), full_page=True)

@@ -46,6 +46,7 @@ from bridge.devtools.emulator.records import (
     SenderType,
 )
 from bridge.devtools.emulator.server import OpenApi
+from bridge.devtools.emulator.speech import SpeechRecognition
 from bridge.devtools.emulator.tokens import TokenIssuer
 from bridge.devtools.emulator.users import UserSide
 
@@ -84,6 +85,7 @@ class EmulatorOptions:
     scenarios: Sequence[str] = ()
     host: str = "127.0.0.1"
     port: int = 0
+    speech_scope: bool = True  # the app has speech_to_text:speech (99991672 without it)
 
 
 class FeishuEmulator(UserSide):
@@ -142,6 +144,8 @@ class FeishuEmulator(UserSide):
             on_change=self._changed,
         )
         self.cardkit = CardKit(redraw=self._world.replace_card)
+        self.speech = SpeechRecognition()  # speech_to_text/v1; `scope_granted`, transcripts
+        self.speech.scope_granted = o.speech_scope
         self._runner: web.AppRunner | None = None
 
     # --- lifecycle -----------------------------------------------------------------------
@@ -170,6 +174,7 @@ class FeishuEmulator(UserSide):
             record=self._record_call,
             closing=self._closing,
             cardkit=self.cardkit,
+            speech=self.speech,
             limits=self.limits,
         )
         app = web.Application()

@@ -15,6 +15,7 @@ from typing import Any, Protocol
 
 from aiohttp import web
 
+from bridge.devtools.emulator.clips import SPOKEN_TRANSCRIPT
 from bridge.devtools.emulator.outage import Outage, plan_from_json
 from bridge.devtools.emulator.records import (
     CardCallbackResult,
@@ -66,6 +67,9 @@ class ChatWorldView(Protocol):
     async def send_user_file(
         self, data: bytes, *, kind: str, name: str, mime: str, chat_type: str
     ) -> DeliveredEvent: ...
+    async def send_user_voice(
+        self, clip: bytes | None = None, *, transcript: str, chat_type: str
+    ) -> DeliveredEvent: ...
     async def recall_message(self, message_id: str) -> DeliveredEvent: ...
     async def click_card(self, message_id: str, value: Mapping[str, Any]) -> CardCallbackResult: ...
 
@@ -88,6 +92,7 @@ def add_routes(app: web.Application, emulator: ChatWorldView) -> None:
     app.router.add_post("/_emulator/send", _send)
     app.router.add_post("/_emulator/click", _click)
     app.router.add_post("/_emulator/attach", _attach)
+    app.router.add_post("/_emulator/voice", _voice)
     app.router.add_post("/_emulator/recall", _recall)
     app.router.add_get("/_emulator/outage", _outage)
     app.router.add_post("/_emulator/outage", _set_outage)
@@ -217,6 +222,17 @@ async def _attach(request: web.Request) -> web.Response:
     return web.json_response({"message_id": delivered.message_id, "kind": kind})
 
 
+async def _voice(request: web.Request) -> web.Response:
+    """The page's 🎤: the generated spoken clip as a voice message; recognition hears the
+    composer's text in it when there is some, else the clip's own words."""
+    emu = _emulator(request)
+    body = await _json(request)
+    transcript = str(body.get("transcript") or "").strip() or SPOKEN_TRANSCRIPT
+    chat_type = "group" if body.get("chat_type") == "group" else "p2p"
+    delivered = await emu.send_user_voice(transcript=transcript, chat_type=chat_type)
+    return web.json_response({"message_id": delivered.message_id, "transcript": transcript})
+
+
 async def _recall(request: web.Request) -> web.Response:
     emu = _emulator(request)
     message_id = str((await _json(request)).get("message_id", ""))
@@ -262,7 +278,10 @@ def _message_json(
         text = _MENTION_KEY.sub(lambda k: "@" + keys.get(k.group(0), k.group(0)), text)
     elif message.msg_type in _ATTACHMENT_LABELS:
         data = message.data if isinstance(message.data, dict) else {}
-        text = f"[{_ATTACHMENT_LABELS[message.msg_type]}] {data.get('file_name', '')}".strip()
+        detail = data.get("file_name", "")
+        if message.msg_type == "audio" and isinstance(data.get("duration"), int):
+            detail = f"{data['duration'] / 1000:.1f}″"
+        text = f"[{_ATTACHMENT_LABELS[message.msg_type]}] {detail}".strip()
     elif message.msg_type not in ("interactive",):
         text = f"[{message.msg_type}] {message.content}"
     return {

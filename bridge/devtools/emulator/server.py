@@ -28,6 +28,7 @@ from bridge.devtools.emulator.faults import Fault, FaultKind, FaultPlan
 from bridge.devtools.emulator.limits import RateLimits
 from bridge.devtools.emulator.outage import Outage, Refusal
 from bridge.devtools.emulator.records import ApiCall, ChatMessage
+from bridge.devtools.emulator.speech import SpeechRecognition
 from bridge.devtools.emulator.tokens import TokenIssuer
 
 TOKEN_PATH = "/open-apis/auth/v3/tenant_access_token/internal"
@@ -98,8 +99,10 @@ class OpenApi:
         record: Callable[[ApiCall], None],
         closing: asyncio.Event,
         cardkit: CardKit,
+        speech: SpeechRecognition,
         limits: RateLimits | None = None,
     ) -> None:
+        self._speech = speech
         self._limits = limits
         self._world = world
         self._cardkit = cardkit
@@ -113,6 +116,7 @@ class OpenApi:
         message = r"/open-apis/im/v1/messages/(?P<message_id>[^/]+)"
         card = r"/open-apis/cardkit/v1/cards/(?P<card_id>[^/]+)"
         element = r"/elements/(?P<element_id>[^/]+)"
+        asr = re.escape("/open-apis/speech_to_text/v1/speech/")
         self._routes = [
             _Route("POST", re.compile(re.escape(TOKEN_PATH)), self._token, needs_token=False),
             _Route("POST", re.compile(r"/open-apis/im/v1/messages"), self._send),
@@ -134,6 +138,8 @@ class OpenApi:
             _Route("PUT", re.compile(card), self._card_update),
             _Route("PUT", re.compile(card + element + "/content"), self._card_content),
             _Route("PATCH", re.compile(card + "/settings"), self._card_settings),
+            _Route("POST", re.compile(asr + "file_recognize"), self._file_recognize),
+            _Route("POST", re.compile(asr + "stream_recognize"), self._stream_recognize),
         ]
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
@@ -389,6 +395,12 @@ class OpenApi:
     def _unreact(self, api: ApiRequest) -> Answer:
         reaction = self._world.remove_reaction(api.params["message_id"], api.params["reaction_id"])
         return _ok(reaction_data(reaction))
+
+    def _file_recognize(self, api: ApiRequest) -> Answer:
+        return _ok(self._speech.file_recognize(self._body(api)))
+
+    def _stream_recognize(self, api: ApiRequest) -> Answer:
+        return _ok(self._speech.stream_recognize(self._body(api)))
 
     def _bot(self, api: ApiRequest) -> Answer:
         return 200, {"code": 0, "msg": "ok", "bot": dict(self._bot_info())}

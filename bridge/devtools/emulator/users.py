@@ -14,6 +14,7 @@ from typing import Any
 from bridge.devtools.emulator import events
 from bridge.devtools.emulator.callbacks import apply_callback_answer
 from bridge.devtools.emulator.chats import ChatWorld
+from bridge.devtools.emulator.clips import SPOKEN_TRANSCRIPT, spoken_clip
 from bridge.devtools.emulator.delivery import EventDelivery
 from bridge.devtools.emulator.records import (
     CardCallbackResult,
@@ -24,6 +25,7 @@ from bridge.devtools.emulator.records import (
     Mention,
     UrlVerificationResult,
 )
+from bridge.devtools.emulator.speech import SpeechRecognition
 
 
 class UserSide:
@@ -41,6 +43,7 @@ class UserSide:
     _webhook_url: str | None
     _callbacks: list[CardCallbackResult]
     _changed: Callable[[], None]
+    speech: SpeechRecognition
 
     async def send_user_message(
         self,
@@ -134,6 +137,18 @@ class UserSide:
             if kind == "media":
                 content.update(duration=1000, image_key="")
         return await self.send_user_message(message_type=kind, content=content, **options)
+
+    async def send_user_voice(
+        self, clip: bytes | None = None, *, transcript: str = SPOKEN_TRANSCRIPT, **options: Any
+    ) -> DeliveredEvent:
+        """A user holds the button and speaks: `clip` (Ogg Opus, as Feishu stores a voice;
+        by default espeak-ng saying SPOKEN_TRANSCRIPT) goes as an audio message with its
+        duration, and `transcript` is what recognition will hear in it ("": nothing)."""
+        clip = spoken_clip() if clip is None else clip
+        seconds = self.speech.expect(clip, transcript)
+        key = self._world.add_resource(clip, "audio/ogg", "audio")
+        content = {"file_key": key, "duration": round(seconds * 1000)}
+        return await self.send_user_message(message_type="audio", content=content, **options)
 
     def upload_image(self, data: bytes, mime: str = "image/png") -> str:
         """An image key for a post the test builds itself (`send_user_message` with a post)."""

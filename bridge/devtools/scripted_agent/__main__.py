@@ -52,6 +52,7 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--no-images", action="store_true", help="do not accept images as prompt content"
     )
+    parser.add_argument("--audio", action="store_true", help="accept audio as prompt content")
     return parser.parse_args(argv)
 
 
@@ -76,6 +77,7 @@ def main(argv: list[str] | None = None) -> None:
         name=arguments.name,
         version=arguments.version,
         images=not arguments.no_images,
+        audio=arguments.audio,
     )
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(serve(agent))

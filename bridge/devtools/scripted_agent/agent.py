@@ -60,6 +60,7 @@ class ScriptedAgent(SessionMethods):
         name: str = "scripted-agent",
         version: str = "1.0",
         images: bool = True,
+        audio: bool = False,
         quirks: frozenset[str] = frozenset(),
     ) -> None:
         self.store = store
@@ -74,6 +75,7 @@ class ScriptedAgent(SessionMethods):
         self.name = name
         self.version = version
         self.images = images
+        self.audio = audio
         self.list_enabled = list_sessions
         self.scenario = scenario
         self.elicitation = False
@@ -92,7 +94,7 @@ class ScriptedAgent(SessionMethods):
             protocol_version=PROTOCOL_VERSION,
             agent_capabilities=AgentCapabilities(
                 load_session=self.load_enabled,
-                prompt_capabilities=PromptCapabilities(image=self.images),
+                prompt_capabilities=PromptCapabilities(image=self.images, audio=self.audio),
                 session_capabilities=SessionCapabilities(
                     list=SessionListCapabilities() if self.list_enabled else None,
                     resume=SessionResumeCapabilities() if self.resume_enabled else None,

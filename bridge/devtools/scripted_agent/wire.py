@@ -108,11 +108,13 @@ def received(prompt: list[Any]) -> list[str]:
     """The prompt's images and links, each in a few words (its text is not repeated)."""
     import base64
 
-    from acp.schema import ImageContentBlock, ResourceContentBlock
+    from acp.schema import AudioContentBlock, ImageContentBlock, ResourceContentBlock
 
     found: list[str] = []
     for block in prompt:
-        if isinstance(block, ImageContentBlock):
+        if isinstance(block, AudioContentBlock):
+            found.append(f"audio {block.mime_type} {len(base64.b64decode(block.data))} bytes")
+        elif isinstance(block, ImageContentBlock):
             found.append(f"image {block.mime_type} {len(base64.b64decode(block.data))} bytes")
         elif isinstance(block, ResourceContentBlock):
             path = block.uri.removeprefix("file://")

@@ -158,6 +158,12 @@ class AgentProcess:
         return bool(prompt and prompt.image)
 
     @property
+    def accepts_audio(self) -> bool:
+        """`promptCapabilities.audio`: a voice message's audio may go beside its words."""
+        prompt = self.capabilities.prompt_capabilities if self.capabilities else None
+        return bool(prompt and prompt.audio)
+
+    @property
     def can_resume(self) -> bool:
         """`session/resume` (unstable): an earlier session back without its replay."""
         return self._offers("resume")

@@ -85,7 +85,8 @@ class Prompting:
         files: Sequence[PromptFile],
     ) -> bool:
         """The prompt on `process`; True when its answer was a tail (the turn still open)."""
-        blocks = prompt_blocks(text, files, images=process.accepts_images, cwd=session.cwd)
+        images, audio = process.accepts_images, process.accepts_audio
+        blocks = prompt_blocks(text, files, images=images, audio=audio, cwd=session.cwd)
         return await run_prompt(
             process,
             turn,

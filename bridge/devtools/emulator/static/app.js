@@ -318,6 +318,14 @@ async function attach(input) {
   if (!response.ok) showToast({ type: "error", content: await response.text() });
 }
 
+async function voice() {
+  // A generated spoken clip (no microphone needed); what recognition hears in it is the
+  // composer's text, or the clip's own words when the composer is empty.
+  const transcript = $("#composer").value.trim();
+  $("#composer").value = "";
+  await post("/_emulator/voice", { transcript, chat_type: state.chatType });
+}
+
 async function main() {
   const info = await (await fetch("/_emulator/state")).json();
   state.chats = info.chats;
@@ -335,6 +343,7 @@ async function main() {
     radio.addEventListener("change", () => switchChat(radio.value)));
   $("#composer-form").addEventListener("submit", (event) => { event.preventDefault(); send(); });
   $("#attach").addEventListener("change", (event) => attach(event.target));
+  $("#voice").addEventListener("click", () => voice());
   $("#api-mode").addEventListener("change", (event) => setOutage(event.target.value));
   $("#composer").addEventListener("keydown", (event) => {
     if (event.key === "Enter" && !event.shiftKey) { event.preventDefault(); send(); }
