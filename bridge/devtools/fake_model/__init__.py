@@ -1,7 +1,7 @@
 """A scripted model endpoint on loopback, for running real coding agents offline.
 
-Real agents (Claude Code, Codex, Qwen Code, Gemini CLI) talk to a model over HTTP. This
-package stands in for that model: one aiohttp server speaking the Anthropic Messages API, the
+Real agents (Claude Code, Codex, Qwen Code, Gemini CLI, OpenCode) talk to a model over HTTP.
+This package stands in for that model: one aiohttp server speaking the Anthropic Messages API, the
 OpenAI Responses API, the OpenAI Chat Completions API and the Gemini API, streaming included.
 What the model does in a turn is decided by the user's words (`script.py`), so a test says
 what it wants in the chat:

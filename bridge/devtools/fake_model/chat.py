@@ -1,5 +1,5 @@
 """The OpenAI Chat Completions API (`POST /v1/chat/completions`), streamed or not: for Qwen
-Code and other OpenAI-compatible clients."""
+Code, OpenCode (its `@ai-sdk/openai-compatible` provider) and other OpenAI-compatible clients."""
 
 from __future__ import annotations
 

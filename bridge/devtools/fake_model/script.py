@@ -65,10 +65,11 @@ def plan(user_text: str, *, tools: bool) -> Turn:
 
 def write_tool(tools: dict[str, set[str]]) -> tuple[str, str] | None:
     """Which offered tool writes a file, and its path argument: the first whose parameters
-    hold `content` and a path (Claude Code's `Write`, Qwen Code's `write_file`)."""
+    hold `content` and a path (Claude Code's `Write`, Qwen Code's `write_file`,
+    OpenCode's `write`)."""
     for name, params in tools.items():
         if "content" in params:
-            for key in ("file_path", "absolute_path", "path"):
+            for key in ("file_path", "absolute_path", "filePath", "path"):
                 if key in params:
                     return name, key
     return None
