@@ -20,6 +20,7 @@ from .world import Run, Sent
 
 T = Translator("zh_CN")
 TOLERANCE = 0.3  # seconds a deadline may be missed by (one loop's worth of work)
+ACK_LATE = 60.0  # how long an ack may wait behind its chat's slow or owed posts
 _ENDING_KEYS = (
     "presence.ended_empty",
     "presence.ended_rejected",
@@ -128,8 +129,9 @@ def one_ack_each(run: Run, seen: dict[str, list[Seen]]) -> list[str]:
         # An ack is best-effort: one Feishu refused during an outage is not tried again, and
         # one still waiting its turn when the bridge was killed is not made up for.
         killed = run.restarted_at is not None and not tries and sent.at < run.restarted_at
-        # Nor is one skipped while the bridge knew Feishu was down (it would only fail).
-        skipped = not tries and _touches_outage(run, _t(sent.at), _t(sent.at))
+        # Nor is one skipped while the bridge knew Feishu was down (it would only fail): the
+        # ack's turn in its chat may come a while after the message, when the gate is shut.
+        skipped = not tries and _touches_outage(run, _t(sent.at), _t(sent.at) + ACK_LATE)
         if len(acks) > 1 or (not acks and all(s.ok for s in tries) and not (killed or skipped)):
             out.append(f"{sent.message_id}: {len(acks)} acks")
     return out
@@ -205,8 +207,11 @@ def hint_and_heartbeat(run: Run, seen: dict[str, list[Seen]]) -> list[str]:
         due = start + t.first_hint
         if silent_until > due + TOLERANCE and ended > due + TOLERANCE:
             limit = _busy_until(due, chat_calls[sent.chat], after) + slack
-            if _touches_outage(run, start, limit):
-                continue  # the chat's posts were still waiting for Feishu to come back
+            # The chat's posts were waiting for Feishu to come back, or the hint was on its
+            # way when the bridge was killed (a card's create call, cut off).
+            late = min(shown[0], limit + ACK_LATE) if shown else limit
+            if _touches_outage(run, start, late):
+                continue
             if not shown or shown[0] > limit:
                 first = shown[0] if shown else None
                 out.append(f"{sent.message_id}: first hint due by {limit:.3f}, came at {first}")
@@ -269,7 +274,9 @@ def _touches_outage(run: Run, start: float, end: float) -> bool:
     # posts wait at the gate.
     windows = [(_t(a), _t(b)) for a, b in run.gate_down]
     if run.faults.outage is not None:
-        windows.append(run.faults.outage)
+        # A call that hangs into the outage returns only at the client's timeout, after it.
+        refused = [_t(p.end) for p in run.posts if not p.ok and not p.repeat and p.end]
+        windows.append((run.faults.outage[0], max([run.faults.outage[1], *refused])))
     return any(start <= b + TOLERANCE and end >= a for a, b in windows)
 
 
