@@ -211,14 +211,18 @@ class Scheduler:
                 break
             if waiter.send and not self._sends.ready(now):
                 continue
-            chat = self._chat(waiter.chat, now) if waiter.chat is not None else None
+            # Feishu's 5 a second to one user or group is its send-message limit: only a
+            # send takes from the chat's bucket (a card entity's change, a reaction, an edit
+            # are metered by the app's), though every call counts for the chat's fair turn.
+            chat = self._chat(waiter.chat, now) if waiter.chat is not None and waiter.send else None
             if chat is not None and not chat.ready(now):
                 continue
             self._app.tokens -= 1.0
             if waiter.send:
                 self._sends.tokens -= 1.0
-            if chat is not None and waiter.chat is not None:
+            if chat is not None:
                 chat.tokens -= 1.0
+            if waiter.chat is not None:
                 self._served[waiter.chat] = now
             granted.append(waiter)
             self._count(waiter, now)

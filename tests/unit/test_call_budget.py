@@ -102,7 +102,7 @@ def test_a_chat_at_its_limit_does_not_hold_the_other_chats() -> None:
     policy = BudgetPolicy(app_per_second=100.0, chat_per_second=2.0, burst_seconds=0.1)
     sched = Scheduler(policy, now=0.0)
     for _ in range(10):
-        sched.offer(sched.waiter(Lane.ENDING, "busy", False, 0.0), 0.0)
+        sched.offer(sched.waiter(Lane.ENDING, "busy", True, 0.0), 0.0)  # sends
     quiet = sched.waiter(Lane.REFRESH, "quiet", False, 0.0)
     granted = sched.offer(quiet, 0.0)
     assert quiet in granted  # the busy chat's first went; its next must wait 0.5 s
@@ -128,7 +128,7 @@ def test_a_429_pauses_its_chat_for_the_reset_and_halves_the_rate_until_429s_stop
     assert sched.app_rate == 20.0
     sched.rate_limited(10.2, reset_after=3.0, chat="hot")  # in flight with the first: once
     assert sched.app_rate == pytest.approx(20.4)  # (it grows back from the first on)
-    hot = sched.waiter(Lane.ENDING, "hot", False, 10.5)
+    hot = sched.waiter(Lane.ENDING, "hot", True, 10.5)  # a send: the chat's limit
     cold = sched.waiter(Lane.REFRESH, "cold", False, 10.5)
     assert sched.offer(hot, 10.5) == []
     assert sched.offer(cold, 10.5) == [cold]  # other chats carry on at the shrunk rate
@@ -146,6 +146,19 @@ def test_the_rate_never_shrinks_below_its_floor() -> None:
     for n in range(20):
         sched.rate_limited(float(n) * 2, reset_after=0.0, chat=None)
     assert sched.app_rate == pytest.approx(4.0, abs=0.01)
+
+
+def test_only_a_send_takes_from_its_chats_bucket() -> None:
+    """Feishu's 5 a second to one chat is its send-message limit: a card entity's change or
+    a reaction in a chat at that limit still goes (the app's budget meters it)."""
+    policy = BudgetPolicy(app_per_second=100.0, chat_per_second=1.0, burst_seconds=0.1)
+    sched = Scheduler(policy, now=0.0)
+    first = sched.waiter(Lane.ANSWER, "c", True, 0.0)
+    assert sched.offer(first, 0.0) == [first]
+    again = sched.waiter(Lane.ANSWER, "c", True, 0.0)
+    assert sched.offer(again, 0.0) == []  # the chat's sends wait a second
+    refresh = sched.waiter(Lane.REFRESH, "c", False, 0.0)
+    assert sched.offer(refresh, 0.0) == [refresh]
 
 
 def test_paths_say_what_a_call_is() -> None:

@@ -79,7 +79,7 @@ class RateLimits:
             return None
         now = self._clock()
         chat_window = None
-        if chat is not None and self._chat_limit:
+        if chat is not None and self._chat_limit and send:  # Feishu's is the send limit
             chat_window = self._chats.get(chat)
             if chat_window is None:
                 chat_window = self._chats[chat] = _Window(self._chat_limit, 1.0)
