@@ -259,7 +259,7 @@ class Settings(BaseSettings):
     bridge_feishu_chat_calls_per_second: float = Field(
         default=5.0,
         gt=0,
-        description="Feishu's limit on calls a second to one chat (5).",
+        description="Feishu's limit on message sends a second to one chat (5).",
     )
     bridge_feishu_budget_margin: float = Field(
         default=0.8,
