@@ -136,6 +136,9 @@ class ConversationActor:
         # which are always queued after it, so a busy chat's acks never wait behind replies.
         self._shown = _Lane("shown")
         self._work = _Lane("work")
+        # Posts the work lane has recorded as owed, and when: their post on the shown lane
+        # need not write the record again (outbox.py).
+        self.owed_at: dict[str, float] = {}
         self._timers = Timers(clock, self._timer_fired)
         self._tasks = tasks
         self._idle = asyncio.Event()

@@ -37,7 +37,7 @@ class Owing:
     turn_id: str | None = None
     final: bool = False  # the turn's end signal
     outcome: str = ""  # the turn's outcome, when final (a restart ends the turn with it)
-    since: float | None = None  # first owed at (a post owed before a restart)
+    since: float | None = None  # first owed at, when recorded already (work lane, or restart)
 
     key: str = ""  # a line's text key (a presence line is not worth delivering late)
 

@@ -13,6 +13,7 @@ import asyncio
 import json
 import logging
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 
 from bridge.core.effects import PostText, RecordTerminal, RelayAgentText
 from bridge.core.inputs import PostGivenUp
@@ -134,7 +135,8 @@ class Outbox:
         """The post is owed from now on (the work lane, as the core decides it)."""
         op = "text" if isinstance(work, PostText) else "answer"
         owing = owing_of(actor, work)
-        await self._answers.owe(actor, work.idempotency_key, owing, op, work.reply_to, text)
+        since = await self._answers.owe(actor, work.idempotency_key, owing, op, work.reply_to, text)
+        actor.owed_at[work.idempotency_key] = since
 
     async def post(
         self, actor: ConversationActor, work: PostText | RelayAgentText, text: str, *, fresh: bool
@@ -142,21 +144,15 @@ class Outbox:
         """Post it (the shown lane), through an outage; its outbox mark when `hold`ing it
         for the turn's end record. A presence line gone stale meanwhile is dropped."""
         idem = work.idempotency_key
+        since = actor.owed_at.pop(idem, None)  # recorded already (else the post records it)
         if isinstance(work, PostText) and stale(actor, work):
             await self._store.settle(idem)  # "still working", for a turn that is not
             return None
         hold = work.final and work.turn_id is not None
+        owing = replace(owing_of(actor, work), since=since)
         send = self._answers.post_text if isinstance(work, PostText) else self._answers.post_answer
         try:
-            return await send(
-                actor,
-                work.reply_to,
-                text,
-                idem,
-                fresh=fresh,
-                hold=hold,
-                owing=owing_of(actor, work),
-            )
+            return await send(actor, work.reply_to, text, idem, fresh=fresh, hold=hold, owing=owing)
         except Undeliverable:
             await self.given_up(actor, idem, work.reply_to)
             return None
