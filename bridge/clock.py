@@ -2,7 +2,7 @@
 
 Nothing in the engine, the runtime or the Feishu client reads `time.time`, `loop.time`,
 `uuid4` or the global `random` itself; the composition root passes these in, and the
-simulator (`bridge/devtools/sim/`) passes its own, so one seed gives one run.
+simulator (`tests/sim/`) passes its own, so one seed gives one run.
 
 `Clock.now` is the engine's time line: monotonic, in seconds since the epoch (anchored to
 the wall clock when the clock was made), so deadlines never jump with an NTP step yet read

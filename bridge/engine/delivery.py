@@ -123,12 +123,15 @@ class FeishuGate:
             self._wait = min(self.policy.max_probe, self._wait * 2)
         else:
             return  # a call already on its way when the gate closed: the schedule stands
-        wait = self._wait * self._rng.uniform(0.8, 1.2)
-        if isinstance(exc, RateLimited) and exc.reset_after is not None:
-            wait = max(wait, exc.reset_after)
-        self._next_probe = now + wait
+        reset = exc.reset_after if isinstance(exc, RateLimited) else None
+        self._schedule_probe(now, reset)
         self._probing = False
         self._changed.set()
+
+    def _schedule_probe(self, now: float, reset_after: float | None = None) -> None:
+        """The next probe after the current wait, jittered; Feishu's reset if that is longer."""
+        wait = self._wait * self._rng.uniform(0.8, 1.2)
+        self._next_probe = now + max(wait, reset_after or 0.0)
 
     def probe_due(self) -> bool:
         """Up, or down with a probe due and none under way: a call outside the gate (an
@@ -138,11 +141,13 @@ class FeishuGate:
     def heard_back(self, ok: bool) -> None:
         """What a call outside the gate (an ack) found: up again, or still down (the next
         probe waits longer, as after a failed probe)."""
-        if ok and self.down:
+        if not self.down:
+            return
+        if ok:
             self._up()
-        elif not ok and self.down:
+        else:
             self._wait = min(self.policy.max_probe, self._wait * 2)
-            self._next_probe = self._now() + self._wait * self._rng.uniform(0.8, 1.2)
+            self._schedule_probe(self._now())
 
     def _release(self, probe: bool) -> None:
         if probe:
