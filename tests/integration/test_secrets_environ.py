@@ -10,18 +10,15 @@ override, root without a sandbox is refused (exit 2).
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import logging
 import os
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 
 from bridge import config_checks
@@ -31,6 +28,7 @@ from bridge.devtools.emulator import FeishuEmulator
 from bridge.devtools.emulator.records import ChatMessage
 from bridge.service import UnsafeConfiguration
 from tests.integration.stack import running_stack
+from tests.integration.test_cluster import free_port, wait_healthy
 
 REPO = Path(__file__).resolve().parents[2]
 PROGRAM = Path(sys.executable).parent / "feishu-bridge"
@@ -112,12 +110,6 @@ def test_secrets_leave_os_environ_and_the_start_up_block_that_proc_environ_shows
 # --- a real bridge, as root without a sandbox --------------------------------------------------
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def bridge_env(emu: FeishuEmulator, folder: Path, **extra: str) -> dict[str, str]:
     (folder / "work").mkdir(exist_ok=True)
     return {
@@ -157,17 +149,6 @@ def bridge(env: dict[str, str], folder: Path) -> Iterator[subprocess.Popen[bytes
             process.wait(10)
 
 
-async def wait_healthy(port: str, process: subprocess.Popen[bytes]) -> None:
-    async with httpx.AsyncClient(trust_env=False, timeout=1.0) as http:
-        for _ in range(3000):
-            assert process.poll() is None, "the bridge exited at start"
-            with contextlib.suppress(httpx.TransportError):
-                if (await http.get(f"http://127.0.0.1:{port}/healthz")).status_code == 200:
-                    return
-            await asyncio.sleep(0.01)  # a readiness probe's poll, not a wait for an outcome
-    raise AssertionError("never healthy")
-
-
 def shown(message: ChatMessage) -> str:
     """A reply as the user reads it: its text, or a rich answer's markdown."""
     if message.msg_type != "interactive":
@@ -186,7 +167,7 @@ async def test_an_agent_run_as_root_without_a_sandbox_finds_no_secret_in_any_env
     ) as emu:
         env = bridge_env(emu, tmp_path, BRIDGE_ALLOW_ROOT_WITHOUT_SANDBOX="true")
         with bridge(env, tmp_path) as process:
-            await wait_healthy(env["BRIDGE_PORT"], process)
+            await wait_healthy(int(env["BRIDGE_PORT"]), process)
             emu.webhook_url = f"http://127.0.0.1:{env['BRIDGE_PORT']}/feishu/events"
             bridges = f"/proc/{process.pid}/environ"
             routes = {
