@@ -110,6 +110,11 @@ _TO_FEISHU = (
 )
 
 
+def shown(work: Work) -> bool:
+    """Whether `work` goes on the shown lane (what a user sees, and the turn's record)."""
+    return isinstance(work, _TO_FEISHU)
+
+
 class ConversationActor:
     def __init__(
         self,
@@ -174,7 +179,7 @@ class ConversationActor:
         self.feed(TimerFired(name))
 
     def enqueue(self, work: Work) -> None:
-        lane = self._shown if isinstance(work, _TO_FEISHU) else self._work
+        lane = self._shown if shown(work) else self._work
         (lane.acks if isinstance(work, React) else lane.queue).append(work)
         self._idle.clear()
         if lane.task is None or lane.task.done():

@@ -43,7 +43,7 @@ from bridge.core.inputs import (
     StartFailed,
 )
 from bridge.core.text import Text
-from bridge.engine.actor import ConversationActor, Owe, Owed, Trace, Work
+from bridge.engine.actor import ConversationActor, Owe, Owed, Trace, Work, shown
 from bridge.engine.answers import Answers, Mark
 from bridge.engine.asks import Asks
 from bridge.engine.call_lanes import chat_of, lane_of
@@ -137,7 +137,10 @@ class EffectExecutor:
 
     async def _perform(self, actor: ConversationActor, work: Work) -> None:
         held = self._held.get(actor.key)
-        if held is not None and not (isinstance(work, RecordTerminal) and work.turn_id == held[0]):
+        # Only what follows the end signal on its own lane comes between it and its turn's
+        # end record; the work lane runs beside it (the next turn's start, an Owe).
+        its_end = isinstance(work, RecordTerminal) and held is not None and work.turn_id == held[0]
+        if held is not None and shown(work) and not its_end:
             await self._write_held(actor.key)
         match work:
             case React(message_id):
