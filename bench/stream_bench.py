@@ -9,8 +9,9 @@ thoughts and a tool call every 2–5 s, then a 2,000–6,000 character answer).
 Per style and N it prints:
 - cpu: the bridge process's own CPU (from /proc; the agents are other processes) per agent
   update, and as % of one core over the run;
-- 429: calls the emulator refused past a limit (app 50/s, sends 1,000/min, chat 5/s:
-  Feishu's documented figures, docs/scaling.md);
+- 429: calls the emulator refused past a limit (50/s to each API, sends 1,000/min, sends
+  to one chat 5/s: Feishu's documented figures, docs/scaling.md; with `--total 50` also
+  50/s to all APIs together, and the bridge told so);
 - exact: turns whose final answer is byte for byte the agent's;
 - gap: the longest time a running turn's chat saw nothing new from the bridge (status card
   refresh, or a line), max over chats;
@@ -77,6 +78,11 @@ class Run:
         self.offset = time.time() - time.monotonic()  # the emulator's clock → wall clock
         self.chats: list[str] = []
         self.asked: dict[str, float] = {}  # chat -> when the message was pushed (wall)
+        # The emulator shares this process's loop: the poll reads only what is new, so the
+        # bench's own bookkeeping never delays Feishu's answers to the bridge.
+        self._records: dict[int, dict[str, Any]] = {}
+        self._read = 0
+        self._ended: set[str] = set()
 
     async def start(self) -> None:
         self.chats = [self.emu.open_chat("p2p", user_open_id=f"ou_u{i}") for i in range(self.n)]
@@ -88,10 +94,17 @@ class Run:
         await asyncio.gather(*pushes)
 
     def records(self) -> dict[int, dict[str, Any]]:
-        if not self.log.exists():
-            return {}
-        lines = self.log.read_text(encoding="utf-8").splitlines()
-        return {r["seed"]: r for r in (json.loads(line) for line in lines if line.strip())}
+        if self.log.exists():
+            with self.log.open("rb") as log:
+                log.seek(self._read)
+                data = log.read()
+            whole = data[: data.rfind(b"\n") + 1]  # a line being written waits for the next poll
+            self._read += len(whole)
+            for line in whole.splitlines():
+                if line.strip():
+                    record = json.loads(line)
+                    self._records[record["seed"]] = record
+        return self._records
 
     def shown(self, chat: str, answer: str) -> list[tuple[float, int, bool]]:
         """(wall time, characters of the answer visible, whole) for each change in `chat`."""
@@ -134,13 +147,11 @@ class Run:
 
     def done(self) -> bool:
         records = self.records()
-        if len(records) < self.n:
-            return False
-        return all(self._ended(chat) for chat in self.chats)
-
-    def _ended(self, chat: str) -> bool:
-        record = self.records().get(self.chats.index(chat) + 1)
-        return record is not None and self.exact(chat, record["answer"])
+        for i, chat in enumerate(self.chats):
+            record = records.get(i + 1)
+            if chat not in self._ended and record and self.exact(chat, record["answer"]):
+                self._ended.add(chat)
+        return len(self._ended) == self.n
 
     def exact(self, chat: str, answer: str) -> bool:
         """The answer, byte for byte: one message, the parts that follow a card's head, or
@@ -156,12 +167,12 @@ class Run:
         )
 
 
-async def one(style: str, n: int, seconds: float, settle: float) -> dict[str, Any]:
+async def one(style: str, n: int, seconds: float, settle: float, total: int = 0) -> dict[str, Any]:
     folder = Path(tempfile.mkdtemp(prefix="stream-bench-"))
     log = folder / "turns.jsonl"
     (folder / "work").mkdir()
     async with FeishuEmulator(time_scale=1.0) as emu:
-        emu.set_rate_limits(**FEISHU)
+        emu.set_rate_limits(**FEISHU, total_per_second=total or None)
         port = free_port()
         emu.webhook_url = f"http://127.0.0.1:{port}/feishu/events"
         env = bridge_env(
@@ -173,24 +184,52 @@ async def one(style: str, n: int, seconds: float, settle: float) -> dict[str, An
             BRIDGE_MAX_RUNNING_TURNS=str(n + 10),
             BRIDGE_MAX_AGENTS="2",
             BRIDGE_LOG_LEVEL="WARNING",
+            BRIDGE_FEISHU_TOTAL_CALLS_PER_SECOND=str(total),
         )
         with (folder / "bridge.log").open("wb") as out:
             process = subprocess.Popen(  # noqa: ASYNC220 - once per run
                 [str(BRIDGE), "run"], env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=out
             )
+        lags: list[float] = []
+        probe = asyncio.create_task(_lag(lags))
         try:
             await wait_healthy(port, process)
             run = Run(emu, style, n, seconds, log)
             cpu0, t0 = cpu_s(process.pid), time.time()
+            agents0 = _children_cpu(process.pid)
             await run.start()
             deadline = t0 + seconds * 1.5 + settle
-            while not run.done() and time.time() < deadline:  # noqa: ASYNC110 - a bench's poll
+            while not run.done() and time.time() < deadline:
                 await asyncio.sleep(0.5)
+                agents0 = {**_children_cpu(process.pid), **agents0}
             cpu, wall = cpu_s(process.pid) - cpu0, time.time() - t0
-            return measure(run, cpu, wall, timed_out=not run.done())
+            agents = _children_cpu(process.pid)
+            agents_cpu = sum(agents.values()) - sum(agents0.get(pid, 0.0) for pid in agents)
+            result = measure(run, cpu, wall, timed_out=not run.done())
+            result["agents_core_pct"] = 100 * agents_cpu / wall
+            result["emulator_lag_max_s"] = max(lags, default=0.0)
+            return result
         finally:
+            probe.cancel()
             process.terminate()
             await asyncio.to_thread(process.wait, 30)
+
+
+async def _lag(lags: list[float]) -> None:
+    """How late this process's loop (the emulator's) wakes: the machine's share of latency."""
+    while True:
+        before = time.monotonic()
+        await asyncio.sleep(0.05)
+        lags.append(time.monotonic() - before - 0.05)
+
+
+def _children_cpu(pid: int) -> dict[int, float]:
+    """CPU seconds of each agent process the bridge started."""
+    try:
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        return {}
+    return {int(child): cpu_s(int(child)) for child in children}
 
 
 def measure(run: Run, cpu: float, wall: float, *, timed_out: bool) -> dict[str, Any]:
@@ -257,7 +296,8 @@ def show(r: dict[str, Any]) -> str:
         f" p95 {r['chunk_p95_s']:5.2f}s | calls/s {r['calls_per_s']:5.1f} all,"
         f" {r['chat_calls_per_s']:4.2f}/chat (peak {r['chat_peak_per_s']}/s)"
         f"{' TIMED OUT' if r['timed_out'] else ''} [{r['turns_done']} turns,"
-        f" {r['updates']} updates]"
+        f" {r['updates']} updates; agents {r['agents_core_pct']:.0f}% core,"
+        f" emulator lag max {r['emulator_lag_max_s']:.2f}s]"
     )
 
 
@@ -268,10 +308,13 @@ async def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seconds", type=float, default=60.0, help="each turn's length")
     parser.add_argument("--settle", type=float, default=60.0, help="extra wait for the ends")
     parser.add_argument("--json", action="store_true", help="also print each row as JSON")
+    parser.add_argument(
+        "--total", type=int, default=0, help="also cap all calls together (a whole-app meter)"
+    )
     args = parser.parse_args(argv)
     for n in (int(x) for x in args.n.split(",")):
         for style in args.styles.split(","):
-            result = await one(style, n, args.seconds, args.settle)
+            result = await one(style, n, args.seconds, args.settle, args.total)
             print(show(result), flush=True)
             if args.json:
                 print(json.dumps(result), flush=True)
