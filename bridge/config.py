@@ -24,6 +24,7 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from bridge.config_budget import FeishuBudgetSettings
 from bridge.config_cluster import (
     INSTANCE_ID_HELP,
     LEASE_HELP,
@@ -59,7 +60,7 @@ def _default_data_dir() -> Path:
     return Path(platformdirs.user_data_dir("feishu-presence-bridge", appauthor=False))
 
 
-class Settings(BaseSettings):
+class Settings(BaseSettings, FeishuBudgetSettings):
     """All settings of the bridge. Timings are float seconds so tests can use milliseconds."""
 
     model_config = SettingsConfigDict(
@@ -245,28 +246,6 @@ class Settings(BaseSettings):
         le=3600.0,
         description="A post Feishu has not taken after this long is given up and its chat told"
         " (at most an hour: Feishu's uuid de-duplication window).",
-    )
-    bridge_feishu_app_calls_per_second: float = Field(
-        default=50.0,
-        gt=0,
-        description="Feishu's limit on the app's calls a second, all together (docs/scaling.md).",
-    )
-    bridge_feishu_sends_per_minute: float = Field(
-        default=1000.0,
-        gt=0,
-        description="Feishu's limit on the app's message sends (and replies) a minute (1000).",
-    )
-    bridge_feishu_chat_calls_per_second: float = Field(
-        default=5.0,
-        gt=0,
-        description="Feishu's limit on message sends a second to one chat (5).",
-    )
-    bridge_feishu_budget_margin: float = Field(
-        default=0.8,
-        gt=0,
-        le=1.0,
-        description="The share of each Feishu limit the bridge paces itself to (a 429 still"
-        " shrinks the pace until the 429s stop).",
     )
     bridge_allowed_users: CommaList = Field(
         default=(), description="Comma-separated open_ids allowed to talk to the bot."

@@ -144,6 +144,7 @@ class ConversationActor:
         # Posts the work lane has recorded as owed, and when: their post on the shown lane
         # need not write the record again (outbox.py).
         self.owed_at: dict[str, float] = {}
+        self._watchers: list[asyncio.Future[None]] = []  # `next_shown`'s waiters
         self._timers = Timers(clock, self._timer_fired)
         self._tasks = tasks
         self._idle = asyncio.Event()
@@ -181,6 +182,11 @@ class ConversationActor:
     def enqueue(self, work: Work) -> None:
         lane = self._shown if shown(work) else self._work
         (lane.acks if isinstance(work, React) else lane.queue).append(work)
+        if lane is self._shown and self._watchers:
+            for watcher in self._watchers:
+                if not watcher.done():
+                    watcher.set_result(None)
+            self._watchers.clear()
         self._idle.clear()
         if lane.task is None or lane.task.done():
             lane.task = self._tasks.spawn(
@@ -202,6 +208,13 @@ class ConversationActor:
                 log.exception("effect %s failed in %s", type(work).__name__, self.key)
         if not (self._shown or self._work):
             self._idle.set()
+
+    def next_shown(self) -> asyncio.Future[None]:
+        """Done when the next work is queued on the shown lane (a line waiting for its turn
+        in the call budget looks then whether something newer has made it moot)."""
+        watcher = asyncio.get_running_loop().create_future()
+        self._watchers.append(watcher)
+        return watcher
 
     def queued(self, matches: Callable[[Work], bool]) -> bool:
         """Whether some work still waiting to be performed matches."""

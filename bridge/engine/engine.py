@@ -154,6 +154,7 @@ class Engine:
             gate=self.gate,
             retry=config.store_retry,
             metrics=metrics,
+            budget=budget,
         )
         self._conversations = Conversations(
             options=config.options,

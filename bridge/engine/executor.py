@@ -59,7 +59,7 @@ from bridge.engine.trace_buffer import TraceBuffer
 from bridge.engine.turn_runner import TurnRunner
 from bridge.feishu.api import FeishuApi
 from bridge.feishu.errors import BusinessError, FeishuError
-from bridge.feishu.pacer import scope
+from bridge.feishu.pacer import CallBudget, scope
 from bridge.i18n import Translator
 from bridge.ops.metrics import Metrics
 from bridge.runtime.port import (
@@ -91,6 +91,7 @@ class EffectExecutor:
         gate: FeishuGate,
         retry: StoreRetry,
         metrics: Metrics | None = None,
+        budget: CallBudget | None = None,
     ) -> None:
         self._schedules = schedules
         self._feishu = feishu
@@ -105,7 +106,12 @@ class EffectExecutor:
         self.traces = TraceBuffer(store, clock)
         self._answers = Answers(feishu=feishu, store=store, clock=clock, gate=gate)
         self.outbox = Outbox(
-            answers=self._answers, store=store, clock=clock, ack_emoji=ack_emoji, metrics=metrics
+            answers=self._answers,
+            store=store,
+            clock=clock,
+            ack_emoji=ack_emoji,
+            metrics=metrics,
+            budget=budget,
         )
         self._files = FilesOut(
             feishu=feishu, store=store, routes=routes, answers=self._answers, clock=clock

@@ -14,18 +14,22 @@ import json
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import replace
+from functools import partial
 
 from bridge.core.effects import PostText, RecordTerminal, RelayAgentText
 from bridge.core.inputs import PostGivenUp
 from bridge.engine.actor import ConversationActor, Owed, Work
 from bridge.engine.answers import Answers, Mark, Owing
+from bridge.engine.call_lanes import lane_of
 from bridge.engine.delivery import Undeliverable
+from bridge.feishu.pacer import SEND, CallBudget, paid
 from bridge.ops.metrics import Metrics
 from bridge.store.port import Store, Turn, TurnOutcome
 from bridge.store.port_owed import OwedPost
 
 log = logging.getLogger(__name__)
 
+PROGRESS = "progress."  # the keys of progress lines (a tool's title, the plan's step)
 ACK_WAIT = 2.0  # seconds a chat's next post waits for its ack reaction, at most
 
 # Lines that only say "still working" or "your turn": untrue once their turn has ended.
@@ -58,6 +62,31 @@ def stale(actor: ConversationActor, work: PostText) -> bool:
             and queued.key in PRESENCE_ONLY
             and queued.turn_id == work.turn_id
         )
+
+    return actor.queued(newer)
+
+
+def droppable(work: PostText) -> bool:
+    """A presence or progress line: worth its place in a short budget only as the newest."""
+    return work.key in PRESENCE_ONLY or work.key.startswith(PROGRESS)
+
+
+def superseded(actor: ConversationActor, work: PostText) -> bool:
+    """A presence or progress line still waiting for its turn in the call budget, with
+    something newer of its turn queued behind it (another such line, the agent's words, the
+    turn's end), or its turn over."""
+    if stale(actor, work):
+        return True
+    turn = actor.conv.turn
+    if turn is None or turn.turn_id != work.turn_id:
+        return work.turn_id is not None
+
+    def newer(queued: Work) -> bool:
+        if isinstance(queued, PostText):
+            news = droppable(queued) or queued.final
+        else:
+            news = isinstance(queued, RelayAgentText)
+        return news and getattr(queued, "turn_id", None) == work.turn_id
 
     return actor.queued(newer)
 
@@ -106,8 +135,10 @@ class Outbox:
         clock: Callable[[], float],
         ack_emoji: str,
         metrics: Metrics | None = None,
+        budget: CallBudget | None = None,
     ) -> None:
         self._answers = answers
+        self._budget = budget
         self._store = store
         self._clock = clock
         self._ack_emoji = ack_emoji
@@ -148,6 +179,33 @@ class Outbox:
         if isinstance(work, PostText) and stale(actor, work):
             await self._store.settle(idem)  # "still working", for a turn that is not
             return None
+        budget = self._budget
+        if budget is not None and isinstance(work, PostText) and droppable(work):
+            # When the app's budget is short, the line waits for its turn before anything
+            # else, and gives way if something newer of its turn is queued meanwhile: a
+            # chat sees fewer progress lines, each the newest, and its answer never waits
+            # behind one.
+            moot = partial(superseded, actor, work)
+            lane = lane_of(work)
+            if not await budget.take_unless(lane, moot, actor.next_shown, api=SEND):
+                await self._store.settle(idem)
+                if self._metrics:
+                    self._metrics.lines_superseded.inc()
+                return None
+            with paid(lane, SEND):
+                return await self._post(actor, work, text, idem, fresh=fresh, since=since)
+        return await self._post(actor, work, text, idem, fresh=fresh, since=since)
+
+    async def _post(
+        self,
+        actor: ConversationActor,
+        work: PostText | RelayAgentText,
+        text: str,
+        idem: str,
+        *,
+        fresh: bool,
+        since: float | None,
+    ) -> Mark | None:
         hold = work.final and work.turn_id is not None
         owing = replace(owing_of(actor, work), since=since)
         send = self._answers.post_text if isinstance(work, PostText) else self._answers.post_answer

@@ -34,7 +34,7 @@ from bridge.engine.tasks import TaskTracker
 from bridge.feishu.api import FeishuApi
 from bridge.feishu.budget import Lane
 from bridge.feishu.errors import FeishuError
-from bridge.feishu.pacer import CallBudget, paid
+from bridge.feishu.pacer import CallBudget, api_of, paid
 from bridge.i18n import Translator
 from bridge.ops.metrics import Metrics
 from bridge.store.port import Store
@@ -99,8 +99,8 @@ class StatusCards:
             return
         card.pending = work.view
         wait = card.pushed_at + self._interval - asyncio.get_running_loop().time()
-        if wait <= 0 and not card.lock.locked() and self._may_now():
-            with paid(Lane.REFRESH):
+        if wait <= 0 and not card.lock.locked() and self._may_now(card):
+            with paid(Lane.REFRESH, _api_of_change(card)):
                 await self._flush(actor, card)
         elif card.flusher is None or card.flusher.done():
             name = f"status-card:{work.turn_id}"
@@ -166,16 +166,16 @@ class StatusCards:
             else:
                 # The token first, then the view: however long the refresh waited for its
                 # turn in the app's budget, it shows the newest view.
-                async with self._budget.ahead(Lane.REFRESH):
+                async with self._budget.ahead(Lane.REFRESH, _api_of_change(card)):
                     await self._flush(actor, card)
             if card.pending is None or self._cards.get(card.turn_id) is not card:
                 return
             wait = card.pushed_at + self._interval - asyncio.get_running_loop().time()
 
-    def _may_now(self) -> bool:
+    def _may_now(self, card: _Card) -> bool:
         """A refresh may go inline (its effect lane waits for it) only when the budget has
         room now; otherwise the card's flusher waits for it, and the lane moves on."""
-        return self._budget is None or self._budget.try_take(Lane.REFRESH)
+        return self._budget is None or self._budget.try_take(Lane.REFRESH, _api_of_change(card))
 
     async def _flush(self, actor: ConversationActor, card: _Card) -> None:
         async with card.lock:
@@ -291,3 +291,20 @@ def _only_text_grew(shown: CardView, view: CardView) -> bool:
     same_time = format_elapsed(shown.elapsed) == format_elapsed(view.elapsed)
     rest_same = replace(shown, text=view.text, elapsed=view.elapsed) == view
     return same_time and rest_same and view.text != shown.text and view.text.startswith(shown.text)
+
+
+# The APIs a card's change is metered under (Feishu limits each on its own).
+_STREAM_API = api_of("PUT", "/open-apis/cardkit/v1/cards/c/elements/e/content")
+_UPDATE_API = api_of("PUT", "/open-apis/cardkit/v1/cards/c")
+_PATCH_API = api_of("PATCH", "/open-apis/im/v1/messages/m")
+
+
+def _api_of_change(card: _Card) -> str:
+    """The API the card's next change will most likely take (if the view it finally shows
+    needs another, the token goes back: `pacer.paid`)."""
+    if card.card_id is None:
+        return _PATCH_API
+    shown, pending = card.shown, card.pending
+    if shown is not None and pending is not None and _only_text_grew(shown, pending):
+        return _STREAM_API
+    return _UPDATE_API

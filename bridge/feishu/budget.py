@@ -1,10 +1,13 @@
 """The app's call budget: which waiting Feishu call goes next, and when. Pure: time is a
 parameter, so tests drive it without a loop (the async shell is `pacer.py`).
 
-Feishu meters an app as a whole (calls a second, message sends a minute) and each chat on
-its own (calls a second to one chat); past a limit it answers 429 with a reset header
-(docs/scaling.md cites the figures). Three token buckets mirror those limits, set below
-them by the operator's margin. When calls wait, the next to go is chosen by:
+Feishu meters each API of an app on its own ("每个 API、每个应用、每个租户": 50 calls a
+second for most, the send API also 1,000 a minute), and message sends to one chat (5 a
+second); past a limit it answers 429 with a reset header (docs/scaling.md cites the
+figures). Buckets mirror those limits, set below them by the operator's margin: one per API
+a call is metered under (`Waiter.api`), a sliding minute for sends, one per chat, and an
+optional cap on all calls together for a tenant or gateway that meters the app as a
+whole. When calls wait, the next to go is chosen by:
 
 1. its lane: the ending and the answer, then approval and question cards, then hints and
    acks, then card refreshes and progress lines, which are what yields when the budget is
@@ -14,11 +17,11 @@ them by the operator's margin. When calls wait, the next to go is chosen by:
    chat cannot crowd out a quiet one;
 4. then arrival order.
 
-A call whose chat has no token left is passed over, not waited for: one chat at its limit
-never holds the others. A 429 pauses the chat it hit (or the app) for Feishu's reset, and
-halves the app's rate; the rate then grows back by a fixed step a second while no 429
-comes (additive increase, multiplicative decrease), so the budget settles just under
-whatever limit Feishu really applies.
+A call whose chat or API has no token left is passed over, not waited for: one chat or
+API at its limit never holds the others. A 429 pauses the chat it hit (or its API) for
+Feishu's reset, and halves that API's rate; the rate then grows back by a fixed step a
+second while no 429 comes (additive increase, multiplicative decrease), so the budget
+settles just under whatever limit Feishu really applies.
 
 Not `aiolimiter` or `limits`: both read the loop's or the wall clock themselves (tests
 could not inject time), neither can pass over a call whose chat is spent to grant the
@@ -30,10 +33,14 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections import Counter
+from collections import Counter, deque
 from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Any, Protocol
+
+# The share of the sends a minute each lane may fill: a burst of progress lines or hints
+# never spends the minute the answers and endings behind them need.
+SEND_SHARE = (1.0, 1.0, 0.9, 0.75, 0.5)  # by lane: ending, answer, card, hint, refresh
 
 
 class Lane(IntEnum):
@@ -50,13 +57,14 @@ class Lane(IntEnum):
 class BudgetPolicy:
     """Rates already net of the safety margin (the settings take Feishu's figures × margin)."""
 
-    app_per_second: float = 40.0
+    app_per_second: float = 40.0  # each API's
     sends_per_minute: float = 800.0
     chat_per_second: float = 4.0
+    total_per_second: float = 0.0  # all calls together; 0: no cap beyond each API's
     hint_deadline: float = 1.0  # seconds a hint may wait before it goes ahead of anything
     # Tokens a bucket holds at most, in seconds of its rate (at least one call): a burst
     # plus a second at the full rate must stay under a limit counted per second.
-    burst_seconds: float = 0.2
+    burst_seconds: float = 0.05
     shrink: float = 0.5  # the app rate × this at a 429
     floor: float = 0.1  # the app rate never below this share of its setting
     recover_per_second: float = 2.0  # calls a second the rate regains each second
@@ -69,6 +77,7 @@ class BudgetPolicy:
             app_per_second=settings.bridge_feishu_app_calls_per_second * margin,
             sends_per_minute=settings.bridge_feishu_sends_per_minute * margin,
             chat_per_second=settings.bridge_feishu_chat_calls_per_second * margin,
+            total_per_second=settings.bridge_feishu_total_calls_per_second * margin,
         )
 
 
@@ -78,6 +87,7 @@ class Limits(Protocol):
     bridge_feishu_app_calls_per_second: float
     bridge_feishu_sends_per_minute: float
     bridge_feishu_chat_calls_per_second: float
+    bridge_feishu_total_calls_per_second: float
     bridge_feishu_budget_margin: float
 
 
@@ -108,12 +118,39 @@ class Bucket:
         return max(self.paused_until, now + short / self.rate if self.rate > 0 else math.inf)
 
 
+@dataclass
+class Window:
+    """At most `limit` calls in any `seconds`: Feishu's minute for sends, whose 1,000 may go
+    in a burst (each API's own second still paces it), which a bucket that smooths them
+    over the minute would hold back."""
+
+    limit: float
+    seconds: float
+    times: deque[float] = field(default_factory=deque)
+
+    def ready(self, now: float, share: float = 1.0) -> bool:
+        """Room for one more, counting only up to `share` of the limit."""
+        while self.times and self.times[0] <= now - self.seconds:
+            self.times.popleft()
+        return len(self.times) < self.limit * share
+
+    def ready_at(self, now: float, share: float = 1.0) -> float:
+        if self.ready(now, share):
+            return now
+        leave = math.floor(len(self.times) - self.limit * share)  # the oldest to leave first
+        return self.times[min(leave, len(self.times) - 1)] + self.seconds
+
+    def take(self, now: float) -> None:
+        self.times.append(now)
+
+
 @dataclass(eq=False)
 class Waiter:
     lane: Lane
     chat: str | None
     send: bool  # a message send (counted against the sends-a-minute limit too)
     since: float
+    api: str = ""  # the API it is metered under (`pacer.api_of`)
     seq: int = 0
     deadline: float = math.inf  # past it, a hint goes first
     handle: Any = None  # the async shell's future
@@ -134,44 +171,62 @@ class Scheduler:
 
     def __init__(self, policy: BudgetPolicy, now: float) -> None:
         self.policy = policy
-        self._app = Bucket.full(policy.app_per_second, policy.burst_seconds, now)
-        self._sends = Bucket.full(policy.sends_per_minute / 60.0, policy.burst_seconds, now)
+        self._apis: dict[str, Bucket] = {}
+        self._total = (
+            Bucket.full(policy.total_per_second, policy.burst_seconds, now)
+            if policy.total_per_second > 0
+            else None
+        )
+        self._sends = Window(policy.sends_per_minute, 60.0)
         self._chats: dict[str, Bucket] = {}
         self._served: dict[str, float] = {}  # chat -> when it was last granted a call
         self._waiting: list[Waiter] = []
         self._seq = itertools.count()
-        self._last_shrink = -math.inf
+        self._last_shrink: dict[str, float] = {}  # API -> its last shrink
         self.usage = Usage()
 
     # -- the rate --------------------------------------------------------------------------
 
     @property
     def app_rate(self) -> float:
-        return self._app.rate
+        """The lowest of the APIs' rates (an API shrunk by 429s shows here)."""
+        rates = [bucket.rate for bucket in self._apis.values()]
+        return min(rates, default=self.policy.app_per_second)
 
-    def rate_limited(self, now: float, reset_after: float | None, chat: str | None) -> None:
-        """A 429: wait out Feishu's reset (the chat's, or the app's when the call had no
-        chat), and halve the app's rate once per burst of 429s."""
+    def rate_limited(
+        self, now: float, reset_after: float | None, chat: str | None, api: str = ""
+    ) -> None:
+        """A 429: wait out Feishu's reset (the chat's, or the API's when the call had no
+        chat), and halve the API's rate once per burst of 429s."""
         self.usage.rate_limited += 1
-        self._refill(now)
         pause = now + (reset_after if reset_after is not None else 1.0)
-        bucket = self._chat(chat, now) if chat is not None else self._app
+        metered = self._api(api, now)
+        bucket = self._chat(chat, now) if chat is not None else metered
         bucket.paused_until = max(bucket.paused_until, pause)
         bucket.tokens = min(bucket.tokens, 0.0)
-        if now - self._last_shrink >= 1.0:  # calls already in flight bring their own 429
-            self._last_shrink = now
+        if now - self._last_shrink.get(api, -math.inf) >= 1.0:  # in flight: their own 429s
+            self._last_shrink[api] = now
             floor = self.policy.app_per_second * self.policy.floor
-            self._app.rate = max(floor, self._app.rate * self.policy.shrink)
+            metered.rate = max(floor, metered.rate * self.policy.shrink)
 
-    def _refill(self, now: float) -> None:
+    def refund(self, api: str, now: float) -> None:
+        """A token taken for `api` and not used for it (`pacer.paid`): given back."""
+        bucket = self._api(api, now)
+        bucket.tokens = min(bucket.capacity, bucket.tokens + 1.0)
+
+    def _api(self, api: str, now: float) -> Bucket:
+        bucket = self._apis.get(api)
+        if bucket is None:
+            policy = self.policy
+            bucket = self._apis[api] = Bucket.full(policy.app_per_second, policy.burst_seconds, now)
         target = self.policy.app_per_second
-        if self._app.rate < target:  # the additive step back, from the last refill on
-            grown = self._app.rate + (now - self._app.at) * self.policy.recover_per_second
-            self._app.refill(now)
-            self._app.rate = min(target, grown)
+        if bucket.rate < target:  # the additive step back, from the last refill on
+            grown = bucket.rate + max(0.0, now - bucket.at) * self.policy.recover_per_second
+            bucket.refill(now)
+            bucket.rate = min(target, grown)
         else:
-            self._app.refill(now)
-        self._sends.refill(now)
+            bucket.refill(now)
+        return bucket
 
     def _chat(self, chat: str, now: float) -> Bucket:
         bucket = self._chats.get(chat)
@@ -185,9 +240,18 @@ class Scheduler:
 
     # -- waiting and granting --------------------------------------------------------------
 
-    def waiter(self, lane: Lane, chat: str | None, send: bool, now: float) -> Waiter:
+    def waiter(self, lane: Lane, chat: str | None, send: bool, now: float, api: str = "") -> Waiter:
         deadline = now + self.policy.hint_deadline if lane is Lane.HINT else math.inf
-        return Waiter(lane, chat, send, now, next(self._seq), deadline)
+        return Waiter(lane, chat, send, now, api, next(self._seq), deadline)
+
+    def may_go(self, api: str, now: float) -> bool:
+        """Whether a call of `api` could have a token now (cheap: no waiter is looked at)."""
+        total = self._total
+        if total is not None:
+            total.refill(now)
+            if not total.ready(now):
+                return False
+        return self._api(api, now).ready(now)
 
     def offer(self, waiter: Waiter, now: float) -> list[Waiter]:
         """Queue `waiter`; every waiter that may go now (it among them, or not)."""
@@ -202,14 +266,27 @@ class Scheduler:
         """Take tokens for every waiter that may go now, in the order of the module doc."""
         if not self._waiting:
             return []
-        self._refill(now)
-        if not self._app.ready(now):
-            return []
+        total = self._total
+        if total is not None:
+            total.refill(now)
+            if not total.ready(now):
+                return []
+        # Only waiters whose API has a token can go: under load most wait on an empty
+        # bucket, and the ranking sorts the few that can.
+        apis: dict[str, Bucket | None] = {}
+        for waiter in self._waiting:
+            if waiter.api not in apis:
+                bucket = self._api(waiter.api, now)
+                apis[waiter.api] = bucket if bucket.ready(now) else None
+        candidates = [w for w in self._waiting if apis[w.api] is not None]
         granted: list[Waiter] = []
-        for waiter in sorted(self._waiting, key=lambda w: self._rank(w, now)):
-            if not self._app.ready(now):
+        for waiter in sorted(candidates, key=lambda w: self._rank(w, now)):
+            if total is not None and not total.ready(now):
                 break
-            if waiter.send and not self._sends.ready(now):
+            api = apis[waiter.api]
+            if api is None or not api.ready(now):
+                continue
+            if waiter.send and not self._sends.ready(now, SEND_SHARE[waiter.lane]):
                 continue
             # Feishu's 5 a second to one user or group is its send-message limit: only a
             # send takes from the chat's bucket (a card entity's change, a reaction, an edit
@@ -217,9 +294,11 @@ class Scheduler:
             chat = self._chat(waiter.chat, now) if waiter.chat is not None and waiter.send else None
             if chat is not None and not chat.ready(now):
                 continue
-            self._app.tokens -= 1.0
+            api.tokens -= 1.0
+            if total is not None:
+                total.tokens -= 1.0
             if waiter.send:
-                self._sends.tokens -= 1.0
+                self._sends.take(now)
             if chat is not None:
                 chat.tokens -= 1.0
             if waiter.chat is not None:
@@ -251,14 +330,21 @@ class Scheduler:
         if not self._waiting:
             self._forget_idle(now)
             return None
-        self._refill(now)
-        app_at = self._app.ready_at(now)
-        sends_at = self._sends.ready_at(now)
+        total_at = now
+        if self._total is not None:
+            self._total.refill(now)
+            total_at = self._total.ready_at(now)
         best = math.inf
+        apis: dict[str, float] = {}
         for waiter in self._waiting:
-            at = max(app_at, sends_at) if waiter.send else app_at
-            if waiter.chat is not None:
-                at = max(at, self._chat(waiter.chat, now).ready_at(now))
+            api_at = apis.get(waiter.api)
+            if api_at is None:
+                api_at = apis[waiter.api] = self._api(waiter.api, now).ready_at(now)
+            at = max(total_at, api_at)
+            if waiter.send:
+                at = max(at, self._sends.ready_at(now, SEND_SHARE[waiter.lane]))
+                if waiter.chat is not None:
+                    at = max(at, self._chat(waiter.chat, now).ready_at(now))
             best = min(best, at)
         return best
 
@@ -275,12 +361,15 @@ class Scheduler:
     # -- the operator's view ---------------------------------------------------------------
 
     def state(self, now: float) -> dict[str, Any]:
-        self._refill(now)
+        for api in list(self._apis):
+            self._api(api, now)
         waiting = Counter(w.lane.name.lower() for w in self._waiting)
         recent = [t for t in self.usage.recent if t >= now - self.WINDOW]
         return {
-            "rate": round(self._app.rate, 3),
+            "rate": round(self.app_rate, 3),
             "limit": self.policy.app_per_second,
+            "total_limit": self.policy.total_per_second or None,
+            "apis": {api: round(bucket.rate, 3) for api, bucket in sorted(self._apis.items())},
             "chat_limit": self.policy.chat_per_second,
             "sends_per_minute": self.policy.sends_per_minute,
             "calls_per_second": round(len(recent) / self.WINDOW, 3),

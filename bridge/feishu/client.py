@@ -354,7 +354,7 @@ class FeishuClient(CardKitCalls, ResourceCalls, SpeechCalls):
             return check_response(await self._paced(method, path, params, content, token))
         except RateLimited as exc:
             if self._budget is not None:
-                self._budget.rate_limited(exc.reset_after)
+                self._budget.rate_limited(exc.reset_after, method, path)
             raise
         except TokenInvalid:
             # Revoked or expired early: fetch a new token and try exactly once more.

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -34,6 +34,7 @@ class _Scope:
     chat: str | None
     lane: Lane | None
     credit: int = 0  # calls already paid for (`ahead`)
+    api: str = ""  # the API the credit was taken from
 
 
 _SCOPE: ContextVar[_Scope | None] = ContextVar("feishu_call_scope", default=None)
@@ -58,9 +59,10 @@ def lane(which: Lane) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def paid(which: Lane) -> Iterator[None]:
-    """The first call made inside is already paid for (`CallBudget.try_take`, `ahead`)."""
-    token = _SCOPE.set(_Scope(_chat(), which, credit=1))
+def paid(which: Lane, api: str) -> Iterator[None]:
+    """The first call made inside is already paid for, from `api`'s bucket
+    (`CallBudget.try_take`, `ahead`, `take_unless`)."""
+    token = _SCOPE.set(_Scope(_chat(), which, credit=1, api=api))
     try:
         yield
     finally:
@@ -86,6 +88,19 @@ def is_send(method: str, path: str) -> bool:
     return method == "POST" and (path == _MESSAGES or path.endswith("/reply"))
 
 
+SEND = "send"  # the API a send or a reply is metered under (one: they share the minute)
+
+
+def api_of(method: str, path: str) -> str:
+    """The API a call is metered under: its method and path, ids left out
+    (`/open-apis/<service>/<version>/<resource>/<id>/<resource>/<id>…`)."""
+    if is_send(method, path):
+        return SEND
+    parts = path.removeprefix("/open-apis/").split("/")
+    named = [":id" if i >= 3 and i % 2 == 1 else part for i, part in enumerate(parts)]
+    return f"{method} {'/'.join(named)}"
+
+
 class CallBudget:
     def __init__(
         self,
@@ -107,19 +122,25 @@ class CallBudget:
     async def before_call(self, method: str, path: str) -> None:
         """Wait for this call's turn (the client calls it before each request, retries too)."""
         current = _SCOPE.get()
+        api = api_of(method, path)
         if current is not None and current.credit > 0:
             current.credit -= 1
-            return
+            if current.api == api:
+                return
+            self._sched.refund(current.api, self._now())  # paid from another API's bucket
         which = current.lane if current is not None and current.lane is not None else None
         await self.acquire(
             which if which is not None else default_lane(method, path),
             current.chat if current is not None else None,
             send=is_send(method, path),
+            api=api,
         )
 
-    async def acquire(self, which: Lane, chat: str | None, *, send: bool = False) -> None:
+    async def acquire(
+        self, which: Lane, chat: str | None, *, send: bool = False, api: str = ""
+    ) -> None:
         now = self._now()
-        waiter = self._sched.waiter(which, chat, send, now)
+        waiter = self._sched.waiter(which, chat, send, now, api)
         granted = self._sched.offer(waiter, now)
         if waiter in granted:
             self._release([w for w in granted if w is not waiter])
@@ -133,27 +154,63 @@ class CallBudget:
             self._sched.withdraw(waiter)  # (granted just before: that token is spent)
             raise
 
-    def try_take(self, which: Lane) -> bool:
-        """Take a token for the current scope's chat if one is there now (nothing queued
-        waits for it); the caller then makes its call inside `paid`."""
+    def try_take(self, which: Lane, api: str) -> bool:
+        """Take a token of `api` for the current scope's chat if one is there now (nothing
+        queued waits for it); the caller then makes its call inside `paid`."""
         chat = _chat()
         now = self._now()
-        waiter = self._sched.waiter(which, chat, False, now)
+        if not self._sched.may_go(api, now):
+            return False  # under load, most asks: answered without queueing
+        waiter = self._sched.waiter(which, chat, False, now, api)
         granted = self._sched.offer(waiter, now)
         if waiter not in granted:
             self._sched.withdraw(waiter)
         self._release([w for w in granted if w is not waiter])
         return waiter in granted
 
+    async def take_unless(
+        self,
+        which: Lane,
+        moot: Callable[[], bool],
+        changed: Callable[[], Awaitable[None]],
+        *,
+        api: str,
+    ) -> bool:
+        """A token for the current scope's chat. One there now is taken at once; else it is
+        waited for until `moot()` comes true (asked now, then each time `changed()`
+        completes): False then, and nothing is taken. True: the caller makes its call
+        inside `paid(which, api)`."""
+        now = self._now()
+        waiter = self._sched.waiter(which, _chat(), api == SEND, now, api)
+        granted = self._sched.offer(waiter, now)
+        self._release([w for w in granted if w is not waiter])
+        if waiter in granted:
+            return True
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        waiter.handle = future
+        try:
+            while not future.done():
+                if moot():
+                    self._sched.withdraw(waiter)
+                    return False
+                change = asyncio.ensure_future(changed())
+                await asyncio.wait({future, change}, return_when=asyncio.FIRST_COMPLETED)
+                change.cancel()
+        except asyncio.CancelledError:
+            self._sched.withdraw(waiter)
+            raise
+        return True
+
     @contextlib.asynccontextmanager
-    async def ahead(self, which: Lane) -> AsyncIterator[None]:
-        """A token taken first, for the first call made inside."""
-        await self.acquire(which, _chat())
-        with paid(which):
+    async def ahead(self, which: Lane, api: str) -> AsyncIterator[None]:
+        """A token of `api` taken first, for the first call made inside."""
+        await self.acquire(which, _chat(), send=api == SEND, api=api)
+        with paid(which, api):
             yield
 
-    def rate_limited(self, reset_after: float | None) -> None:
-        self._sched.rate_limited(self._now(), reset_after, _chat())
+    def rate_limited(self, reset_after: float | None, method: str, path: str) -> None:
+        chat = _chat() if is_send(method, path) else None  # a chat's limit is on sends
+        self._sched.rate_limited(self._now(), reset_after, chat, api_of(method, path))
         self._arm()
 
     def state(self) -> dict[str, Any]:

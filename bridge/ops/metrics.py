@@ -179,6 +179,11 @@ class Metrics:
             ["key"],
             registry=self.registry,
         )
+        self.lines_superseded = Counter(
+            "bridge_status_lines_superseded_total",
+            "Presence and progress lines not posted: something newer of their turn came first.",
+            registry=self.registry,
+        )
         self.cards_refused = Counter(
             "bridge_cards_refused_total",
             "Cards Feishu refused: shown as the plain fallback, or not shown at all.",

@@ -66,10 +66,46 @@ async def test_streaming_turns_inside_the_limits_meet_no_429_and_end_exact(
         assert missing == [], [stack.texts(c) for c in missing]
         assert stack.emu.limits.refused() == []
         counted = stack.emu.limits.counted
-        assert len(counted) >= CHATS * 4, "too few calls to have tested the limits"
+        assert len(counted) >= CHATS * 3, "too few calls to have tested the limits"
 
 
 async def test_a_bridge_that_believes_higher_limits_meets_429s(tmp_path: Path) -> None:
     async with running_stack(tmp_path, settings=_settings("card", 10.0)) as stack:
         await _stream_everywhere(stack)
         assert stack.emu.limits.refused(), "the emulator refused nothing past its limits"
+
+
+async def test_progress_lines_the_budget_cannot_carry_give_way_to_newer_news(
+    tmp_path: Path,
+) -> None:
+    """Messages style, sends scarce (2 a second for the app): each chat's ten tool calls
+    would queue ten progress lines in front of its answer. A line still waiting for its
+    turn when something newer of its turn is queued is not posted: the chats see fewer
+    progress lines, each the newest, and every answer comes last and exact, with no 429."""
+    tools = 10
+    settings = {
+        **_settings("messages", 1.0),
+        "bridge_feishu_sends_per_minute": 120,
+        "bridge_feishu_budget_margin": 1.0,
+    }
+    async with running_stack(tmp_path, settings=settings) as stack:
+        emu: FeishuEmulator = stack.emu
+        emu.set_rate_limits(sends_per_minute=120, chat_per_second=CHAT)
+        chats = [emu.open_chat("p2p", user_open_id=f"ou_user_{n}") for n in range(3)]
+        script = "\n".join([*(f"tool Step{i}\nsleep 30" for i in range(tools)), "say"])
+        for n, chat in enumerate(chats):
+            await emu.send_user_message(f"{script} answer-{n}", chat_id=chat)
+        await stack.settled(within=60.0)
+        posted = 0
+        for n, chat in enumerate(chats):
+            texts = stack.texts(chat)
+            assert texts[-1] == f"answer-{n}", texts
+            progress = [t for t in texts if t.startswith("正在执行：")]
+            posted += len(progress)
+            # The lines that went are in the order the tools ran: none is old news.
+            steps = [int(t.removeprefix("正在执行：Step")) for t in progress]
+            assert steps == sorted(steps), texts
+        # Every tool call is a progress line the core decides (at most one per 0.05 s); at 2
+        # sends a second for three chats, only a few can go before their answers.
+        assert posted <= 2 * len(chats), [stack.texts(c) for c in chats]
+        assert emu.limits.refused() == []

@@ -11,10 +11,11 @@ from dataclasses import replace
 import pytest
 
 from bridge.feishu.budget import BudgetPolicy, Lane, Scheduler, Waiter
-from bridge.feishu.pacer import CallBudget, default_lane, is_send, scope
+from bridge.feishu.pacer import SEND, CallBudget, api_of, default_lane, is_send, scope
 
 # One call a second for the app, none kept in reserve: each grant is a tick of the clock.
 SLOW = BudgetPolicy(app_per_second=1.0, chat_per_second=100.0, burst_seconds=0.0)
+CARD = api_of("PUT", "/open-apis/cardkit/v1/cards/x")
 
 
 def drain(sched: Scheduler, start: float, until: float, step: float = 0.01) -> list[Waiter]:
@@ -112,13 +113,36 @@ def test_a_chat_at_its_limit_does_not_hold_the_other_chats() -> None:
 
 
 def test_message_sends_are_counted_against_the_sends_a_minute_limit() -> None:
-    policy = BudgetPolicy(app_per_second=100.0, sends_per_minute=60.0, burst_seconds=0.05)
+    """Feishu's sends a minute may go in a burst (each API's second still paces them); past
+    the minute's count, the next send waits for the oldest to leave the minute."""
+    policy = BudgetPolicy(app_per_second=100.0, sends_per_minute=3.0, chat_per_second=100.0)
     sched = Scheduler(policy, now=0.0)
-    for n in range(5):
-        sched.offer(sched.waiter(Lane.ANSWER, f"c{n}", True, 0.0), 0.0)
-    edit = sched.waiter(Lane.REFRESH, "c9", False, 0.0)
-    assert edit in sched.offer(edit, 0.0)  # not a send: not held by the sends
-    assert len(drain(sched, 0.0, 3.0)) == 3  # one send a second
+    sends = [sched.waiter(Lane.ANSWER, f"c{n}", True, 0.0, SEND) for n in range(5)]
+    granted = [w for send in sends for w in sched.offer(send, 0.0)]
+    assert granted == sends[:3]
+    edit = sched.waiter(Lane.REFRESH, "c9", False, 0.0, "PATCH im/v1/messages/:id")
+    assert sched.offer(edit, 0.0) == [edit]  # not a send: not held by the sends
+    assert drain(sched, 0.0, 59.9, step=0.5) == []
+    assert sched.next_wake(59.9) == pytest.approx(60.0)
+    assert sched.grant(60.0) == sends[3:]
+
+
+def test_each_api_is_metered_on_its_own_and_a_total_cap_meters_them_together() -> None:
+    """Feishu limits each API of an app on its own: a flood of card changes does not hold
+    a reaction. A tenant that meters the app as a whole sets a total cap."""
+    card, react = "PUT cardkit/v1/cards/:id", "POST im/v1/messages/:id/reactions"
+    policy = BudgetPolicy(app_per_second=2.0, chat_per_second=100.0, burst_seconds=0.0)
+    sched = Scheduler(policy, now=0.0)
+    changes = [sched.waiter(Lane.REFRESH, f"c{n}", False, 0.0, card) for n in range(4)]
+    assert [w for c in changes for w in sched.offer(c, 0.0)] == changes[:1]
+    ack = sched.waiter(Lane.HINT, "c9", False, 0.0, react)
+    assert sched.offer(ack, 0.0) == [ack]
+    capped = Scheduler(replace(policy, total_per_second=1.0), now=0.0)
+    first = capped.waiter(Lane.REFRESH, "c0", False, 0.0, card)
+    second = capped.waiter(Lane.HINT, "c9", False, 0.0, react)
+    assert capped.offer(first, 0.0) == [first]
+    assert capped.offer(second, 0.0) == []
+    assert capped.grant(1.0) == [second]
 
 
 def test_a_429_pauses_its_chat_for_the_reset_and_halves_the_rate_until_429s_stop() -> None:
@@ -161,7 +185,28 @@ def test_only_a_send_takes_from_its_chats_bucket() -> None:
     assert sched.offer(refresh, 0.0) == [refresh]
 
 
+def test_a_429_shrinks_only_the_api_it_came_from() -> None:
+    card, react = "PUT cardkit/v1/cards/:id", "POST im/v1/messages/:id/reactions"
+    sched = Scheduler(BudgetPolicy(app_per_second=40.0), now=0.0)
+    sched.offer(sched.waiter(Lane.HINT, "c", False, 0.0, react), 0.0)
+    sched.rate_limited(1.0, reset_after=2.0, chat=None, api=card)
+    assert sched.state(1.0)["apis"] == {card: 20.0, react: 40.0}
+    paused = sched.waiter(Lane.REFRESH, "c", False, 1.0, card)
+    assert sched.offer(paused, 1.0) == []  # its API waits out the reset
+    ack = sched.waiter(Lane.HINT, "c", False, 1.0, react)
+    assert sched.offer(ack, 1.0) == [ack]
+    assert drain(sched, 1.0, 3.0) == [paused]
+
+
 def test_paths_say_what_a_call_is() -> None:
+    assert api_of("POST", "/open-apis/im/v1/messages/om_1/reply") == SEND
+    assert api_of("POST", "/open-apis/im/v1/messages") == SEND
+    content = api_of("PUT", "/open-apis/cardkit/v1/cards/c1/elements/answer/content")
+    assert content == "PUT cardkit/v1/cards/:id/elements/:id/content"
+    assert api_of("PUT", "/open-apis/cardkit/v1/cards/c2") == "PUT cardkit/v1/cards/:id"
+    assert api_of("POST", "/open-apis/im/v1/messages/om_2/reactions") == (
+        "POST im/v1/messages/:id/reactions"
+    )
     assert is_send("POST", "/open-apis/im/v1/messages")
     assert is_send("POST", "/open-apis/im/v1/messages/om_1/reply")
     assert not is_send("POST", "/open-apis/im/v1/messages/om_1/reactions")
@@ -230,7 +275,77 @@ async def test_a_paid_refresh_takes_no_second_token() -> None:
     time = FakeTime()
     budget = CallBudget(SLOW, now=lambda: time.now, call_at=time.call_at)
     with scope("c", Lane.HINT):
-        async with budget.ahead(Lane.REFRESH):
+        async with budget.ahead(Lane.REFRESH, CARD):
             await budget.before_call("PUT", "/open-apis/cardkit/v1/cards/x")  # paid
             assert budget.state()["granted"]["refresh"] == 1
-        assert not budget.try_take(Lane.REFRESH)  # one a second: the token is spent
+        assert not budget.try_take(Lane.REFRESH, CARD)  # one a second: the token is spent
+
+
+async def test_a_take_given_up_when_moot_leaves_its_token_to_the_next() -> None:
+    """A progress line waiting for its turn is withdrawn the moment something newer makes
+    it moot (asked each time `changed` fires), and the token it would have had goes on."""
+    time = FakeTime()
+    budget = CallBudget(SLOW, now=lambda: time.now, call_at=time.call_at)
+    news = asyncio.Event()
+    moot = False
+
+    async def changed() -> None:
+        await news.wait()
+        news.clear()
+
+    with scope("a", Lane.ANSWER):
+        await budget.before_call("POST", "/open-apis/im/v1/messages")  # the token now there
+    with scope("a", Lane.REFRESH):
+        line = asyncio.create_task(
+            budget.take_unless(Lane.REFRESH, lambda: moot, changed, api=SEND)
+        )
+    await asyncio.sleep(0)
+    news.set()  # something queued, but not newer: the line goes on waiting
+    await asyncio.sleep(0)
+    assert not line.done()
+    moot = True
+    news.set()
+    assert await line is False
+    assert budget.state()["waiting"]["refresh"] == 0
+    with scope("b", Lane.REFRESH):
+        answer = asyncio.create_task(budget.before_call("POST", "/open-apis/im/v1/messages"))
+    time.advance(1.0)
+    await asyncio.sleep(0)
+    assert answer.done()
+    assert budget.state()["granted"] == {
+        "ending": 0,
+        "answer": 1,
+        "card": 0,
+        "hint": 0,
+        "refresh": 1,
+    }
+    with scope("c", Lane.REFRESH):
+        assert await budget.take_unless(Lane.REFRESH, lambda: True, changed, api=SEND) is False
+
+
+async def test_a_token_paid_for_another_api_goes_back_to_it() -> None:
+    """A card's refresh takes a stream's token, then finds the newest view needs a whole
+    update: that call is metered under its own API, and the stream's token is given back."""
+    time = FakeTime()
+    budget = CallBudget(SLOW, now=lambda: time.now, call_at=time.call_at)
+    stream = api_of("PUT", "/open-apis/cardkit/v1/cards/x/elements/answer/content")
+    with scope("c", Lane.REFRESH):
+        async with budget.ahead(Lane.REFRESH, stream):
+            await budget.before_call("PUT", "/open-apis/cardkit/v1/cards/x")
+        assert budget.try_take(Lane.REFRESH, stream)  # given back
+        assert not budget.try_take(Lane.REFRESH, CARD)  # the whole update's, spent
+
+
+def test_progress_lines_and_hints_leave_the_minutes_sends_to_the_answers() -> None:
+    """Progress lines may fill half the minute's sends (hints three quarters): a burst of
+    them never spends what the answers and endings behind them need."""
+    policy = BudgetPolicy(
+        app_per_second=100.0, sends_per_minute=8.0, chat_per_second=100.0, burst_seconds=1.0
+    )
+    sched = Scheduler(policy, now=0.0)
+    lines = [sched.waiter(Lane.REFRESH, f"c{n}", True, 0.0, SEND) for n in range(6)]
+    assert [w for line in lines for w in sched.offer(line, 0.0)] == lines[:4]
+    answers = [sched.waiter(Lane.ENDING, f"c{n}", True, 0.0, SEND) for n in range(6)]
+    assert [w for answer in answers for w in sched.offer(answer, 0.0)] == answers[:4]
+    assert sched.next_wake(0.0) == pytest.approx(60.0)
+    assert sched.grant(60.0) == [*answers[4:], *lines[4:]]  # the minute over: answers first

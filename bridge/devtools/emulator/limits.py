@@ -1,5 +1,7 @@
-"""Feishu's rate limits, enforced: calls a second for the app, message sends a minute, and
-calls a second to one chat (docs/scaling.md cites the figures). Past one, the call is
+"""Feishu's rate limits, enforced: calls a second to each API of the app (Feishu meters
+"每个 API、每个应用、每个租户"), message sends a minute, and sends a second to one chat
+(docs/scaling.md cites the figures); optionally also calls a second to all APIs together,
+as a tenant or gateway that meters the app as a whole would. Past one, the call is
 answered as Feishu does (HTTP 429, code 99991400, `x-ogw-ratelimit-*` headers: the same
 answer as `outage.py`'s 429) and not carried out.
 
@@ -27,7 +29,7 @@ class Counted:
     method: str
     path: str
     chat: str | None
-    limited: str | None  # "app", "sends" or "chat" when refused
+    limited: str | None  # "api", "total", "sends" or "chat" when refused
 
 
 class _Window:
@@ -44,7 +46,9 @@ class _Window:
 class RateLimits:
     def __init__(self, *, clock: Callable[[], float]) -> None:
         self._clock = clock
-        self._app: _Window | None = None
+        self._api_limit: int | None = None
+        self._apis: dict[str, _Window] = {}
+        self._total: _Window | None = None
         self._sends: _Window | None = None
         self._chat_limit: int | None = None
         self._chats: dict[str, _Window] = {}
@@ -57,10 +61,14 @@ class RateLimits:
         app_per_second: int | None = None,
         sends_per_minute: int | None = None,
         chat_per_second: int | None = None,
+        total_per_second: int | None = None,
         reset_seconds: int = 1,
     ) -> None:
-        """Enforce these limits from now on (None: that one is off)."""
-        self._app = _Window(app_per_second, 1.0) if app_per_second else None
+        """Enforce these limits from now on (None: that one is off). `app_per_second` is
+        each API's; `total_per_second` all of them together."""
+        self._api_limit = app_per_second
+        self._apis.clear()
+        self._total = _Window(total_per_second, 1.0) if total_per_second else None
         self._sends = _Window(sends_per_minute, 60.0) if sends_per_minute else None
         self._chat_limit = chat_per_second
         self._chats.clear()
@@ -68,7 +76,7 @@ class RateLimits:
 
     @property
     def enforced(self) -> bool:
-        return bool(self._app or self._sends or self._chat_limit)
+        return bool(self._api_limit or self._total or self._sends or self._chat_limit)
 
     def refused(self) -> list[Counted]:
         return [c for c in self.counted if c.limited is not None]
@@ -83,9 +91,17 @@ class RateLimits:
             chat_window = self._chats.get(chat)
             if chat_window is None:
                 chat_window = self._chats[chat] = _Window(self._chat_limit, 1.0)
+        api_window = None
+        if self._api_limit:
+            api = _api(method, path, send)
+            api_window = self._apis.get(api)
+            if api_window is None:
+                api_window = self._apis[api] = _Window(self._api_limit, 1.0)
         limited = None
-        if self._app is not None and self._app.full(now):
-            limited, window = "app", self._app
+        if self._total is not None and self._total.full(now):
+            limited, window = "total", self._total
+        elif api_window is not None and api_window.full(now):
+            limited, window = "api", api_window
         elif send and self._sends is not None and self._sends.full(now):
             limited, window = "sends", self._sends
         elif chat_window is not None and chat_window.full(now):
@@ -95,7 +111,16 @@ class RateLimits:
             headers = {LIMIT_HEADER: str(window.limit), RESET_HEADER: str(self.reset_seconds)}
             answer = codes.RATE_LIMITED
             return Refusal(OutageMode.RATE_LIMITED, answer.http_status, answer.body(), headers)
-        for taken in (self._app, self._sends if send else None, chat_window):
+        for taken in (self._total, api_window, self._sends if send else None, chat_window):
             if taken is not None:
                 taken.times.append(now)
         return None
+
+
+def _api(method: str, path: str, send: bool) -> str:
+    """Which API a call is: its method and path without the ids in it (a send and a reply
+    are one here, as they share the sends-a-minute limit)."""
+    if send:
+        return "send"
+    parts = path.removeprefix("/open-apis/").split("/")
+    return method + " " + "/".join(":id" if i >= 3 and i % 2 else p for i, p in enumerate(parts))
