@@ -104,7 +104,7 @@ class _CallBudget(Collector):
         state = self._state()
         yield GaugeMetricFamily(
             "bridge_feishu_budget_rate",
-            "Calls a second the bridge allows itself now (below the limit after 429s).",
+            "Calls a second the bridge allows itself now to the API most slowed by 429s.",
             value=state["rate"],
         )
         yield GaugeMetricFamily(
@@ -112,6 +112,14 @@ class _CallBudget(Collector):
             "Calls a second the budget is set to (Feishu's limit times the margin).",
             value=state["limit"],
         )
+        apis = GaugeMetricFamily(
+            "bridge_feishu_budget_api_rate",
+            "Calls a second the bridge allows itself now to each Feishu API it has called.",
+            labels=["api"],
+        )
+        for api, rate in state.get("apis", {}).items():
+            apis.add_metric([api], rate)
+        yield apis
         yield GaugeMetricFamily(
             "bridge_feishu_budget_calls_per_second",
             "Feishu calls a second over the last 10 seconds.",

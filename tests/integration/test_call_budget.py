@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from bridge.devtools.emulator import FeishuEmulator
@@ -109,3 +110,10 @@ async def test_progress_lines_the_budget_cannot_carry_give_way_to_newer_news(
         # sends a second for three chats, only a few can go before their answers.
         assert posted <= 2 * len(chats), [stack.texts(c) for c in chats]
         assert emu.limits.refused() == []
+        # The operator sees the budget per API, and the lines that gave way.
+        async with httpx.AsyncClient(trust_env=False) as http:
+            metrics = (await http.get(f"{stack.ops_url}/metrics")).text
+        assert 'bridge_feishu_budget_api_rate{api="send"} 20.0' in metrics
+        superseded = "bridge_status_lines_superseded_total "
+        given_way = next(line for line in metrics.splitlines() if line.startswith(superseded))
+        assert float(given_way.removeprefix(superseded)) >= len(chats)

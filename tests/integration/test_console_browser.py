@@ -12,6 +12,7 @@ Same browser rules as test_demo_browser.py (Debian's chromium, skipped without i
 from __future__ import annotations
 
 import os
+import re
 import signal
 from pathlib import Path
 
@@ -55,6 +56,10 @@ async def test_the_console_shows_conversations_live_and_a_turn_timeline(tmp_path
             await expect(page.locator("#status")).to_have_text("live")
             # Feishu's API as the bridge finds it, and the call budget's use (GET /status).
             await expect(page.locator("#feishu")).to_contain_text("Feishu API: up")
+            await expect(page.locator("#feishu")).to_contain_text(
+                re.compile(r"each API at most \d+/s now")
+            )
+            await expect(page.locator("#feishu")).to_contain_text("waiting: ending 0, answer 0")
             assert "#" not in page.url  # the token left the address bar
             await expect(page.locator("#empty")).to_be_visible()
 

@@ -301,8 +301,12 @@ async function showFeishu() {
       : "Feishu API: up";
     const budget = body.feishu_budget;
     if (budget) {
-      text += " · calls " + budget.calls_per_second + "/s of " + budget.rate + "/s allowed" +
-        " (limit " + budget.limit + "/s), 429s " + budget.rate_limited;
+      const waiting = Object.entries(budget.waiting || {})
+        .map(([lane, count]) => lane + " " + count).join(", ");
+      text += " · calls " + budget.calls_per_second + "/s, each API at most " + budget.rate +
+        "/s now (limit " + budget.limit + "/s" +
+        (budget.total_limit ? ", all together " + budget.total_limit + "/s" : "") +
+        ") · waiting: " + waiting + " · 429s " + budget.rate_limited;
     }
     line.textContent = text;
     line.className = api.down ? "proc-exited" : "";
