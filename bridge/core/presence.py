@@ -42,6 +42,10 @@ class Timings:
     progress_interval: float = 3.0  # least time between two relayed progress lines
     cancel_notice: float = 5.0  # a cancel not confirmed by then: "still stopping"
     cancel_limit: float = 30.0  # a cancel not confirmed by then: end it ourselves, restart
+    # Card style: the card's elapsed time moves on at least this often while nothing else
+    # changes it (a change in place, not a line: an agent that only thinks still shows it
+    # is alive, and a card frozen for a minute would read as stuck).
+    card_tick: float = 3.0
 
     @classmethod
     def from_settings(cls, settings: _TimingSettings) -> Timings:
@@ -114,7 +118,10 @@ def deadlines(conv: Conversation, timings: Timings) -> dict[str, float]:
                     turn.started_at + timings.first_hint, sent + timings.first_hint / 2
                 )
             else:  # a heartbeat follows the hint or real progress, never comes first
-                found[HEARTBEAT] = turn.last_posted_at + timings.heartbeat
+                beat = timings.heartbeat
+                if turn.card_shown:
+                    beat = min(beat, timings.card_tick)
+                found[HEARTBEAT] = turn.last_posted_at + beat
         waiting = turn.pending_progress is not None or turn.commentary_held
         if waiting and turn.last_progress_at is not None:
             found[PROGRESS] = turn.last_progress_at + timings.progress_interval

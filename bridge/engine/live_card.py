@@ -48,20 +48,7 @@ def _markdown(element_id: str, content: str) -> dict[str, Any]:
 
 def live_card(t: Translator, view: CardView, *, streaming: bool) -> dict[str, Any]:
     title = t(_TITLES[view.phase])
-    elements = [_markdown("status", _status(t, view))]
-    if view.tools:
-        lines = [f"**{t('card.status.tools')}**"]
-        for tool in view.tools:
-            state = tool.status if tool.status in _TOOL_STATES else "pending"
-            lines.append(t(f"card.tool.{state}", title=markdown_literal(tool.title)))
-        elements.append(_markdown("tools", "\n".join(lines)))
-    if view.plan:
-        lines = [f"**{t('card.status.plan')}**"]
-        for entry in view.plan:
-            state = entry.status if entry.status in _TOOL_STATES else "pending"
-            lines.append(t(f"card.plan.{state}", content=markdown_literal(entry.content)))
-        elements.append(_markdown("plan", "\n".join(lines)))
-    elements.append(_markdown(ANSWER, answer_markdown(view.text)))
+    elements = [_markdown(element, content) for element, content in elements_of(t, view)]
     if view.cut:
         elements.append(_markdown("note", t("card.status.cut")))
     if view.footer is not None:
@@ -80,6 +67,26 @@ def live_card(t: Translator, view: CardView, *, streaming: bool) -> dict[str, An
         },
         "body": {"elements": elements},
     }
+
+
+def elements_of(t: Translator, view: CardView) -> list[tuple[str, str]]:
+    """The card's changing elements, in order, with their content: the status line, the
+    tools and the plan (when there are any), and the answer. Each may be streamed alone."""
+    out = [("status", _status(t, view))]
+    if view.tools:
+        lines = [f"**{t('card.status.tools')}**"]
+        for tool in view.tools:
+            state = tool.status if tool.status in _TOOL_STATES else "pending"
+            lines.append(t(f"card.tool.{state}", title=markdown_literal(tool.title)))
+        out.append(("tools", "\n".join(lines)))
+    if view.plan:
+        lines = [f"**{t('card.status.plan')}**"]
+        for entry in view.plan:
+            state = entry.status if entry.status in _TOOL_STATES else "pending"
+            lines.append(t(f"card.plan.{state}", content=markdown_literal(entry.content)))
+        out.append(("plan", "\n".join(lines)))
+    out.append((ANSWER, answer_markdown(view.text)))
+    return out
 
 
 def _status(t: Translator, view: CardView) -> str:

@@ -20,21 +20,21 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from functools import partial
 from typing import TypeVar
 
 from bridge.core.effects import CardView, ShowStatusCard
 from bridge.core.inputs import StatusCardFailed
-from bridge.core.text import format_elapsed
 from bridge.engine.actor import ConversationActor
+from bridge.engine.card_parts import STREAM_API, UPDATE_API, api_of_change, one_part, only_text_grew
 from bridge.engine.delivery import FeishuGate
 from bridge.engine.live_card import ANSWER, answer_markdown, live_card
 from bridge.engine.tasks import TaskTracker
 from bridge.feishu.api import FeishuApi
 from bridge.feishu.budget import Lane
 from bridge.feishu.errors import FeishuError
-from bridge.feishu.pacer import CallBudget, api_of, paid
+from bridge.feishu.pacer import CallBudget, paid
 from bridge.i18n import Translator
 from bridge.ops.metrics import Metrics
 from bridge.store.port import Store
@@ -99,10 +99,12 @@ class StatusCards:
             return
         card.pending = work.view
         wait = card.pushed_at + self._interval - asyncio.get_running_loop().time()
-        if wait <= 0 and not card.lock.locked() and self._may_now(card):
-            with paid(Lane.REFRESH, _api_of_change(card)):
-                await self._flush(actor, card)
-        elif card.flusher is None or card.flusher.done():
+        api = self._api_for(card)
+        if wait <= 0 and not card.lock.locked() and self._may_now(api):
+            with paid(Lane.REFRESH, api):
+                await self._flush(actor, card, api)
+            wait = self._interval
+        if card.pending is not None and (card.flusher is None or card.flusher.done()):
             name = f"status-card:{work.turn_id}"
             card.flusher = self._tasks.spawn(self._flush_later(actor, card, wait), name=name)
 
@@ -161,26 +163,33 @@ class StatusCards:
         # change (a heartbeat lost behind a slow call; found by the simulator, seed 1252).
         while True:
             await asyncio.sleep(max(0.0, wait))
+            api = self._api_for(card)
             if self._budget is None:
-                await self._flush(actor, card)
+                await self._flush(actor, card, api)
             else:
                 # The token first, then the view: however long the refresh waited for its
                 # turn in the app's budget, it shows the newest view.
-                async with self._budget.ahead(Lane.REFRESH, _api_of_change(card)):
-                    await self._flush(actor, card)
+                async with self._budget.ahead(Lane.REFRESH, api):
+                    await self._flush(actor, card, api)
             if card.pending is None or self._cards.get(card.turn_id) is not card:
                 return
             wait = card.pushed_at + self._interval - asyncio.get_running_loop().time()
 
-    def _may_now(self, card: _Card) -> bool:
+    def _may_now(self, api: str) -> bool:
         """A refresh may go inline (its effect lane waits for it) only when the budget has
         room now; otherwise the card's flusher waits for it, and the lane moves on."""
-        return self._budget is None or self._budget.try_take(Lane.REFRESH, _api_of_change(card))
+        return self._budget is None or self._budget.try_take(Lane.REFRESH, api)
 
-    async def _flush(self, actor: ConversationActor, card: _Card) -> None:
+    def _api_for(self, card: _Card) -> str:
+        busy = self._budget is not None and not self._budget.may_go(UPDATE_API)
+        return api_of_change(self._t, card.card_id, card.shown, card.pending, busy=busy)
+
+    async def _flush(self, actor: ConversationActor, card: _Card, api: str) -> None:
         async with card.lock:
             view, card.pending = card.pending, None
             if view is None or self._cards.get(card.turn_id) is not card:
+                return
+            if card.card_id is not None and api == STREAM_API and await self._part(card, view):
                 return
             if not await self._change(card, view, final=False):
                 self._forget(card)
@@ -222,11 +231,40 @@ class StatusCards:
             log.warning("status card patch refused (%s)", exc)
             return False
 
+    async def _part(self, card: _Card, view: CardView) -> bool:
+        """Under load, one element streamed (card_parts.py); the rest of `view` stays
+        pending for the next refresh. False when a whole update is needed after all."""
+        shown = card.shown
+        part = None
+        if shown is not None and not only_text_grew(shown, view):
+            part = one_part(self._t, shown, view)
+        if part is None or card.card_id is None:
+            return False
+        element, content, after = part
+        try:
+            await self._through(
+                partial(
+                    self._feishu.stream_card_text,
+                    card.card_id,
+                    element,
+                    content,
+                    sequence=self._next(card),
+                )
+            )
+        except FeishuError as exc:
+            log.info("status card element stream refused (%s); updating it whole", exc)
+            return False
+        self._count("stream")
+        self._shown(card, after)
+        if card.pending is None and after != view:
+            card.pending = view  # the rest follows in the next refresh
+        return True
+
     async def _cardkit_change(
         self, card: _Card, card_id: str, view: CardView, *, final: bool
     ) -> None:
         shown = card.shown
-        if not final and shown is not None and _only_text_grew(shown, view):
+        if not final and shown is not None and only_text_grew(shown, view):
             text = answer_markdown(view.text)
             try:
                 await self._through(
@@ -284,27 +322,3 @@ class StatusCards:
     def _count(self, call: str) -> None:
         if self._metrics is not None:
             self._metrics.status_cards.labels(call).inc()
-
-
-def _only_text_grew(shown: CardView, view: CardView) -> bool:
-    """Nothing but the answer changed, by growing (the elapsed time as the card words it)."""
-    same_time = format_elapsed(shown.elapsed) == format_elapsed(view.elapsed)
-    rest_same = replace(shown, text=view.text, elapsed=view.elapsed) == view
-    return same_time and rest_same and view.text != shown.text and view.text.startswith(shown.text)
-
-
-# The APIs a card's change is metered under (Feishu limits each on its own).
-_STREAM_API = api_of("PUT", "/open-apis/cardkit/v1/cards/c/elements/e/content")
-_UPDATE_API = api_of("PUT", "/open-apis/cardkit/v1/cards/c")
-_PATCH_API = api_of("PATCH", "/open-apis/im/v1/messages/m")
-
-
-def _api_of_change(card: _Card) -> str:
-    """The API the card's next change will most likely take (if the view it finally shows
-    needs another, the token goes back: `pacer.paid`)."""
-    if card.card_id is None:
-        return _PATCH_API
-    shown, pending = card.shown, card.pending
-    if shown is not None and pending is not None and _only_text_grew(shown, pending):
-        return _STREAM_API
-    return _UPDATE_API

@@ -154,6 +154,10 @@ class CallBudget:
             self._sched.withdraw(waiter)  # (granted just before: that token is spent)
             raise
 
+    def may_go(self, api: str) -> bool:
+        """Whether a call of `api` would find a token now (nothing is taken)."""
+        return self._sched.may_go(api, self._now())
+
     def try_take(self, which: Lane, api: str) -> bool:
         """Take a token of `api` for the current scope's chat if one is there now (nothing
         queued waits for it); the caller then makes its call inside `paid`."""

@@ -117,3 +117,31 @@ async def test_progress_lines_the_budget_cannot_carry_give_way_to_newer_news(
         superseded = "bridge_status_lines_superseded_total "
         given_way = next(line for line in metrics.splitlines() if line.startswith(superseded))
         assert float(given_way.removeprefix(superseded)) >= len(chats)
+
+
+async def test_cards_with_no_room_for_whole_updates_change_one_element_at_a_time(
+    tmp_path: Path,
+) -> None:
+    """Card style with 3 whole updates a second for the app (Feishu meters each API on its
+    own): a card whose tools changed goes on changing through the other API, one element
+    at a time (the tools list here, streamed alone), instead of waiting for a whole update;
+    every card still ends with its answer, with no 429."""
+    settings = {**_settings("card", 1.0), "bridge_feishu_app_calls_per_second": 3}
+    steps = "\n".join(f"tool Step{i}\nsleep 250" for i in range(16))
+    async with running_stack(tmp_path, settings=settings) as stack:
+        emu: FeishuEmulator = stack.emu
+        emu.set_rate_limits(app_per_second=3, chat_per_second=CHAT)
+        chats = [emu.open_chat("p2p", user_open_id=f"ou_user_{n}") for n in range(6)]
+        for n, chat in enumerate(chats):
+            await emu.send_user_message(f"{steps}\nsay done {n}", chat_id=chat)
+        await stack.settled(within=120.0)
+        for n, chat in enumerate(chats):
+            cards = [m.data for m in stack.bot(chat) if m.msg_type == "interactive"]
+            assert [_element(card, "answer") for card in cards] == [f"done {n}"]
+        streamed = {
+            call.path.rsplit("/", 2)[-2]
+            for call in emu.calls("/open-apis/cardkit/v1/cards/", method="PUT")
+            if call.path.endswith("/content") and call.status == 200
+        }
+        assert "tools" in streamed, streamed
+        assert emu.limits.refused() == []

@@ -196,3 +196,19 @@ def test_past_the_card_limit_more_chunks_change_nothing_on_the_card() -> None:
     out = d.feed(TurnEnded(SID, StopReason.END_TURN), at=8.0)
     (reply,) = of_type(out, RelayAgentText)
     assert reply.text.endswith("more 99")
+
+
+def test_while_the_agent_only_thinks_the_cards_elapsed_time_moves_on_every_tick() -> None:
+    """No line and no new view from the agent: the card is still re-shown every card tick
+    (3 s), its elapsed time moving on, so a thinking agent never looks stuck; waiting on a
+    person stops the ticks, as it stops heartbeats."""
+    d = driver()
+    d.start()
+    shown = [card.view.elapsed for card in cards(d.advance(5.0))]
+    for at in (8.0, 11.0, 14.0):
+        shown += [card.view.elapsed for card in cards(d.advance(at))]
+    assert shown == [5.0, 8.0, 11.0, 14.0]
+    assert keys(d.effects) == []  # no line in the chat
+    ask = PermissionRequested(SID, "r1", "Run tests", ALLOW)
+    d.feed(ask, at=15.0)
+    assert [c.view.phase for c in cards(d.advance(30.0))] == []

@@ -1,0 +1,68 @@
+"""Which call brings a live status card from what it shows to its newest view, and under
+which Feishu API that call is metered (Feishu limits each API on its own).
+
+A whole update (`PUT /cardkit/v1/cards/:id`) redraws everything. Streaming one element's
+content (`PUT …/elements/:id/content`) changes one markdown element and is another API:
+when only the answer grew, it is the cheaper call and Feishu types the added text out;
+when the whole-update API has no room (many cards streaming at once), the most telling
+changed element goes this way (the answer, else the tools, the plan, the elapsed time),
+and the rest follows in the next refresh, so a card under load still changes every few
+seconds instead of waiting its turn on one API.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Final
+
+from bridge.core.effects import CardView
+from bridge.core.text import format_elapsed
+from bridge.engine.live_card import elements_of
+from bridge.feishu.pacer import api_of
+from bridge.i18n import Translator
+
+STREAM_API: Final = api_of("PUT", "/open-apis/cardkit/v1/cards/c/elements/e/content")
+UPDATE_API: Final = api_of("PUT", "/open-apis/cardkit/v1/cards/c")
+PATCH_API: Final = api_of("PATCH", "/open-apis/im/v1/messages/m")
+
+# A view's fields each element shows, most telling first.
+_PARTS: Final = (("text", "answer"), ("tools", "tools"), ("plan", "plan"), ("elapsed", "status"))
+
+
+def only_text_grew(shown: CardView, view: CardView) -> bool:
+    """Nothing but the answer changed, by growing (the elapsed time as the card words it)."""
+    same_time = format_elapsed(shown.elapsed) == format_elapsed(view.elapsed)
+    rest_same = replace(shown, text=view.text, elapsed=view.elapsed) == view
+    return same_time and rest_same and view.text != shown.text and view.text.startswith(shown.text)
+
+
+def one_part(t: Translator, shown: CardView, view: CardView) -> tuple[str, str, CardView] | None:
+    """The most telling element of `view` that differs from `shown`, when the card's shape
+    is the same (phase, elements present, cut, ending, footer): its id, its content, and
+    what the card shows once only it has changed. None when the shape changed (a whole
+    update is needed) or nothing the card words has changed."""
+    shape = (shown.phase, shown.cut, shown.end_key, shown.end_params, shown.footer)
+    if shape != (view.phase, view.cut, view.end_key, view.end_params, view.footer):
+        return None
+    if bool(shown.tools) != bool(view.tools) or bool(shown.plan) != bool(view.plan):
+        return None
+    for name, element in _PARTS:
+        old, new = getattr(shown, name), getattr(view, name)
+        differs = format_elapsed(old) != format_elapsed(new) if name == "elapsed" else old != new
+        if differs:
+            after = replace(shown, **{name: new})
+            return element, dict(elements_of(t, after))[element], after
+    return None
+
+
+def api_of_change(
+    t: Translator, card_id: str | None, shown: CardView | None, view: CardView | None, *, busy: bool
+) -> str:
+    """The API the card's next change takes; `busy`: the whole-update API has no room now."""
+    if card_id is None:
+        return PATCH_API  # the fallback: an interactive card patched whole
+    if shown is None or view is None:
+        return UPDATE_API
+    if only_text_grew(shown, view) or (busy and one_part(t, shown, view) is not None):
+        return STREAM_API
+    return UPDATE_API

@@ -1,0 +1,56 @@
+"""Which call brings a status card to its newest view (bridge/engine/card_parts.py): the
+answer streamed when only it grew; under load, one element at a time, the most telling
+first, and a whole update whenever the card's shape changed."""
+
+from __future__ import annotations
+
+from bridge.core.effects import CardPhase, CardView
+from bridge.core.state import ToolLine
+from bridge.engine.card_parts import (
+    PATCH_API,
+    STREAM_API,
+    UPDATE_API,
+    api_of_change,
+    one_part,
+)
+from bridge.engine.live_card import elements_of
+from bridge.i18n import Translator
+
+T = Translator("zh_CN")
+BUILD = ToolLine("t1", "Build", "in_progress")
+SHOWN = CardView(CardPhase.WORKING, elapsed=3.0, tools=(BUILD,), text="Hello")
+
+
+def test_under_load_the_answer_goes_first_then_the_tools_then_the_elapsed_time() -> None:
+    newest = CardView(
+        CardPhase.WORKING,
+        elapsed=8.0,
+        tools=(ToolLine("t1", "Build", "completed"),),
+        text="Hello, world",
+    )
+    shown, steps = SHOWN, []
+    while (part := one_part(T, shown, newest)) is not None:
+        element, content, shown = part
+        steps.append(element)
+        assert content == dict(elements_of(T, shown))[element]
+    assert steps == ["answer", "tools", "status"]
+    assert elements_of(T, shown) == elements_of(T, newest)  # the card ends up as the view
+
+
+def test_a_new_element_or_another_phase_needs_a_whole_update() -> None:
+    planned = CardView(CardPhase.WORKING, elapsed=3.0, tools=(BUILD,), text="Hello", plan=())
+    assert one_part(T, SHOWN, planned) is None  # nothing the card words changed
+    no_tools = CardView(CardPhase.WORKING, elapsed=3.0, text="Hello there")
+    assert one_part(T, SHOWN, no_tools) is None
+    waiting = CardView(CardPhase.WAITING_APPROVAL, elapsed=3.0, tools=(BUILD,), text="Hello")
+    assert one_part(T, SHOWN, waiting) is None
+    assert api_of_change(T, "c", SHOWN, waiting, busy=True) == UPDATE_API
+
+
+def test_the_api_of_the_next_change() -> None:
+    grown = CardView(CardPhase.WORKING, elapsed=3.2, tools=(BUILD,), text="Hello, world")
+    assert api_of_change(T, "c", SHOWN, grown, busy=False) == STREAM_API  # typed out
+    later = CardView(CardPhase.WORKING, elapsed=9.0, tools=(BUILD,), text="Hello, world")
+    assert api_of_change(T, "c", SHOWN, later, busy=False) == UPDATE_API  # room: whole
+    assert api_of_change(T, "c", SHOWN, later, busy=True) == STREAM_API  # none: a part
+    assert api_of_change(T, None, SHOWN, later, busy=True) == PATCH_API  # the fallback card
