@@ -5,6 +5,7 @@ thoughts and a tool call every 2–5 s, then a 2,000–6,000 character answer).
 
     python bench/stream_bench.py                          # N = 1, 50, 100, 200; both styles
     python bench/stream_bench.py --n 1,50 --seconds 10    # a quick run
+    python bench/stream_bench.py --n 200 --ramp 10        # arrivals spread over 10 s
 
 Per style and N it prints:
 - cpu: the bridge process's own CPU (from /proc; the agents are other processes) per agent
@@ -84,10 +85,14 @@ class Run:
         self._read = 0
         self._ended: set[str] = set()
 
-    async def start(self) -> None:
+    async def start(self, ramp: float = 0.0) -> None:
+        """Every chat's message, all at once, or spread evenly over `ramp` seconds."""
         self.chats = [self.emu.open_chat("p2p", user_open_id=f"ou_u{i}") for i in range(self.n)]
         pushes = []
+        begin = time.monotonic()
         for i, chat in enumerate(self.chats):
+            if ramp > 0:
+                await asyncio.sleep(max(0.0, begin + ramp * i / self.n - time.monotonic()))
             self.asked[chat] = time.time()
             text = f"realistic {i + 1} {self.seconds} {self.log}"
             pushes.append(asyncio.create_task(self.emu.send_user_message(text, chat_id=chat)))
@@ -167,7 +172,9 @@ class Run:
         )
 
 
-async def one(style: str, n: int, seconds: float, settle: float, total: int = 0) -> dict[str, Any]:
+async def one(
+    style: str, n: int, seconds: float, settle: float, total: int = 0, ramp: float = 0.0
+) -> dict[str, Any]:
     folder = Path(tempfile.mkdtemp(prefix="stream-bench-"))
     log = folder / "turns.jsonl"
     (folder / "work").mkdir()
@@ -197,8 +204,8 @@ async def one(style: str, n: int, seconds: float, settle: float, total: int = 0)
             run = Run(emu, style, n, seconds, log)
             cpu0, t0 = cpu_s(process.pid), time.time()
             agents0 = _children_cpu(process.pid)
-            await run.start()
-            deadline = t0 + seconds * 1.5 + settle
+            await run.start(ramp)
+            deadline = t0 + ramp + seconds * 1.5 + settle
             while not run.done() and time.time() < deadline:
                 await asyncio.sleep(0.5)
                 agents0 = {**_children_cpu(process.pid), **agents0}
@@ -311,10 +318,13 @@ async def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--total", type=int, default=0, help="also cap all calls together (a whole-app meter)"
     )
+    parser.add_argument(
+        "--ramp", type=float, default=0.0, help="spread the N messages over this many seconds"
+    )
     args = parser.parse_args(argv)
     for n in (int(x) for x in args.n.split(",")):
         for style in args.styles.split(","):
-            result = await one(style, n, args.seconds, args.settle, args.total)
+            result = await one(style, n, args.seconds, args.settle, args.total, args.ramp)
             print(show(result), flush=True)
             if args.json:
                 print(json.dumps(result), flush=True)
