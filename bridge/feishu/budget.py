@@ -246,12 +246,14 @@ class Scheduler:
 
     def may_go(self, api: str, now: float) -> bool:
         """Whether a call of `api` could have a token now (cheap: no waiter is looked at)."""
-        total = self._total
-        if total is not None:
-            total.refill(now)
-            if not total.ready(now):
-                return False
-        return self._api(api, now).ready(now)
+        return self._total_ready(now) and self._api(api, now).ready(now)
+
+    def _total_ready(self, now: float) -> bool:
+        """The cap on all calls together has a token (or there is none)."""
+        if self._total is None:
+            return True
+        self._total.refill(now)
+        return self._total.ready(now)
 
     def offer(self, waiter: Waiter, now: float) -> list[Waiter]:
         """Queue `waiter`; every waiter that may go now (it among them, or not)."""
@@ -264,13 +266,9 @@ class Scheduler:
 
     def grant(self, now: float) -> list[Waiter]:
         """Take tokens for every waiter that may go now, in the order of the module doc."""
-        if not self._waiting:
+        if not self._waiting or not self._total_ready(now):
             return []
         total = self._total
-        if total is not None:
-            total.refill(now)
-            if not total.ready(now):
-                return []
         # Only waiters whose API has a token can go: under load most wait on an empty
         # bucket, and the ranking sorts the few that can.
         apis: dict[str, Bucket | None] = {}
@@ -278,13 +276,12 @@ class Scheduler:
             if waiter.api not in apis:
                 bucket = self._api(waiter.api, now)
                 apis[waiter.api] = bucket if bucket.ready(now) else None
-        candidates = [w for w in self._waiting if apis[w.api] is not None]
+        candidates = [(w, api) for w in self._waiting if (api := apis[w.api]) is not None]
         granted: list[Waiter] = []
-        for waiter in sorted(candidates, key=lambda w: self._rank(w, now)):
+        for waiter, api in sorted(candidates, key=lambda c: self._rank(c[0], now)):
             if total is not None and not total.ready(now):
                 break
-            api = apis[waiter.api]
-            if api is None or not api.ready(now):
+            if not api.ready(now):
                 continue
             if waiter.send and not self._sends.ready(now, SEND_SHARE[waiter.lane]):
                 continue

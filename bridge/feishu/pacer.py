@@ -139,20 +139,30 @@ class CallBudget:
     async def acquire(
         self, which: Lane, chat: str | None, *, send: bool = False, api: str = ""
     ) -> None:
-        now = self._now()
-        waiter = self._sched.waiter(which, chat, send, now, api)
-        granted = self._sched.offer(waiter, now)
-        if waiter in granted:
-            self._release([w for w in granted if w is not waiter])
+        queued = self._queue(which, chat, send, api)
+        if queued is None:
             return
-        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        waiter.handle = future
-        self._release(granted)
+        waiter, granted = queued
         try:
-            await future
+            await granted
         except asyncio.CancelledError:
             self._sched.withdraw(waiter)  # (granted just before: that token is spent)
             raise
+
+    def _queue(
+        self, which: Lane, chat: str | None, send: bool, api: str
+    ) -> tuple[Waiter, asyncio.Future[None]] | None:
+        """Offer a call to the scheduler: None when it may go now, else its place in the
+        queue and the future its grant resolves."""
+        now = self._now()
+        waiter = self._sched.waiter(which, chat, send, now, api)
+        granted = self._sched.offer(waiter, now)
+        self._release([w for w in granted if w is not waiter])
+        if waiter in granted:
+            return None
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        waiter.handle = future
+        return waiter, future
 
     def may_go(self, api: str) -> bool:
         """Whether a call of `api` would find a token now (nothing is taken)."""
@@ -184,21 +194,17 @@ class CallBudget:
         waited for until `moot()` comes true (asked now, then each time `changed()`
         completes): False then, and nothing is taken. True: the caller makes its call
         inside `paid(which, api)`."""
-        now = self._now()
-        waiter = self._sched.waiter(which, _chat(), api == SEND, now, api)
-        granted = self._sched.offer(waiter, now)
-        self._release([w for w in granted if w is not waiter])
-        if waiter in granted:
+        queued = self._queue(which, _chat(), api == SEND, api)
+        if queued is None:
             return True
-        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        waiter.handle = future
+        waiter, granted = queued
         try:
-            while not future.done():
+            while not granted.done():
                 if moot():
                     self._sched.withdraw(waiter)
                     return False
                 change = asyncio.ensure_future(changed())
-                await asyncio.wait({future, change}, return_when=asyncio.FIRST_COMPLETED)
+                await asyncio.wait({granted, change}, return_when=asyncio.FIRST_COMPLETED)
                 change.cancel()
         except asyncio.CancelledError:
             self._sched.withdraw(waiter)
