@@ -74,12 +74,12 @@ def droppable(work: PostText) -> bool:
 def superseded(actor: ConversationActor, work: PostText) -> bool:
     """A presence or progress line still waiting for its turn in the call budget, with
     something newer of its turn queued behind it (another such line, the agent's words, the
-    turn's end), or its turn over."""
-    if stale(actor, work):
-        return True
+    turn's end), or its turn over. (Wider than `stale`, which it includes.)"""
+    if not droppable(work) or work.turn_id is None:
+        return False
     turn = actor.conv.turn
     if turn is None or turn.turn_id != work.turn_id:
-        return work.turn_id is not None
+        return True
 
     def newer(queued: Work) -> bool:
         if isinstance(queued, PostText):
