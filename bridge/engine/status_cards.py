@@ -241,20 +241,8 @@ class StatusCards:
         if part is None or card.card_id is None:
             return False
         element, content, after = part
-        try:
-            await self._through(
-                partial(
-                    self._feishu.stream_card_text,
-                    card.card_id,
-                    element,
-                    content,
-                    sequence=self._next(card),
-                )
-            )
-        except FeishuError as exc:
-            log.info("status card element stream refused (%s); updating it whole", exc)
+        if not await self._stream(card, card.card_id, element, content):
             return False
-        self._count("stream")
         self._shown(card, after)
         if card.pending is None and after != view:
             card.pending = view  # the rest follows in the next refresh
@@ -264,27 +252,28 @@ class StatusCards:
         self, card: _Card, card_id: str, view: CardView, *, final: bool
     ) -> None:
         shown = card.shown
-        if not final and shown is not None and only_text_grew(shown, view):
-            text = answer_markdown(view.text)
-            try:
-                await self._through(
-                    partial(
-                        self._feishu.stream_card_text,
-                        card_id,
-                        ANSWER,
-                        text,
-                        sequence=self._next(card),
-                    )
-                )
-                self._count("stream")
-                return
-            except FeishuError as exc:  # e.g. streaming closed itself after 10 minutes
-                log.info("status card stream refused (%s); updating it whole", exc)
+        grew = not final and shown is not None and only_text_grew(shown, view)
+        if grew and await self._stream(card, card_id, ANSWER, answer_markdown(view.text)):
+            return
         body = live_card(self._t, view, streaming=not final)
         await self._through(
             partial(self._feishu.update_card_entity, card_id, body, sequence=self._next(card))
         )
         self._count("update")
+
+    async def _stream(self, card: _Card, card_id: str, element: str, content: str) -> bool:
+        """One element's new content through CardKit's stream; False when Feishu refused it
+        (e.g. streaming closed itself after 10 minutes): the caller updates the card whole."""
+        call = partial(
+            self._feishu.stream_card_text, card_id, element, content, sequence=self._next(card)
+        )
+        try:
+            await self._through(call)
+        except FeishuError as exc:
+            log.info("status card stream of %s refused (%s); updating it whole", element, exc)
+            return False
+        self._count("stream")
+        return True
 
     async def _through(self, call: Callable[[], Awaitable[_T]]) -> _T:
         """A card call that waits out an outage (the gate, delivery.py) rather than taking a
