@@ -20,6 +20,7 @@ from typing import TypeVar
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 
 from bridge.feishu.errors import FeishuError, RateLimited, ServerError, TransportError
+from bridge.retry_from import retry_from
 
 log = logging.getLogger("bridge.feishu.client")  # the client's calls, logged as its own
 
@@ -86,11 +87,4 @@ async def retried(
         before_sleep=before_sleep,
         reraise=True,
     )
-    failed: FeishuError | None = first
-    async for attempt in retrying:
-        with attempt:
-            if failed is not None:  # the first try, made by the caller
-                exc, failed = failed, None
-                raise exc
-            return await call()
-    raise AssertionError("unreachable: tenacity either returns or raises")
+    return await retry_from(retrying, first, call)

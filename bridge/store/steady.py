@@ -24,6 +24,7 @@ from tenacity import (
     wait_exponential,
 )
 
+from bridge.retry_from import retry_from
 from bridge.store.port import StoreUnavailable
 
 log = logging.getLogger(__name__)
@@ -65,11 +66,4 @@ class StoreRetry:
             before_sleep=before_sleep,
             reraise=True,
         )
-        failed: StoreUnavailable | None = first
-        async for attempt in retrying:
-            with attempt:
-                if failed is not None:  # the first try, made above
-                    exc, failed = failed, None
-                    raise exc
-                return await call()
-        raise AssertionError("unreachable: tenacity either returns or raises")
+        return await retry_from(retrying, first, call)
