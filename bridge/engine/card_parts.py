@@ -41,6 +41,16 @@ def one_part(t: Translator, shown: CardView, view: CardView) -> tuple[str, str, 
     is the same (phase, elements present, cut, ending, footer): its id, its content, and
     what the card shows once only it has changed. None when the shape changed (a whole
     update is needed) or nothing the card words has changed."""
+    found = _changed_part(shown, view)
+    if found is None:
+        return None
+    name, element = found
+    after = replace(shown, **{name: getattr(view, name)})
+    return element, dict(elements_of(t, after))[element], after
+
+
+def _changed_part(shown: CardView, view: CardView) -> tuple[str, str] | None:
+    """`one_part`'s choice, without drawing it: the view's field and its element."""
     shape = (shown.phase, shown.cut, shown.end_key, shown.end_params, shown.footer)
     if shape != (view.phase, view.cut, view.end_key, view.end_params, view.footer):
         return None
@@ -50,19 +60,19 @@ def one_part(t: Translator, shown: CardView, view: CardView) -> tuple[str, str, 
         old, new = getattr(shown, name), getattr(view, name)
         differs = format_elapsed(old) != format_elapsed(new) if name == "elapsed" else old != new
         if differs:
-            after = replace(shown, **{name: new})
-            return element, dict(elements_of(t, after))[element], after
+            return name, element
     return None
 
 
 def api_of_change(
-    t: Translator, card_id: str | None, shown: CardView | None, view: CardView | None, *, busy: bool
+    card_id: str | None, shown: CardView | None, view: CardView | None, *, busy: bool
 ) -> str:
-    """The API the card's next change takes; `busy`: the whole-update API has no room now."""
+    """The API the card's next change takes; `busy`: the whole-update API has no room now.
+    Asked at each view the agent's stream brings, so it draws nothing."""
     if card_id is None:
         return PATCH_API  # the fallback: an interactive card patched whole
     if shown is None or view is None:
         return UPDATE_API
-    if only_text_grew(shown, view) or (busy and one_part(t, shown, view) is not None):
+    if only_text_grew(shown, view) or (busy and _changed_part(shown, view) is not None):
         return STREAM_API
     return UPDATE_API

@@ -99,11 +99,12 @@ class StatusCards:
             return
         card.pending = work.view
         wait = card.pushed_at + self._interval - asyncio.get_running_loop().time()
-        api = self._api_for(card)
-        if wait <= 0 and not card.lock.locked() and self._may_now(api):
-            with paid(Lane.REFRESH, api):
-                await self._flush(actor, card, api)
-            wait = self._interval
+        if wait <= 0 and not card.lock.locked():
+            api = self._api_for(card)
+            if self._may_now(api):
+                with paid(Lane.REFRESH, api):
+                    await self._flush(actor, card, api)
+                wait = self._interval
         if card.pending is not None and (card.flusher is None or card.flusher.done()):
             name = f"status-card:{work.turn_id}"
             card.flusher = self._tasks.spawn(self._flush_later(actor, card, wait), name=name)
@@ -182,7 +183,7 @@ class StatusCards:
 
     def _api_for(self, card: _Card) -> str:
         busy = self._budget is not None and not self._budget.may_go(UPDATE_API)
-        return api_of_change(self._t, card.card_id, card.shown, card.pending, busy=busy)
+        return api_of_change(card.card_id, card.shown, card.pending, busy=busy)
 
     async def _flush(self, actor: ConversationActor, card: _Card, api: str) -> None:
         async with card.lock:

@@ -44,13 +44,13 @@ def test_a_new_element_or_another_phase_needs_a_whole_update() -> None:
     assert one_part(T, SHOWN, no_tools) is None
     waiting = CardView(CardPhase.WAITING_APPROVAL, elapsed=3.0, tools=(BUILD,), text="Hello")
     assert one_part(T, SHOWN, waiting) is None
-    assert api_of_change(T, "c", SHOWN, waiting, busy=True) == UPDATE_API
+    assert api_of_change("c", SHOWN, waiting, busy=True) == UPDATE_API
 
 
 def test_the_api_of_the_next_change() -> None:
     grown = CardView(CardPhase.WORKING, elapsed=3.2, tools=(BUILD,), text="Hello, world")
-    assert api_of_change(T, "c", SHOWN, grown, busy=False) == STREAM_API  # typed out
+    assert api_of_change("c", SHOWN, grown, busy=False) == STREAM_API  # typed out
     later = CardView(CardPhase.WORKING, elapsed=9.0, tools=(BUILD,), text="Hello, world")
-    assert api_of_change(T, "c", SHOWN, later, busy=False) == UPDATE_API  # room: whole
-    assert api_of_change(T, "c", SHOWN, later, busy=True) == STREAM_API  # none: a part
-    assert api_of_change(T, None, SHOWN, later, busy=True) == PATCH_API  # the fallback card
+    assert api_of_change("c", SHOWN, later, busy=False) == UPDATE_API  # room: whole
+    assert api_of_change("c", SHOWN, later, busy=True) == STREAM_API  # none: a part
+    assert api_of_change(None, SHOWN, later, busy=True) == PATCH_API  # the fallback card
