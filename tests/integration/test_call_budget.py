@@ -37,7 +37,7 @@ async def _stream_everywhere(stack: Stack) -> list[str]:
     emu.set_rate_limits(app_per_second=APP, chat_per_second=CHAT)
     chats = [emu.open_chat("p2p", user_open_id=f"ou_user_{n}") for n in range(CHATS)]
     for chat in chats:
-        await emu.send_user_message("tool Build\nstream 60 5\ntool Check", chat_id=chat)
+        await emu.send_user_message("tool Build\nstream 60 20\ntool Check", chat_id=chat)
     await stack.settled(within=120.0)
     return chats
 
