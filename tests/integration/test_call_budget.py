@@ -127,7 +127,7 @@ async def test_cards_with_no_room_for_whole_updates_change_one_element_at_a_time
     at a time (the tools list here, streamed alone), instead of waiting for a whole update;
     every card still ends with its answer, with no 429."""
     settings = {**_settings("card", 1.0), "bridge_feishu_app_calls_per_second": 3}
-    steps = "\n".join(f"tool Step{i}\nsleep 250" for i in range(16))
+    steps = "\n".join(f"tool Step{i}\nsleep 100" for i in range(16))
     async with running_stack(tmp_path, settings=settings) as stack:
         emu: FeishuEmulator = stack.emu
         emu.set_rate_limits(app_per_second=3, chat_per_second=CHAT)
