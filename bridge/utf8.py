@@ -43,6 +43,12 @@ def repaired_json(value: Any) -> Any:
 _MAYBE_SURROGATE: Final = re.compile(rb"\\u[dD][89abcdefABCDEF]|\xed[\xa0-\xbf]")
 
 
+def may_hold_surrogate(data: bytes) -> bool:
+    """Whether some JSON line in `data` might decode to a lone surrogate (a quick scan: when
+    it says no, none does)."""
+    return _MAYBE_SURROGATE.search(data) is not None
+
+
 def repaired_json_line(line: bytes) -> bytes:
     """One line of NDJSON, re-encoded when it would decode to a lone surrogate; otherwise
     (nearly always: a regex scan) the very same bytes. A line that is not JSON is left for

@@ -42,7 +42,7 @@ def transport(
     reader: asyncio.StreamReader, window: float = 60.0, sizes: list[int] | None = None
 ) -> BatchedTransport:
     on_oversize = (sizes if sizes is not None else []).append
-    lines = CappedLines(reader, label="t", on_oversize=on_oversize)
+    lines = CappedLines(reader, label="t", cap=CAP, on_oversize=on_oversize)
     return BatchedTransport(lines, _Writer(), window=window)  # type: ignore[arg-type]
 
 
@@ -163,7 +163,7 @@ async def test_sends_reach_the_writer() -> None:
         def write(self, data: bytes) -> None:
             written.append(data)
 
-    lines = CappedLines(fed(), label="t")
+    lines = CappedLines(fed(), label="t", cap=CAP)
     t = BatchedTransport(lines, Writer(), window=0.1)  # type: ignore[arg-type]
     await t.send({"jsonrpc": "2.0", "id": 0, "method": "initialize"})
     await t.close()

@@ -1,17 +1,21 @@
-"""Agent stdout: a line over the cap is skipped as it streams by, the next lines still come,
-and the SDK's own transport reads through it unchanged, except that a line which would
-decode to a lone surrogate is repaired (issue 35)."""
+"""Agent stdout read in bulk: any split of the bytes into reads gives the same lines, a line
+over the cap is skipped as it streams by and the next lines still come, and a line which
+would decode to a lone surrogate is repaired before it is parsed (issue 35), even when the
+escape is split between two reads."""
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
+import math
+from typing import Any
 
 import pytest
-from acp._transport import NdjsonTransport
 from hypothesis import given
 from hypothesis import strategies as st
 
+from bridge.runtime.acp.batches import BatchedTransport, decoded
 from bridge.runtime.acp.lines import CappedLines
 from bridge.utf8 import utf8_safe
 
@@ -19,7 +23,7 @@ CAP = 64
 
 
 def reader_with(*chunks: bytes, eof: bool = True) -> asyncio.StreamReader:
-    reader = asyncio.StreamReader(limit=CAP)
+    reader = asyncio.StreamReader()
     for chunk in chunks:
         reader.feed_data(chunk)
     if eof:
@@ -27,62 +31,87 @@ def reader_with(*chunks: bytes, eof: bool = True) -> asyncio.StreamReader:
     return reader
 
 
-async def test_lines_under_the_cap_pass_whole() -> None:
+async def all_lines(lines: CappedLines) -> list[bytes]:
+    out: list[bytes] = []
+    while batch := await lines.batch():
+        out.extend(batch)
+    return out
+
+
+async def test_lines_under_the_cap_pass_whole_in_one_batch() -> None:
     sizes: list[int] = []
-    lines = CappedLines(reader_with(b"one\n", b"two\n"), label="t", on_oversize=sizes.append)
-    assert await lines.readuntil() == b"one\n"
-    assert await lines.readuntil() == b"two\n"
+    lines = CappedLines(reader_with(b"one\ntwo\n"), label="t", cap=CAP, on_oversize=sizes.append)
+    assert await lines.batch() == [b"one", b"two"]
+    assert await lines.batch() == []
     assert sizes == []
+
+
+@given(
+    texts=st.lists(st.text(alphabet='ab{}"\u00e9', max_size=20), max_size=8),
+    cuts=st.lists(st.integers(0, 200), max_size=6),
+    last_newline=st.booleans(),
+)
+def test_any_split_of_the_stream_into_reads_gives_the_same_lines(
+    texts: list[str], cuts: list[int], last_newline: bool
+) -> None:
+    data = "\n".join(texts).encode() + (b"\n" if last_newline and texts else b"")
+    points = sorted({min(c, len(data)) for c in cuts} | {0, len(data)})
+    pieces = [data[a:b] for a, b in itertools.pairwise(points)]
+
+    async def read() -> list[bytes]:
+        return await all_lines(CappedLines(reader_with(*pieces), label="t", cap=CAP))
+
+    expected = [t.encode() for t in texts]
+    if expected and expected[-1] == b"" and not last_newline:
+        expected.pop()  # an empty last line without a newline is no line
+    assert asyncio.run(read()) == expected
 
 
 @pytest.mark.parametrize("size", [CAP + 1, 3 * CAP, 10 * CAP + 7])
 async def test_a_line_over_the_cap_is_dropped_and_the_next_one_read(size: int) -> None:
     sizes: list[int] = []
     big = b"x" * size + b"\n"
-    lines = CappedLines(reader_with(big, b"after\n"), label="t", on_oversize=sizes.append)
-    assert await lines.readuntil() == b"after\n"
+    lines = CappedLines(reader_with(big, b"after\n"), label="t", cap=CAP, on_oversize=sizes.append)
+    assert await all_lines(lines) == [b"after"]
     assert sizes == [size + 1]
 
 
 async def test_a_line_arriving_in_pieces_is_dropped_without_waiting_for_it_whole() -> None:
-    reader = asyncio.StreamReader(limit=CAP)
+    reader = asyncio.StreamReader()
     sizes: list[int] = []
-    lines = CappedLines(reader, label="t", on_oversize=sizes.append)
-    read = asyncio.create_task(lines.readuntil())
+    lines = CappedLines(reader, label="t", cap=CAP, on_oversize=sizes.append)
+    read = asyncio.create_task(lines.batch())
     for _ in range(50):
         reader.feed_data(b"y" * CAP)
         await asyncio.sleep(0)
-        # What the reader holds stays bounded: the head of the line is discarded as it comes.
-        assert len(reader._buffer) <= 2 * CAP  # the bound is the point
+        # What is held stays bounded: the head of the line is discarded as it comes.
+        assert len(reader._buffer) + lines._head_size <= 2 * CAP  # the bound is the point
     reader.feed_data(b"z\nnext\n")
-    assert await read == b"next\n"
+    assert await read == [b"next"]
     assert sizes == [50 * CAP + 2]
 
 
 async def test_end_of_stream_inside_an_oversize_line_is_end_of_stream() -> None:
-    lines = CappedLines(reader_with(b"x" * (3 * CAP)), label="t")
-    with pytest.raises(asyncio.IncompleteReadError):
-        await lines.readuntil()
+    sizes: list[int] = []
+    lines = CappedLines(reader_with(b"x" * (3 * CAP)), label="t", cap=CAP, on_oversize=sizes.append)
+    assert await lines.batch() == []
+    assert sizes == [3 * CAP]
 
 
-async def test_the_sdk_transport_reads_frames_through_it() -> None:
-    first, last = {"jsonrpc": "2.0", "method": "a"}, {"jsonrpc": "2.0", "method": "b"}
-    huge = {"jsonrpc": "2.0", "method": "huge", "params": "x" * (5 * CAP)}
-    data = "".join(json.dumps(frame) + "\n" for frame in (first, huge, last)).encode()
-    transport = NdjsonTransport(CappedLines(reader_with(data), label="t"), sender=None)  # type: ignore[arg-type]
-    assert await transport.receive() == first
-    assert await transport.receive() == last
-    assert await transport.receive() is None
+class _Writer:
+    def write(self, data: bytes) -> None:
+        pass
+
+    async def drain(self) -> None:
+        pass
 
 
-def transport_over(data: bytes) -> NdjsonTransport:
-    reader = asyncio.StreamReader(limit=1 << 20)
-    reader.feed_data(data)
-    reader.feed_eof()
-    return NdjsonTransport(CappedLines(reader, label="t"), sender=None)  # type: ignore[arg-type]
+def transport_over(*data: bytes) -> BatchedTransport:
+    lines = CappedLines(reader_with(*data), label="t", cap=1 << 20)
+    return BatchedTransport(lines, _Writer(), window=0)  # type: ignore[arg-type]
 
 
-async def test_agent_text_that_is_not_unicode_is_repaired_before_the_sdk_parses_it() -> None:
+async def test_agent_text_that_is_not_unicode_is_repaired_before_it_is_parsed() -> None:
     data = (
         b'{"method": "a", "params": {"text": "x\\ud800y", "\\udc00k": ["\\ud83d"]}}\n'
         b'{"method": "b", "params": "\xed\xa0\x80"}\n'  # a surrogate's bytes, UTF-8 style
@@ -98,6 +127,42 @@ async def test_agent_text_that_is_not_unicode_is_repaired_before_the_sdk_parses_
     assert await transport.receive() == {"method": "c", "params": "\U0001f600 \\ud800"}
     assert await transport.receive() == {"method": "d", "params": "last\ufffd"}
     assert await transport.receive() is None
+
+
+@pytest.mark.parametrize("cut", range(1, 12))
+async def test_a_surrogate_escape_split_between_reads_is_repaired(cut: int) -> None:
+    first = b'{"method": "z"}\n{"method": "a", "params": "'
+    data = first + b'x\\ud800y"}\n{"method": "b"}\n'
+    transport = transport_over(data[: len(first) + cut], data[len(first) + cut :])
+    assert await transport.receive() == {"method": "z"}
+    assert await transport.receive() == {"method": "a", "params": "x\ufffdy"}
+    assert await transport.receive() == {"method": "b"}
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        b'{"a": NaN}',
+        b"[1e400, -Infinity]",
+        b'{"jsonrpc": "2.0", "id": 123456789012345678901234567890, "result": null}',
+        b' {"a": 1}\r',
+    ],
+)
+def test_lines_decode_as_json_loads_decodes_them(line: bytes) -> None:
+    ours, theirs = decoded(line)[1], json.loads(line)
+    assert json.dumps(ours) == json.dumps(theirs)
+    if isinstance(theirs, dict) and isinstance(theirs.get("a"), float):
+        assert math.isnan(ours["a"])
+
+
+@pytest.mark.parametrize("line", [b"{", b'{"a": 1} x', b"\xff"])
+def test_what_json_loads_refuses_is_refused(line: bytes) -> None:
+    try:
+        json.loads(line)
+    except ValueError as exc:
+        refused: type[ValueError] = type(exc)
+    with pytest.raises(refused):
+        decoded(line)
 
 
 LONE = st.integers(0xD800, 0xDFFF).map(chr)
@@ -125,3 +190,22 @@ def test_any_agent_frame_reaches_the_sdk_encodable_and_otherwise_unchanged(
     text = json.dumps(received, ensure_ascii=False)
     text.encode("utf-8")  # no lone surrogate anywhere: the store and Feishu can take it
     assert received == json.loads(utf8_safe(json.dumps(frame, ensure_ascii=False)))
+
+
+@given(text=st.text(), ascii_only=st.booleans(), message_id=st.none() | st.text(max_size=5))
+def test_a_streaming_chunk_decodes_as_json_loads_decodes_it(
+    text: str, ascii_only: bool, message_id: str | None
+) -> None:
+    update: dict[str, Any] = {"sessionUpdate": "agent_message_chunk"}
+    update["content"] = {"type": "text", "text": utf8_safe(text)}
+    if message_id is not None:
+        update["messageId"] = message_id
+    frame = {
+        "jsonrpc": "2.0",
+        "method": "session/update",
+        "params": {"sessionId": "s", "update": update},
+    }
+    line = json.dumps(frame, ensure_ascii=ascii_only).encode()
+    key, message = decoded(line)
+    assert key is not None
+    assert message == json.loads(line)

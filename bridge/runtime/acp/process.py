@@ -41,7 +41,7 @@ from acp.schema import (
 from acp.utils import notify_model, request_model, serialize_params
 
 from bridge.runtime.acp.batches import DEFAULT_WINDOW_SECONDS, BatchedTransport
-from bridge.runtime.acp.lines import MAX_LINE_BYTES, CappedLines
+from bridge.runtime.acp.lines import MAX_LINE_BYTES, READ_BYTES, CappedLines
 from bridge.runtime.sandbox import SandboxPolicy
 
 logger = logging.getLogger(__name__)
@@ -275,9 +275,18 @@ class AgentProcess:
                 self.signal_group(signal.SIGTERM)
                 await self.wait_exit(grace)
         self.signal_group(signal.SIGKILL)  # whatever the agent left behind in its group
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(_discard(self.process.stdout), grace)
         for task in list(self.tasks):
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await asyncio.wait_for(task, grace)
+
+
+async def _discard(stdout: asyncio.StreamReader | None) -> None:
+    """What the agent wrote after the bridge stopped reading, read to its end and dropped: a
+    pipe left full stays paused and never sees its end (its transport would stay open)."""
+    while stdout is not None and await stdout.read(READ_BYTES):
+        pass
 
 
 def _modes_and_config(raw: Any) -> tuple[SessionModeState | None, Any]:
@@ -340,9 +349,9 @@ async def spawn_agent(
             stderr=asyncio.subprocess.PIPE,
             cwd=str(cwd),
             env=dict(env) if env is not None else None,
-            # Agent frames (a long diff, a big tool output) are far larger than asyncio's
-            # 64 KB default; above this, CappedLines drops the line.
-            limit=max_line_bytes,
+            # How much stdout is buffered before the pipe is paused (CappedLines reads it
+            # in bulk, and caps a line itself).
+            limit=READ_BYTES,
             start_new_session=True,  # its own process group, killed as a whole
         )
     except OSError as exc:
@@ -353,7 +362,7 @@ async def spawn_agent(
     assert process.stdout is not None
     assert process.stderr is not None
     label = f"agent[{slot}] pid {process.pid}"
-    stdout = CappedLines(process.stdout, label=label, on_oversize=on_oversize)
+    stdout = CappedLines(process.stdout, label=label, cap=max_line_bytes, on_oversize=on_oversize)
     transport = BatchedTransport(stdout, process.stdin, window=batch_window, label=label)
     conn = Connection(handler, transport)
     loop = asyncio.get_running_loop()

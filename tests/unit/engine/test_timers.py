@@ -90,3 +90,21 @@ def test_an_alarm_cancelled_while_re_armed_stays_cancelled() -> None:
     clock.run_until(105.0)
     assert fired == []
     assert not alarm.pending
+
+
+def test_a_deadline_moved_later_fires_at_the_new_time_and_one_moved_sooner_at_its_own() -> None:
+    clock = EarlyClock(early=0.0)
+    fired: list[tuple[str, float]] = []
+    timers = Timers(clock, lambda name: fired.append((name, clock.now())))
+    timers.set("stall", 101.0)
+    timers.set("stall", 103.0)  # later: the alarm stays, and wakes at 101 only to re-arm
+    timers.set("stall", 104.0)
+    clock.run_until(103.9)
+    assert fired == []
+    clock.run_until(110.0)
+    assert fired == [("stall", 104.0)]
+    timers.set("heartbeat", 120.0)
+    timers.set("heartbeat", 112.0)  # sooner: a new wake-up at 112
+    clock.run_until(130.0)
+    assert fired[1:] == [("heartbeat", 112.0)]
+    assert len([w for w in clock.waiting if not w.cancelled]) == 0
