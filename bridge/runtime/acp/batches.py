@@ -26,7 +26,7 @@ import orjson
 from acp.task import MessageSender, TaskSupervisor
 
 from bridge.runtime.acp.lines import CappedLines
-from bridge.runtime.acp.merge import MergeKey, merge, merge_key, update_session
+from bridge.runtime.acp.merge import MergeKey, Merger, merge_key, update_session
 
 logger = logging.getLogger(__name__)
 
@@ -50,7 +50,7 @@ class BatchedTransport:
         self._window = window
         self._tasks = TaskSupervisor(source=f"{label} transport")
         self._sender = MessageSender(writer, self._tasks)
-        self._held: list[tuple[MergeKey | None, Any]] = []
+        self._held = Merger()  # what waits for the window, merged as it comes
         self._holding: set[str] = set()  # sessions with updates held
         self._recent: dict[str, float] = {}  # sessions let through within the window: when
         self._ready: deque[Any] = deque()
@@ -115,7 +115,7 @@ class BatchedTransport:
             return
         session = key[0] if key is not None else update_session(message)
         if session is None:  # a request, a response: never held, nothing passes it
-            self._held.append((key, message))
+            self._held.add(key, message)
             self._flush()
             return
         loop = asyncio.get_running_loop()
@@ -126,7 +126,7 @@ class BatchedTransport:
             self._ready.append(message)
             self._wake()
             return
-        self._held.append((key, message))
+        self._held.add(key, message)
         self._holding.add(session)
         if self._flush_at is None:
             self._flush_at = loop.call_later(self._window, self._flush)
@@ -138,8 +138,7 @@ class BatchedTransport:
         self._recent.update(dict.fromkeys(self._holding, now))
         self._holding.clear()
         if self._held:
-            self._ready.extend(merge(self._held))
-            self._held = []
+            self._ready.extend(self._held.take())
             self._wake()
 
     def _cancel_flush(self) -> None:

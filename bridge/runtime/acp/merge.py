@@ -129,41 +129,64 @@ class _Run:
                     if part.get(name):
                         update[name] = part[name]
         else:
-            texts = [first["content"]["text"], *(part["content"]["text"] for part in self.parts)]
+            texts = [first["content"]["text"]]
+            texts += [part["content"]["text"] for part in self.parts]
             update = {**first, "content": {"type": "text", "text": "".join(texts)}}
         params = {"sessionId": self.key[0], "update": update}
         return {"jsonrpc": "2.0", "method": UPDATE_METHOD, "params": params}
+
+
+class Merger:
+    """`merge`, one message at a time: `add` each as it is read, `take` the merged ones."""
+
+    def __init__(self) -> None:
+        self._out: list[Any] = []
+        self._runs: list[_Run] = []
+        self._open: dict[str, _Run] = {}  # each session's run that may still grow
+
+    def __bool__(self) -> bool:
+        return bool(self._out)
+
+    def add(self, key: MergeKey | None, message: Any) -> None:
+        """`message` with its `merge_key` (computed once, as it was read)."""
+        if key is None:
+            session_id = update_session(message)
+            if session_id is None:
+                self._open.clear()
+            else:
+                self._open.pop(session_id, None)
+            self._out.append(message)
+            return
+        run = self._open.get(key[0])
+        update = message["params"]["update"]
+        if run is not None and run.accepts(key, update):
+            run.add(update)
+            return
+        run = _Run(key, len(self._out), message, titled=bool(update.get("title")))
+        self._runs.append(run)
+        self._open[key[0]] = run
+        self._out.append(message)
+
+    def take(self) -> list[Any]:
+        """Everything added since the last `take`, in order, each run merged into its first
+        place."""
+        out = self._out
+        for run in self._runs:
+            if run.parts:
+                out[run.at] = run.merged()
+        self._out, self._runs = [], []
+        self._open.clear()
+        return out
 
 
 def merge(messages: Iterable[tuple[MergeKey | None, Any]]) -> list[Any]:
     """The messages, in order, with each session's runs merged into their first place.
 
     Each message comes with its `merge_key` (computed once, as it was read)."""
-    out: list[Any] = []
-    runs: list[_Run] = []
-    open_runs: dict[str, _Run] = {}
+    merger = Merger()
     for key, message in messages:
-        if key is None:
-            session_id = update_session(message)
-            if session_id is None:
-                open_runs.clear()
-            else:
-                open_runs.pop(session_id, None)
-            out.append(message)
-            continue
-        run = open_runs.get(key[0])
-        update = message["params"]["update"]
-        if run is not None and run.accepts(key, update):
-            run.add(update)
-            continue
-        run = _Run(key, len(out), message, titled=bool(update.get("title")))
-        runs.append(run)
-        open_runs[key[0]] = run
-        out.append(message)
-    for run in runs:
-        if run.parts:
-            out[run.at] = run.merged()
-    return out
+        merger.add(key, message)
+    return merger.take()
 
 
 def keyed(messages: Sequence[Any]) -> list[tuple[MergeKey | None, Any]]:
