@@ -11,7 +11,12 @@ from typing import Any
 
 import pytest
 
-from bridge.runtime.acp.batches import BatchedTransport
+from bridge.runtime.acp.batches import (
+    BUSY_SESSIONS,
+    MAX_WINDOW_SECONDS,
+    BatchedTransport,
+    window_for,
+)
 from bridge.runtime.acp.lines import CappedLines
 
 CAP = 256
@@ -168,3 +173,26 @@ async def test_sends_reach_the_writer() -> None:
     await t.send({"jsonrpc": "2.0", "id": 0, "method": "initialize"})
     await t.close()
     assert [json.loads(w) for w in written] == [{"jsonrpc": "2.0", "id": 0, "method": "initialize"}]
+
+
+def test_the_window_grows_with_the_sessions_streaming_up_to_its_ceiling() -> None:
+    assert window_for(1, 0.2) == window_for(BUSY_SESSIONS, 0.2) == 0.2
+    assert window_for(2 * BUSY_SESSIONS, 0.2) == pytest.approx(0.4)
+    assert window_for(100 * BUSY_SESSIONS, 0.2) == MAX_WINDOW_SECONDS
+    assert window_for(100 * BUSY_SESSIONS, 0.0) == 0.0  # no merging stays no merging
+    assert window_for(1, 2.0) == 2.0  # a longer window asked for is kept
+
+
+async def test_many_sessions_streaming_hold_their_updates_longer_and_still_merge() -> None:
+    sessions = [f"s{i}" for i in range(3 * BUSY_SESSIONS)]
+    first = b"".join(line(chunk("a", s)) for s in sessions)
+    reader = fed(first, eof=False)
+    t = transport(reader, window=0.01)
+    async with asyncio.timeout(5):
+        assert [await t.receive() for _ in sessions] == [chunk("a", s) for s in sessions]
+        reader.feed_data(b"".join(line(chunk(x, s)) for x in "bc" for s in sessions))
+        assert [await t.receive() for _ in sessions] == [chunk("bc", s) for s in sessions]
+    assert t.hold == pytest.approx(window_for(len(sessions), 0.01))
+    assert t.hold > 0.01
+    reader.feed_eof()
+    assert await received(t) == []
