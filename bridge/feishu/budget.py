@@ -31,6 +31,7 @@ the few lines of `Bucket`, the rest is the choice above, which no library offers
 
 from __future__ import annotations
 
+import heapq
 import itertools
 import math
 from collections import Counter, deque
@@ -180,7 +181,9 @@ class Scheduler:
         self._sends = Window(policy.sends_per_minute, 60.0)
         self._chats: dict[str, Bucket] = {}
         self._served: dict[str, float] = {}  # chat -> when it was last granted a call
-        self._waiting: list[Waiter] = []
+        # The waiting calls by API, in arrival order: under load most wait on an API with
+        # no token, and neither a grant nor the next wake-up need look at them one by one.
+        self._waiting: dict[str, list[Waiter]] = {}
         self._seq = itertools.count()
         self._last_shrink: dict[str, float] = {}  # API -> its last shrink
         self.usage = Usage()
@@ -257,12 +260,15 @@ class Scheduler:
 
     def offer(self, waiter: Waiter, now: float) -> list[Waiter]:
         """Queue `waiter`; every waiter that may go now (it among them, or not)."""
-        self._waiting.append(waiter)
+        self._waiting.setdefault(waiter.api, []).append(waiter)
         return self.grant(now)
 
     def withdraw(self, waiter: Waiter) -> None:
-        if waiter in self._waiting:
-            self._waiting.remove(waiter)
+        queue = self._waiting.get(waiter.api)
+        if queue is not None and waiter in queue:
+            queue.remove(waiter)
+            if not queue:
+                del self._waiting[waiter.api]
 
     def grant(self, now: float) -> list[Waiter]:
         """Take tokens for every waiter that may go now, in the order of the module doc."""
@@ -270,18 +276,39 @@ class Scheduler:
             return []
         total = self._total
         # Only waiters whose API has a token can go: under load most wait on an empty
-        # bucket, and the ranking sorts the few that can.
-        apis: dict[str, Bucket | None] = {}
-        for waiter in self._waiting:
-            if waiter.api not in apis:
-                bucket = self._api(waiter.api, now)
-                apis[waiter.api] = bucket if bucket.ready(now) else None
-        candidates = [(w, api) for w in self._waiting if (api := apis[w.api]) is not None]
+        # bucket, and only the few that can are ranked, best first, as far as tokens last.
+        ready: dict[str, Bucket] = {}
+        for name in self._waiting:
+            bucket = self._api(name, now)
+            if bucket.ready(now):
+                ready[name] = bucket
+        if not ready:
+            return []
+        # The order of the module doc: the lane (-1 for a hint past its deadline), the chat's
+        # last service, arrival.
+        served = self._served
+        never = -math.inf
+        ranked = [
+            (
+                -1 if now >= w.deadline else int(w.lane),
+                served.get(w.chat, never) if w.chat is not None else never,
+                w.seq,
+                w,
+            )
+            for name in ready
+            for w in self._waiting[name]
+        ]
+        heapq.heapify(ranked)  # (seq is unique: a waiter itself is never compared)
         granted: list[Waiter] = []
-        for waiter, api in sorted(candidates, key=lambda c: self._rank(c[0], now)):
+        while ranked and ready:
+            waiter = heapq.heappop(ranked)[3]
+            api = ready.get(waiter.api)
+            if api is None:
+                continue
             if total is not None and not total.ready(now):
                 break
             if not api.ready(now):
+                del ready[waiter.api]
                 continue
             if waiter.send and not self._sends.ready(now, SEND_SHARE[waiter.lane]):
                 continue
@@ -304,13 +331,13 @@ class Scheduler:
             self._count(waiter, now)
         if granted:
             gone = set(map(id, granted))
-            self._waiting = [w for w in self._waiting if id(w) not in gone]
+            for name in {w.api for w in granted}:
+                left = [w for w in self._waiting[name] if id(w) not in gone]
+                if left:
+                    self._waiting[name] = left
+                else:
+                    del self._waiting[name]
         return granted
-
-    def _rank(self, waiter: Waiter, now: float) -> tuple[int, float, int]:
-        lane = -1 if now >= waiter.deadline else int(waiter.lane)
-        served = self._served.get(waiter.chat, -math.inf) if waiter.chat is not None else -math.inf
-        return lane, served, waiter.seq
 
     def _count(self, waiter: Waiter, now: float) -> None:
         usage = self.usage
@@ -332,17 +359,16 @@ class Scheduler:
             self._total.refill(now)
             total_at = self._total.ready_at(now)
         best = math.inf
-        apis: dict[str, float] = {}
-        for waiter in self._waiting:
-            api_at = apis.get(waiter.api)
-            if api_at is None:
-                api_at = apis[waiter.api] = self._api(waiter.api, now).ready_at(now)
-            at = max(total_at, api_at)
-            if waiter.send:
-                at = max(at, self._sends.ready_at(now, SEND_SHARE[waiter.lane]))
+        for name, queue in self._waiting.items():
+            api_at = max(total_at, self._api(name, now).ready_at(now))
+            for waiter in queue:
+                if not waiter.send:
+                    best = min(best, api_at)  # as soon as any of the API's waiters
+                    break
+                at = max(api_at, self._sends.ready_at(now, SEND_SHARE[waiter.lane]))
                 if waiter.chat is not None:
                     at = max(at, self._chat(waiter.chat, now).ready_at(now))
-            best = min(best, at)
+                best = min(best, at)
         return best
 
     def _forget_idle(self, now: float) -> None:
@@ -360,7 +386,7 @@ class Scheduler:
     def state(self, now: float) -> dict[str, Any]:
         for api in list(self._apis):
             self._api(api, now)
-        waiting = Counter(w.lane.name.lower() for w in self._waiting)
+        waiting = Counter(w.lane.name.lower() for q in self._waiting.values() for w in q)
         recent = [t for t in self.usage.recent if t >= now - self.WINDOW]
         return {
             "rate": round(self.app_rate, 3),
