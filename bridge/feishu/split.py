@@ -50,8 +50,10 @@ def _char_cost(ch: str) -> int:
 
 
 def encoded_size(text: str) -> int:
-    """Bytes `text` occupies in a text message's request body."""
-    return sum(_char_cost(ch) for ch in utf8_safe(text))
+    """Bytes `text` occupies in a text message's request body (each character's
+    `_char_cost`, summed by the JSON encoder itself)."""
+    inner = json.dumps(utf8_safe(text), ensure_ascii=False)[1:-1]
+    return len(json.dumps(inner, ensure_ascii=False).encode("utf-8")) - 2
 
 
 def _is_extender(ch: str) -> bool:
@@ -136,6 +138,8 @@ def split_text(
     n = len(text)
     if n == 0:
         return []
+    if n <= max_chars and encoded_size(text) <= max_bytes:
+        return [text]  # the common case, without a Python step per character
     prefix = [0, *accumulate(_char_cost(ch) for ch in text)]
     closer_chars, closer_bytes = (len(_CLOSER), encoded_size(_CLOSER)) if balance_fences else (0, 0)
 

@@ -6,11 +6,14 @@ import json
 import random
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from bridge.feishu.split import (
     DEFAULT_MAX_BYTES,
     DEFAULT_MAX_CHARS,
     FEISHU_TEXT_BODY_LIMIT,
+    _char_cost,
     encoded_size,
     split_text,
 )
@@ -64,6 +67,14 @@ def test_encoded_size_matches_the_real_body() -> None:
     sample = 'say "hi"\n\\ 你好 😀 \x01\t'
     overhead = body_bytes("")
     assert encoded_size(sample) == body_bytes(sample) - overhead
+
+
+@given(st.text())
+def test_encoded_size_is_the_sum_of_each_characters_cost(text: str) -> None:
+    # The splitter bisects on per-character costs and takes its shortcut on encoded_size:
+    # the two must agree for any text, escapes and surrogates included.
+    safe = utf8_safe(text)
+    assert encoded_size(text) == sum(_char_cost(ch) for ch in safe)
 
 
 def test_prefers_paragraph_then_line_then_sentence() -> None:
