@@ -44,6 +44,9 @@ _T = TypeVar("_T")
 
 _CARDKIT = "cardkit:"  # marks the card id among the ids the store keeps for a card key
 _SEQUENCE_EPOCH = 1_767_225_600  # 2026-01-01; tenths of a second since then fit an int32
+# All live cards' changes together ask for at most this share of one API's budget (a card
+# change goes through the whole-update API or, under load, the element stream: two APIs).
+REFRESH_SHARE = 1.5
 
 
 @dataclass
@@ -98,13 +101,13 @@ class StatusCards:
             await self._finish(actor, card, work.view)
             return
         card.pending = work.view
-        wait = card.pushed_at + self._interval - asyncio.get_running_loop().time()
+        wait = card.pushed_at + self._spacing() - asyncio.get_running_loop().time()
         if wait <= 0 and not card.lock.locked():
             api = self._api_for(card)
             if self._may_now(api):
                 with paid(Lane.REFRESH, api):
                     await self._flush(actor, card, api)
-                wait = self._interval
+                wait = self._spacing()
         if card.pending is not None and (card.flusher is None or card.flusher.done()):
             name = f"status-card:{work.turn_id}"
             card.flusher = self._tasks.spawn(self._flush_later(actor, card, wait), name=name)
@@ -174,7 +177,18 @@ class StatusCards:
                     await self._flush(actor, card, api)
             if card.pending is None or self._cards.get(card.turn_id) is not card:
                 return
-            wait = card.pushed_at + self._interval - asyncio.get_running_loop().time()
+            wait = card.pushed_at + self._spacing() - asyncio.get_running_loop().time()
+
+    def _spacing(self) -> float:
+        """Least seconds between two changes of one card: the setting, or longer when so
+        many cards are live that together they would ask more than REFRESH_SHARE of one
+        API's budget. Each change costs about half a millisecond of CPU, and beyond that
+        share more calls only queue (at 200 cards: one change each every 3.3 s, inside the
+        5 s a card may go unchanged, bench/stream_bench.py)."""
+        if self._budget is None:
+            return self._interval
+        per_second = self._budget.scheduler.policy.app_per_second * REFRESH_SHARE
+        return max(self._interval, len(self._cards) / per_second)
 
     def _may_now(self, api: str) -> bool:
         """A refresh may go inline (its effect lane waits for it) only when the budget has
