@@ -62,6 +62,7 @@ class BatchedTransport:
         label: str = "agent",
     ) -> None:
         self._lines = lines
+        self._loop = asyncio.get_running_loop()  # made by the spawning coroutine
         self._window = window
         self.hold = window  # the window now, grown with the sessions streaming (window_for)
         self._tasks = TaskSupervisor(source=f"{label} transport")
@@ -90,7 +91,7 @@ class BatchedTransport:
                     error, self._error = self._error, None
                     raise error
                 return None
-            self._waiter = asyncio.get_running_loop().create_future()
+            self._waiter = self._loop.create_future()
             await self._waiter
         self.messages_out += 1
         return self._ready.popleft()
@@ -134,7 +135,7 @@ class BatchedTransport:
             self._held.add(key, message)
             self._flush()
             return
-        loop = asyncio.get_running_loop()
+        loop = self._loop
         if session not in self._holding and session not in self._recent:
             # The first word after a quiet spell goes on at once (a sign of life is never
             # late); other sessions' held updates may stay behind it, as in `merge`.
@@ -149,7 +150,7 @@ class BatchedTransport:
 
     def _flush(self) -> None:
         self._cancel_flush()
-        now = asyncio.get_running_loop().time()
+        now = self._loop.time()
         self._recent = {s: at for s, at in self._recent.items() if now - at < self.hold}
         self._recent.update(dict.fromkeys(self._holding, now))
         self._holding.clear()
