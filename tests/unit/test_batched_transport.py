@@ -196,3 +196,37 @@ async def test_many_sessions_streaming_hold_their_updates_longer_and_still_merge
     assert t.hold > 0.01
     reader.feed_eof()
     assert await received(t) == []
+
+
+def _prompt(request_id: int, session: str) -> dict[str, Any]:
+    params = {"sessionId": session, "prompt": []}
+    return {"jsonrpc": "2.0", "id": request_id, "method": "session/prompt", "params": params}
+
+
+async def test_the_answer_to_a_sessions_prompt_takes_only_that_sessions_held_updates() -> None:
+    reader = fed(eof=False)
+    t = transport(reader, window=60.0)  # held updates would wait a minute
+    await t.send(_prompt(7, "a"))
+    await t.send(_prompt(8, "b"))
+    answer = {"jsonrpc": "2.0", "id": 7, "result": {"stopReason": "end_turn"}}
+    stream = [chunk("1", "a"), chunk("x", "b"), chunk("2", "a"), chunk("y", "b"), chunk("3", "a")]
+    reader.feed_data(b"".join(map(line, [*stream, answer])))
+    async with asyncio.timeout(5):
+        got = [await t.receive() for _ in range(4)]
+    # The first of each goes at once; a's run behind it, then the answer. b's run stays
+    # held behind the answer (before, every session's held updates went ahead of it).
+    assert got == [chunk("1", "a"), chunk("x", "b"), chunk("23", "a"), answer]
+    reader.feed_eof()
+    assert await received(t) == [chunk("y", "b")]
+
+
+async def test_a_response_to_no_sessions_request_lets_everything_held_go_first() -> None:
+    reader = fed(eof=False)
+    t = transport(reader, window=60.0)
+    await t.send({"jsonrpc": "2.0", "id": 3, "method": "session/new", "params": {"cwd": "/"}})
+    answer = {"jsonrpc": "2.0", "id": 3, "result": {"sessionId": "c"}}
+    reader.feed_data(b"".join(map(line, [chunk("1", "a"), chunk("2", "a"), answer])))
+    async with asyncio.timeout(5):
+        assert [await t.receive() for _ in range(3)] == [chunk("1", "a"), chunk("2", "a"), answer]
+    reader.feed_eof()
+    assert await received(t) == []

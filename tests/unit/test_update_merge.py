@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from bridge.runtime.acp.merge import keyed, merge, merge_key
+from bridge.runtime.acp.merge import Merger, keyed, merge, merge_key, update_session
 from bridge.runtime.acp.normalize import turn_event
 from bridge.runtime.events import (
     MessageChunk,
@@ -264,3 +264,26 @@ def test_every_merged_message_is_one_the_sdk_accepts(stream: list[Any]) -> None:
         if any(message is original for original in stream):
             continue
         SessionNotification.model_validate(message["params"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.one_of(*(_updates(s) for s in SESSIONS)), max_size=40),
+    st.sampled_from(SESSIONS),
+)
+def test_taking_one_sessions_updates_first_shows_what_merging_them_all_shows(
+    stream: list[Any], first: str
+) -> None:
+    merger = Merger()
+    for key, message in keyed(stream):
+        merger.add(key, message)
+    taken = merger.take_session(first)
+    rest = merger.take()
+    assert all(update_session(m) == first for m in taken)
+    assert all(update_session(m) != first for m in rest)
+    # Sessions never share a turn: what each one shows, in its own order, is unchanged.
+    for session in SESSIONS:
+        mine = [v for v in visible([*taken, *rest]) if v[0] == "event" and v[2][0] == session]
+        theirs = [v for v in visible(stream) if v[0] == "event" and v[2][0] == session]
+        assert mine == theirs
+    assert visible([*taken, *rest])[-1] == visible(stream)[-1]  # the end state of all

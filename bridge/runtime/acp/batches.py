@@ -6,8 +6,12 @@ lines in bulk (`CappedLines`: the ceiling and the surrogate repair too), parses 
 SDK would (`decoded`), but holds the
 streaming updates for up to `window` seconds, so a run of one session's chunks reaches the
 connection as one merged notification (`merge.py`). Anything else (a request from the
-agent, a response, any other notification) is let through at once, with everything held
-before it: no request or answer ever waits for the window, and none overtakes an update.
+agent, a response, any other notification) is let through at once, with the held updates
+of its session before it (a request names its session; a response answers a request of
+the bridge's that did): no request or answer ever waits for the window, and none
+overtakes an update of its session. One of no known session lets everything held go
+first. Another session's held updates need not wait for it: sessions never share a turn,
+and 200 turns ending one by one would otherwise cut every other turn's window short.
 A session's first update after a quiet window goes on at once too (the first sign of life
 of a turn, or of a tool's result, is never held); what follows it within the window waits.
 The window grows when many sessions stream through one process (`window_for`).
@@ -71,6 +75,7 @@ class BatchedTransport:
         self._holding: set[str] = set()  # sessions with updates held
         self._recent: dict[str, float] = {}  # sessions let through within the window: when
         self._ready: deque[Any] = deque()
+        self._asked: dict[int | str, str] = {}  # the bridge's requests of a session: by id
         self._flush_at: asyncio.TimerHandle | None = None
         self._waiter: asyncio.Future[None] | None = None
         self._ended = False
@@ -80,6 +85,9 @@ class BatchedTransport:
         self._reader = self._tasks.create(self._read(), name=f"{label} stdout")
 
     async def send(self, message: dict[str, Any]) -> None:
+        asked = _session_asked(message)
+        if asked is not None:
+            self._asked[message["id"]] = asked
         await self._sender.send(message)
 
     async def receive(self) -> Any:
@@ -132,8 +140,17 @@ class BatchedTransport:
             return
         session = key[0] if key is not None else update_session(message)
         if session is None:  # a request, a response: never held, nothing passes it
-            self._held.add(key, message)
-            self._flush()
+            owner = self._owner(message)
+            if owner is None:  # of no session, or of one not known: everything goes first
+                self._held.add(key, message)
+                self._flush()
+                return
+            # Of one session (the answer to its prompt, a permission it asks): that
+            # session's held updates go first; the others' need not wait for it.
+            self._ready.extend(self._held.take_session(owner))
+            self._holding.discard(owner)
+            self._ready.append(message)
+            self._wake()
             return
         loop = self._loop
         if session not in self._holding and session not in self._recent:
@@ -147,6 +164,20 @@ class BatchedTransport:
         self._holding.add(session)
         if self._flush_at is None:
             self._flush_at = loop.call_later(self.hold, self._flush)
+
+    def _owner(self, message: Any) -> str | None:
+        """The session a request from the agent or a response to the bridge belongs to,
+        when it names one (a request) or answers a request that did (a response)."""
+        if type(message) is not dict or "id" not in message:
+            return None
+        if "method" in message:
+            params = message.get("params")
+            session = params.get("sessionId") if type(params) is dict else None
+            return session if type(session) is str else None
+        request_id = message["id"]
+        if type(request_id) not in (int, str):
+            return None
+        return self._asked.pop(request_id, None)
 
     def _flush(self) -> None:
         self._cancel_flush()
@@ -168,6 +199,15 @@ class BatchedTransport:
         waiter, self._waiter = self._waiter, None
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
+
+
+def _session_asked(message: dict[str, Any]) -> str | None:
+    """The session a request the bridge sends is about (`session/prompt`, `load`, …)."""
+    if "id" not in message or "method" not in message:
+        return None
+    params = message.get("params")
+    session = params.get("sessionId") if type(params) is dict else None
+    return session if type(session) is str else None
 
 
 def decoded(line: bytes) -> tuple[MergeKey | None, Any]:

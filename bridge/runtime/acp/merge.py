@@ -167,6 +167,27 @@ class Merger:
         self._open[key[0]] = run
         self._out.append(message)
 
+    def take_session(self, session_id: str) -> list[Any]:
+        """What was added for `session_id` since the last take, in order, runs merged; the
+        other sessions' messages stay, in their order."""
+        starts = {run.at: run for run in self._runs}
+        mine: list[Any] = []
+        rest: list[Any] = []
+        runs: list[_Run] = []
+        for at, message in enumerate(self._out):
+            run = starts.get(at)
+            owner = run.key[0] if run is not None else update_session(message)
+            if owner == session_id:
+                mine.append(run.merged() if run is not None and run.parts else message)
+                continue
+            if run is not None:
+                run.at = len(rest)
+                runs.append(run)
+            rest.append(message)
+        self._out, self._runs = rest, runs
+        self._open.pop(session_id, None)
+        return mine
+
     def take(self) -> list[Any]:
         """Everything added since the last `take`, in order, each run merged into its first
         place."""
