@@ -8,18 +8,18 @@ Feishu allows 10 changes a second per card; the caller throttles.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Awaitable
 from typing import Any, Final, Protocol
 from urllib.parse import quote
 
 from bridge.feishu.errors import ServerError
+from bridge.feishu.json_out import dumps
 
 CARDS: Final = "/open-apis/cardkit/v1/cards"
 
 
 def _card_json(card: dict[str, Any]) -> str:
-    return json.dumps(card, ensure_ascii=False, separators=(",", ":"))
+    return dumps(card)
 
 
 def _uuid(card_id: str, sequence: int) -> str:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -31,6 +30,7 @@ from bridge.feishu.errors import (
     check_response,
 )
 from bridge.feishu.http import FeishuHttp
+from bridge.feishu.json_out import dumps
 from bridge.feishu.pacer import CallBudget
 from bridge.feishu.resources import ResourceCalls
 from bridge.feishu.retry import RetryPolicy, retried
@@ -77,7 +77,7 @@ def message_uuid(base: str, part: int = 1) -> str:
 
 
 def _json(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    return dumps(value)
 
 
 def _data(body: dict[str, Any] | None) -> dict[str, Any]:

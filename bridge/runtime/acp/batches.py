@@ -2,19 +2,19 @@
 
 The SDK's own NDJSON transport reads each line with a `readuntil` of its own and hands it to
 the connection, which validates it and runs a task for it. This transport reads the same
-lines in bulk (`CappedLines`: the ceiling and the surrogate repair too), parses them as the
-SDK would (`decoded`), but holds the
-streaming updates for up to `window` seconds, so a run of one session's chunks reaches the
-connection as one merged notification (`merge.py`). Anything else (a request from the
-agent, a response, any other notification) is let through at once, with the held updates
-of its session before it (a request names its session; a response answers a request of
-the bridge's that did): no request or answer ever waits for the window, and none
-overtakes an update of its session. One of no known session lets everything held go
-first. Another session's held updates need not wait for it: sessions never share a turn,
-and 200 turns ending one by one would otherwise cut every other turn's window short.
-A session's first update after a quiet window goes on at once too (the first sign of life
-of a turn, or of a tool's result, is never held); what follows it within the window waits.
-The window grows when many sessions stream through one process (`window_for`).
+lines in bulk (`CappedLines`: the ceiling and the surrogate repair too) and parses them as
+the SDK would (`decoded`), but holds the streaming updates for up to `window` seconds, so a
+run of one session's chunks reaches the connection as one merged notification (`merge.py`).
+
+Anything else (a request from the agent, a response, any other notification) is let through
+at once, with the held updates of its session before it (a request names its session; a
+response answers a request of the bridge's that did): no request or answer ever waits for
+the window, and none overtakes an update of its session. One of no known session lets
+everything held go first. Another session's held updates need not wait: sessions never
+share a turn, and 200 turns ending one by one would otherwise cut every other turn's window
+short. A session's first update after a quiet window goes on at once too (the first sign
+of life of a turn, or of a tool's result, is never held); what follows it within the window
+waits. The window grows when many sessions stream through one process (`window_for`).
 
 `window=0` merges nothing: each message goes on as it is read.
 """
