@@ -18,10 +18,6 @@ from bridge.feishu.json_out import dumps
 CARDS: Final = "/open-apis/cardkit/v1/cards"
 
 
-def _card_json(card: dict[str, Any]) -> str:
-    return dumps(card)
-
-
 def _uuid(card_id: str, sequence: int) -> str:
     return f"{card_id[-32:]}-{sequence}"  # one change, whatever the retries
 
@@ -36,7 +32,7 @@ class CardKitCalls:
     """Mixed into FeishuClient, whose `_request` does the retries and the logging."""
 
     async def create_card(self: _Requests, card: dict[str, Any]) -> str:
-        body = {"type": "card_json", "data": _card_json(card)}
+        body = {"type": "card_json", "data": dumps(card)}
         data = await self._request("create_card", "POST", CARDS, body=body)
         card_id = (data.get("data") or {}).get("card_id")
         if not isinstance(card_id, str) or not card_id:
@@ -48,7 +44,7 @@ class CardKitCalls:
     ) -> None:
         path = f"{CARDS}/{quote(card_id, safe='')}"
         body = {
-            "card": {"type": "card_json", "data": _card_json(card)},
+            "card": {"type": "card_json", "data": dumps(card)},
             "sequence": sequence,
             "uuid": _uuid(card_id, sequence),
         }
@@ -66,7 +62,7 @@ class CardKitCalls:
     ) -> None:
         path = f"{CARDS}/{quote(card_id, safe='')}/settings"
         body = {
-            "settings": _card_json(settings),
+            "settings": dumps(settings),
             "sequence": sequence,
             "uuid": _uuid(card_id, sequence),
         }

@@ -76,10 +76,6 @@ def message_uuid(base: str, part: int = 1) -> str:
     return digest + suffix
 
 
-def _json(value: Any) -> str:
-    return dumps(value)
-
-
 def _data(body: dict[str, Any] | None) -> dict[str, Any]:
     data = body.get("data") if body else None
     return data if isinstance(data, dict) else {}
@@ -157,7 +153,7 @@ class FeishuClient(CardKitCalls, ResourceCalls, SpeechCalls):
         for number, part in self._parts(text):
             body = {
                 "msg_type": "text",
-                "content": _json({"text": part}),
+                "content": dumps({"text": part}),
                 "reply_in_thread": in_thread,
                 "uuid": message_uuid(uuid, number),
             }
@@ -170,7 +166,7 @@ class FeishuClient(CardKitCalls, ResourceCalls, SpeechCalls):
             body = {
                 "receive_id": chat_id,
                 "msg_type": "text",
-                "content": _json({"text": part}),
+                "content": dumps({"text": part}),
                 "uuid": message_uuid(uuid, number),
             }
             ids.append(await self._post_message("send_text", _MESSAGES, body, chat=True))
@@ -182,7 +178,7 @@ class FeishuClient(CardKitCalls, ResourceCalls, SpeechCalls):
         path = f"{_MESSAGES}/{quote(message_id, safe='')}/reply"
         body = {
             "msg_type": "interactive",
-            "content": _json(card),
+            "content": dumps(card),
             "reply_in_thread": in_thread,
             "uuid": message_uuid(uuid),
         }
@@ -194,7 +190,7 @@ class FeishuClient(CardKitCalls, ResourceCalls, SpeechCalls):
         path = f"{_MESSAGES}/{quote(message_id, safe='')}/reply"
         body = {
             "msg_type": "interactive",
-            "content": _json({"type": "card", "data": {"card_id": card_id}}),
+            "content": dumps({"type": "card", "data": {"card_id": card_id}}),
             "reply_in_thread": in_thread,
             "uuid": message_uuid(uuid),
         }
@@ -204,18 +200,18 @@ class FeishuClient(CardKitCalls, ResourceCalls, SpeechCalls):
         body = {
             "receive_id": chat_id,
             "msg_type": "interactive",
-            "content": _json(card),
+            "content": dumps(card),
             "uuid": message_uuid(uuid),
         }
         return await self._post_message("send_card", _MESSAGES, body, chat=True)
 
     async def update_card(self, message_id: str, card: dict[str, Any]) -> None:
         path = f"{_MESSAGES}/{quote(message_id, safe='')}"
-        await self._request("update_card", "PATCH", path, body={"content": _json(card)})
+        await self._request("update_card", "PATCH", path, body={"content": dumps(card)})
 
     async def edit_text(self, message_id: str, text: str) -> None:
         path = f"{_MESSAGES}/{quote(message_id, safe='')}"
-        body = {"msg_type": "text", "content": _json({"text": text})}
+        body = {"msg_type": "text", "content": dumps({"text": text})}
         await self._request("edit_text", "PUT", path, body=body)
 
     # --- reactions (best effort) ------------------------------------------------------
@@ -319,7 +315,7 @@ class FeishuClient(CardKitCalls, ResourceCalls, SpeechCalls):
         """One logical call: retried on 5xx / 429 / transport errors with the very same
         bytes, and logged once if it finally fails (code, msg, log_id; never the body)."""
         # utf8_safe: a lone surrogate in a card would otherwise fail to encode.
-        content = utf8_safe(_json(body)).encode("utf-8") if body is not None else None
+        content = utf8_safe(dumps(body)).encode("utf-8") if body is not None else None
         try:
             try:
                 return await self._call_once(method, path, params, content)

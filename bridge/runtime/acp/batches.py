@@ -171,9 +171,7 @@ class BatchedTransport:
         if type(message) is not dict or "id" not in message:
             return None
         if "method" in message:
-            params = message.get("params")
-            session = params.get("sessionId") if type(params) is dict else None
-            return session if type(session) is str else None
+            return _named_session(message)
         request_id = message["id"]
         if type(request_id) not in (int, str):
             return None
@@ -203,8 +201,11 @@ class BatchedTransport:
 
 def _session_asked(message: dict[str, Any]) -> str | None:
     """The session a request the bridge sends is about (`session/prompt`, `load`, …)."""
-    if "id" not in message or "method" not in message:
-        return None
+    return _named_session(message) if "id" in message and "method" in message else None
+
+
+def _named_session(message: dict[str, Any]) -> str | None:
+    """The `sessionId` a request's params name, if any."""
     params = message.get("params")
     session = params.get("sessionId") if type(params) is dict else None
     return session if type(session) is str else None

@@ -82,9 +82,8 @@ class CappedLines:
         tail = lines.pop()  # a line's start, or b"" when the data ends with a newline
         out: list[bytes] = []
         if lines and self._head:  # the line begun in earlier reads ends here
-            out.extend(self._whole(self._head_size + len(lines[0]), [*self._head, lines[0]]))
-            self._head.clear()
-            self._head_size = 0
+            pieces, size = self._take_head()
+            out.extend(self._whole(size + len(lines[0]), [*pieces, lines[0]]))
             del lines[0]
         self._keep_head(tail)
         repair = may_hold_surrogate(data)  # every line left lies within this read
@@ -106,9 +105,7 @@ class CappedLines:
         if not tail:
             return
         if self._head_size + len(tail) > self._cap:
-            self._skipping = self._head_size + len(tail)
-            self._head.clear()
-            self._head_size = 0
+            self._skipping = self._take_head()[1] + len(tail)
             return
         self._head.append(tail)
         self._head_size += len(tail)
@@ -118,10 +115,14 @@ class CappedLines:
             self._dropped(self._skipping)
             self._skipping = None
             return []
-        pieces, size = list(self._head), self._head_size
-        self._head.clear()
-        self._head_size = 0
+        pieces, size = self._take_head()
         return self._whole(size, pieces) if pieces else []
+
+    def _take_head(self) -> tuple[list[bytes], int]:
+        """The pieces of the line begun and their size; none held after."""
+        pieces, size = self._head, self._head_size
+        self._head, self._head_size = [], 0
+        return pieces, size
 
     def _dropped(self, size: int) -> None:
         log.warning("%s: dropped a stdout line of %d bytes (over the cap)", self._label, size)
