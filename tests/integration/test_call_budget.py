@@ -33,12 +33,14 @@ def _settings(style: str, believed: float) -> dict[str, object]:
     }
 
 
-async def _stream_everywhere(stack: Stack) -> list[str]:
+async def _stream_everywhere(stack: Stack, pause_ms: int = 20) -> list[str]:
+    """Each chat's turn streams ANSWER in 60 chunks, `pause_ms` apart."""
     emu: FeishuEmulator = stack.emu
     emu.set_rate_limits(app_per_second=APP, chat_per_second=CHAT)
     chats = [emu.open_chat("p2p", user_open_id=f"ou_user_{n}") for n in range(CHATS)]
+    script = f"tool Build\nstream 60 {pause_ms}\ntool Check"
     for chat in chats:
-        await emu.send_user_message("tool Build\nstream 60 20\ntool Check", chat_id=chat)
+        await emu.send_user_message(script, chat_id=chat)
     await stack.settled(within=120.0)
     return chats
 
@@ -158,11 +160,7 @@ async def test_many_live_cards_space_their_changes_to_what_the_budget_carries(
     Every answer still arrives exact, with no 429."""
     async with running_stack(tmp_path, settings=_settings("card", 1.0)) as stack:
         emu: FeishuEmulator = stack.emu
-        emu.set_rate_limits(app_per_second=APP, chat_per_second=CHAT)
-        chats = [emu.open_chat("p2p", user_open_id=f"ou_user_{n}") for n in range(CHATS)]
-        for chat in chats:
-            await emu.send_user_message("tool Build\nstream 60 50\ntool Check", chat_id=chat)
-        await stack.settled(within=120.0)
+        chats = await _stream_everywhere(stack, pause_ms=50)
         assert [c for c in chats if not _answer_shown(stack, c, "card")] == []
         changes: dict[str, list[float]] = {}
         for call in emu.calls("/open-apis/cardkit/v1/cards/", method="PUT"):
