@@ -174,7 +174,11 @@ class StatusCards:
                 # The token first, then the view: however long the refresh waited for its
                 # turn in the app's budget, it shows the newest view.
                 async with self._budget.ahead(Lane.REFRESH, api):
-                    await self._flush(actor, card, api)
+                    # A view that came meanwhile may have changed the card inline (show)
+                    # while this waited for its token: the spacing runs from that change.
+                    now = asyncio.get_running_loop().time()
+                    if now >= card.pushed_at + self._spacing():
+                        await self._flush(actor, card, api)
             if card.pending is None or self._cards.get(card.turn_id) is not card:
                 return
             wait = card.pushed_at + self._spacing() - asyncio.get_running_loop().time()

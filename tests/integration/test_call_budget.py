@@ -160,7 +160,7 @@ async def test_many_live_cards_space_their_changes_to_what_the_budget_carries(
     Every answer still arrives exact, with no 429."""
     async with running_stack(tmp_path, settings=_settings("card", 1.0)) as stack:
         emu: FeishuEmulator = stack.emu
-        chats = await _stream_everywhere(stack, pause_ms=50)
+        chats = await _stream_everywhere(stack, pause_ms=80)
         assert [c for c in chats if not _answer_shown(stack, c, "card")] == []
         changes: dict[str, list[float]] = {}
         for call in emu.calls("/open-apis/cardkit/v1/cards/", method="PUT"):
