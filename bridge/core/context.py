@@ -5,12 +5,23 @@ from __future__ import annotations
 from typing import Any, TypeVar
 
 from bridge.core import presence
+from bridge.core.delivery import Lane, Line, Terms, line_terms, plain_terms
 from bridge.core.effects import (
     ClearTimer,
     Dropped,
+    EditText,
     Effect,
+    PostApprovalCard,
+    PostQuestion,
     PostText,
+    React,
+    RelayAgentText,
+    SendFile,
     SetTimer,
+    ShowDiffs,
+    ShowStatusCard,
+    UpdateApprovalCard,
+    UpdateQuestionCard,
 )
 from bridge.core.presence import Timings
 from bridge.core.state import (
@@ -57,7 +68,10 @@ class StepContext:
         self.conv = evolve(self.conv, {"turn": evolve(self.turn, changes)})
 
     def emit(self, *effects: Effect) -> None:
-        self.out.extend(effects)
+        key = self.conv.key
+        for effect in effects:
+            terms = terms_for(effect, key)
+            self.out.append(effect if terms is None else _with_terms(effect, terms))
 
     def drop(self, event: object, reason: str) -> None:
         self.drop_input(type(event).__name__, reason)
@@ -71,11 +85,14 @@ class StepContext:
         self.update_turn(seq=seq)
         return f"{self.turn.turn_id}:{kind}:{seq}"
 
-    def say(self, key: str, params: Params | None = None, *, kind: str) -> None:
+    def say(
+        self, key: str, params: Params | None = None, *, kind: str, line: Line = Line.SYSTEM
+    ) -> None:
         """A status line for the current turn, in reply to the message it answers."""
         idem = self.post_key(kind)
         turn = self.turn
-        self.emit(PostText(key, dict(params or {}), turn.message_id, idem, turn_id=turn.turn_id))
+        tid = turn.turn_id
+        self.emit(PostText(key, dict(params or {}), turn.message_id, idem, turn_id=tid, line=line))
         self.update_turn(last_posted_at=self.now)
 
     def sync_timers(self) -> None:
@@ -88,3 +105,37 @@ class StepContext:
                 self.out.append(SetTimer(name, want[name]))
         timers = tuple((n, want[n]) for n in presence.TIMER_ORDER if n in want)
         self.update(timers=timers)
+
+
+def terms_for(effect: Effect, key: str) -> Terms | None:
+    """How an effect that reaches Feishu is delivered (see `delivery.py`); None for the
+    rest, and for one whose terms were set where it was made."""
+    match effect:
+        case PostText(line=line, final=final, turn_id=turn_id, terms=None):
+            return line_terms(line, key, turn_id, final=final)
+        case RelayAgentText(final=final, turn_id=turn_id, terms=None):
+            return plain_terms(Lane.ENDING if final else Lane.ANSWER, key, turn_id)
+        case ShowStatusCard(final=final, terms=None):
+            # The first post is the turn's hint; its refreshes take the refresh lane.
+            return plain_terms(Lane.ENDING if final else Lane.HINT, key)
+        case React(terms=None):
+            return plain_terms(Lane.HINT, key)
+        case (
+            PostApprovalCard(terms=None)
+            | PostQuestion(terms=None)
+            | UpdateApprovalCard(terms=None)
+            | UpdateQuestionCard(terms=None)
+        ):
+            return plain_terms(Lane.CARD, key)
+        case EditText(terms=None) | SendFile(terms=None) | ShowDiffs(terms=None):
+            return plain_terms(Lane.ANSWER, key)
+    return None
+
+
+def _with_terms(effect: Effect, terms: Terms) -> Effect:
+    # A copy of a fresh frozen value with one more field: `replace` without its per-field
+    # introspection (emit runs for every effect of every step).
+    new = object.__new__(type(effect))
+    new.__dict__.update(effect.__dict__)
+    new.__dict__["terms"] = terms
+    return new

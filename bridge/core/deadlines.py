@@ -9,6 +9,7 @@ from dataclasses import replace
 
 from bridge.core import presence, status_card
 from bridge.core.context import StepContext
+from bridge.core.delivery import Line
 from bridge.core.effects import (
     CardStatus,
     Dropped,
@@ -40,10 +41,12 @@ def _stale(ctx: StepContext) -> None:
     ctx.update(state=ExecState.STALE)
     silent = format_elapsed(ctx.now - turn.last_activity_at)
     if turn.activity is None:
-        ctx.say("presence.stale_no_activity", {"silent": silent}, kind="stale")
+        ctx.say("presence.stale_no_activity", {"silent": silent}, kind="stale", line=Line.HINT)
     else:
         activity = presence.activity_text(turn.activity)
-        ctx.say("presence.stale", {"silent": silent, "activity": activity}, kind="stale")
+        ctx.say(
+            "presence.stale", {"silent": silent, "activity": activity}, kind="stale", line=Line.HINT
+        )
 
 
 def _stale_limit(ctx: StepContext) -> None:
@@ -59,7 +62,7 @@ def _stale_limit(ctx: StepContext) -> None:
 
 def _cancel_notice(ctx: StepContext) -> None:
     ctx.update_turn(stopping_said=True)
-    ctx.say("presence.stopping", kind="stopping")
+    ctx.say("presence.stopping", kind="stopping", line=Line.HINT)
 
 
 def _cancel_limit(ctx: StepContext) -> None:
@@ -118,7 +121,7 @@ def _approval_reminder(ctx: StepContext) -> None:
     )
     ctx.update(approvals=approvals)
     remaining = format_elapsed(first + ctx.timings.approval_timeout - ctx.now, round_up=True)
-    ctx.say("presence.approval_reminder", {"remaining": remaining}, kind="remind")
+    ctx.say("presence.approval_reminder", {"remaining": remaining}, kind="remind", line=Line.PAUSE)
 
 
 def _reply_reminder(ctx: StepContext) -> None:
@@ -127,7 +130,7 @@ def _reply_reminder(ctx: StepContext) -> None:
     ctx.update(question=replace(question, reminder_sent=True))
     left = question.asked_at + ctx.timings.approval_timeout - ctx.now
     remaining = format_elapsed(left, round_up=True)
-    ctx.say("presence.reply_reminder", {"remaining": remaining}, kind="remind")
+    ctx.say("presence.reply_reminder", {"remaining": remaining}, kind="remind", line=Line.PAUSE)
 
 
 def _drain_timeout(ctx: StepContext) -> None:
@@ -152,7 +155,7 @@ def _first_hint(ctx: StepContext) -> None:
     if status_card.in_card_style(ctx):
         status_card.show(ctx)  # the card appears, saying it works and for how long
     else:
-        ctx.say("presence.running_hint", kind="hint")
+        ctx.say("presence.running_hint", kind="hint", line=Line.HINT)
     ctx.update_turn(first_hint_sent=True)
 
 
@@ -161,7 +164,7 @@ def _heartbeat(ctx: StepContext) -> None:
         status_card.show(ctx)  # its elapsed time moves on; no line in the chat
     else:
         elapsed = format_elapsed(ctx.now - ctx.turn.started_at)
-        ctx.say("presence.heartbeat", {"elapsed": elapsed}, kind="heartbeat")
+        ctx.say("presence.heartbeat", {"elapsed": elapsed}, kind="heartbeat", line=Line.HINT)
     ctx.update_turn(first_hint_sent=True)
 
 

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from bridge.core.delivery import Line, Supersede, Terms
 from bridge.core.state import Attachment, Ending, Outcome, ToolLine
 from bridge.core.text import Params, Text
 from bridge.runtime.events import PermissionOption, PlanEntry, QuestionOption
@@ -77,6 +78,8 @@ class PostText:
     final: bool = False  # this is the turn's end signal
     turn_id: str | None = None  # None: a line outside any turn (refusal, command answer)
     footer: Text | None = None  # a last line under it (the usage footer)
+    line: Line = field(default=Line.SYSTEM, compare=False)  # what the line is for
+    terms: Terms | None = field(default=None, compare=False, repr=False)  # set by the core
 
 
 @dataclass(frozen=True)
@@ -87,6 +90,7 @@ class EditText:
     posted_key: str
     key: str
     params: Params
+    terms: Terms | None = field(default=None, compare=False, repr=False)  # set by the core
 
 
 @dataclass(frozen=True)
@@ -99,6 +103,7 @@ class RelayAgentText:
     final: bool = False
     turn_id: str | None = None
     footer: Text | None = None  # a last line under it (the usage footer)
+    terms: Terms | None = field(default=None, compare=False, repr=False)  # set by the core
 
 
 class CardPhase(StrEnum):
@@ -137,6 +142,7 @@ class ShowStatusCard:
     view: CardView
     final: bool = False
     existing_only: bool = False
+    terms: Terms | None = field(default=None, compare=False, repr=False)  # set by the core
 
 
 @dataclass(frozen=True)
@@ -144,6 +150,7 @@ class React:
     """The one ack reaction on a user's message; performed ahead of queued posts."""
 
     message_id: str
+    terms: Terms | None = field(default=None, compare=False, repr=False)  # set by the core
 
 
 @dataclass(frozen=True)
@@ -165,6 +172,7 @@ class PostApprovalCard:
     requester: str
     reply_to: str
     idempotency_key: str
+    terms: Terms | None = field(default=None, compare=False, repr=False)  # set by the core
 
 
 class CardStatus(StrEnum):
@@ -188,6 +196,7 @@ class UpdateApprovalCard:
     by: str | None = None  # open id of who decided
     option: PermissionOption | None = None  # the chosen option
     patch: bool = True
+    terms: Terms | None = field(default=None, compare=False, repr=False)  # set by the core
 
 
 @dataclass(frozen=True)
@@ -200,6 +209,7 @@ class PostQuestion:
     requester: str
     reply_to: str
     idempotency_key: str
+    terms: Terms | None = field(default=None, compare=False, repr=False)  # set by the core
 
 
 @dataclass(frozen=True)
@@ -212,6 +222,7 @@ class UpdateQuestionCard:
     by: str | None = None
     answers: Mapping[str, str] = field(default_factory=dict)
     patch: bool = True  # False: the callback answer already replaced the card
+    terms: Terms | None = field(default=None, compare=False, repr=False)  # set by the core
 
 
 class Toast(StrEnum):
@@ -293,6 +304,7 @@ class SendFile:
     reply_to: str
     path: str  # as asked: relative to the conversation's folder, or absolute
     idempotency_key: str
+    terms: Terms | None = field(default=None, compare=False, repr=False)  # set by the core
 
 
 @dataclass(frozen=True)
@@ -301,6 +313,7 @@ class ShowDiffs:
 
     message_id: str
     diffs: tuple[tuple[str, str], ...]
+    terms: Terms | None = field(default=None, compare=False, repr=False)  # set by the core
 
 
 @dataclass(frozen=True)
@@ -396,5 +409,6 @@ Effect = (
     | SendFile
     | ShowDiffs
     | RecordTerminal
+    | Supersede
     | Dropped
 )

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from bridge.core import status_card
 from bridge.core.context import StepContext
+from bridge.core.delivery import Line, Supersede, presence_group
 from bridge.core.effects import (
     AbandonTurn,
     AnswerPermission,
@@ -51,7 +52,10 @@ def start_turn(
     ctx.update(turn=turn, state=ExecState.WAITING_RESPONSE, diffs=())
     if announce and ctx.conv.options.received_text:
         key = f"{message_id}:received"
-        ctx.emit(PostText("presence.received", {}, message_id, key, turn_id=turn.turn_id))
+        received = Line.RECEIVED
+        ctx.emit(
+            PostText("presence.received", {}, message_id, key, turn_id=turn.turn_id, line=received)
+        )
     ctx.emit(StartTurn(turn.turn_id, text, ctx.conv.session_id, attachments))
 
 
@@ -205,6 +209,8 @@ def finish(
     final_outcome = ctx.turn.outcome or outcome
     final_ending = ctx.turn.ending or ending
     ctx.emit(RecordTerminal(turn.turn_id, final_outcome, final_ending, detail))
+    # "Still working" and "your turn" of this turn are untrue from now on, wherever they wait.
+    ctx.emit(Supersede((presence_group(tid),)))
     ctx.update_turn(
         outcome=final_outcome,
         ending=final_ending,

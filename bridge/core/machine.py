@@ -21,6 +21,7 @@ from bridge.core.clicks import (
 from bridge.core.config_lines import config_lines, mode_lines
 from bridge.core.context import StepContext
 from bridge.core.deadlines import on_clock
+from bridge.core.delivery import Line
 from bridge.core.effects import (
     AskConfig,
     AskModes,
@@ -285,7 +286,7 @@ def _on_command(ctx: StepContext, cmd: Command) -> None:
             # In a group, a bystander must not cut another person's round.
             ctx.emit(PostText("command.not_yours", {}, mid, f"{mid}:{cmd.name.value}"))
         case CommandName.STOP if ctx.conv.state is ExecState.CANCELLING:
-            ctx.emit(PostText("presence.stopping", {}, mid, f"{mid}:stop"))
+            ctx.emit(PostText("presence.stopping", {}, mid, f"{mid}:stop", line=Line.HINT))
         case CommandName.STOP:
             if not stop_running(ctx, confirm=True):
                 ctx.emit(PostText("command.stop_idle", {}, mid, f"{mid}:stop"))

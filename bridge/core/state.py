@@ -221,6 +221,7 @@ class Options:
 @dataclass(frozen=True)
 class Conversation:
     state: ExecState = ExecState.IDLE
+    key: str = ""  # `<chat>` or `<chat>:<thread>`: where its posts go
     session_id: str | None = None  # the agent session bound to this conversation
     turn: Turn | None = None
     approvals: tuple[PendingApproval, ...] = ()

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 
 from bridge.core.context import StepContext
+from bridge.core.delivery import Line
 from bridge.core.effects import CardPhase, CardView, PostText, RelayAgentText, ShowStatusCard
 from bridge.core.inputs import StatusCardFailed
 from bridge.core.state import ExecState, PresenceStyle, ToolLine, Turn
@@ -177,4 +178,4 @@ def on_card_failed(ctx: StepContext, event: StatusCardFailed) -> None:
         ctx.emit(RelayAgentText(moved, turn.message_id, idem, turn_id=turn.turn_id))
         ctx.update_turn(card_text="")
     if ctx.conv.state in (ExecState.WAITING_RESPONSE, ExecState.STREAMING):
-        ctx.say("presence.running_hint", kind="hint")
+        ctx.say("presence.running_hint", kind="hint", line=Line.HINT)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from bridge.core import presence, status_card
 from bridge.core.context import StepContext
+from bridge.core.delivery import Line
 from bridge.core.effects import (
     AnswerPermission,
     AnswerQuestion,
@@ -236,7 +237,8 @@ def show_progress(ctx: StepContext, line: ProgressLine) -> None:
         idem = ctx.post_key("progress")
         turn = ctx.turn
         key, params = line.key, dict(line.params)
-        ctx.emit(PostText(key, params, turn.message_id, idem, turn_id=turn.turn_id))
+        tid = turn.turn_id
+        ctx.emit(PostText(key, params, turn.message_id, idem, turn_id=tid, line=Line.PROGRESS))
     now = ctx.now
     ctx.update_turn(
         visible=True,
@@ -288,7 +290,7 @@ def _on_permission(ctx: StepContext, event: PermissionRequested) -> None:
         full: Params = {"length": len(command), "command": command}
         ctx.say("card.approval.full_command", full, kind="command")
     if entering:
-        ctx.say("presence.waiting_approval", kind="wait")
+        ctx.say("presence.waiting_approval", kind="wait", line=Line.PAUSE)
     status_card.refresh(ctx)
 
 
@@ -328,7 +330,7 @@ def _on_question(ctx: StepContext, event: QuestionAsked) -> None:
     state = ExecState.WAITING_APPROVAL if conv.approvals else ExecState.WAITING_REPLY
     ctx.update(question=question, state=state)
     ctx.update_turn(last_activity_at=ctx.now, pending_progress=None, visible=True)
-    ctx.say("presence.waiting_reply", kind="wait")
+    ctx.say("presence.waiting_reply", kind="wait", line=Line.PAUSE)
     status_card.refresh(ctx)
 
 

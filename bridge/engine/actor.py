@@ -17,6 +17,7 @@ from typing import Any
 
 from bridge.clock import Clock
 from bridge.core import Conversation, Timings, snapshot, step
+from bridge.core.delivery import Lane, Supersede, Terms, plain_terms
 from bridge.core.effects import (
     AnswerCallback,
     ClearTimer,
@@ -110,6 +111,13 @@ _TO_FEISHU = (
 )
 
 
+def terms_of(actor: ConversationActor, work: Work) -> Terms:
+    """The terms the core gave `work`; for one made outside a step (a test, a replay), those
+    of a post that must reach the conversation's chat."""
+    terms: Terms | None = getattr(work, "terms", None)
+    return terms if terms is not None else plain_terms(Lane.ANSWER, actor.key)
+
+
 def shown(work: Work) -> bool:
     """Whether `work` goes on the shown lane (what a user sees, and the turn's record)."""
     return isinstance(work, _TO_FEISHU)
@@ -129,7 +137,6 @@ class ConversationActor:
     ) -> None:
         self.key = key
         self.conv = conv
-        self.in_thread = False
         self._timings = timings
         self._clock = clock
         self._perform = perform
@@ -145,6 +152,14 @@ class ConversationActor:
         # need not write the record again (outbox.py).
         self.owed_at: dict[str, float] = {}
         self._watchers: list[asyncio.Future[None]] = []  # `next_shown`'s waiters
+        # Supersession (core/delivery.py): each queued work's place in the order it was fed,
+        # and the latest place at which each group was superseded, always (`_moot`) or
+        # while the budget is short (`_news`). Forgotten when nothing is left to perform.
+        self._fed = 0
+        self._place: dict[str, int] = {}  # a droppable work's idempotency key -> its place
+        self._moot: dict[str, int] = {}
+        self._news: dict[str, int] = {}
+        self._performing = 0
         self._timers = Timers(clock, self._timer_fired)
         self._tasks = tasks
         self._idle = asyncio.Event()
@@ -161,6 +176,10 @@ class ConversationActor:
                 self._timers.set(effect.name, effect.at)
             elif isinstance(effect, ClearTimer):
                 self._timers.clear(effect.name)
+            elif isinstance(effect, Supersede):
+                self._fed += 1
+                for group in effect.groups:
+                    self._moot[group] = self._fed
             elif isinstance(effect, Dropped):
                 log.info(
                     "dropped %s in %s: %s (turn %s)",
@@ -180,6 +199,9 @@ class ConversationActor:
         self.feed(TimerFired(name))
 
     def enqueue(self, work: Work) -> None:
+        terms: Terms | None = getattr(work, "terms", None)
+        if terms is not None and not isinstance(work, Owe):
+            self._place_of(work, terms)
         lane = self._shown if shown(work) else self._work
         (lane.acks if isinstance(work, React) else lane.queue).append(work)
         if lane is self._shown and self._watchers:
@@ -193,11 +215,35 @@ class ConversationActor:
                 self._run(lane), name=f"perform:{lane.name}:{self.key}", while_draining=True
             )
 
+    def _place_of(self, work: Work, terms: Terms) -> None:
+        self._fed += 1
+        if terms.group is not None:
+            self._place[getattr(work, "idempotency_key", "")] = self._fed
+            if terms.presence:  # a newer one of its group: the older are untrue now
+                self._moot[terms.group] = self._fed
+        for group in terms.news_for:
+            self._news[group] = self._fed
+
+    def superseded(self, work: Work, *, short: bool) -> bool:
+        """Whether something fed after `work` made it moot (its terms say what may): always,
+        or (`short`) while the call budget is short."""
+        terms: Terms | None = getattr(work, "terms", None)
+        if terms is None or terms.group is None:
+            return False
+        place = self._place.get(getattr(work, "idempotency_key", ""))
+        if place is None:
+            return False
+        group = terms.group
+        if self._moot.get(group, 0) > place:
+            return True
+        return short and self._news.get(group, 0) > place
+
     # -- performing --------------------------------------------------------------------------
 
     async def _run(self, lane: _Lane) -> None:
         while lane:
             work = lane.take()
+            self._performing += 1
             try:
                 await self._perform(self, work)
             except asyncio.CancelledError:
@@ -206,7 +252,14 @@ class ConversationActor:
                 # A failed effect is logged and skipped: one bad call must not stall the
                 # conversation (the Feishu client already retried what can be retried).
                 log.exception("effect %s failed in %s", type(work).__name__, self.key)
+            finally:
+                self._performing -= 1
+                if self._place:
+                    self._place.pop(getattr(work, "idempotency_key", ""), None)
         if not (self._shown or self._work):
+            if not self._performing:
+                self._moot.clear()
+                self._news.clear()
             self._idle.set()
 
     def next_shown(self) -> asyncio.Future[None]:

@@ -11,10 +11,11 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from functools import partial
-from typing import TypeVar
+from typing import Any, TypeVar
 
+from bridge.core.delivery import Lane, Terms, where
 from bridge.engine.actor import ConversationActor
-from bridge.engine.delivery import FeishuGate
+from bridge.engine.delivery import FeishuGate, Moot
 from bridge.feishu.api import FeishuApi
 from bridge.feishu.errors import MESSAGE_RECALLED, BusinessError
 from bridge.feishu.markup import neutralize_mentions
@@ -32,27 +33,48 @@ Mark = tuple[str, list[str]]
 
 @dataclass(frozen=True)
 class Owing:
-    """What the store keeps of a post until Feishu takes it: enough to make it again."""
+    """What the store keeps of a post until Feishu takes it: enough to make it again, with
+    the terms the core gave it (where it goes, its lane, whether it is worth saying late)."""
 
+    terms: Terms
     turn_id: str | None = None
     final: bool = False  # the turn's end signal
     outcome: str = ""  # the turn's outcome, when final (a restart ends the turn with it)
     since: float | None = None  # first owed at, when recorded already (work lane, or restart)
 
-    key: str = ""  # a line's text key (a presence line is not worth delivering late)
-
     def payload(self, op: str, reply_to: str, text: str) -> str:
+        terms = self.terms
         return json.dumps(
             {
                 "op": op,
                 "reply_to": reply_to,
                 "text": text,
-                "key": self.key,
                 "final": self.final,
                 "outcome": self.outcome,
+                "lane": int(terms.lane),
+                "chat": terms.chat,
+                "in_thread": terms.in_thread,
+                "presence": terms.presence,
             },
             ensure_ascii=False,
         )
+
+    @classmethod
+    def of_payload(
+        cls, payload: dict[str, Any], turn_id: str | None, since: float, key: str
+    ) -> Owing:
+        """A post owed before a restart. A record written before the terms were kept with
+        it goes where its conversation's posts go, and must be delivered."""
+        chat, in_thread = where(key)
+        terms = Terms(
+            Lane(int(payload.get("lane", Lane.ANSWER))),
+            str(payload.get("chat", chat)),
+            bool(payload.get("in_thread", in_thread)),
+            presence=bool(payload.get("presence", False)),
+        )
+        final = bool(payload.get("final"))
+        outcome = str(payload.get("outcome") or "")
+        return cls(terms, turn_id, final, outcome, since)
 
 
 class Answers:
@@ -71,17 +93,24 @@ class Answers:
         text: str,
         idem: str,
         *,
+        owing: Owing,
         fresh: bool = False,
         hold: bool = False,
-        owing: Owing | None = None,
+        moot: Moot | None = None,
     ) -> Mark | None:
         """A line (or a plain answer) as text messages. `fresh`: its turn began in this
         process, so nothing of it went out before a restart and the outbox need not be read
         (each post of a turn has its own key). `hold`: the outbox mark is returned, not
-        written; the caller writes it (with the turn's end, in one transaction)."""
+        written; the caller writes it (with the turn's end, in one transaction). `moot`:
+        asked before each try; a post it finds moot raises `Superseded`."""
         if fresh or not await self._already_sent(idem):
             since = await self.owe(actor, idem, owing, "text", reply_to, text)
-            ids = await self._delivered(lambda: self._send_text(actor, reply_to, text, idem), since)
+            terms = owing.terms
+
+            def send() -> Awaitable[list[str]]:
+                return self._send_text(terms, reply_to, text, idem)
+
+            ids = await self.gate.attempt(send, owed_since=since, moot=moot)
             return await self._marked(idem, ids, hold)
         return None
 
@@ -89,13 +118,12 @@ class Answers:
         self,
         actor: ConversationActor,
         idem: str,
-        owing: Owing | None,
+        owing: Owing,
         op: str,
         reply_to: str,
         text: str,
     ) -> float:
         """Record the post before its first try; when it was first owed."""
-        owing = owing or Owing()
         if owing.since is not None:
             return owing.since  # owed before a restart: the record is there
         now = self._clock()
@@ -112,18 +140,16 @@ class Answers:
         await self._store.mark_sent(idem, ids, self._clock())
         return None
 
-    async def _send_text(
-        self, actor: ConversationActor, reply_to: str, text: str, idem: str
-    ) -> list[str]:
+    async def _send_text(self, terms: Terms, reply_to: str, text: str, idem: str) -> list[str]:
         # Agent words and tool titles are data: they never mention anyone.
         safe = neutralize_mentions(text)
         try:
-            ids = await self.feishu.reply_text(reply_to, safe, uuid=idem, in_thread=actor.in_thread)
+            ids = await self.feishu.reply_text(reply_to, safe, uuid=idem, in_thread=terms.in_thread)
         except BusinessError as exc:
             if exc.code != MESSAGE_RECALLED:
                 raise
             # The user took that message back: the line goes to the chat itself instead.
-            ids = await self.feishu.send_text(_chat_of(actor), safe, uuid=f"{idem}:chat")
+            ids = await self.feishu.send_text(terms.chat, safe, uuid=f"{idem}:chat")
         return ids
 
     async def post_answer(
@@ -133,18 +159,20 @@ class Answers:
         text: str,
         idem: str,
         *,
+        owing: Owing,
         fresh: bool = False,
         hold: bool = False,
-        owing: Owing | None = None,
+        moot: Moot | None = None,
     ) -> Mark | None:
         """The agent's answer: rich cards when it has Markdown, else text (`fresh`, `hold`,
-        `owing`: as in `post_text`)."""
+        `owing`, `moot`: as in `post_text`)."""
         if not fresh and await self._already_sent(idem):
             return None
         since = await self.owe(actor, idem, owing, "answer", reply_to, text)
+        terms = owing.terms
 
         def as_text() -> Awaitable[list[str]]:
-            return self._delivered(lambda: self._send_text(actor, reply_to, text, idem), since)
+            return self._delivered(lambda: self._send_text(terms, reply_to, text, idem), since)
 
         parts = answer_parts(text)
         if parts is None or len(parts) > MAX_CARDS:
@@ -153,7 +181,7 @@ class Answers:
         try:
             for number, part in enumerate(parts):
                 # Each part its own idempotency key: a retry after a crash sends only the rest.
-                send = partial(self._card, actor, reply_to, answer_card(part), f"{idem}:md{number}")
+                send = partial(self._card, terms, reply_to, answer_card(part), f"{idem}:md{number}")
                 ids.append(await self._delivered(send, since))
         except BusinessError as exc:
             if ids:
@@ -162,24 +190,18 @@ class Answers:
             return await self._marked(idem, await as_text(), hold)
         return await self._marked(idem, ids, hold)
 
-    async def _card(
-        self, actor: ConversationActor, reply_to: str, card: dict[str, object], uuid: str
-    ) -> str:
+    async def _card(self, terms: Terms, reply_to: str, card: dict[str, object], uuid: str) -> str:
         try:
             return await self.feishu.reply_card(
-                reply_to, card, uuid=uuid, in_thread=actor.in_thread
+                reply_to, card, uuid=uuid, in_thread=terms.in_thread
             )
         except BusinessError as exc:
             if exc.code != MESSAGE_RECALLED:
                 raise
-            return await self.feishu.send_card(_chat_of(actor), card, uuid=f"{uuid}:chat")
+            return await self.feishu.send_card(terms.chat, card, uuid=f"{uuid}:chat")
 
     async def _already_sent(self, idem: str) -> bool:
         if await self._store.sent(idem) is not None:
             log.info("skipped a post already sent before a restart (%s)", idem)
             return True
         return False
-
-
-def _chat_of(actor: ConversationActor) -> str:
-    return actor.key.split(":", 1)[0]  # a topic thread's key is "<chat>:<thread>"

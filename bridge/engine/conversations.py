@@ -36,7 +36,7 @@ class Conversations:
         if found is None:
             found = ConversationActor(
                 key,
-                conv=Conversation(options=self._options),
+                conv=Conversation(options=self._options, key=key),
                 timings=self._timings,
                 clock=self._clock,
                 perform=self._perform,

@@ -29,6 +29,14 @@ _T = TypeVar("_T")
 PASSING = (ServerError, TransportError, RateLimited)  # failures that an outage explains
 
 
+# Asked before each try of a post: whether something newer made it moot meanwhile.
+Moot = Callable[[], bool]
+
+
+class Superseded(Exception):
+    """The post became moot while it waited (its turn ended during an outage): not sent."""
+
+
 class Undeliverable(FeishuError):
     """The post could not be delivered within the idempotency window; it is given up (a
     `FeishuError`, so whoever falls back on a refusal falls back on this too)."""
@@ -78,11 +86,17 @@ class FeishuGate:
             "failures": float(self.failures),
         }
 
-    async def attempt(self, call: Callable[[], Awaitable[_T]], *, owed_since: float) -> _T:
+    async def attempt(
+        self, call: Callable[[], Awaitable[_T]], *, owed_since: float, moot: Moot | None = None
+    ) -> _T:
         """`call` once Feishu takes it: at once while up; while down, as a probe in turn.
-        Raises `Undeliverable` past the window, and whatever else `call` raises."""
+        Raises `Undeliverable` past the window, `Superseded` when `moot` says so before a
+        try, and whatever else `call` raises."""
         while True:
             probe = await self._take_turn(owed_since)
+            if moot is not None and moot():
+                self._release(probe)
+                raise Superseded
             try:
                 result = await call()
             except PASSING as exc:

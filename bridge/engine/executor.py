@@ -43,14 +43,13 @@ from bridge.core.inputs import (
     StartFailed,
 )
 from bridge.core.text import Text
-from bridge.engine.actor import ConversationActor, Owe, Owed, Trace, Work, shown
+from bridge.engine.actor import ConversationActor, Owe, Owed, Trace, Work, shown, terms_of
 from bridge.engine.answers import Answers, Mark
 from bridge.engine.asks import Asks
-from bridge.engine.call_lanes import chat_of, lane_of
 from bridge.engine.card_views import CardViews, PostedCards, approval_status
 from bridge.engine.delivery import FeishuGate
 from bridge.engine.files_out import FilesOut
-from bridge.engine.outbox import Outbox
+from bridge.engine.outbox import Outbox, owed_terms
 from bridge.engine.render import render, render_text
 from bridge.engine.schedules import Scheduler
 from bridge.engine.status_cards import StatusCards
@@ -137,8 +136,9 @@ class EffectExecutor:
         return len(self._posted)
 
     async def perform(self, actor: ConversationActor, work: Work) -> None:
-        # Its Feishu calls take from the app's budget as this chat's, in the effect's lane.
-        with scope(chat_of(actor.key), lane_of(work)):
+        # Its Feishu calls take from the app's budget as its chat's, in the lane the core set.
+        terms = owed_terms(actor, work) if isinstance(work, Owed) else terms_of(actor, work)
+        with scope(terms.chat, terms.lane):
             await self._perform(actor, work)
 
     async def _perform(self, actor: ConversationActor, work: Work) -> None:
@@ -289,7 +289,8 @@ class EffectExecutor:
         self, actor: ConversationActor, work: PostApprovalCard | PostQuestion
     ) -> str | None:
         """The card, or the plain fallback when Feishu refuses it; None when both fail."""
-        reply_to, uuid, in_thread = work.reply_to, work.idempotency_key, actor.in_thread
+        reply_to, uuid = work.reply_to, work.idempotency_key
+        in_thread = terms_of(actor, work).in_thread
         since = self._clock()  # an outage is waited out (delivery.py), a refusal is not
         try:
             card = self._cards.open_card(work)

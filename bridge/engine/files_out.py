@@ -12,8 +12,8 @@ from urllib.parse import unquote, urlparse
 
 from bridge.core.effects import SendFile, ShowDiffs
 from bridge.core.inputs import FileSent
-from bridge.engine.actor import ConversationActor
-from bridge.engine.answers import Answers
+from bridge.engine.actor import ConversationActor, terms_of
+from bridge.engine.answers import Answers, Owing
 from bridge.feishu.api import FeishuApi
 from bridge.feishu.errors import FeishuError
 from bridge.feishu.resources import FILE_LIMIT, IMAGE_LIMIT, IMAGE_TYPES
@@ -63,7 +63,10 @@ class FilesOut:
             return "sent", 0  # posted before a restart
         try:
             message_id = await self._feishu.upload_and_reply(
-                work.reply_to, target, uuid=work.idempotency_key, in_thread=actor.in_thread
+                work.reply_to,
+                target,
+                uuid=work.idempotency_key,
+                in_thread=terms_of(actor, work).in_thread,
             )
         except (FeishuError, OSError) as exc:
             log.warning("could not post a file (%s)", exc)
@@ -74,7 +77,10 @@ class FilesOut:
     async def diffs(self, actor: ConversationActor, work: ShowDiffs) -> None:
         # Agent data, as code blocks; the rich answer keeps each diff whole where it fits.
         text = "\n\n".join(f"`{path}`\n\n```diff\n{diff}```" for path, diff in work.diffs)
-        await self._answers.post_answer(actor, work.message_id, text, f"{work.message_id}:diff")
+        owing = Owing(terms_of(actor, work))
+        await self._answers.post_answer(
+            actor, work.message_id, text, f"{work.message_id}:diff", owing=owing
+        )
 
 
 def _resolve(folder: Path, asked: str) -> Path:

@@ -117,8 +117,6 @@ class Intake:
             self._held.append(message)
             return
         actor = self._conversations.get(message.conversation_key)
-        if message.thread_id:
-            actor.in_thread = True  # answer inside the topic thread, not in the main chat
         text = message.text if message.message_type in TEXT_TYPES else ""
         attachments = attachments_of(message.message_id, message.attachments)
         actor.feed(classify(message.message_id, message.sender_open_id, text, attachments))
@@ -229,8 +227,6 @@ class Intake:
         """A message another instance journaled for a conversation this one owns: it
         arrives here as a new one would (ack, then a turn or the queue)."""
         actor = self._conversations.get(message.conversation_key)
-        if ":" in message.conversation_key:  # `<chat>:<thread>`: a topic thread's, answered in it
-            actor.in_thread = True
         actor.feed(journaled_input(message))
 
     async def _expire(self, approvals: list[Approval], now: float) -> None:

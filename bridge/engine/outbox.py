@@ -1,10 +1,10 @@
-"""The executor's part of the outbox: presence lines gone stale while Feishu was away are
-dropped, posts owed before a restart are delivered, and a post given up is told.
+"""The executor's part of the outbox: lines their terms let go are dropped once something
+newer made them moot, posts owed before a restart are delivered, and a post given up is told.
 
 A `正在处理` or a heartbeat is true only while it is new: after an outage the conversation's
-owed posts go out in the order they were made, but a hint for a turn that has ended since,
-or a heartbeat with a newer one queued behind it, is dropped rather than posted late. The
-answer and the ending line are never dropped.
+owed posts go out in the order they were made, but a presence line whose turn has ended
+since, or with a newer one fed behind it, is dropped wherever it waited (the lane, the call
+budget, the outage, a restart). What must be delivered (the core's terms say which) never is.
 """
 
 from __future__ import annotations
@@ -16,12 +16,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from functools import partial
 
+from bridge.core.delivery import Lane, Terms, where
 from bridge.core.effects import PostText, RecordTerminal, RelayAgentText
 from bridge.core.inputs import PostGivenUp
 from bridge.engine.actor import ConversationActor, Owed, Work
 from bridge.engine.answers import Answers, Mark, Owing
-from bridge.engine.call_lanes import lane_of
-from bridge.engine.delivery import Undeliverable
+from bridge.engine.delivery import Superseded, Undeliverable
 from bridge.feishu.pacer import SEND, CallBudget, paid
 from bridge.ops.metrics import Metrics
 from bridge.store.port import Store, Turn, TurnOutcome
@@ -29,74 +29,15 @@ from bridge.store.port_owed import OwedPost
 
 log = logging.getLogger(__name__)
 
-PROGRESS = "progress."  # the keys of progress lines (a tool's title, the plan's step)
 ACK_WAIT = 2.0  # seconds a chat's next post waits for its ack reaction, at most
-
-# Lines that only say "still working" or "your turn": untrue once their turn has ended.
-PRESENCE_ONLY = frozenset(
-    {
-        "presence.running_hint",
-        "presence.waiting_approval",
-        "presence.waiting_reply",
-        "presence.heartbeat",
-        "presence.stale",
-        "presence.stale_no_activity",
-        "presence.stopping",
-        "presence.approval_reminder",
-        "presence.reply_reminder",
-    }
-)
-
-
-def stale(actor: ConversationActor, work: PostText) -> bool:
-    """A presence line whose turn has ended, or with a newer one of its turn queued."""
-    if work.key not in PRESENCE_ONLY or work.turn_id is None:
-        return False
-    turn = actor.conv.turn
-    if turn is None or turn.turn_id != work.turn_id:
-        return True
-
-    def newer(queued: Work) -> bool:
-        return (
-            isinstance(queued, PostText)
-            and queued.key in PRESENCE_ONLY
-            and queued.turn_id == work.turn_id
-        )
-
-    return actor.queued(newer)
-
-
-def droppable(work: PostText) -> bool:
-    """A presence or progress line: worth its place in a short budget only as the newest."""
-    return work.key in PRESENCE_ONLY or work.key.startswith(PROGRESS)
-
-
-def superseded(actor: ConversationActor, work: PostText) -> bool:
-    """A presence or progress line still waiting for its turn in the call budget, with
-    something newer of its turn queued behind it (another such line, the agent's words, the
-    turn's end), or its turn over. (Wider than `stale`, which it includes.)"""
-    if not droppable(work) or work.turn_id is None:
-        return False
-    turn = actor.conv.turn
-    if turn is None or turn.turn_id != work.turn_id:
-        return True
-
-    def newer(queued: Work) -> bool:
-        if isinstance(queued, PostText):
-            news = droppable(queued) or queued.final
-        else:
-            news = isinstance(queued, RelayAgentText)
-        return news and getattr(queued, "turn_id", None) == work.turn_id
-
-    return actor.queued(newer)
 
 
 def owing_of(actor: ConversationActor, work: PostText | RelayAgentText) -> Owing:
     """What to keep of a post: its turn, its text key, and for an end signal the outcome
     the turn's `RecordTerminal` (queued behind it) will write."""
-    turn_id, key = work.turn_id, work.key if isinstance(work, PostText) else ""
+    turn_id, terms = work.turn_id, work.terms or Terms(Lane.ANSWER, *where(actor.key))
     if not work.final or turn_id is None:
-        return Owing(turn_id=turn_id, key=key)
+        return Owing(turn_id=turn_id, terms=terms)
     outcome = TurnOutcome.COMPLETED.value
 
     def ending(queued: Work) -> bool:
@@ -107,7 +48,13 @@ def owing_of(actor: ConversationActor, work: PostText | RelayAgentText) -> Owing
         return False
 
     actor.queued(ending)
-    return Owing(turn_id=turn_id, final=True, outcome=outcome, key=key)
+    return Owing(turn_id=turn_id, final=True, outcome=outcome, terms=terms)
+
+
+def owed_terms(actor: ConversationActor, work: Owed) -> Terms:
+    """The terms a post owed before a restart was recorded with."""
+    post = work.post
+    return Owing.of_payload(json.loads(post.payload), post.turn_id, post.owed_at, actor.key).terms
 
 
 def replay_order(
@@ -176,17 +123,17 @@ class Outbox:
         for the turn's end record. A presence line gone stale meanwhile is dropped."""
         idem = work.idempotency_key
         since = actor.owed_at.pop(idem, None)  # recorded already (else the post records it)
-        if isinstance(work, PostText) and stale(actor, work):
+        if actor.superseded(work, short=False):
             await self._store.settle(idem)  # "still working", for a turn that is not
             return None
-        budget = self._budget
-        if budget is not None and isinstance(work, PostText) and droppable(work):
+        budget, terms = self._budget, work.terms
+        if budget is not None and terms is not None and terms.droppable:
             # When the app's budget is short, the line waits for its turn before anything
-            # else, and gives way if something newer of its turn is queued meanwhile: a
-            # chat sees fewer progress lines, each the newest, and its answer never waits
+            # else, and gives way if something newer of its turn is fed meanwhile: a chat
+            # sees fewer progress lines, each the newest, and its answer never waits
             # behind one.
-            moot = partial(superseded, actor, work)
-            lane = lane_of(work)
+            moot = partial(actor.superseded, work, short=True)
+            lane = terms.lane
             if not await budget.take_unless(lane, moot, actor.next_shown, api=SEND):
                 await self._store.settle(idem)
                 if self._metrics:
@@ -209,8 +156,14 @@ class Outbox:
         hold = work.final and work.turn_id is not None
         owing = replace(owing_of(actor, work), since=since)
         send = self._answers.post_text if isinstance(work, PostText) else self._answers.post_answer
+        moot = partial(actor.superseded, work, short=False)
         try:
-            return await send(actor, work.reply_to, text, idem, fresh=fresh, hold=hold, owing=owing)
+            return await send(
+                actor, work.reply_to, text, idem, fresh=fresh, hold=hold, owing=owing, moot=moot
+            )
+        except Superseded:
+            await self._store.settle(idem)  # its turn ended while Feishu was away
+            return None
         except Undeliverable:
             await self.given_up(actor, idem, work.reply_to)
             return None
@@ -228,17 +181,10 @@ class Outbox:
         that owed it died before it could), so the turn is not reported as cut."""
         post = work.post
         payload = json.loads(post.payload)
-        if payload.get("key") in PRESENCE_ONLY:
+        owing = Owing.of_payload(payload, post.turn_id, post.owed_at, actor.key)
+        if owing.terms.presence:
             await self._store.settle(post.idempotency_key)  # not worth saying late
             return
-        actor.in_thread = ":" in actor.key
-        owing = Owing(
-            turn_id=post.turn_id,
-            final=bool(payload.get("final")),
-            outcome=str(payload.get("outcome") or ""),
-            key=str(payload.get("key") or ""),
-            since=post.owed_at,
-        )
         post_it = (
             self._answers.post_answer if payload["op"] == "answer" else self._answers.post_text
         )

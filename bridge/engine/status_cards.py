@@ -24,15 +24,15 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import TypeVar
 
+from bridge.core.delivery import Lane
 from bridge.core.effects import CardView, ShowStatusCard
 from bridge.core.inputs import StatusCardFailed
-from bridge.engine.actor import ConversationActor
+from bridge.engine.actor import ConversationActor, terms_of
 from bridge.engine.card_parts import STREAM_API, UPDATE_API, api_of_change, one_part, only_text_grew
 from bridge.engine.delivery import FeishuGate
 from bridge.engine.live_card import ANSWER, answer_markdown, live_card
 from bridge.engine.tasks import TaskTracker
 from bridge.feishu.api import FeishuApi
-from bridge.feishu.budget import Lane
 from bridge.feishu.errors import FeishuError
 from bridge.feishu.pacer import CallBudget, paid
 from bridge.i18n import Translator
@@ -119,7 +119,7 @@ class StatusCards:
         if found is not None:  # posted before a restart: carry on with it
             return found
         body = live_card(self._t, work.view, streaming=not work.final)
-        uuid, in_thread = work.card_key, actor.in_thread
+        uuid, in_thread = work.card_key, terms_of(actor, work).in_thread
         try:
             card_id = await self._through(partial(self._feishu.create_card, body))
             message_id = await self._through(

@@ -36,22 +36,13 @@ import itertools
 import math
 from collections import Counter, deque
 from dataclasses import dataclass, field
-from enum import IntEnum
 from typing import Any, Protocol
+
+from bridge.core.delivery import Lane
 
 # The share of the sends a minute each lane may fill: a burst of progress lines or hints
 # never spends the minute the answers and endings behind them need.
 SEND_SHARE = (1.0, 1.0, 0.9, 0.75, 0.5)  # by lane: ending, answer, card, hint, refresh
-
-
-class Lane(IntEnum):
-    """What a call is for, most urgent first."""
-
-    ENDING = 0  # a turn's end signal: the final answer, the ended line, the final card
-    ANSWER = 1  # the agent's words, files, diffs
-    CARD = 2  # approval and question cards: someone must act on them
-    HINT = 3  # the ack reaction, the first hint, the status card's first post
-    REFRESH = 4  # a status card's refresh, a progress line
 
 
 @dataclass(frozen=True)

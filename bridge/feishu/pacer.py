@@ -17,7 +17,8 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from bridge.feishu.budget import BudgetPolicy, Lane, Scheduler, Waiter
+from bridge.core.delivery import Lane
+from bridge.feishu.budget import BudgetPolicy, Scheduler, Waiter
 
 _MESSAGES = "/open-apis/im/v1/messages"
 

@@ -10,7 +10,8 @@ from dataclasses import replace
 
 import pytest
 
-from bridge.feishu.budget import BudgetPolicy, Lane, Scheduler, Waiter
+from bridge.core.delivery import Lane
+from bridge.feishu.budget import BudgetPolicy, Scheduler, Waiter
 from bridge.feishu.pacer import SEND, CallBudget, api_of, default_lane, is_send, scope
 
 # One call a second for the app, none kept in reserve: each grant is a tick of the clock.

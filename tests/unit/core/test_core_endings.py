@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from bridge.core.delivery import Supersede
 from bridge.core.effects import (
     AbandonTurn,
     AnswerPermission,
@@ -132,6 +133,7 @@ def test_stop_cancels_the_running_turn_and_says_so() -> None:
         RecordTerminal(
             "m1", Outcome.CANCELLED, Ending.USER_STOP, "stopped by user (agent said cancelled)"
         ),
+        Supersede(("m1:presence",)),
     ]
     assert d.conv.state is ExecState.IDLE
 
@@ -230,6 +232,7 @@ def test_new_cancels_the_running_turn_first_then_starts_a_fresh_session() -> Non
         "CancelTurn",
         "PostText",
         "RecordTerminal",
+        "Supersede",
         "NewSession",
         "PostText",
         "MarkMessageDone",

@@ -156,6 +156,7 @@ def test_the_final_reply_is_the_text_after_the_last_tool_and_ends_the_round() ->
     assert [(type(e).__name__, getattr(e, "final", None)) for e in out if not _timer(e)] == [
         ("RelayAgentText", True),
         ("RecordTerminal", None),
+        ("Supersede", None),
     ]
     reply = of_type(out, RelayAgentText)[0]
     assert (reply.text, reply.idempotency_key) == ("Found it: line 42.", "m1:end")

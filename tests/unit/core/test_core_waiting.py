@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from bridge.core.delivery import Supersede
 from bridge.core.effects import (
     AnswerCallback,
     AnswerPermission,
@@ -155,6 +156,7 @@ def test_approval_timeout_expires_the_card_cancels_the_turn_and_tells_the_user()
             turn_id="m1",
         ),
         RecordTerminal("m1", Outcome.TIMED_OUT, Ending.APPROVAL_TIMEOUT, "approval timed out"),
+        Supersede(("m1:presence",)),
     ]
     # The runtime's cancelled ending lands later: logged, never posted.
     late = d.feed(TurnEnded(SID, StopReason.CANCELLED), at=1811.0)

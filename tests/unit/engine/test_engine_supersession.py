@@ -1,0 +1,83 @@
+"""A presence line whose turn is over is never posted, whatever queue it sat in: here the
+Feishu outage's, where the running hint waits for the API while its turn ends."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+
+from bridge.core import Options, Timings
+from bridge.engine.delivery import DeliveryPolicy
+from bridge.engine.engine import Engine, EngineConfig
+from bridge.feishu.errors import ServerError
+from bridge.runtime.events import MessageChunk
+from bridge.store import MemoryStore
+from tests.unit.engine.engine_fakes import ACK, Harness, RecordingFeishu, T, _HarnessClock
+
+
+class FlakyFeishu(RecordingFeishu):
+    """Text replies fail with a 5xx while `down`; `tried` is set at each refused one."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.down = False
+        self.tried = asyncio.Event()
+
+    async def reply_text(
+        self, message_id: str, text: str, *, uuid: str, in_thread: bool = False
+    ) -> list[str]:
+        if self.down:
+            self.tried.set()
+            raise ServerError(500, "down")
+        return await super().reply_text(message_id, text, uuid=uuid, in_thread=in_thread)
+
+
+@pytest.fixture
+async def harness() -> AsyncIterator[Harness]:
+    store = MemoryStore()
+    await store.open()
+    harness = Harness(store)
+    harness.feishu = FlakyFeishu()
+    harness.engine = Engine(
+        feishu=harness.feishu,
+        runtime=harness.runtime,
+        store=harness.store,
+        translator=T,
+        config=EngineConfig(
+            # The hint is due at once; nothing else of the presence clock fires meanwhile.
+            timings=Timings(first_hint=0.001, heartbeat=600, stale=3600, approval_timeout=3600),
+            options=Options(),
+            ack_emoji=ACK,
+            max_running_turns=4,
+            delivery=DeliveryPolicy(first_probe=0.01, max_probe=0.02),
+        ),
+        clock=_HarnessClock(harness),
+        publish=lambda key, snapshot: None,
+    )
+    yield harness
+    await harness.engine.drain(0.1)
+    await store.close()
+
+
+async def test_a_hint_waiting_out_an_outage_is_dropped_when_its_turn_ends(harness: Harness) -> None:
+    feishu = harness.feishu
+    assert isinstance(feishu, FlakyFeishu)
+    feishu.down = True
+    await harness.say("hello")
+    turn = await harness.runtime.turn(1)
+    harness.clock += 1.0  # past the hint's deadline
+    await asyncio.wait_for(feishu.tried.wait(), 5.0)  # the hint found the API down
+    assert harness.engine.gate.down
+
+    # The turn ends while its hint still waits for Feishu; then Feishu is back.
+    turn.emit(MessageChunk(turn.session_id, "the answer"))
+    turn.end()
+    await asyncio.sleep(0)
+    feishu.down = False
+    harness.clock += 1.0  # past the next probe's time
+    await asyncio.wait_for(harness.idle(), 5.0)
+
+    # The hint was never posted: the answer is the only text the chat got.
+    assert feishu.texts() == ["the answer"], feishu.calls
