@@ -104,6 +104,20 @@ def next_after(due_at: float, every: float, now: float) -> float:
     return due_at + (math.floor((now - due_at) / every) + 1) * every
 
 
+def following(slot: float, every: float, ran_at: float) -> float:
+    """The occurrence after a run of `slot` made at `ran_at` (`slot <= ran_at`): the first
+    of the grid `slot + k·every` at least half a period after the run.
+
+    A late run (the chat was busy, Feishu down, the bridge stopped) covers every occurrence
+    that passed meanwhile, and also takes the place of the next one if that would come less
+    than half a period after it: back-to-back runs of the same prompt (`/every 3s` caught
+    up 1 s before its next slot) tell the agent nothing new. One exactly half a period after
+    is kept, so two runs are never less than half a period apart; a run on time (or a few ms
+    late) keeps the next occurrence, a whole period away."""
+    upcoming = next_after(slot, every, ran_at)
+    return upcoming + every if upcoming - ran_at < every / 2 else upcoming
+
+
 def split_request(arg: str) -> tuple[str, str]:
     """`<when> <prompt>` → (when, prompt); an ISO date-time with a space keeps its time."""
     head, _, rest = arg.strip().partition(" ")

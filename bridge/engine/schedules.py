@@ -4,8 +4,9 @@ store that keeps them, and the effects the core asks of them.
 When a schedule is due the conversation's core decides (its gate reads the execution state,
 core/schedules.py): the run is announced, or skipped with a reason. A skipped schedule stays
 due and is tried again when the conversation's snapshot next says idle (and, as a safety
-net, every `retry` seconds); occurrences that pass meanwhile are not stacked: one run, then
-the next occurrence after it. A restart finds due schedules in the store and runs each once.
+net, every `retry` seconds); occurrences that pass meanwhile are skipped, not stacked: one
+run, then the next occurrence at least half a period after it (core/schedules.py,
+`following`). A restart finds due schedules in the store and runs each once.
 
 A slot runs at most once (issue 34): an announced run is in flight until the cache holds the
 next slot, and the store records each slot once (`note_schedule_run` is conditional).
@@ -33,8 +34,8 @@ from bridge.core.inputs import (
     ScheduleResult,
 )
 from bridge.core.schedules import (
+    following,
     format_interval,
-    next_after,
     parse_interval,
     split_request,
 )
@@ -241,8 +242,8 @@ class Scheduler:
         if any(isinstance(e, AnnounceSchedule) for e in effects):
             # Decided: from now on the run is in flight; nothing fires it a second time.
             every, slot = schedule.every_seconds, schedule.next_due_at
-            following = next_after(slot, every, now) if every is not None else None
-            self._next[schedule.schedule_id] = _Run(slot, following)
+            after = following(slot, every, now) if every is not None else None
+            self._next[schedule.schedule_id] = _Run(slot, after)
 
     # -- effects -----------------------------------------------------------------------------
 

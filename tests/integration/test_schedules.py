@@ -1,11 +1,13 @@
 """Scheduled prompts over the real stack (emulator + bridge + scripted ACP agent): a schedule
 that comes due while a round runs is skipped with its reason and runs once, under its
-header, when the chat is idle again; missed occurrences are not stacked."""
+header, when the chat is idle again; missed occurrences are skipped, not stacked."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
+
+import pytest
 
 from bridge.devtools.emulator.records import ChatMessage
 from bridge.i18n import Translator
@@ -46,8 +48,9 @@ async def test_issue_34_each_slot_runs_once_after_a_round_that_outlasted_one(
     tmp_path: Path,
 ) -> None:
     """The issue's /every 3s during a 5 s round, at a tenth of the scale: after the round
-    the skipped slot runs once, then every slot once; never a second header for a slot,
-    nor one posted before its slot (the double run's second header named the next)."""
+    the skipped slot runs once, then every slot once (but one the late run took the place
+    of); never a second header for a slot, nor one posted before its slot (the double
+    run's second header named the next)."""
     async with running_stack(tmp_path, settings=SETTINGS) as stack:
         await stack.say("/every 300ms say tick")
         await stack.wait_text(lambda t: t.startswith("已添加定时任务 #1"))
@@ -69,3 +72,38 @@ async def test_issue_34_each_slot_runs_once_after_a_round_that_outlasted_one(
             # emulator's wall clock): a double run's header came a whole interval early.
             assert message.create_time_ms >= slot * 1000 - 50, (message.create_time_ms, slot)
         assert stack.texts().count("tick") == len(posted)  # one run per header
+
+
+async def test_a_late_run_takes_the_place_of_the_next_occurrence_within_half_a_period(
+    tmp_path: Path,
+) -> None:
+    """The issue's /every 3s during a 5 s round, at a third of the scale: the round covers
+    the slot at +1 s and ends after +1.6 s; the late run of that slot then takes the place
+    of the slot at +2 s (it would come less than half a period after it), and the next
+    header is the slot at +3 s. Each header's uuid names its slot (schedule:1:<slot>)."""
+    async with running_stack(tmp_path, settings=SETTINGS) as stack:
+        await stack.say("say ready")  # the agent started first: the round below starts at once
+        await stack.wait_text(lambda t: t == "ready", within=10.0)
+        await stack.say("/every 1s say tick")
+        await stack.wait_text(lambda t: t.startswith("已添加定时任务 #1"))
+        await stack.say("sleep 1600")
+        header = T("schedule.header", number=1, prompt="say tick")
+        await stack.wait_text(lambda t: stack.texts().count("tick") == 2, within=10.0)
+        await stack.say("/unschedule 1")
+        await stack.wait_text(lambda t: t == T("schedule.removed", number=1))
+        await stack.settled()
+
+        texts = stack.texts()
+        assert texts[0] == "ready"
+        assert texts[1].startswith("已添加定时任务 #1")
+        assert texts[2:] == [
+            T("presence.ended_empty"),  # the round of "sleep 1600"
+            header,  # the late run of the slot at +1 s
+            "tick",
+            header,  # the slot at +3 s: the one at +2 s was skipped, not stacked
+            "tick",
+            T("schedule.removed", number=1),
+        ]
+        slots = [float(str(m.uuid).rpartition(":")[2]) for m in stack.bot() if m.text == header]
+        assert len(slots) == 2
+        assert slots[1] - slots[0] == pytest.approx(2.0, abs=1e-3)

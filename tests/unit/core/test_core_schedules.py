@@ -19,6 +19,7 @@ from bridge.core.inputs import Command, CommandName, ScheduledRun, ScheduleDue
 from bridge.core.schedules import (
     Gate,
     excerpt,
+    following,
     format_interval,
     gate,
     next_after,
@@ -227,6 +228,22 @@ def test_missed_occurrences_make_one_run_never_a_stack() -> None:
     assert next_after(100.0, 60.0, 50.0) == 100.0  # not due yet
     assert next_after(100.0, 60.0, 100.0) == 160.0
     assert next_after(100.0, 60.0, 400.0) == 460.0  # five missed: one run, then the grid
+
+
+def test_a_late_run_takes_the_place_of_a_next_occurrence_within_half_a_period() -> None:
+    # Issue: /every 3s, its slot at 3 skipped by a 5 s turn, caught up at 5: the slot at 6
+    # would run 1 s after it; it is skipped, the grid goes on at 9.
+    assert following(3.0, 3.0, 5.0) == 9.0
+    assert following(3.0, 3.0, 4.4) == 6.0  # 1.6 s before the next: it stays
+    assert following(3.0, 3.0, 4.5) == 6.0  # exactly half a period before: it stays
+    assert following(3.0, 3.0, 4.5 + 1e-6) == 9.0
+    # Several missed (3, 6 and 9 while busy): one run, and 12 only if far enough from it.
+    assert following(3.0, 3.0, 10.0) == 12.0
+    assert following(3.0, 3.0, 11.0) == 15.0
+    assert following(3600.0, 3600.0, 5 * 3600.0 + 1900.0) == 7 * 3600.0
+    # On time, or a few ms late: the next occurrence is a whole period away and stays.
+    assert following(3.0, 3.0, 3.0) == 6.0
+    assert following(3.0, 3.0, 3.004) == 6.0
 
 
 def test_an_excerpt_is_one_short_line() -> None:

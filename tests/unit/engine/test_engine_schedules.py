@@ -163,6 +163,29 @@ async def test_a_one_time_schedule_is_removed_after_it_runs(harness: Harness) ->
     assert await harness.store.schedules() == []
 
 
+async def test_a_one_time_schedule_due_during_a_turn_runs_once_when_idle(
+    harness: Harness,
+) -> None:
+    """It has no next occurrence for its late run to take the place of: it runs, late,
+    and is removed, like one on time."""
+    await harness.engine.start_schedules()
+    await harness.say("/at 2099-01-01T09:30+00:00 happy new year")
+    await harness.idle()
+    (made,) = await harness.store.schedules()
+    await harness.say("a long job")
+    job = await harness.runtime.turn(1)
+    harness.clock = made.next_due_at + 1
+    harness.engine.schedules.check()
+    await harness.idle()
+    (record,) = await harness.store.schedules()
+    assert record.last_skip_reason == "running"
+    job.end()
+    (await harness.runtime.turn(2)).end()
+    await harness.idle()
+    assert [t.text for t in harness.runtime.turns] == ["a long job", "happy new year"]
+    assert await harness.store.schedules() == []
+
+
 async def test_unreadable_requests_are_answered_with_the_usage(harness: Harness) -> None:
     await harness.engine.start_schedules()
     for text, key, params in (
@@ -202,7 +225,14 @@ async def test_issue_34_every_3s_during_a_5s_turn_runs_each_slot_once_never_twic
     (await harness.runtime.turn(2)).end()
     await harness.idle()
     assert headers() == 1
-    for number, slot in enumerate((6.0, 9.0, 12.0), start=3):
+    (record,) = await harness.store.schedules()
+    assert (record.last_run_at, record.next_due_at) == (start + 5, start + 9)
+    harness.clock = start + 6  # 1 s after the catch-up, less than half a period: skipped
+    harness.engine.schedules.check()
+    await harness.idle()
+    assert headers() == 1, "the slot +6s ran 1 s after the catch-up"
+    assert len(harness.runtime.turns) == 2
+    for number, slot in enumerate((9.0, 12.0), start=3):
         harness.clock = start + slot  # the timer's wake-up at the slot
         harness.engine.schedules.check()
         await harness.idle()
@@ -210,7 +240,7 @@ async def test_issue_34_every_3s_during_a_5s_turn_runs_each_slot_once_never_twic
         (await harness.runtime.turn(number)).end()
         await harness.idle()
         assert len(harness.runtime.turns) == number
-    assert [t.text for t in harness.runtime.turns] == ["sleep 5"] + ["hello"] * 4
+    assert [t.text for t in harness.runtime.turns] == ["sleep 5"] + ["hello"] * 3
     (record,) = await harness.store.schedules()
     assert (record.last_run_at, record.next_due_at) == (start + 12, start + 15)
 
