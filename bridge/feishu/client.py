@@ -1,26 +1,35 @@
 """`FeishuClient`: the outbound Feishu API over one pooled `httpx.AsyncClient`.
 
 Not lark-oapi's transport: its async methods fetch the token with blocking `requests` and
-open a new connection pool per call. Every call here goes through `_request`, which adds
-the tenant token, retries what is worth retrying (5xx, 429, transport errors) with the
-same body, so the same `uuid`, and maps every answer through `errors.check_response`.
+open a new connection pool per call. Every JSON call here goes through `_request`, which
+adds the tenant token, waits for its turn in the call budget, retries what is worth
+retrying (5xx, 429, transport errors) with the same body, so the same `uuid`, and maps
+every answer through `errors.check_response`. The bytes that are not JSON (a resource
+downloaded to disk, a file uploaded) are `FileTransfer`'s (resources.py).
+
+CardKit: a card entity is created from card JSON 2.0 and posted as a message that names it
+(`{"type": "card", "data": {"card_id": …}}`); from then on it is changed through CardKit
+with a `sequence` that must grow with every change of that card, never through the message.
+Feishu allows 10 changes a second per card; the caller throttles.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
 import httpx
 
+from bridge.feishu import speech
 from bridge.feishu.api import BotInfo
 from bridge.feishu.breaker import CircuitBreaker
-from bridge.feishu.cardkit import CardKitCalls
 from bridge.feishu.errors import (
     FeishuError,
     RateLimited,
@@ -32,9 +41,8 @@ from bridge.feishu.errors import (
 from bridge.feishu.http import FeishuHttp
 from bridge.feishu.json_out import dumps
 from bridge.feishu.pacer import CallBudget
-from bridge.feishu.resources import ResourceCalls
+from bridge.feishu.resources import Downloaded, FileTransfer
 from bridge.feishu.retry import RetryPolicy, retried
-from bridge.feishu.speech import SpeechCalls
 from bridge.feishu.split import (
     DEFAULT_MAX_BYTES,
     DEFAULT_MAX_CHARS,
@@ -51,6 +59,7 @@ log = logging.getLogger(__name__)
 UUID_MAX_LEN = 50  # Feishu dedups a message uuid for one hour; at most 50 characters
 _MESSAGES = "/open-apis/im/v1/messages"
 _BOT_INFO = "/open-apis/bot/v3/info"
+_CARDS = "/open-apis/cardkit/v1/cards"
 DEFAULT_TIMEOUT = httpx.Timeout(10.0, connect=5.0)
 
 Sleep = Callable[[float], Awaitable[None]]
@@ -81,7 +90,11 @@ def _data(body: dict[str, Any] | None) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-class FeishuClient(CardKitCalls, ResourceCalls, SpeechCalls):
+def _card_change_uuid(card_id: str, sequence: int) -> str:
+    return f"{card_id[-32:]}-{sequence}"  # one change, whatever the retries
+
+
+class FeishuClient:
     """Implements `bridge.feishu.api.FeishuApi`."""
 
     def __init__(
@@ -122,6 +135,7 @@ class FeishuClient(CardKitCalls, ResourceCalls, SpeechCalls):
             clock=clock,
             refresh_margin=token_refresh_margin,
         )
+        self._files = FileTransfer(self._http, self.tokens)
 
     def __repr__(self) -> str:
         return f"FeishuClient(domain={self._domain!r})"
@@ -213,6 +227,91 @@ class FeishuClient(CardKitCalls, ResourceCalls, SpeechCalls):
         path = f"{_MESSAGES}/{quote(message_id, safe='')}"
         body = {"msg_type": "text", "content": dumps({"text": text})}
         await self._request("edit_text", "PUT", path, body=body)
+
+    async def message_content(self, message_id: str) -> tuple[str, str] | None:
+        """(msg_type, content) of a message in a chat the bot is in; None when Feishu will
+        not say (recalled, not visible to the bot)."""
+        path = f"{_MESSAGES}/{quote(message_id, safe='')}"
+        data = await self._request("get_message", "GET", path)
+        items = (data.get("data") or {}).get("items") or []
+        if not items or not isinstance(items[0], dict):
+            return None
+        item = items[0]
+        content = (item.get("body") or {}).get("content")
+        msg_type = item.get("msg_type")
+        if not isinstance(content, str) or not isinstance(msg_type, str):
+            return None
+        return msg_type, content
+
+    # --- card entities (CardKit) ------------------------------------------------------
+
+    async def create_card(self, card: dict[str, Any]) -> str:
+        body = {"type": "card_json", "data": dumps(card)}
+        data = await self._request("create_card", "POST", _CARDS, body=body)
+        card_id = (data.get("data") or {}).get("card_id")
+        if not isinstance(card_id, str) or not card_id:
+            raise ServerError(0, "card create response without data.card_id")
+        return card_id
+
+    async def update_card_entity(
+        self, card_id: str, card: dict[str, Any], *, sequence: int
+    ) -> None:
+        path = f"{_CARDS}/{quote(card_id, safe='')}"
+        body = {
+            "card": {"type": "card_json", "data": dumps(card)},
+            "sequence": sequence,
+            "uuid": _card_change_uuid(card_id, sequence),
+        }
+        await self._request("update_card_entity", "PUT", path, body=body)
+
+    async def stream_card_text(
+        self, card_id: str, element_id: str, text: str, *, sequence: int
+    ) -> None:
+        path = f"{_CARDS}/{quote(card_id, safe='')}/elements/{quote(element_id, safe='')}/content"
+        body = {"content": text, "sequence": sequence, "uuid": _card_change_uuid(card_id, sequence)}
+        await self._request("stream_card_text", "PUT", path, body=body)
+
+    async def card_settings(self, card_id: str, settings: dict[str, Any], *, sequence: int) -> None:
+        path = f"{_CARDS}/{quote(card_id, safe='')}/settings"
+        body = {
+            "settings": dumps(settings),
+            "sequence": sequence,
+            "uuid": _card_change_uuid(card_id, sequence),
+        }
+        await self._request("card_settings", "PATCH", path, body=body)
+
+    # --- files (bytes through `FileTransfer`) -----------------------------------------
+
+    async def download_resource(
+        self, message_id: str, key: str, resource_type: str, dest: Path, *, max_bytes: int
+    ) -> Downloaded:
+        return await self._files.download(message_id, key, resource_type, dest, max_bytes=max_bytes)
+
+    async def upload_and_reply(
+        self, reply_to: str, path: Path, *, uuid: str, in_thread: bool = False
+    ) -> str:
+        """Upload `path` (an image as an image, anything else as a file) and post it as a
+        reply; its message id. The caller checked the size against the limits."""
+        msg_type, content = await self._files.upload(path)
+        body = {
+            "msg_type": msg_type,
+            "content": json.dumps(content),
+            "reply_in_thread": in_thread,
+            "uuid": uuid[-50:],
+        }
+        reply = f"{_MESSAGES}/{quote(reply_to, safe='')}/reply"
+        return await self._post_message(f"reply_{msg_type}", reply, body)
+
+    # --- speech recognition -----------------------------------------------------------
+
+    async def recognize_speech(self, pcm: bytes) -> str:
+        """The words in `pcm` (16 kHz mono s16le); "" when none were recognized. Up to the
+        file API's limit in one call, longer in 200 ms pieces of one stream (speech.py)."""
+        heard = ""
+        for op, path, body in speech.calls(pcm):
+            answer = await self._request(op, "POST", path, body=body)
+            heard = speech.recognized(answer) or heard  # the text so far; the last is the whole
+        return heard
 
     # --- reactions (best effort) ------------------------------------------------------
 

@@ -1,19 +1,20 @@
-"""Message resources of `FeishuClient`: the images and files users send, downloaded through
-the message-resource API (`GET /im/v1/messages/{message_id}/resources/{key}?type=…`) and
-streamed to disk under a size limit.
+"""`FileTransfer`: the bytes `FeishuClient` moves that are not JSON. The images and files
+users send, downloaded through the message-resource API
+(`GET /im/v1/messages/{message_id}/resources/{key}?type=…`) and streamed to disk under a
+size limit; the files the bridge sends, uploaded as multipart forms for a key to post.
 
 A resource arrives as raw bytes, not JSON; a refusal as the usual JSON error body. The
 limit is checked against `Content-Length` first and against what arrives, so a server that
-lies about the length still never fills the disk.
+lies about the length still never fills the disk. Neither way goes through the client's
+JSON calls (retries, the call budget): it holds only the connection pool and the token.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final, Protocol
+from typing import Final, Protocol
 from urllib.parse import quote
 
 import httpx
@@ -40,17 +41,6 @@ class _Tokens(Protocol):
     async def get(self) -> str: ...
 
 
-class _Client(Protocol):
-    _http: httpx.AsyncClient
-    tokens: _Tokens
-
-    def _post_message(
-        self, op: str, path: str, body: dict[str, Any], *, chat: bool = False
-    ) -> Awaitable[str]: ...
-
-    def _request(self, op: str, method: str, path: str) -> Awaitable[dict[str, Any]]: ...
-
-
 IMAGE_LIMIT: Final = 10 * 1024 * 1024  # Feishu's limits for an uploaded image and file
 FILE_LIMIT: Final = 30 * 1024 * 1024
 IMAGE_TYPES: Final = frozenset({".png", ".jpg", ".jpeg", ".gif", ".webp", ".bmp", ".tiff", ".ico"})
@@ -68,20 +58,19 @@ _FILE_TYPES: Final = {
 }
 
 
-class ResourceCalls:
-    """Mixed into FeishuClient."""
+class FileTransfer:
+    """Downloads and uploads over `http` (the client's pool, its base URL Feishu's), each
+    with a tenant token from `tokens`."""
 
-    async def download_resource(
-        self: _Client,
-        message_id: str,
-        key: str,
-        resource_type: str,
-        dest: Path,
-        *,
-        max_bytes: int,
+    def __init__(self, http: httpx.AsyncClient, tokens: _Tokens) -> None:
+        self._http = http
+        self._tokens = tokens
+
+    async def download(
+        self, message_id: str, key: str, resource_type: str, dest: Path, *, max_bytes: int
     ) -> Downloaded:
         path = f"{MESSAGES}/{quote(message_id, safe='')}/resources/{quote(key, safe='')}"
-        headers = {"Authorization": f"Bearer {await self.tokens.get()}"}
+        headers = {"Authorization": f"Bearer {await self._tokens.get()}"}
         partial = dest.with_name(dest.name + ".part")
         try:
             async with self._http.stream(
@@ -109,26 +98,10 @@ class ResourceCalls:
         partial.replace(dest)
         return Downloaded(size, mime)
 
-    async def message_content(self: _Client, message_id: str) -> tuple[str, str] | None:
-        """(msg_type, content) of a message in a chat the bot is in; None when Feishu will
-        not say (recalled, not visible to the bot)."""
-        data = await self._request("get_message", "GET", f"{MESSAGES}/{quote(message_id, safe='')}")
-        items = (data.get("data") or {}).get("items") or []
-        if not items or not isinstance(items[0], dict):
-            return None
-        item = items[0]
-        content = (item.get("body") or {}).get("content")
-        msg_type = item.get("msg_type")
-        if not isinstance(content, str) or not isinstance(msg_type, str):
-            return None
-        return msg_type, content
-
-    async def upload_and_reply(
-        self: _Client, reply_to: str, path: Path, *, uuid: str, in_thread: bool = False
-    ) -> str:
-        """Upload `path` (an image as an image, anything else as a file) and post it as a
-        reply; its message id. The caller checked the size against the limits."""
-        token = await self.tokens.get()
+    async def upload(self, path: Path) -> tuple[str, dict[str, str]]:
+        """Upload `path` (an image as an image, anything else as a file); the message type
+        and content that post it. The caller checked the size against the limits."""
+        token = await self._tokens.get()
         headers = {"Authorization": f"Bearer {token}"}
         is_image = path.suffix.lower() in IMAGE_TYPES
         # A name of non-UTF-8 bytes comes back from the filesystem with surrogates, which
@@ -151,17 +124,7 @@ class ResourceCalls:
                     files={"file": (name, handle)},
                 )
         key = _uploaded_key(upload, "image_key" if is_image else "file_key")
-        msg_type, content = (
-            ("image", {"image_key": key}) if is_image else ("file", {"file_key": key})
-        )
-        body = {
-            "msg_type": msg_type,
-            "content": json.dumps(content),
-            "reply_in_thread": in_thread,
-            "uuid": uuid[-50:],
-        }
-        reply = f"{MESSAGES}/{quote(reply_to, safe='')}/reply"
-        return await self._post_message(f"reply_{msg_type}", reply, body)
+        return ("image", {"image_key": key}) if is_image else ("file", {"file_key": key})
 
 
 def _uploaded_key(response: httpx.Response, field: str) -> str:

@@ -1,4 +1,5 @@
-"""Feishu's speech recognition (`speech_to_text/v1`), mixed into `FeishuClient`.
+"""Feishu's speech recognition (`speech_to_text/v1`): the calls that recognize a recording,
+which `FeishuClient.recognize_speech` makes, and what their answers say.
 
 What the Open Platform documents: `file_recognize` takes a whole recording "within 60
 seconds" (16 kHz mono 16-bit PCM, base64, `format` "pcm", `engine_type` "16k_auto", a
@@ -14,8 +15,8 @@ from __future__ import annotations
 import base64
 import secrets
 import string
-from collections.abc import Awaitable
-from typing import Any, Final, Protocol
+from collections.abc import Iterator
+from typing import Any, Final
 
 from bridge.feishu.errors import BusinessError, FeishuError
 
@@ -39,42 +40,33 @@ def scope_missing(exc: FeishuError) -> bool:
     return isinstance(exc, BusinessError) and exc.code == SCOPE_MISSING
 
 
-class _Requests(Protocol):
-    def _request(
-        self, op: str, method: str, path: str, *, body: dict[str, Any] | None = ...
-    ) -> Awaitable[dict[str, Any]]: ...
-
-
 def _config(**fields: Any) -> dict[str, Any]:
     return {**fields, "format": "pcm", "engine_type": "16k_auto"}
 
 
-def _text(body: dict[str, Any]) -> str:
-    text = (body.get("data") or {}).get("recognition_text")
+def recognized(answer: dict[str, Any]) -> str:
+    """The words an answer of either API says it heard ("" for none)."""
+    text = (answer.get("data") or {}).get("recognition_text")
     return text.strip() if isinstance(text, str) else ""
 
 
-class SpeechCalls:
-    """Mixed into FeishuClient, whose `_request` does the retries and the logging."""
-
-    async def recognize_speech(self: _Requests, pcm: bytes) -> str:
-        """The words in `pcm` (16 kHz mono s16le); "" when none were recognized. Up to the
-        file API's limit in one call, longer in 200 ms pieces of one stream."""
-        if len(pcm) <= FILE_LIMIT_SECONDS * BYTES_PER_SECOND:
-            body = {
-                "speech": {"speech": base64.b64encode(pcm).decode("ascii")},
-                "config": _config(file_id=new_id()),
-            }
-            return _text(await self._request("file_recognize", "POST", FILE_RECOGNIZE, body=body))
-        stream_id = new_id()
-        pieces = [pcm[i : i + PIECE_BYTES] for i in range(0, len(pcm), PIECE_BYTES)]
-        heard = ""
-        for sequence, piece in enumerate(pieces):
-            action = LAST if sequence == len(pieces) - 1 else FIRST if sequence == 0 else MIDDLE
-            body = {
-                "speech": {"speech": base64.b64encode(piece).decode("ascii")},
-                "config": _config(stream_id=stream_id, sequence_id=sequence, action=action),
-            }
-            answer = await self._request("stream_recognize", "POST", STREAM_RECOGNIZE, body=body)
-            heard = _text(answer) or heard  # the text so far; the last piece's is the whole
-        return heard
+def calls(pcm: bytes) -> Iterator[tuple[str, str, dict[str, Any]]]:
+    """(op, path, body) of each call that recognizes `pcm` (16 kHz mono s16le), in order:
+    up to the file API's limit one call, longer 200 ms pieces of one stream (each body made
+    as it is sent). The last answer's text is the whole."""
+    if len(pcm) <= FILE_LIMIT_SECONDS * BYTES_PER_SECOND:
+        body = {
+            "speech": {"speech": base64.b64encode(pcm).decode("ascii")},
+            "config": _config(file_id=new_id()),
+        }
+        yield "file_recognize", FILE_RECOGNIZE, body
+        return
+    stream_id = new_id()
+    pieces = [pcm[i : i + PIECE_BYTES] for i in range(0, len(pcm), PIECE_BYTES)]
+    for sequence, piece in enumerate(pieces):
+        action = LAST if sequence == len(pieces) - 1 else FIRST if sequence == 0 else MIDDLE
+        body = {
+            "speech": {"speech": base64.b64encode(piece).decode("ascii")},
+            "config": _config(stream_id=stream_id, sequence_id=sequence, action=action),
+        }
+        yield "stream_recognize", STREAM_RECOGNIZE, body

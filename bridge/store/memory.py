@@ -10,13 +10,11 @@ Every method completes without awaiting anything, so each call is atomic on the 
 
 from __future__ import annotations
 
-from collections.abc import Container, Sequence
+import json
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from bridge.store.memory_cluster import MemoryCluster
-from bridge.store.memory_owed import MemoryOwed
-from bridge.store.memory_schedules import MemorySchedules
 from bridge.store.port import (
     DEFAULT_RETENTION_SECONDS,
     MESSAGE_TRANSITIONS,
@@ -25,6 +23,8 @@ from bridge.store.port import (
     AsyncLifecycle,
     JournaledMessage,
     MessageState,
+    Schedule,
+    ScheduleKind,
     SessionRecord,
     Store,
     StoreClosed,
@@ -34,11 +34,12 @@ from bridge.store.port import (
     TurnOutcome,
     UnknownTurn,
 )
+from bridge.store.port_cluster import InstanceRecord, Lease, UnownedConversation
+from bridge.store.port_owed import OwedPost
 
 
-class MemoryStore(MemoryCluster, MemoryOwed, MemorySchedules, AsyncLifecycle):
+class MemoryStore(AsyncLifecycle):
     def __init__(self, *, retention_seconds: float = DEFAULT_RETENTION_SECONDS) -> None:
-        super().__init__()
         self.retention_seconds = retention_seconds
         self._open = False
         self._events: dict[str, float] = {}  # event id -> seen at
@@ -51,8 +52,15 @@ class MemoryStore(MemoryCluster, MemoryOwed, MemorySchedules, AsyncLifecycle):
         self._traces: dict[str, list[TraceEntry]] = {}
         self._approvals: dict[str, Approval] = {}
         self._outbox: dict[str, tuple[tuple[str, ...], float]] = {}
+        self._schedules: dict[int, Schedule] = {}
+        # key -> (owner or None when released, fence, expires_at); rows are never deleted
+        self._leases: dict[str, tuple[str | None, int, float]] = {}
+        self._instances: dict[str, InstanceRecord] = {}
+        self._owed: dict[str, OwedPost] = {}
         self._message_seq = 0
         self._trace_seq = 0
+        self._schedule_seq = 0
+        self._owed_seq = 0
 
     def __repr__(self) -> str:
         return f"MemoryStore({'open' if self._open else 'closed'})"
@@ -310,15 +318,12 @@ class MemoryStore(MemoryCluster, MemoryOwed, MemorySchedules, AsyncLifecycle):
         self._owed.pop(idempotency_key, None)  # the mark settles its post
         return True
 
-    def _sent_keys(self) -> Container[str]:
-        return self._outbox
-
     async def sent(self, idempotency_key: str) -> list[str] | None:
         self._check()
         entry = self._outbox.get(idempotency_key)
         return None if entry is None else list(entry[0])
 
-    # -- housekeeping ------------------------------------------------------------------------
+    # -- what a conversation chose and had ---------------------------------------------------
 
     async def set_preference(
         self, conversation_key: str, name: str, value: str, now: float
@@ -352,6 +357,208 @@ class MemoryStore(MemoryCluster, MemoryOwed, MemorySchedules, AsyncLifecycle):
         mine = [r for (k, _), r in self._sessions.items() if k == conversation_key]
         mine.sort(key=lambda r: (r.active_at, r.started_at), reverse=True)
         return mine[:limit]
+
+    # -- schedules ---------------------------------------------------------------------------
+
+    async def add_schedule(
+        self,
+        conversation_key: str,
+        chat_id: str,
+        creator_open_id: str,
+        kind: ScheduleKind,
+        every_seconds: float | None,
+        prompt: str,
+        next_due_at: float,
+        now: float,
+        *,
+        anchor_message_id: str = "",
+        config_key: str = "",
+    ) -> Schedule | None:
+        self._check()
+        if config_key and any(s.config_key == config_key for s in self._schedules.values()):
+            return None
+        self._schedule_seq += 1
+        record = Schedule(
+            schedule_id=self._schedule_seq,
+            conversation_key=conversation_key,
+            chat_id=chat_id,
+            creator_open_id=creator_open_id,
+            kind=ScheduleKind(kind),
+            every_seconds=every_seconds,
+            prompt=prompt,
+            next_due_at=next_due_at,
+            created_at=now,
+            anchor_message_id=anchor_message_id,
+            config_key=config_key,
+        )
+        self._schedules[record.schedule_id] = record
+        return record
+
+    async def schedule(self, schedule_id: int) -> Schedule | None:
+        self._check()
+        return self._schedules.get(schedule_id)
+
+    async def schedules(self, conversation_key: str | None = None) -> list[Schedule]:
+        self._check()
+        return sorted(
+            (
+                s
+                for s in self._schedules.values()
+                if conversation_key is None or s.conversation_key == conversation_key
+            ),
+            key=lambda s: s.schedule_id,
+        )
+
+    async def remove_schedule(self, schedule_id: int) -> bool:
+        self._check()
+        return self._schedules.pop(schedule_id, None) is not None
+
+    async def note_schedule_run(
+        self, schedule_id: int, slot: float, ran_at: float, next_due_at: float
+    ) -> bool:
+        self._check()
+        known = self._schedules.get(schedule_id)
+        if known is None or known.next_due_at != slot:
+            return False
+        self._schedules[schedule_id] = replace(known, last_run_at=ran_at, next_due_at=next_due_at)
+        return True
+
+    async def note_schedule_skip(self, schedule_id: int, reason: str, at: float) -> bool:
+        self._check()
+        known = self._schedules.get(schedule_id)
+        if known is None:
+            return False
+        self._schedules[schedule_id] = replace(known, last_skip_at=at, last_skip_reason=reason)
+        return True
+
+    # -- leases (same contract as the SQL stores') -------------------------------------------
+
+    async def claim_lease(
+        self,
+        conversation_key: str,
+        owner: str,
+        now: float,
+        ttl: float,
+        *,
+        take_expired: bool = True,
+    ) -> int | None:
+        self._check()
+        if not owner:
+            raise ValueError("a lease owner is a non-empty instance id")
+        held = self._leases.get(conversation_key)
+        if held is None:
+            fence = 1
+        else:
+            holder, fence, expires_at = held
+            if holder is not None and holder != owner and (expires_at > now or not take_expired):
+                return None
+            fence = fence if holder == owner else fence + 1
+        self._leases[conversation_key] = (owner, fence, now + ttl)
+        return fence
+
+    async def renew_leases(self, owner: str, now: float, ttl: float) -> list[str]:
+        self._check()
+        keys = sorted(k for k, (holder, _, _) in self._leases.items() if holder == owner)
+        for key in keys:
+            _, fence, _ = self._leases[key]
+            self._leases[key] = (owner, fence, now + ttl)
+        return keys
+
+    async def release_leases(self, owner: str, keys: Sequence[str] | None = None) -> int:
+        self._check()
+        chosen = set(self._leases if keys is None else keys)
+        released = 0
+        for key, (holder, fence, expires_at) in list(self._leases.items()):
+            if holder == owner and key in chosen:
+                self._leases[key] = (None, fence, expires_at)
+                released += 1
+        return released
+
+    async def lease_of(self, conversation_key: str, now: float) -> Lease | None:
+        self._check()
+        held = self._leases.get(conversation_key)
+        if held is None or held[0] is None or held[2] <= now:
+            return None
+        return Lease(owner=held[0], fence=held[1], expires_at=held[2])
+
+    async def unowned_conversations(self, now: float) -> list[UnownedConversation]:
+        self._check()
+        found: dict[str, UnownedConversation] = {}
+        for m in sorted(self._messages.values(), key=lambda m: m.seq):
+            key = m.conversation_key
+            if m.state is MessageState.DONE or key in found:
+                continue
+            holder, fence, expires_at = self._leases.get(key, (None, 0, 0.0))
+            if holder is None or expires_at <= now:
+                found[key] = UnownedConversation(key, holder, fence)
+        return list(found.values())
+
+    async def interrupt_running_of(self, conversation_key: str, now: float) -> int:
+        self._check()
+        running = [
+            m
+            for m in self._messages.values()
+            if m.conversation_key == conversation_key and m.state is MessageState.RUNNING
+        ]
+        for m in running:
+            self._messages[m.message_id] = replace(
+                m, state=MessageState.INTERRUPTED, updated_at=now
+            )
+        return len(running)
+
+    # -- instances ---------------------------------------------------------------------------
+
+    async def heartbeat(
+        self,
+        instance_id: str,
+        epoch: str,
+        now: float,
+        ops_url: str = "",
+        info: Mapping[str, Any] | None = None,
+    ) -> None:
+        self._check()
+        known = self._instances.get(instance_id)
+        started = known.started_at if known is not None and known.epoch == epoch else now
+        # Through JSON, as the SQL stores keep it: the caller's dict is not shared.
+        facts = json.loads(json.dumps(dict(info or {})))
+        self._instances[instance_id] = InstanceRecord(
+            instance_id, epoch, started, now, ops_url, facts
+        )
+
+    async def instances(self, now: float) -> list[InstanceRecord]:
+        self._check()
+        return [
+            replace(record, age=now - record.heartbeat_at)
+            for _, record in sorted(self._instances.items())
+        ]
+
+    # -- owed posts (a mark settles its post, as the SQL stores' trigger does) ---------------
+
+    async def owe(
+        self,
+        idempotency_key: str,
+        conversation_key: str,
+        turn_id: str | None,
+        payload: str,
+        now: float,
+    ) -> bool:
+        self._check()
+        if idempotency_key in self._owed or idempotency_key in self._outbox:
+            return False
+        self._owed_seq += 1
+        post = OwedPost(self._owed_seq, idempotency_key, conversation_key, turn_id, payload, now)
+        self._owed[idempotency_key] = post
+        return True
+
+    async def owed(self) -> list[OwedPost]:
+        self._check()
+        return sorted(self._owed.values(), key=lambda p: p.seq)
+
+    async def settle(self, idempotency_key: str) -> None:
+        self._check()
+        self._owed.pop(idempotency_key, None)
+
+    # -- housekeeping ------------------------------------------------------------------------
 
     async def prune(self, now: float) -> int:
         self._check()

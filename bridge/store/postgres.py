@@ -1,7 +1,7 @@
 """`PostgresStore`: the `Store` on a PostgreSQL server (BRIDGE_DATABASE_URL), through
-psycopg 3 and a small connection pool. Its statements are shared with `SqliteStore`
-(sql_store.py, `%s` for `?`); this module is the driver. Imported only when that setting is
-set: the SQLite path never loads psycopg.
+psycopg 3 and a small connection pool. Its statements are `SqlStore`'s, shared with
+`SqliteStore` (sql_store.py, `%s` for `?`); this module is the driver (`PostgresDriver`).
+Imported only when that setting is set: the SQLite path never loads psycopg.
 
 Atomicity: the pooled connections run in autocommit mode, so a single statement (most
 calls) is atomic on its own, whichever connection (or bridge process) runs it. First-wins
@@ -9,7 +9,7 @@ claims are `INSERT ... ON CONFLICT DO NOTHING` (PostgreSQL makes a second insert
 the first and then do nothing) and first-terminal-wins updates are `UPDATE ... WHERE <not
 yet decided>` (a second updater waits on the row lock, then finds the condition false).
 Never read-then-write. The explicit transactions are the migration, under an advisory lock
-(postgres_schema.py), and the port's calls that write several tables (`_atomically`:
+(postgres_schema.py), and the port's calls that write several tables (`atomically`:
 `begin_turn`, `end_turn`), sent in one round trip (pipeline mode).
 
 Orders (`seq`) come from identity columns, allocated as rows are inserted: call order
@@ -30,15 +30,13 @@ from psycopg_pool import AsyncConnectionPool
 
 from bridge.store.port import (
     DEFAULT_RETENTION_SECONDS,
-    AsyncLifecycle,
     Store,
     StoreClosed,
     StoreUnavailable,
     TraceRecord,
 )
 from bridge.store.postgres_schema import migrate, schema_version
-from bridge.store.sql_base import Statement
-from bridge.store.sql_store import SqlStore
+from bridge.store.sql_store import SqlDriver, SqlStore, Statement
 
 Row = tuple[Any, ...]
 Pool = AsyncConnectionPool[AsyncConnection[Row]]
@@ -56,11 +54,8 @@ def redact(url: str) -> str:
         return "postgresql://…"
 
 
-class PostgresStore(SqlStore, AsyncLifecycle):
+class PostgresStore(SqlStore):
     """The `Store` on PostgreSQL. Use as `async with PostgresStore(url) as store:`."""
-
-    _MARK = "%s"  # psycopg's parameter mark (the SQL mixins: sql_base.py)
-    _GREATEST = "GREATEST"  # ConversationChoices
 
     def __init__(
         self,
@@ -71,8 +66,22 @@ class PostgresStore(SqlStore, AsyncLifecycle):
         connect_timeout: float = 30.0,
         wait_seconds: float = 5.0,
     ) -> None:
+        driver = PostgresDriver(
+            url, pool_size=pool_size, connect_timeout=connect_timeout, wait_seconds=wait_seconds
+        )
+        super().__init__(driver, retention_seconds=retention_seconds)
+
+
+class PostgresDriver:
+    """`SqlStore`'s driver on a PostgreSQL server: a small pool of autocommit connections."""
+
+    mark = "%s"  # psycopg's parameter mark
+    greatest = "GREATEST"
+
+    def __init__(
+        self, url: str, *, pool_size: int, connect_timeout: float, wait_seconds: float
+    ) -> None:
         self._url = url
-        self.retention_seconds = retention_seconds
         self._pool_size = max(1, int(pool_size))
         self._connect_timeout = connect_timeout
         # How long a call waits for a connection while the server is away before it fails
@@ -83,7 +92,15 @@ class PostgresStore(SqlStore, AsyncLifecycle):
 
     def __repr__(self) -> str:
         state = "open" if self._pool is not None else "closed"
-        return f"PostgresStore({redact(self._url)!r}, {state})"
+        return f"PostgresDriver({self.where!r}, {state})"
+
+    @property
+    def where(self) -> str:
+        return redact(self._url)
+
+    @property
+    def is_open(self) -> bool:
+        return self._pool is not None
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -128,6 +145,9 @@ class PostgresStore(SqlStore, AsyncLifecycle):
                 "schema_version": await schema_version(conn),
             }
 
+    def check_open(self) -> None:
+        self._conn()
+
     def _conn(self) -> Pool:
         if self._pool is None:
             raise StoreClosed(f"{self!r} is not open")
@@ -136,7 +156,7 @@ class PostgresStore(SqlStore, AsyncLifecycle):
     # A server gone (a restart, a failover: the connection dropped, or none to be had
     # within the pool's timeout) is `StoreUnavailable`, one type for every caller to retry.
 
-    async def _write(self, sql: str, params: Iterable[Any] = ()) -> int:
+    async def write(self, sql: str, params: Iterable[Any] = ()) -> int:
         try:
             async with self._conn().connection(timeout=self._wait) as conn:
                 cur = await conn.execute(sql, tuple(params))
@@ -144,7 +164,7 @@ class PostgresStore(SqlStore, AsyncLifecycle):
         except OperationalError as exc:
             raise StoreUnavailable(type(exc).__name__) from exc
 
-    async def _all(self, sql: str, params: Iterable[Any] = ()) -> list[Row]:
+    async def all(self, sql: str, params: Iterable[Any] = ()) -> list[Row]:
         try:
             async with self._conn().connection(timeout=self._wait) as conn:
                 cur = await conn.execute(sql, tuple(params))
@@ -152,7 +172,7 @@ class PostgresStore(SqlStore, AsyncLifecycle):
         except OperationalError as exc:
             raise StoreUnavailable(type(exc).__name__) from exc
 
-    async def _atomically(self, statements: Sequence[Statement]) -> list[int]:
+    async def atomically(self, statements: Sequence[Statement]) -> list[int]:
         try:
             return await self._transaction(statements)
         except OperationalError as exc:
@@ -167,7 +187,7 @@ class PostgresStore(SqlStore, AsyncLifecycle):
             try:
                 async with conn.pipeline():
                     await conn.execute("BEGIN")
-                    cursors = [await conn.execute(self._sql(s), p) for s, p in statements]
+                    cursors = [await conn.execute(s, p) for s, p in statements]
                     await conn.execute("COMMIT")
             except BaseException:
                 with contextlib.suppress(OperationalError):  # the server may be gone
@@ -175,7 +195,7 @@ class PostgresStore(SqlStore, AsyncLifecycle):
                 raise
             return [int(cur.rowcount) for cur in cursors]
 
-    def _unknown_row(self, exc: Exception) -> bool:
+    def unknown_row(self, exc: Exception) -> bool:
         return isinstance(exc, ForeignKeyViolation)
 
     # -- what differs by dialect -------------------------------------------------------------
@@ -195,12 +215,13 @@ class PostgresStore(SqlStore, AsyncLifecycle):
         )
         params = [list(column) for column in columns]
         try:
-            await self._write(sql, params)
+            await self.write(sql, params)
         except ForeignKeyViolation:
             # A turn was pruned between the check and the insert (another connection):
             # once more, and the check now skips it.
-            await self._write(sql, params)
+            await self.write(sql, params)
 
 
 if TYPE_CHECKING:
     _conforms: type[Store] = PostgresStore
+    _drives: type[SqlDriver] = PostgresDriver

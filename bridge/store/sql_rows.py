@@ -4,6 +4,7 @@ as listed here."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -12,6 +13,9 @@ from bridge.store.port import (
     ApprovalStatus,
     JournaledMessage,
     MessageState,
+    Schedule,
+    ScheduleKind,
+    SessionRecord,
     Turn,
     TurnOutcome,
 )
@@ -26,6 +30,12 @@ TURN_COLUMNS = (
 APPROVAL_COLUMNS = (
     "request_id, turn_id, conversation_key, card_message_id, requester_open_id, created_at, "
     "status, decided_by, decided_at, title"
+)
+SESSION_COLUMNS = "conversation_key, session_id, agent, folder, title, started_at, active_at"
+SCHEDULE_COLUMNS = (
+    "schedule_id, conversation_key, chat_id, creator_open_id, kind, every_seconds, prompt,"
+    " next_due_at, created_at, anchor_message_id, config_key, last_run_at, last_skip_at,"
+    " last_skip_reason"
 )
 
 Row = Sequence[Any]
@@ -79,3 +89,43 @@ def approval_of(row: Row) -> Approval:
         decided_at=_opt_float(row[8]),
         title=str(row[9]),
     )
+
+
+def session_of(row: Row) -> SessionRecord:
+    return SessionRecord(
+        conversation_key=str(row[0]),
+        session_id=str(row[1]),
+        agent=str(row[2]),
+        folder=str(row[3]),
+        title=str(row[4]),
+        started_at=float(row[5]),
+        active_at=float(row[6]),
+    )
+
+
+def schedule_of(row: Row) -> Schedule:
+    return Schedule(
+        schedule_id=int(row[0]),
+        conversation_key=str(row[1]),
+        chat_id=str(row[2]),
+        creator_open_id=str(row[3]),
+        kind=ScheduleKind(row[4]),
+        every_seconds=_opt_float(row[5]),
+        prompt=str(row[6]),
+        next_due_at=float(row[7]),
+        created_at=float(row[8]),
+        anchor_message_id=str(row[9]),
+        config_key=str(row[10]),
+        last_run_at=_opt_float(row[11]),
+        last_skip_at=_opt_float(row[12]),
+        last_skip_reason=str(row[13]),
+    )
+
+
+def info_of(text: Any) -> dict[str, Any]:
+    """An instance's `info` column (JSON text) as a dict; {} for anything else."""
+    try:
+        value = json.loads(str(text or "{}"))
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}

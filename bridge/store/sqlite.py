@@ -1,5 +1,6 @@
 """`SqliteStore`: the embedded default `Store`, one SQLite file through aiosqlite. Its
-statements are shared with `PostgresStore` (sql_store.py); this module is the driver.
+statements are `SqlStore`'s, shared with `PostgresStore` (sql_store.py); this module is the
+driver (`SqliteDriver`).
 
 Connection settings: WAL journal (readers never block the writer), `synchronous=NORMAL`
 (durable across a process crash; a power cut may lose the last commits, never corrupt),
@@ -8,7 +9,7 @@ foreign keys on, a busy timeout so an operator's `status` read does not fail a w
 Atomicity: the connection runs in autocommit mode, so a single statement (most calls) is
 atomic on its own and no two coroutines interleave inside it. The explicit transactions
 are the migrations, applied in `open()` before the store is shared, the port's calls that
-write several tables (`_atomically`: `begin_turn`, `end_turn`) and `trace_many`: each is
+write several tables (`atomically`: `begin_turn`, `end_turn`) and `trace_many`: each is
 one function run on the connection's thread (`_transaction`), so nothing interleaves and
 it costs one thread hop, not one per statement.
 
@@ -30,21 +31,19 @@ import aiosqlite
 
 from bridge.store.port import (
     DEFAULT_RETENTION_SECONDS,
-    AsyncLifecycle,
     Store,
     StoreClosed,
     StoreError,
     TraceRecord,
 )
-from bridge.store.sql_base import Statement
-from bridge.store.sql_store import SqlStore
+from bridge.store.sql_store import SqlDriver, SqlStore, Statement
 from bridge.store.sqlite_checkpoint import CHECKPOINT_SECONDS, Checkpointer
 from bridge.store.sqlite_schema import connection_settings, migrate
 
 _T = TypeVar("_T")
 
 
-class SqliteStore(SqlStore, AsyncLifecycle):
+class SqliteStore(SqlStore):
     """The `Store` over one SQLite file. Use as `async with SqliteStore(path) as store:`."""
 
     def __init__(
@@ -56,17 +55,40 @@ class SqliteStore(SqlStore, AsyncLifecycle):
         checkpoint_seconds: float = CHECKPOINT_SECONDS,
     ) -> None:
         self.path = Path(path)
-        self.retention_seconds = retention_seconds
+        driver = SqliteDriver(
+            self.path, busy_timeout_ms=busy_timeout_ms, checkpoint_seconds=checkpoint_seconds
+        )
+        self.checkpointer = driver.checkpointer  # for tests and diagnostics
+        super().__init__(driver, retention_seconds=retention_seconds)
+
+
+class SqliteDriver:
+    """`SqlStore`'s driver on one SQLite file: one aiosqlite connection (and the
+    checkpointer's, apart)."""
+
+    mark = "?"
+    greatest = "MAX"  # SQLite's two-argument MAX
+
+    def __init__(self, path: Path, *, busy_timeout_ms: int, checkpoint_seconds: float) -> None:
+        self.path = path
         self._busy_timeout_ms = int(busy_timeout_ms)
         self._db: aiosqlite.Connection | None = None
-        self._checkpointer = Checkpointer(
+        self.checkpointer = Checkpointer(
             self.path, busy_timeout_ms=self._busy_timeout_ms, interval=checkpoint_seconds
         )
         self._lifecycle = asyncio.Lock()  # two racing open() calls make one connection
 
     def __repr__(self) -> str:
         state = "open" if self._db is not None else "closed"
-        return f"SqliteStore({str(self.path)!r}, {state})"
+        return f"SqliteDriver({self.where!r}, {state})"
+
+    @property
+    def where(self) -> str:
+        return str(self.path)
+
+    @property
+    def is_open(self) -> bool:
+        return self._db is not None
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -79,9 +101,9 @@ class SqliteStore(SqlStore, AsyncLifecycle):
             try:
                 await self._configure(db)
                 await migrate(db)
-                await self._checkpointer.start()
+                await self.checkpointer.start()
             except BaseException:
-                await self._checkpointer.stop()
+                await self.checkpointer.stop()
                 await db.close()
                 raise
             self._db = db
@@ -89,7 +111,7 @@ class SqliteStore(SqlStore, AsyncLifecycle):
     async def close(self) -> None:
         async with self._lifecycle:
             db, self._db = self._db, None
-            await self._checkpointer.stop()
+            await self.checkpointer.stop()
             if db is not None:
                 await db.close()
 
@@ -108,6 +130,9 @@ class SqliteStore(SqlStore, AsyncLifecycle):
         """The effective connection settings (for diagnostics and tests)."""
         return await connection_settings(self._conn())
 
+    def check_open(self) -> None:
+        self._conn()
+
     def _conn(self) -> aiosqlite.Connection:
         if self._db is None:
             raise StoreClosed(f"{self!r} is not open")
@@ -117,7 +142,7 @@ class SqliteStore(SqlStore, AsyncLifecycle):
     # a DML statement has finished when `execute` returns, so its cursor holds nothing and
     # is left to the GC, as aiosqlite's own `execute_fetchall` does.
 
-    async def _write(self, sql: str, params: Iterable[Any] = ()) -> int:
+    async def write(self, sql: str, params: Iterable[Any] = ()) -> int:
         cursor = await self._conn().execute(sql, tuple(params))
         return int(cursor.rowcount)
 
@@ -143,16 +168,16 @@ class SqliteStore(SqlStore, AsyncLifecycle):
         result: _T = await conn._execute(run)  # type: ignore[no-untyped-call]
         return result
 
-    async def _atomically(self, statements: Sequence[Statement]) -> list[int]:
+    async def atomically(self, statements: Sequence[Statement]) -> list[int]:
         def run(db: sqlite3.Connection) -> list[int]:
             return [int(db.execute(sql, params).rowcount) for sql, params in statements]
 
         return await self._transaction(run)
 
-    async def _all(self, sql: str, params: Iterable[Any] = ()) -> list[sqlite3.Row]:
+    async def all(self, sql: str, params: Iterable[Any] = ()) -> list[sqlite3.Row]:
         return list(await self._conn().execute_fetchall(sql, tuple(params)))
 
-    def _unknown_row(self, exc: Exception) -> bool:
+    def unknown_row(self, exc: Exception) -> bool:
         return isinstance(exc, sqlite3.IntegrityError) and "FOREIGN KEY" in str(exc).upper()
 
     # -- what differs by dialect -------------------------------------------------------------
@@ -176,3 +201,4 @@ class SqliteStore(SqlStore, AsyncLifecycle):
 
 if TYPE_CHECKING:
     _conforms: type[Store] = SqliteStore
+    _drives: type[SqlDriver] = SqliteDriver

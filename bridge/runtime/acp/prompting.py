@@ -1,4 +1,5 @@
-"""Prompts, cancels and tails: the `AgentRuntime` port's turn calls, mixed into `AcpRuntime`.
+"""`Prompting`: prompts, cancels and tails, the `AgentRuntime` port's turn calls, which
+`AcpRuntime` hands to it.
 
 * **Cancel in place.** `/stop` sends `session/cancel`; once the cancelled prompt's own result
   is back, the next prompt goes to the same process and session. Only an agent known to
@@ -20,13 +21,12 @@ import signal
 from collections.abc import Callable, Sequence
 
 from bridge.runtime.acp.content import prompt_blocks
-from bridge.runtime.acp.pool import AgentPool
 from bridge.runtime.acp.process import AgentProcess
 from bridge.runtime.acp.requests import PendingRequests
 from bridge.runtime.acp.session import AcpSession
 from bridge.runtime.acp.sessions import SessionLost, Sessions
 from bridge.runtime.acp.turns import AcpTurn, absorb_tail, run_prompt
-from bridge.runtime.events import PromptSent, RuntimeFailed, StopReason, TurnEnded
+from bridge.runtime.events import PromptSent, RuntimeExited, RuntimeFailed, StopReason, TurnEnded
 from bridge.runtime.port import EventSink, PromptFile, RuntimeUnavailable
 
 logger = logging.getLogger(__name__)
@@ -36,12 +36,24 @@ STOPPED_TURN_WAIT = 5.0
 
 
 class Prompting:
-    _pool: AgentPool
-    _sessions: Sessions
-    _requests: PendingRequests
-    _on_change: Callable[[], None]
-    _shutdown_timeout: float
-    cancel_tails: int
+    """One prompt at a time per session, over the sessions' processes. `exited`: the event
+    ending a turn whose process died; `on_change`: told when a turn begins or ends."""
+
+    def __init__(
+        self,
+        sessions: Sessions,
+        requests: PendingRequests,
+        *,
+        exited: Callable[[AgentProcess, str], RuntimeExited],
+        shutdown_timeout: float,
+        on_change: Callable[[], None],
+    ) -> None:
+        self._sessions = sessions
+        self._requests = requests
+        self._exited = exited
+        self._shutdown_timeout = shutdown_timeout
+        self._on_change = on_change
+        self.cancel_tails = 0  # prompts answered by a cancelled turn's leftover result
 
     async def prompt(
         self, session_id: str, text: str, sink: EventSink, files: Sequence[PromptFile] = ()
@@ -91,7 +103,7 @@ class Prompting:
             process,
             turn,
             blocks,
-            exited=self._pool.exited,
+            exited=self._exited,
             shutdown_timeout=self._shutdown_timeout,
         )
 
@@ -119,7 +131,7 @@ class Prompting:
         )
         self._sessions.tails.saw_tail(info)
         if not self._sessions.can_restart(process, turn):
-            await absorb_tail(process, turn, exited=self._pool.exited)
+            await absorb_tail(process, turn, exited=self._exited)
             return
         turn.moving = True
         process.retiring = True  # its updates from now on are this prompt's first run: dropped

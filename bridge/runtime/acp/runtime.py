@@ -3,7 +3,9 @@
 The pieces: `pool` (agent processes: placement, start, restart), `sessions` (bind, resume,
 reload), `prompting` (prompt, cancel, and a cancelled turn's leftover result), `turns` (one
 prompt and its one ending), `requests` (what an agent asks of the user, per dialect). This
-facade wires them and answers the agent's callbacks.
+facade wires them, answers the agent's callbacks, passes on what a conversation changes of
+its session (`/mode`, `/model`: kept by `Sessions`, which sets them again on a restarted
+agent) and shows operators its processes, sessions and counters.
 
 * **Process death** is watched directly (the SDK only shows a dead agent as
   `ConnectionError`). Running turns on it end with `RuntimeExited` and their pending
@@ -38,7 +40,6 @@ from tenacity.wait import wait_base
 
 from bridge.clock import Ids, new_id
 from bridge.runtime.acp.client import BridgeClient, build_handler, client_capabilities
-from bridge.runtime.acp.diagnostics import Diagnostics
 from bridge.runtime.acp.normalize import (
     SESSION_STATE_KINDS,
     elicitation_question,
@@ -61,11 +62,18 @@ from bridge.runtime.acp.requests import (
     cancelled_permission,
 )
 from bridge.runtime.acp.session import AcpSession, SessionInfo
-from bridge.runtime.acp.session_settings import SessionSettings
 from bridge.runtime.acp.sessions import SessionLost, Sessions
 from bridge.runtime.acp.turns import AcpTurn
-from bridge.runtime.events import RuntimeExited, TurnEvent, UsageReported
-from bridge.runtime.port import SessionHandle
+from bridge.runtime.events import (
+    ConfigOption,
+    RuntimeExited,
+    SessionFacts,
+    SessionModes,
+    TurnEvent,
+    UsageReported,
+    model_option,
+)
+from bridge.runtime.port import WORKSPACE_CHOICE, EventSink, PromptFile, SessionHandle
 from bridge.runtime.sandbox import SandboxPolicy
 
 if TYPE_CHECKING:
@@ -80,7 +88,7 @@ SCRUBBED_PREFIXES = ("FEISHU_", "BRIDGE_")
 __all__ = ["AcpRuntime", "SessionInfo", "SessionLost"]
 
 
-class AcpRuntime(Prompting, SessionSettings, Diagnostics):
+class AcpRuntime:
     """Drives ACP agent subprocesses; see the module docstring for the policies."""
 
     def __init__(
@@ -110,7 +118,6 @@ class AcpRuntime(Prompting, SessionSettings, Diagnostics):
             raise ValueError("max_agents must be at least 1")
         self._elicitation = elicitation
         self._new_id = new_id
-        self._shutdown_timeout = shutdown_timeout
         # The agent needs its own credentials (API keys) from the environment: inherit it,
         # but never the bridge's own Feishu secrets.
         inherited = {
@@ -139,9 +146,15 @@ class AcpRuntime(Prompting, SessionSettings, Diagnostics):
         self._on_change = on_change or (lambda: None)
         self._sessions = Sessions(self._pool)
         self._requests = PendingRequests()
+        self._prompting = Prompting(
+            self._sessions,
+            self._requests,
+            exited=self._pool.exited,
+            shutdown_timeout=shutdown_timeout,
+            on_change=self._on_change,
+        )
         self.unknown_updates = 0
         self.late_updates = 0  # turn updates after their prompt's result: dropped
-        self.cancel_tails = 0  # prompts answered by a cancelled turn's leftover result
 
     @classmethod
     def from_settings(
@@ -188,6 +201,17 @@ class AcpRuntime(Prompting, SessionSettings, Diagnostics):
         self._sessions.release(conversation_key)
         self._on_change()
 
+    async def prompt(
+        self, session_id: str, text: str, sink: EventSink, files: Sequence[PromptFile] = ()
+    ) -> None:
+        await self._prompting.prompt(session_id, text, sink, files)
+
+    async def cancel(self, session_id: str) -> None:
+        await self._prompting.cancel(session_id)
+
+    async def abandon(self, session_id: str) -> None:
+        await self._prompting.abandon(session_id)
+
     async def answer_permission(self, request_id: str, option_id: str | None) -> None:
         pending = self._pending(request_id)
         if pending is None:
@@ -204,6 +228,48 @@ class AcpRuntime(Prompting, SessionSettings, Diagnostics):
             raise ValueError(f"request {request_id} is a permission; use answer_permission")
         pending.answer(answers)
 
+    async def modes(self, session_id: str) -> SessionModes | None:
+        return self._sessions.modes(session_id)
+
+    async def set_mode(self, session_id: str, mode_id: str) -> None:
+        await self._sessions.set_mode(session_id, mode_id)
+
+    async def config(self, session_id: str) -> tuple[ConfigOption, ...]:
+        return self._sessions.config(session_id)
+
+    async def set_config(self, session_id: str, config_id: str, value: str) -> None:
+        await self._sessions.set_config(session_id, config_id, value)
+
+    async def commands(self, session_id: str) -> tuple[str, ...]:
+        info = self._sessions.info(session_id)
+        return info.available_commands if info else ()
+
+    async def facts(self, session_id: str) -> SessionFacts | None:
+        session = self._sessions.get(session_id)
+        if session is None:
+            return None
+        info = session.info
+        model = model_option(info.config)
+        return SessionFacts(
+            folder=session.cwd,
+            mode=info.mode_id,
+            model=model.current if model else None,
+            title=info.title,
+            usage=info.usage,
+        )
+
+    async def session_titles(self, chosen: Mapping[str, str]) -> dict[str, str]:
+        """Titles from the agent's `session/list` for the chosen folder, asked of a running
+        agent process that offers it (none is started for this); empty otherwise."""
+        folder = chosen.get(WORKSPACE_CHOICE) or str(self._pool.workdir)
+        process = next((p for p in self._pool.running() if p.can_list), None)
+        if process is None:
+            return {}
+        try:
+            return await process.list_sessions(folder)
+        except (RequestError, ConnectionError, ValueError):
+            return {}
+
     async def close(self) -> None:
         self._pool.closing = True
         for session in self._sessions.all():
@@ -212,6 +278,50 @@ class AcpRuntime(Prompting, SessionSettings, Diagnostics):
         for pending in self._requests:
             pending.cancel()
         await self._pool.close()
+
+    # --- what operators and tests read --------------------------------------------------------
+
+    @property
+    def cancel_tails(self) -> int:
+        """Prompts answered by a cancelled turn's leftover result (see `Prompting`)."""
+        return self._prompting.cancel_tails
+
+    def session_info(self, session_id: str) -> SessionInfo | None:
+        session = self._sessions.get(session_id)
+        return session.info if session else None
+
+    def pending_request_ids(self) -> list[str]:
+        return self._requests.ids()
+
+    def running_processes(self) -> list[AgentProcess]:
+        return self._pool.running()
+
+    def snapshot(self) -> dict[str, Any]:
+        """Operator view: processes and their sessions. Never the stderr tail: an agent may
+        echo the prompt there (it is in the DEBUG log only)."""
+        return {
+            "command": self._pool.program,
+            "unknown_updates": self.unknown_updates,
+            "late_updates": self.late_updates,
+            "cancel_tails": self.cancel_tails,
+            "oversize_updates": self._pool.oversize_lines,
+            "pending_requests": len(self._requests),
+            "agents": [
+                {
+                    "slot": slot.index,
+                    "pid": slot.process.pid if slot.process else None,
+                    "alive": slot.alive,
+                    "state": slot.state,
+                    "started_at": slot.started_at,
+                    "restarts": max(0, slot.starts - 1),
+                    "returncode": slot.process.returncode if slot.process else None,
+                    "sessions": sessions,
+                    "running_turns": running,
+                }
+                for slot in self._pool.slots
+                for sessions, running in [self._sessions.counts(slot.index)]
+            ],
+        }
 
     # --- processes ----------------------------------------------------------------------------
 

@@ -132,7 +132,7 @@ async def test_wal_checkpoints_run_apart_from_the_writes(db_path: Path) -> None:
             await store.journal_message("oc_1", f"om_{i}", "ou_1", "oc_1", "x" * 400, T0 + i)
         assert _size(wal) > 1000 * 4096  # grown, never reset by a commit
         assert _size(db_path) == base  # nothing copied in yet
-        await store._checkpointer.checkpoint()
+        await store.checkpointer.checkpoint()
         assert _size(db_path) > base  # the pages are in the database file now
         assert _read(db_path, "SELECT COUNT(*) FROM messages") == [(1500,)]
     assert not _exists(wal)
@@ -156,7 +156,7 @@ async def test_the_checkpointer_runs_on_its_interval(
     db_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     async with SqliteStore(db_path, checkpoint_seconds=0.0) as store:
-        checkpointer = store._checkpointer
+        checkpointer = store.checkpointer
         twice = asyncio.Event()
         real = checkpointer.checkpoint
 
