@@ -168,6 +168,27 @@ def nothing_running_after_the_end(run: Run, seen: dict[str, list[Seen]]) -> list
     return out
 
 
+def nothing_running_once_the_agent_ended(run: Run, seen: dict[str, list[Seen]]) -> list[str]:
+    """ "Still working" about a turn its agent has ended is untrue wherever the line waited
+    (an outage, the call budget): none may start after the end reached the bridge."""
+    ended: dict[str, float] = {}
+    for prompt in run.runtime.prompts:  # a prompt sent again after a restart: its last end
+        if prompt.ended is not None:
+            ended[prompt.text] = _t(prompt.ended)
+    out = []
+    for sent in run.sent:
+        at = ended.get(sent.text)
+        if at is None:
+            continue
+        got = seen[sent.message_id]
+        late = [s for s in got if s.ok and s.at > at + TOLERANCE and s.text.startswith(RUNNING)]
+        if late:
+            out.append(
+                f"{sent.message_id}: '正在处理' at {late[0].at} after its agent ended at {at}"
+            )
+    return out
+
+
 def _busy_until(deadline: float, calls: list[Seen], after: float) -> float:
     """The deadline, moved past every call of the chat still in flight at it (one performer
     per chat: a hint cannot start before the slow call ahead of it returns), plus `after`
@@ -328,6 +349,7 @@ RULES: tuple[Callable[[Run, dict[str, list[Seen]]], list[str]], ...] = (
     one_ack_each,
     one_end_each,
     nothing_running_after_the_end,
+    nothing_running_once_the_agent_ended,
     hint_and_heartbeat,
     answers_in_order,
     quiet_while_waiting,

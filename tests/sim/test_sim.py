@@ -70,6 +70,26 @@ def test_the_sweep_finds_answers_lost_in_an_outage(monkeypatch: pytest.MonkeyPat
     assert "0 end signals" in found[1][0]
 
 
+def test_the_sweep_finds_a_hint_that_waited_out_an_outage_past_its_turn(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A "still working" line that waits for Feishu while its turn ends must not be posted
+    when Feishu is back; put back a gate that never asks whether the post became moot, and
+    the sweep must see it (it did at seed 14; 52 of the first 1,000 seeds)."""
+    real = FeishuGate.attempt
+
+    async def blind(
+        self: FeishuGate, call: Callable[[], Awaitable[object]], **kw: object
+    ) -> object:
+        kw.pop("moot", None)
+        return await real(self, call, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(FeishuGate, "attempt", blind)
+    found = _sweep(range(40))
+    assert found is not None
+    assert "after its agent ended" in found[1][0]
+
+
 def test_the_sweep_finds_a_heartbeat_while_waiting_for_an_approval(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
