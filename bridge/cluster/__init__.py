@@ -1,4 +1,4 @@
-"""Several bridge instances on one database (issue 12): conversation leases kept alive
+"""Several bridge instances on one database: conversation leases kept alive
 (`LeaseKeeper`) and wake-ups between instances (`Wake`). No engine imports: the engine
 uses these blocks, not the other way round."""
 

@@ -1,4 +1,4 @@
-"""Scheduled prompts (seed 000): when one may run, and the interval arithmetic of /every.
+"""Scheduled prompts: when one may run, and the interval arithmetic of /every.
 
 Pure: the caller passes `now` (wall-clock times, /at, are the engine's: schedule_times.py).
 The gate reads the one truth source, the conversation's execution state, in the seed's

@@ -179,7 +179,7 @@ class Turn:
 
 
 class Ending(StrEnum):
-    """Why a turn ended (seed 004's typed endings), beside its outcome: for operators, in
+    """Why a turn ended, beside its outcome: for operators, in
     snapshots, traces, metrics and /turns/{id}."""
 
     COMPLETED = "completed"  # the agent answered and ended its turn

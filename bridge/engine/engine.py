@@ -176,7 +176,7 @@ class Engine:
         )
 
     def _published(self, key: str, snapshot: dict[str, object]) -> None:
-        # A conversation that just went idle may owe a scheduled prompt (seed 000).
+        # A conversation that just went idle may owe a scheduled prompt.
         self._publish(key, snapshot)
         self.schedules.on_snapshot(key, snapshot)
 

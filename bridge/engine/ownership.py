@@ -1,4 +1,4 @@
-"""Several instances on one PostgreSQL database (issue 12): which conversations this
+"""Several instances on one PostgreSQL database: which conversations this
 instance runs, and how work reaches the instance that runs a conversation.
 
 `Ownership` stands in front of the engine as the receiver's `MessageSink` when the store is

@@ -8,7 +8,7 @@ net, every `retry` seconds); occurrences that pass meanwhile are skipped, not st
 run, then the next occurrence at least half a period after it (core/schedules.py,
 `following`). A restart finds due schedules in the store and runs each once.
 
-A slot runs at most once (issue 34): an announced run is in flight until the cache holds the
+A slot runs at most once: an announced run is in flight until the cache holds the
 next slot, and the store records each slot once (`note_schedule_run` is conditional).
 """
 

@@ -164,7 +164,7 @@ class StatusCards:
     async def _flush_later(self, actor: ConversationActor, card: _Card, wait: float) -> None:
         # A view that arrives while this flush is in flight is this task's to carry too: no
         # second flusher is started meanwhile, so leaving it would strand it until the next
-        # change (a heartbeat lost behind a slow call; found by the simulator, seed 1252).
+        # change (a heartbeat lost behind a slow call).
         while True:
             await asyncio.sleep(max(0.0, wait))
             api = self._api_for(card)

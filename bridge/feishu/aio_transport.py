@@ -1,7 +1,7 @@
 """An httpx transport whose calls aiohttp's client carries: `FeishuClient` keeps httpx's API
 (requests, responses, timeouts, respx in tests) while the bytes go over aiohttp's pool, C
 parser and writer. httpcore's pure-Python HTTP/1.1 (h11) and its anyio locks cost about
-twice the CPU per call (bench/feishu_client_bench.py; the numbers are in issue 18's note).
+twice the CPU per call (bench/feishu_client_bench.py).
 
 Not the `httpx-aiohttp` package: it reports a server that hung up mid-call (after the
 request may have been sent) as a connect timeout, and answers a call already sent with

@@ -1,4 +1,4 @@
-"""Session metadata on the operator API (seed 003): each conversation's agent session, its
+"""Session metadata on the operator API: each conversation's agent session, its
 agent and workspace, its operator-given display name and its last activity; setting the
 name; closing the session.
 

@@ -1,5 +1,5 @@
 """The cluster part of the `Store` port (schema version 7): conversation leases and the
-instances table, for several bridges on one PostgreSQL database (issue 12). SQLite and the
+instances table, for several bridges on one PostgreSQL database. SQLite and the
 memory fake keep the same contract, so one instance runs the same code with leases that
 nobody contests.
 

@@ -182,7 +182,7 @@ END;
 """
 
 # When a turn's prompt went out to the agent (NULL: never). A turn cut before that lost
-# nothing: its message is run again, not reported cut (issue 35, a database restart).
+# nothing: its message is run again, not reported cut (a database restart).
 _SCHEMA_V9 = """
 ALTER TABLE turns ADD COLUMN prompted_at REAL;
 """
