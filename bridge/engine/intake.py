@@ -44,7 +44,7 @@ from bridge.store.port import (
     JournaledMessage,
     MessageState,
     Store,
-    Turn,
+    TurnRecord,
 )
 from bridge.store.port_owed import OwedPost
 
@@ -241,7 +241,7 @@ class Intake:
             except Exception:
                 log.warning("could not expire approval card %s", approval.card_message_id)
 
-    async def _interrupt(self, running: list[Turn]) -> set[str]:
+    async def _interrupt(self, running: list[TurnRecord]) -> set[str]:
         """Tell each cut turn's user; returns the cut turns' message ids. A turn whose prompt
         never went out (no `prompted_at`: cut while it waited for its session, its slot or
         the store) lost nothing: its message is not among them, so it runs again."""

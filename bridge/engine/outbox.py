@@ -24,7 +24,7 @@ from bridge.engine.answers import Answers, Mark, Owing
 from bridge.engine.delivery import Superseded, Undeliverable
 from bridge.feishu.pacer import SEND, CallBudget, paid
 from bridge.ops.metrics import Metrics
-from bridge.store.port import Store, Turn, TurnOutcome
+from bridge.store.port import Store, TurnOutcome, TurnRecord
 from bridge.store.port_owed import OwedPost
 
 log = logging.getLogger(__name__)
@@ -58,13 +58,13 @@ def owed_terms(actor: ConversationActor, work: Owed) -> Terms:
 
 
 def replay_order(
-    owed: list[OwedPost], cut: list[Turn], starts: Mapping[str, float]
-) -> list[OwedPost | Turn]:
+    owed: list[OwedPost], cut: list[TurnRecord], starts: Mapping[str, float]
+) -> list[OwedPost | TurnRecord]:
     """What a restart replays, in the order it happened: a round's owed posts, then (if it
     was cut) its interruption, before anything of a later round. `starts`: when each round
     began."""
 
-    def when(item: OwedPost | Turn) -> tuple[float, int, int]:
+    def when(item: OwedPost | TurnRecord) -> tuple[float, int, int]:
         if isinstance(item, OwedPost):
             anchor = starts.get(item.turn_id, item.owed_at) if item.turn_id else item.owed_at
             return anchor, 0, item.seq

@@ -158,7 +158,7 @@ class Usage:
     recent: list[float] = field(default_factory=list)  # grant times of the last window
 
 
-class Scheduler:
+class CallQueue:
     WINDOW = 10.0  # seconds over which calls a second are reported
 
     def __init__(self, policy: BudgetPolicy, now: float) -> None:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from bridge.core.delivery import Lane
-from bridge.feishu.budget import BudgetPolicy, Scheduler, Waiter
+from bridge.feishu.budget import BudgetPolicy, CallQueue, Waiter
 
 _MESSAGES = "/open-apis/im/v1/messages"
 
@@ -112,12 +112,12 @@ class CallBudget:
     ) -> None:
         self._now = now
         self._call_at = call_at
-        self._sched = Scheduler(policy or BudgetPolicy(), now())
+        self._sched = CallQueue(policy or BudgetPolicy(), now())
         self._wake: _Handle | None = None
         self._wake_at = 0.0
 
     @property
-    def scheduler(self) -> Scheduler:
+    def scheduler(self) -> CallQueue:
         return self._sched
 
     async def before_call(self, method: str, path: str) -> None:

@@ -16,8 +16,8 @@ from bridge.store.port import (
     StoreClosed,
     StoreError,
     TraceEntry,
-    Turn,
     TurnOutcome,
+    TurnRecord,
     UnknownTurn,
 )
 from bridge.store.port_cluster import InstanceRecord, Lease, UnownedConversation
@@ -42,8 +42,8 @@ __all__ = [
     "StoreClosed",
     "StoreError",
     "TraceEntry",
-    "Turn",
     "TurnOutcome",
+    "TurnRecord",
     "UnknownTurn",
     "UnownedConversation",
 ]

@@ -30,8 +30,8 @@ from bridge.store.port import (
     StoreClosed,
     TraceEntry,
     TraceRecord,
-    Turn,
     TurnOutcome,
+    TurnRecord,
     UnknownTurn,
 )
 from bridge.store.port_cluster import InstanceRecord, Lease, UnownedConversation
@@ -48,7 +48,7 @@ class MemoryStore(AsyncLifecycle):
         self._preferences: dict[str, dict[str, str]] = {}
         self._sessions: dict[tuple[str, str], SessionRecord] = {}
         self._bindings: dict[str, str] = {}
-        self._turns: dict[str, Turn] = {}
+        self._turns: dict[str, TurnRecord] = {}
         self._traces: dict[str, list[TraceEntry]] = {}
         self._approvals: dict[str, Approval] = {}
         self._outbox: dict[str, tuple[tuple[str, ...], float]] = {}
@@ -176,7 +176,7 @@ class MemoryStore(AsyncLifecycle):
         self._check()
         if turn_id in self._turns:
             return False
-        self._turns[turn_id] = Turn(
+        self._turns[turn_id] = TurnRecord(
             turn_id=turn_id,
             conversation_key=conversation_key,
             message_id=message_id,
@@ -225,11 +225,11 @@ class MemoryStore(AsyncLifecycle):
         self._turns[turn_id] = replace(current, prompted_at=now)
         return True
 
-    async def turn(self, turn_id: str) -> Turn | None:
+    async def turn(self, turn_id: str) -> TurnRecord | None:
         self._check()
         return self._turns.get(turn_id)
 
-    async def running_turns(self) -> list[Turn]:
+    async def running_turns(self) -> list[TurnRecord]:
         self._check()
         return [t for t in self._turns.values() if t.outcome is None]
 

@@ -104,7 +104,7 @@ class JournaledMessage:
 
 
 @dataclass(frozen=True)
-class Turn:
+class TurnRecord:
     turn_id: str
     conversation_key: str
     message_id: str  # informational: the journal may be pruned before the turn
@@ -322,9 +322,9 @@ class Store(ClusterStore, OwedStore, Protocol):
         """The turn's prompt goes out now (written before it is sent; a turn cut without it
         is run again, not reported cut). False if unknown or already marked."""
 
-    async def turn(self, turn_id: str) -> Turn | None: ...
+    async def turn(self, turn_id: str) -> TurnRecord | None: ...
 
-    async def running_turns(self) -> list[Turn]:
+    async def running_turns(self) -> list[TurnRecord]:
         """Turns without an outcome, in start order (restart recovery)."""
 
     # -- 5. trace timeline -------------------------------------------------------------------

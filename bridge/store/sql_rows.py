@@ -16,8 +16,8 @@ from bridge.store.port import (
     Schedule,
     ScheduleKind,
     SessionRecord,
-    Turn,
     TurnOutcome,
+    TurnRecord,
 )
 
 MESSAGE_COLUMNS = (
@@ -64,8 +64,8 @@ def message_of(row: Row) -> JournaledMessage:
     )
 
 
-def turn_of(row: Row) -> Turn:
-    return Turn(
+def turn_of(row: Row) -> TurnRecord:
+    return TurnRecord(
         turn_id=str(row[0]),
         conversation_key=str(row[1]),
         message_id=str(row[2]),

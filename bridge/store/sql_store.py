@@ -51,8 +51,8 @@ from bridge.store.port import (
     Store,
     TraceEntry,
     TraceRecord,
-    Turn,
     TurnOutcome,
+    TurnRecord,
     UnknownTurn,
 )
 from bridge.store.port_cluster import InstanceRecord, Lease, UnownedConversation
@@ -405,11 +405,11 @@ class SqlStore(AsyncLifecycle):
         sql = "UPDATE turns SET prompted_at = ? WHERE turn_id = ? AND prompted_at IS NULL"
         return await self._write(sql, (now, turn_id)) == 1
 
-    async def turn(self, turn_id: str) -> Turn | None:
+    async def turn(self, turn_id: str) -> TurnRecord | None:
         row = await self._one(f"SELECT {TURN_COLUMNS} FROM turns WHERE turn_id = ?", (turn_id,))
         return None if row is None else turn_of(row)
 
-    async def running_turns(self) -> list[Turn]:
+    async def running_turns(self) -> list[TurnRecord]:
         rows = await self._all(
             f"SELECT {TURN_COLUMNS} FROM turns WHERE outcome IS NULL ORDER BY seq"
         )

@@ -11,7 +11,7 @@ from dataclasses import replace
 import pytest
 
 from bridge.core.delivery import Lane
-from bridge.feishu.budget import BudgetPolicy, Scheduler, Waiter
+from bridge.feishu.budget import BudgetPolicy, CallQueue, Waiter
 from bridge.feishu.pacer import SEND, CallBudget, api_of, default_lane, is_send, scope
 
 # One call a second for the app, none kept in reserve: each grant is a tick of the clock.
@@ -19,7 +19,7 @@ SLOW = BudgetPolicy(app_per_second=1.0, chat_per_second=100.0, burst_seconds=0.0
 CARD = api_of("PUT", "/open-apis/cardkit/v1/cards/x")
 
 
-def drain(sched: Scheduler, start: float, until: float, step: float = 0.01) -> list[Waiter]:
+def drain(sched: CallQueue, start: float, until: float, step: float = 0.01) -> list[Waiter]:
     """Every grant from `start` to `until`, in order."""
     out: list[Waiter] = []
     now = start
@@ -30,7 +30,7 @@ def drain(sched: Scheduler, start: float, until: float, step: float = 0.01) -> l
 
 
 def test_the_ending_and_the_answer_go_before_cards_hints_and_refreshes() -> None:
-    sched = Scheduler(replace(SLOW, hint_deadline=60.0), now=0.0)
+    sched = CallQueue(replace(SLOW, hint_deadline=60.0), now=0.0)
     sched.grant(0.0)  # nothing waits
     first = sched.waiter(Lane.REFRESH, "c0", False, 0.0)
     assert sched.offer(first, 0.0) == [first]  # the one token there
@@ -49,7 +49,7 @@ def test_the_ending_and_the_answer_go_before_cards_hints_and_refreshes() -> None
 
 def test_within_a_lane_the_chat_served_longest_ago_goes_first() -> None:
     """Chat a has many refreshes queued, b and c one each: they do not wait behind a's."""
-    sched = Scheduler(SLOW, now=0.0)
+    sched = CallQueue(SLOW, now=0.0)
     granted: list[Waiter] = []
     for chat in ["a", "a", "a", "a", "b", "c"]:
         granted += sched.offer(sched.waiter(Lane.REFRESH, chat, False, 0.0), 0.0)
@@ -61,7 +61,7 @@ def test_many_streaming_chats_get_equal_shares_of_a_short_budget() -> None:
     """Forty chats each keep one refresh waiting (a status card's flusher): ten calls a
     second for all of them is shared out evenly, none starved."""
     policy = BudgetPolicy(app_per_second=10.0, chat_per_second=4.0, burst_seconds=0.0)
-    sched = Scheduler(policy, now=0.0)
+    sched = CallQueue(policy, now=0.0)
     chats = [f"oc_{n}" for n in range(40)]
     for chat in chats:
         sched.offer(sched.waiter(Lane.REFRESH, chat, False, 0.0), 0.0)
@@ -78,7 +78,7 @@ def test_many_streaming_chats_get_equal_shares_of_a_short_budget() -> None:
 
 
 def test_a_hint_waits_at_most_its_deadline_behind_a_flood_of_answers() -> None:
-    sched = Scheduler(SLOW, now=0.0)
+    sched = CallQueue(SLOW, now=0.0)
     sched.grant(0.0)
     for n in range(20):  # more answers than the budget can carry for seconds
         sched.offer(sched.waiter(Lane.ANSWER, f"a{n}", False, 0.0), 0.0)
@@ -92,7 +92,7 @@ def test_a_hint_waits_at_most_its_deadline_behind_a_flood_of_answers() -> None:
 
 
 def test_refreshes_never_delay_a_hint() -> None:
-    sched = Scheduler(SLOW, now=0.0)
+    sched = CallQueue(SLOW, now=0.0)
     for n in range(10):
         sched.offer(sched.waiter(Lane.REFRESH, f"r{n}", False, 0.0), 0.0)  # the first goes
     hint = sched.waiter(Lane.HINT, "h", False, 0.5)
@@ -102,7 +102,7 @@ def test_refreshes_never_delay_a_hint() -> None:
 
 def test_a_chat_at_its_limit_does_not_hold_the_other_chats() -> None:
     policy = BudgetPolicy(app_per_second=100.0, chat_per_second=2.0, burst_seconds=0.1)
-    sched = Scheduler(policy, now=0.0)
+    sched = CallQueue(policy, now=0.0)
     for _ in range(10):
         sched.offer(sched.waiter(Lane.ENDING, "busy", True, 0.0), 0.0)  # sends
     quiet = sched.waiter(Lane.REFRESH, "quiet", False, 0.0)
@@ -117,7 +117,7 @@ def test_message_sends_are_counted_against_the_sends_a_minute_limit() -> None:
     """Feishu's sends a minute may go in a burst (each API's second still paces them); past
     the minute's count, the next send waits for the oldest to leave the minute."""
     policy = BudgetPolicy(app_per_second=100.0, sends_per_minute=3.0, chat_per_second=100.0)
-    sched = Scheduler(policy, now=0.0)
+    sched = CallQueue(policy, now=0.0)
     sends = [sched.waiter(Lane.ANSWER, f"c{n}", True, 0.0, SEND) for n in range(5)]
     granted = [w for send in sends for w in sched.offer(send, 0.0)]
     assert granted == sends[:3]
@@ -133,12 +133,12 @@ def test_each_api_is_metered_on_its_own_and_a_total_cap_meters_them_together() -
     a reaction. A tenant that meters the app as a whole sets a total cap."""
     card, react = "PUT cardkit/v1/cards/:id", "POST im/v1/messages/:id/reactions"
     policy = BudgetPolicy(app_per_second=2.0, chat_per_second=100.0, burst_seconds=0.0)
-    sched = Scheduler(policy, now=0.0)
+    sched = CallQueue(policy, now=0.0)
     changes = [sched.waiter(Lane.REFRESH, f"c{n}", False, 0.0, card) for n in range(4)]
     assert [w for c in changes for w in sched.offer(c, 0.0)] == changes[:1]
     ack = sched.waiter(Lane.HINT, "c9", False, 0.0, react)
     assert sched.offer(ack, 0.0) == [ack]
-    capped = Scheduler(replace(policy, total_per_second=1.0), now=0.0)
+    capped = CallQueue(replace(policy, total_per_second=1.0), now=0.0)
     first = capped.waiter(Lane.REFRESH, "c0", False, 0.0, card)
     second = capped.waiter(Lane.HINT, "c9", False, 0.0, react)
     assert capped.offer(first, 0.0) == [first]
@@ -148,7 +148,7 @@ def test_each_api_is_metered_on_its_own_and_a_total_cap_meters_them_together() -
 
 def test_a_429_pauses_its_chat_for_the_reset_and_halves_the_rate_until_429s_stop() -> None:
     policy = BudgetPolicy(app_per_second=40.0, chat_per_second=100.0, recover_per_second=2.0)
-    sched = Scheduler(policy, now=0.0)
+    sched = CallQueue(policy, now=0.0)
     sched.rate_limited(10.0, reset_after=3.0, chat="hot")
     assert sched.app_rate == 20.0
     sched.rate_limited(10.2, reset_after=3.0, chat="hot")  # in flight with the first: once
@@ -167,7 +167,7 @@ def test_a_429_pauses_its_chat_for_the_reset_and_halves_the_rate_until_429s_stop
 
 
 def test_the_rate_never_shrinks_below_its_floor() -> None:
-    sched = Scheduler(BudgetPolicy(app_per_second=40.0, floor=0.1), now=0.0)
+    sched = CallQueue(BudgetPolicy(app_per_second=40.0, floor=0.1), now=0.0)
     for n in range(20):
         sched.rate_limited(float(n) * 2, reset_after=0.0, chat=None)
     assert sched.app_rate == pytest.approx(4.0, abs=0.01)
@@ -177,7 +177,7 @@ def test_only_a_send_takes_from_its_chats_bucket() -> None:
     """Feishu's 5 a second to one chat is its send-message limit: a card entity's change or
     a reaction in a chat at that limit still goes (the app's budget meters it)."""
     policy = BudgetPolicy(app_per_second=100.0, chat_per_second=1.0, burst_seconds=0.1)
-    sched = Scheduler(policy, now=0.0)
+    sched = CallQueue(policy, now=0.0)
     first = sched.waiter(Lane.ANSWER, "c", True, 0.0)
     assert sched.offer(first, 0.0) == [first]
     again = sched.waiter(Lane.ANSWER, "c", True, 0.0)
@@ -188,7 +188,7 @@ def test_only_a_send_takes_from_its_chats_bucket() -> None:
 
 def test_a_429_shrinks_only_the_api_it_came_from() -> None:
     card, react = "PUT cardkit/v1/cards/:id", "POST im/v1/messages/:id/reactions"
-    sched = Scheduler(BudgetPolicy(app_per_second=40.0), now=0.0)
+    sched = CallQueue(BudgetPolicy(app_per_second=40.0), now=0.0)
     sched.offer(sched.waiter(Lane.HINT, "c", False, 0.0, react), 0.0)
     sched.rate_limited(1.0, reset_after=2.0, chat=None, api=card)
     assert sched.state(1.0)["apis"] == {card: 20.0, react: 40.0}
@@ -343,7 +343,7 @@ def test_progress_lines_and_hints_leave_the_minutes_sends_to_the_answers() -> No
     policy = BudgetPolicy(
         app_per_second=100.0, sends_per_minute=8.0, chat_per_second=100.0, burst_seconds=1.0
     )
-    sched = Scheduler(policy, now=0.0)
+    sched = CallQueue(policy, now=0.0)
     lines = [sched.waiter(Lane.REFRESH, f"c{n}", True, 0.0, SEND) for n in range(6)]
     assert [w for line in lines for w in sched.offer(line, 0.0)] == lines[:4]
     answers = [sched.waiter(Lane.ENDING, f"c{n}", True, 0.0, SEND) for n in range(6)]
