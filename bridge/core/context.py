@@ -26,6 +26,7 @@ from bridge.core.effects import (
 from bridge.core.presence import Timings
 from bridge.core.state import (
     Conversation,
+    Outcome,
     Turn,
 )
 from bridge.core.text import Params
@@ -54,6 +55,8 @@ class StepContext:
         self.now = now
         self.timings = timings
         self.out: list[Effect] = []
+        # While a turn's end signal is emitted: the outcome it ends with.
+        self.ending: Outcome | None = None
 
     @property
     def turn(self) -> Turn:
@@ -70,7 +73,7 @@ class StepContext:
     def emit(self, *effects: Effect) -> None:
         key = self.conv.key
         for effect in effects:
-            terms = terms_for(effect, key)
+            terms = terms_for(effect, key, self.ending)
             self.out.append(effect if terms is None else _with_terms(effect, terms))
 
     def drop(self, event: object, reason: str) -> None:
@@ -107,17 +110,23 @@ class StepContext:
         self.update(timers=timers)
 
 
-def terms_for(effect: Effect, key: str) -> Terms | None:
+def terms_for(effect: Effect, key: str, ends: Outcome | None = None) -> Terms | None:
     """How an effect that reaches Feishu is delivered (see `delivery.py`); None for the
-    rest, and for one whose terms were set where it was made."""
+    rest, and for one whose terms were set where it was made. `ends`: the outcome of the
+    turn whose end signal is being emitted."""
+
+    def ending(final: bool) -> Outcome | None:
+        return (ends or Outcome.COMPLETED) if final else None
+
     match effect:
         case PostText(line=line, final=final, turn_id=turn_id, terms=None):
-            return line_terms(line, key, turn_id, final=final)
+            return line_terms(line, key, turn_id, ends=ending(final))
         case RelayAgentText(final=final, turn_id=turn_id, terms=None):
-            return plain_terms(Lane.ENDING if final else Lane.ANSWER, key, turn_id)
+            lane = Lane.ENDING if final else Lane.ANSWER
+            return plain_terms(lane, key, turn_id, ends=ending(final))
         case ShowStatusCard(final=final, terms=None):
             # The first post is the turn's hint; its refreshes take the refresh lane.
-            return plain_terms(Lane.ENDING if final else Lane.HINT, key)
+            return plain_terms(Lane.ENDING if final else Lane.HINT, key, ends=ending(final))
         case React(terms=None):
             return plain_terms(Lane.HINT, key)
         case (

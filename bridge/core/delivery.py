@@ -17,6 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import IntEnum, StrEnum
 
+from bridge.core.state import Outcome
+
 
 class Lane(IntEnum):
     """What a call is for, most urgent first."""
@@ -50,6 +52,9 @@ class Terms:
     presence: bool = False
     # Groups it makes moot while the budget is short (it is newer news of the same turn).
     news_for: tuple[str, ...] = ()
+    # The end signal of its turn, which ends with this outcome (a restart that finds it owed
+    # ends the turn with it when it is delivered).
+    ends: Outcome | None = None
 
     @property
     def droppable(self) -> bool:
@@ -89,10 +94,13 @@ def where(conversation_key: str) -> tuple[str, bool]:
     return chat_of(conversation_key), ":" in conversation_key
 
 
-def line_terms(line: Line, conversation_key: str, turn_id: str | None, *, final: bool) -> Terms:
+def line_terms(
+    line: Line, conversation_key: str, turn_id: str | None, *, ends: Outcome | None
+) -> Terms:
+    """`ends`: the line is its turn's end signal, and the turn ends with that outcome."""
     chat, in_thread = where(conversation_key)
-    if final:
-        return Terms(Lane.ENDING, chat, in_thread, news_for=turn_news(turn_id))
+    if ends is not None:
+        return Terms(Lane.ENDING, chat, in_thread, news_for=turn_news(turn_id), ends=ends)
     if turn_id is not None and line in (Line.HINT, Line.PAUSE):
         lane = Lane.HINT if line is Line.HINT else Lane.CARD
         group = presence_group(turn_id)
@@ -112,7 +120,9 @@ def line_terms(line: Line, conversation_key: str, turn_id: str | None, *, final:
     return Terms(lane, chat, in_thread)
 
 
-def plain_terms(lane: Lane, conversation_key: str, turn_id: str | None = None) -> Terms:
+def plain_terms(
+    lane: Lane, conversation_key: str, turn_id: str | None = None, ends: Outcome | None = None
+) -> Terms:
     """Terms of an effect that must be delivered; the agent's words are news of their turn."""
     chat, in_thread = where(conversation_key)
-    return Terms(lane, chat, in_thread, news_for=turn_news(turn_id))
+    return Terms(lane, chat, in_thread, news_for=turn_news(turn_id), ends=ends)

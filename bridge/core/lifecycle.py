@@ -194,6 +194,8 @@ def finish(
     tid, reply_to, end_id = turn.turn_id, turn.message_id, f"{turn.turn_id}:end"
     tail = str(turn.text).strip()
     send_offered(ctx)  # the files the answer links go before it
+    final_outcome = turn.outcome or outcome
+    ctx.ending = final_outcome  # the end signal carries it (a restart ends the turn with it)
     if status_card.finalize(ctx, key, params, end_id):
         pass  # the card ends it, and says what a message must say too
     elif key is None:
@@ -205,8 +207,8 @@ def finish(
         if tail:
             ctx.emit(RelayAgentText(tail, reply_to, ctx.post_key("reply"), turn_id=tid))
         ctx.emit(PostText(key, dict(params or {}), reply_to, end_id, True, tid, footer(ctx)))
+    ctx.ending = None
     ctx.update_turn(text=NOTHING_WRITTEN, pending_progress=None)
-    final_outcome = ctx.turn.outcome or outcome
     final_ending = ctx.turn.ending or ending
     ctx.emit(RecordTerminal(turn.turn_id, final_outcome, final_ending, detail))
     # "Still working" and "your turn" of this turn are untrue from now on, wherever they wait.

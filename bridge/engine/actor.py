@@ -269,10 +269,6 @@ class ConversationActor:
         self._watchers.append(watcher)
         return watcher
 
-    def queued(self, matches: Callable[[Work], bool]) -> bool:
-        """Whether some work still waiting to be performed matches."""
-        return any(matches(work) for lane in (self._shown, self._work) for work in lane.queue)
-
     async def wait_idle(self) -> None:
         await self._idle.wait()
 

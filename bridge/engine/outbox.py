@@ -16,10 +16,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from functools import partial
 
-from bridge.core.delivery import Lane, Terms, where
-from bridge.core.effects import PostText, RecordTerminal, RelayAgentText
+from bridge.core.delivery import Terms
+from bridge.core.effects import PostText, RelayAgentText
 from bridge.core.inputs import PostGivenUp
-from bridge.engine.actor import ConversationActor, Owed, Work
+from bridge.engine.actor import ConversationActor, Owed, terms_of
 from bridge.engine.answers import Answers, Mark, Owing
 from bridge.engine.delivery import Superseded, Undeliverable
 from bridge.feishu.pacer import SEND, CallBudget, paid
@@ -33,22 +33,13 @@ ACK_WAIT = 2.0  # seconds a chat's next post waits for its ack reaction, at most
 
 
 def owing_of(actor: ConversationActor, work: PostText | RelayAgentText) -> Owing:
-    """What to keep of a post: its turn, its text key, and for an end signal the outcome
-    the turn's `RecordTerminal` (queued behind it) will write."""
-    turn_id, terms = work.turn_id, work.terms or Terms(Lane.ANSWER, *where(actor.key))
-    if not work.final or turn_id is None:
-        return Owing(turn_id=turn_id, terms=terms)
-    outcome = TurnOutcome.COMPLETED.value
-
-    def ending(queued: Work) -> bool:
-        nonlocal outcome
-        if isinstance(queued, RecordTerminal) and queued.turn_id == turn_id:
-            outcome = queued.outcome.value
-            return True
-        return False
-
-    actor.queued(ending)
-    return Owing(turn_id=turn_id, final=True, outcome=outcome, terms=terms)
+    """What to keep of a post: its turn and its terms; for an end signal, the outcome its
+    turn ends with (the core put it in the terms)."""
+    terms = terms_of(actor, work)
+    if not work.final or work.turn_id is None:
+        return Owing(terms, work.turn_id)
+    outcome = (terms.ends or TurnOutcome.COMPLETED).value
+    return Owing(terms, work.turn_id, final=True, outcome=outcome)
 
 
 def owed_terms(actor: ConversationActor, work: Owed) -> Terms:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from bridge.core import Options, Timings
+from bridge.engine.delivery import DeliveryPolicy
 from bridge.engine.engine import Engine, EngineConfig
 from bridge.engine.schedules import ScheduleSettings
 from bridge.feishu.api import BotInfo
@@ -275,9 +276,14 @@ class Harness:
         schedules: ScheduleSettings | None = None,
         attachments_dir: Path | None = None,
         store_retry: StoreRetry | None = None,
+        feishu: RecordingFeishu | None = None,
+        timings: Timings = QUIET,
+        delivery: DeliveryPolicy | None = None,
     ) -> None:
         self.store_retry = store_retry or StoreRetry()
-        self.feishu = RecordingFeishu()
+        self.feishu = feishu or RecordingFeishu()
+        self._timings = timings
+        self._delivery = delivery or DeliveryPolicy()
         self.runtime = FakeRuntime()
         self.store = store
         self.attachments_dir = attachments_dir
@@ -293,13 +299,14 @@ class Harness:
             store=self.store,
             translator=T,
             config=EngineConfig(
-                timings=QUIET,
+                timings=self._timings,
                 options=Options(),
                 ack_emoji=ACK,
                 max_running_turns=max_running_turns,
                 schedules=self._schedules,
                 attachments_dir=self.attachments_dir,
                 store_retry=self.store_retry,
+                delivery=self._delivery,
             ),
             clock=_HarnessClock(self),
             publish=lambda key, snapshot: None,

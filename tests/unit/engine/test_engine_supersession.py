@@ -8,13 +8,12 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from bridge.core import Options, Timings
+from bridge.core import Timings
 from bridge.engine.delivery import DeliveryPolicy
-from bridge.engine.engine import Engine, EngineConfig
 from bridge.feishu.errors import ServerError
 from bridge.runtime.events import MessageChunk
 from bridge.store import MemoryStore
-from tests.unit.engine.engine_fakes import ACK, Harness, RecordingFeishu, T, _HarnessClock
+from tests.unit.engine.engine_fakes import Harness, RecordingFeishu
 
 
 class FlakyFeishu(RecordingFeishu):
@@ -38,23 +37,12 @@ class FlakyFeishu(RecordingFeishu):
 async def harness() -> AsyncIterator[Harness]:
     store = MemoryStore()
     await store.open()
-    harness = Harness(store)
-    harness.feishu = FlakyFeishu()
-    harness.engine = Engine(
-        feishu=harness.feishu,
-        runtime=harness.runtime,
-        store=harness.store,
-        translator=T,
-        config=EngineConfig(
-            # The hint is due at once; nothing else of the presence clock fires meanwhile.
-            timings=Timings(first_hint=0.001, heartbeat=600, stale=3600, approval_timeout=3600),
-            options=Options(),
-            ack_emoji=ACK,
-            max_running_turns=4,
-            delivery=DeliveryPolicy(first_probe=0.01, max_probe=0.02),
-        ),
-        clock=_HarnessClock(harness),
-        publish=lambda key, snapshot: None,
+    harness = Harness(
+        store,
+        feishu=FlakyFeishu(),
+        # The hint is due at once; nothing else of the presence clock fires meanwhile.
+        timings=Timings(first_hint=0.001, heartbeat=600, stale=3600, approval_timeout=3600),
+        delivery=DeliveryPolicy(first_probe=0.01, max_probe=0.02),
     )
     yield harness
     await harness.engine.drain(0.1)
