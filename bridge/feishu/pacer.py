@@ -48,7 +48,10 @@ def scope(chat: str | None, lane: Lane | None) -> Iterator[None]:
     try:
         yield
     finally:
-        _SCOPE.reset(token)
+        # A call abandoned unfinished is closed by the garbage collector, in whatever
+        # context is current then: its own context is gone, and nothing is left to reset.
+        with contextlib.suppress(ValueError):
+            _SCOPE.reset(token)
 
 
 @contextlib.contextmanager
