@@ -13,11 +13,11 @@ from collections.abc import Mapping, Sequence
 from typing import TextIO
 
 from bridge.config import Settings
-from bridge.config_checks import ConfigProblem, check_for_run
+from bridge.config.checks import ConfigProblem, check_for_run
 from bridge.environ import take_secrets
 from bridge.i18n import DEFAULT_LOCALE, LOCALES, Translator
 from bridge.loops import loop_factory
-from bridge.runtime.sandbox import forbid_environ_reading
+from bridge.runtime.sandbox import forbid_environ_reading, sandbox_problems
 
 EXIT_CONFIG = 2
 
@@ -44,7 +44,7 @@ def _translator_for_env() -> Translator:
 def settings_for_run(out: TextIO, secrets: Mapping[str, str] | None = None) -> Settings | None:
     """Settings from the environment (`secrets`, taken out of it, passed explicitly), or
     None once every problem is reported to `out`."""
-    settings, problems = check_for_run(**(secrets or {}))
+    settings, problems = check_for_run(secrets or {}, sandbox_problems)
     if settings is None:
         report_problems(problems, _translator_for_env(), out)
     return settings
@@ -54,8 +54,9 @@ def cmd_check_config(_: argparse.Namespace) -> int:
     settings = settings_for_run(sys.stderr)
     if settings is None:
         return EXIT_CONFIG
-    t = Translator(settings.bridge_locale)
-    print(t("cli.config_ok", mode=settings.feishu_event_mode, domain=settings.feishu_domain))
+    t = Translator(settings.presence.bridge_locale)
+    feishu = settings.feishu
+    print(t("cli.config_ok", mode=feishu.feishu_event_mode, domain=feishu.feishu_domain))
     return 0
 
 
@@ -73,13 +74,13 @@ def cmd_run(_: argparse.Namespace) -> int:
     from bridge.running import run_service
 
     heap.settle()
-    with asyncio.Runner(loop_factory=loop_factory(settings.bridge_event_loop)) as runner:
+    with asyncio.Runner(loop_factory=loop_factory(settings.ops.bridge_event_loop)) as runner:
         return runner.run(run_service(settings, environ_left=taken.left))
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
+    from bridge.config.checks import UnsafeConfiguration
     from bridge.demo import run_demo
-    from bridge.service import UnsafeConfiguration
 
     try:
         return asyncio.run(run_demo(port=args.port, locale=args.locale, agent=args.agent))

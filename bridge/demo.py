@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from bridge.config import Settings
-from bridge.config_checks import root_without_sandbox
+from bridge.config.checks import root_without_sandbox
 from bridge.devtools.emulator import FeishuEmulator
 from bridge.feishu.api import FeishuApi
 from bridge.i18n import Translator
@@ -114,7 +114,7 @@ async def start_demo(
         **DEMO_TIMINGS,
         **(settings or {}),
     }
-    config = Settings(**values)  # type: ignore[arg-type]
+    config = Settings(**values)
     if agent_command is None and root_without_sandbox(config):
         log.info(
             "demo: the scripted agent (the bridge's own code) runs as root without a sandbox:"
@@ -137,7 +137,7 @@ async def run_demo(*, port: int, locale: str | None, agent: str | None = None) -
     with tempfile.TemporaryDirectory(prefix="feishu-bridge-demo-") as tmp:
         extra = {"bridge_locale": locale} if locale else {}
         demo = await start_demo(port=port, data_dir=Path(tmp), agent_command=agent, settings=extra)
-        t = Translator(demo.service.settings.bridge_locale)
+        t = Translator(demo.service.settings.presence.bridge_locale)
         api = f"http://127.0.0.1:{demo.service.ops_port}/runtime-states"
         print("\n" + t("cli.demo_ready", chat=demo.chat_url, api=api) + "\n", flush=True)
         try:

@@ -37,17 +37,18 @@ def _url_secrets(url: SecretStr | None) -> list[str]:
 async def run_service(settings: Settings, *, environ_left: Sequence[str] = ()) -> int:
     """`environ_left`: secret settings the start-up environment still shows (the kernel
     would not let `take_secrets` overwrite them), said in the log."""
+    feishu = settings.feishu
     secrets = [
         s.get_secret_value()
         for s in (
-            settings.feishu_app_secret,
-            settings.feishu_encrypt_key,
-            settings.feishu_verification_token,
-            settings.bridge_ops_token,
+            feishu.feishu_app_secret,
+            feishu.feishu_encrypt_key,
+            feishu.feishu_verification_token,
+            settings.ops.bridge_ops_token,
         )
         if s is not None
-    ] + _url_secrets(settings.bridge_database_url)
-    configure_logging(settings.bridge_log_level, secrets)
+    ] + _url_secrets(settings.store.bridge_database_url)
+    configure_logging(settings.ops.bridge_log_level, secrets)
     if environ_left:
         log.warning(
             "/proc/%d/environ still shows %s (it could not be overwritten): root can read"

@@ -160,7 +160,7 @@ async def test_three_instances_answer_every_message_once_in_order_per_chat(
         taken = Counter(a.url for e in events for a in emu.deliveries(e)[:1])
         assert set(taken) == set(urls)
         # One ack and one answer per message, answers in sending order per chat.
-        ack = services[0].settings.bridge_ack_emoji
+        ack = services[0].settings.presence.bridge_ack_emoji
         for chat_id, messages in sent.items():
             replies = [m for m in answers(emu) if m.chat_id == chat_id]
             assert [(m.parent_id, m.text) for m in replies] == [

@@ -125,7 +125,7 @@ async def _crash_and_restart(stack: Stack) -> BridgeService:
     old.drain_seconds = 0.0
     await old.stop()
     settings = old.settings
-    env = {"SCRIPTED_AGENT_STATE_DIR": str(settings.bridge_data_dir / "agent-state")}
+    env = {"SCRIPTED_AGENT_STATE_DIR": str(settings.store.bridge_data_dir / "agent-state")}
     new = build_service(settings, feishu=unhurried_client(stack.emu), runtime_env=env)
     await new.start()
     stack.demo.service = new  # `running_stack` stops this one at the end
