@@ -12,8 +12,11 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import TextIO
 
+from pydantic import ValidationError
+
 from bridge.config import Settings
-from bridge.config.checks import ConfigProblem, check_for_run
+from bridge.config.checks import ConfigProblem, check_for_run, problems_from_validation
+from bridge.config.ops import OpsSection
 from bridge.environ import take_secrets
 from bridge.i18n import DEFAULT_LOCALE, LOCALES, Translator
 from bridge.loops import loop_factory
@@ -89,13 +92,15 @@ def cmd_demo(args: argparse.Namespace) -> int:
         return EXIT_CONFIG
 
 
-def default_status_url() -> str:
-    """The operator listener this machine runs, from BRIDGE_OPS_HOST/PORT (defaults)."""
-    host = os.environ.get("BRIDGE_OPS_HOST", "127.0.0.1").strip() or "127.0.0.1"
-    if host in ("0.0.0.0", "::"):  # bound everywhere: reach it on loopback
-        host = "127.0.0.1"
-    port = os.environ.get("BRIDGE_OPS_PORT", "").strip() or "8081"
-    return f"http://{f'[{host}]' if ':' in host else host}:{port}"
+def ops_for_status(out: TextIO) -> OpsSection | None:
+    """The operator API's settings (BRIDGE_OPS_*, from the environment and `.env` like `run`
+    reads them), read once; None once their problems are reported to `out`. Only this
+    section: a problem elsewhere does not keep `status` from asking a running bridge."""
+    try:
+        return OpsSection()
+    except ValidationError as exc:
+        report_problems(problems_from_validation(exc), _translator_for_env(), out)
+        return None
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -104,11 +109,13 @@ def cmd_status(args: argparse.Namespace) -> int:
     t = _translator_for_env()
     if args.all:
         return _status_all()
-    url = args.url or default_status_url()
+    ops = ops_for_status(sys.stderr)
+    if ops is None:
+        return EXIT_CONFIG
+    url = args.url or ops.status_url()
     headers = {"X-Bridge-Client-Id": STATUS_CLIENT_ID}
-    token = os.environ.get("BRIDGE_OPS_TOKEN", "").strip()
-    if token:
-        headers["Authorization"] = f"Bearer {token}"
+    if ops.bridge_ops_token is not None:
+        headers["Authorization"] = f"Bearer {ops.bridge_ops_token.get_secret_value()}"
     try:
         response = httpx.get(f"{url.rstrip('/')}/status", headers=headers, timeout=5.0)
     except httpx.HTTPError as exc:

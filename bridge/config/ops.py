@@ -51,3 +51,11 @@ class OpsSection(Section):
         description=EVENT_LOOP_HELP,
         json_schema_extra=why("`asyncio` if uvloop misbehaves on the platform."),
     )
+
+    def status_url(self) -> str:
+        """The operator API of the bridge this machine runs, as `feishu-bridge status` asks
+        it: a listener bound everywhere is reached on loopback."""
+        host = self.bridge_ops_host.strip() or "127.0.0.1"
+        if host in ("0.0.0.0", "::"):
+            host = "127.0.0.1"
+        return f"http://{f'[{host}]' if ':' in host else host}:{self.bridge_ops_port}"
