@@ -17,6 +17,7 @@ from pydantic import ValidationError
 from bridge.config import Settings
 from bridge.config.checks import ConfigProblem, check_for_run, problems_from_validation
 from bridge.config.ops import OpsSection
+from bridge.config.retired import retired_problems
 from bridge.environ import take_secrets
 from bridge.i18n import DEFAULT_LOCALE, LOCALES, Translator
 from bridge.loops import loop_factory
@@ -31,7 +32,7 @@ def report_problems(problems: Sequence[ConfigProblem], t: Translator, out: TextI
     """Every problem at once, in plain words, with an example; never the value itself."""
     print(t("cli.config_problems", count=len(problems)), file=out)
     for problem in problems:
-        text = t(f"cli.problem.{problem.code}", **problem.params)
+        text = problem.in_words(t)
         print(t("cli.config_problem", variable=problem.variable, problem=text), file=out)
         if problem.example:
             example = problem.example
@@ -46,10 +47,10 @@ def _translator_for_env() -> Translator:
 
 def settings_for_run(out: TextIO, secrets: Mapping[str, str] | None = None) -> Settings | None:
     """Settings from the environment (`secrets`, taken out of it, passed explicitly), or
-    None once every problem is reported to `out`."""
+    None once every problem is reported to `out`, retired settings still set among them."""
     settings, problems = check_for_run(secrets or {}, sandbox_problems)
     if settings is None:
-        report_problems(problems, _translator_for_env(), out)
+        report_problems([*problems, *retired_problems()], _translator_for_env(), out)
     return settings
 
 
@@ -58,6 +59,10 @@ def cmd_check_config(_: argparse.Namespace) -> int:
     if settings is None:
         return EXIT_CONFIG
     t = Translator(settings.presence.bridge_locale)
+    retired = retired_problems()
+    if retired:  # `run` starts and warns in its log; check-config asks to remove them
+        report_problems(retired, t, sys.stderr)
+        return EXIT_CONFIG
     feishu = settings.feishu
     print(t("cli.config_ok", mode=feishu.feishu_event_mode, domain=feishu.feishu_domain))
     return 0
@@ -76,9 +81,10 @@ def cmd_run(_: argparse.Namespace) -> int:
     from bridge import heap
     from bridge.running import run_service
 
+    retired = retired_problems()  # it starts anyway: each is a warning in its log
     heap.settle()
     with asyncio.Runner(loop_factory=loop_factory(settings.ops.bridge_event_loop)) as runner:
-        return runner.run(run_service(settings, environ_left=taken.left))
+        return runner.run(run_service(settings, environ_left=taken.left, retired=retired))
 
 
 def cmd_demo(args: argparse.Namespace) -> int:

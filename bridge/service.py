@@ -20,7 +20,7 @@ from aiohttp import web
 import bridge.feishu.webhook as webhook
 from bridge.clock import Clock, LoopClock
 from bridge.cluster.identity import check_alone
-from bridge.config import Settings
+from bridge.config import Settings, Tuning
 from bridge.config.checks import (
     UnsafeConfiguration,
     describe_access,
@@ -29,7 +29,7 @@ from bridge.config.checks import (
     root_without_sandbox,
 )
 from bridge.config.feishu import FeishuSection
-from bridge.core import Options, PresenceStyle, Timings
+from bridge.core import Options, PresenceStyle
 from bridge.engine.delivery import DeliveryPolicy
 from bridge.engine.engine import Engine, EngineConfig
 from bridge.engine.ownership import Ownership
@@ -210,10 +210,12 @@ def build_service(
     runtime: AgentRuntime | None = None,
     clock: Clock | None = None,
     runtime_env: dict[str, str] | None = None,
+    tuning: Tuning | None = None,
 ) -> BridgeService:
     """Everything the service runs, built from `settings` (in websocket mode, on the running
-    event loop, which the long connection hands its events to)."""
-    clock = clock or LoopClock()
+    event loop, which the long connection hands its events to); `tuning`: what tests, benches
+    and the demo set that the operator does not."""
+    clock, tuning = clock or LoopClock(), tuning or Tuning()
     wall = clock.wall  # leases, snapshots and uptime: times other processes read too
     problems = exposure_problems(settings)
     if runtime is None:  # it starts agents itself: as root, only sandboxed or on purpose
@@ -230,7 +232,8 @@ def build_service(
     translator = Translator(presence.bridge_locale)
     projection = Projection(clock=wall, instance_id=settings.cluster.bridge_instance_id)
     store = store_for(settings)
-    budget = CallBudget(BudgetPolicy.of(settings.budget), now=clock.now, call_at=clock.call_at)
+    policy = BudgetPolicy.of(tuning.limits(settings.budget))
+    budget = CallBudget(policy, now=clock.now, call_at=clock.call_at)
     if feishu is None:
         feishu = FeishuClient(
             settings.feishu.feishu_app_id or "",
@@ -257,7 +260,7 @@ def build_service(
         store=store,
         translator=translator,
         config=EngineConfig(
-            timings=Timings.from_settings(presence),
+            timings=tuning.timings(presence),
             options=Options(
                 received_text=presence.bridge_received_text,
                 approvers=frozenset(access.bridge_approvers),
@@ -275,8 +278,7 @@ def build_service(
             card_interval=presence.bridge_card_update_interval_seconds,
             schedules=ScheduleSettings.from_settings(settings.schedules),
             delivery=DeliveryPolicy(
-                first_probe=settings.budget.bridge_delivery_first_probe_seconds,
-                max_probe=settings.budget.bridge_delivery_max_probe_seconds,
+                *tuning.probes(settings.budget),
                 give_up_after=settings.budget.bridge_delivery_give_up_seconds,
             ),
         ),

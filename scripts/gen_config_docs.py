@@ -28,7 +28,9 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from bridge.config import SECTIONS  # noqa: E402
-from bridge.config.checks import EXAMPLES  # noqa: E402
+from bridge.config.checks import EXAMPLES, ConfigProblem  # noqa: E402
+from bridge.config.retired import RETIRED  # noqa: E402
+from bridge.i18n import Translator  # noqa: E402
 
 OUTPUT = ROOT / "docs" / "configuration.md"
 SECRET = "<secret>"
@@ -40,7 +42,9 @@ INTRO = """\
 # Configuration / 配置
 
 Every setting of the bridge is one environment variable. The bridge reads them once, at
-start-up (`feishu-bridge run`); change one and restart.
+start-up (`feishu-bridge run`); change one and restart. Each section below is one module
+of `bridge/config/`; each setting says why you would change it. A setting not listed here
+is not read: see [retired settings](#retired-settings) for those that used to be.
 
 - **Where they come from.** The process environment, and a `.env` file in the working
   folder the bridge is started from (environment variables win over `.env`). Names are
@@ -51,7 +55,9 @@ start-up (`feishu-bridge run`); change one and restart.
   problem. `run` refuses to start on the same problems. It does not start the agent (a
   program that fails once started shows only at the first message, see
   [troubleshooting](troubleshooting.md)); with `BRIDGE_AGENT_SANDBOX=bwrap` it starts
-  `true` in the sandbox once, so a sandbox that cannot start is named here.
+  `true` in the sandbox once, so a sandbox that cannot start is named here. A retired
+  setting still set is a problem to check-config, and a warning in `run`'s log at start
+  (the bridge starts: the value it used to take is harmless to ignore).
 - **Required.** `FEISHU_APP_ID` and `FEISHU_APP_SECRET` always; `FEISHU_VERIFICATION_TOKEN`
   as well in webhook mode. Everything else has a working default.
 - **Times** are in seconds and may have fractions (`0.5`).
@@ -217,7 +223,6 @@ MORE_EXAMPLES = {
     "BRIDGE_STALE_SECONDS": "900",
     "BRIDGE_APPROVAL_TIMEOUT_SECONDS": "3600",
     "BRIDGE_FINISH_GRACE_SECONDS": "5",
-    "BRIDGE_PROGRESS_INTERVAL_SECONDS": "10",
     "BRIDGE_CANCEL_NOTICE_SECONDS": "5",
     "BRIDGE_CANCEL_LIMIT_SECONDS": "60",
     "BRIDGE_MAX_EVENT_AGE_SECONDS": "86400",
@@ -337,6 +342,28 @@ def _paragraph(text: str) -> str:
     return " ".join(text.split())
 
 
+RETIRED_INTRO = """\
+## Retired settings
+
+Settings earlier versions read and this one does not. Set anyway (in the environment or
+`.env`), `feishu-bridge check-config` names each one with what replaces it and exits 2;
+`feishu-bridge run` starts and logs the same words as a warning. Remove them. Tests and
+benches that set them for millisecond timings pass the values in-process instead
+(`bridge/config/tuning.py`).
+
+| Variable | Why it is no longer a setting | What check-config says |
+| --- | --- | --- |"""
+
+
+def _retired() -> list[str]:
+    t = Translator("en_US")
+    lines = [RETIRED_INTRO]
+    for name, retired in RETIRED.items():
+        said = ConfigProblem(name, retired.code, retired.params).in_words(t)
+        lines.append("| " + " | ".join(_cell(c) for c in (f"`{name}`", retired.why, said)) + " |")
+    return [*lines, ""]
+
+
 def render() -> str:
     lines = [INTRO]
     for key, section in SECTIONS.items():
@@ -359,6 +386,7 @@ def render() -> str:
             ]
             lines.append("| " + " | ".join(_cell(c) for c in row) + " |")
         lines.append("")
+    lines += _retired()
     return "\n".join(lines).rstrip("\n") + "\n"
 
 

@@ -4,5 +4,14 @@ checked in checks.py. Every name is documented in docs/configuration.md."""
 
 from bridge.config.feishu import FEISHU_DOMAIN, LARK_DOMAIN
 from bridge.config.settings import OLD_NAMES, SECTIONS, Settings, env_fields
+from bridge.config.tuning import Tuning
 
-__all__ = ["FEISHU_DOMAIN", "LARK_DOMAIN", "OLD_NAMES", "SECTIONS", "Settings", "env_fields"]
+__all__ = [
+    "FEISHU_DOMAIN",
+    "LARK_DOMAIN",
+    "OLD_NAMES",
+    "SECTIONS",
+    "Settings",
+    "Tuning",
+    "env_fields",
+]

@@ -15,6 +15,7 @@ from urllib.parse import urlsplit
 from pydantic import ValidationError
 
 from bridge.config.settings import Settings, env_fields
+from bridge.i18n import Translator
 from bridge.paths import within
 
 # Examples shown next to a problem; they never contain a real secret.
@@ -52,6 +53,10 @@ class ConfigProblem:
     @property
     def example(self) -> str:
         return EXAMPLES.get(self.variable, "")
+
+    def in_words(self, t: Translator) -> str:
+        """What is wrong, in the operator's language (`cli.problem.<code>`)."""
+        return t(f"cli.problem.{self.code}", **self.params)
 
 
 class UnsafeConfiguration(Exception):

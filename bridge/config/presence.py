@@ -1,6 +1,8 @@
 """What users see of a turn: the language, the ack, the lines or the live card, and when the
 bridge speaks up while the agent works, waits or will not stop. The timings are read by
-the core's presence policy (`Timings.from_settings`)."""
+the core's presence policy (`Timings.from_settings`). The least time between two progress
+lines is the core's own (3 s): the call budget already lets a waiting line give way to a
+newer one, so more spacing would only hide news."""
 
 from __future__ import annotations
 
@@ -83,12 +85,6 @@ class PresenceSection(Section):
         json_schema_extra=why(
             "Raise it for an agent that still sends output after such a stop; rarely changed."
         ),
-    )
-    bridge_progress_interval_seconds: float = Field(
-        default=3.0,
-        ge=0,
-        description="Least time between two relayed progress lines.",
-        json_schema_extra=why("Raise it for fewer progress lines in messages style."),
     )
     bridge_cancel_notice_seconds: float = Field(
         default=5.0,

@@ -375,7 +375,7 @@ def test_as_root_the_override_lets_check_config_and_run_start_with_the_secrets_o
     assert main(["check-config"]) == 0
     started: list[Settings] = []
 
-    async def run_service(settings: Settings, *, environ_left: object = ()) -> int:
+    async def run_service(settings: Settings, **_: object) -> int:
         started.append(settings)
         return 0
 
