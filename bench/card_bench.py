@@ -30,11 +30,11 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bridge.config import Settings  # noqa: E402
+from bridge.config import Tuning, env_fields  # noqa: E402
 from bridge.demo import DEMO_TIMINGS, start_demo  # noqa: E402
 from bridge.runtime.acp.runtime import AcpRuntime  # noqa: E402
 
-PRODUCT_TIMINGS = {key: Settings.model_fields[key].default for key in DEMO_TIMINGS}
+PRODUCT_TIMINGS = {key: env_fields()[key.upper()][2].default for key in DEMO_TIMINGS}
 
 
 def _answer(card_json: str) -> str:
@@ -60,7 +60,7 @@ async def run(style: str, chunks: int, chunk_ms: int, turns: int) -> dict[str, A
     try:
         with tempfile.TemporaryDirectory() as folder:
             settings = {**PRODUCT_TIMINGS, "bridge_presence_style": style}
-            demo = await start_demo(data_dir=Path(folder), settings=settings)
+            demo = await start_demo(data_dir=Path(folder), settings=settings, tuning=Tuning())
             try:
                 return await _turns(demo, style, chunks, chunk_ms, turns, arrivals)
             finally:

@@ -40,13 +40,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.spawned import cpu_s  # noqa: E402
-from bridge.config import Settings  # noqa: E402
+from bridge.config import Tuning, env_fields  # noqa: E402
 from bridge.demo import DEMO_TIMINGS, Demo, start_demo  # noqa: E402
 from bridge.devtools.emulator import FeishuEmulator  # noqa: E402
 from bridge.logs import configure_logging  # noqa: E402
 
 # The demo shortens the presence timings; a benchmark of the product runs with its defaults.
-PRODUCT_TIMINGS = {key: Settings.model_fields[key].default for key in DEMO_TIMINGS}
+PRODUCT_TIMINGS = {key: env_fields()[key.upper()][2].default for key in DEMO_TIMINGS}
 MESSAGES = "/open-apis/im/v1/messages/"
 REPLY_TIMEOUT_S = 15.0
 SERIAL_MAX = 40  # messages of the one-at-a-time phase
@@ -310,6 +310,7 @@ async def run(n: int, conversations: int, agents: int) -> int:
         demo = await start_demo(
             data_dir=Path(tmp),
             settings={**PRODUCT_TIMINGS, "bridge_max_agents": agents},
+            tuning=Tuning(),  # the product's
         )
         bench = Bench(demo, conversations)
         watcher = asyncio.create_task(bench.tracker.run())

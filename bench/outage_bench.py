@@ -3,13 +3,14 @@ down, and how soon every answer is delivered once it is back.
 
     python bench/outage_bench.py [--chats 20] [--messages 2] [--seconds 60]
                                  [--mode mixed|503|429|timeout] [--kill]
-                                 [--loop uvloop|asyncio] [--sleep 7] [--first-probe 1]
-                                 [--max-probe 15] [--settle 5] [--trace] [--log N]
+                                 [--loop uvloop|asyncio] [--sleep 7] [--give-up 3600]
+                                 [--settle 5] [--trace] [--log N]
 
 It starts the local Feishu emulator and `feishu-bridge run` (its own process, webhook mode,
-the scripted ACP agent, delivery settings at their defaults unless `--first-probe` or
-`--max-probe` say otherwise), opens `--chats` chats and warms each with one quick turn (so
-the agents' sessions are up and what is measured is the outage). Then the emulator's message
+the scripted ACP agent, BRIDGE_DELIVERY_GIVE_UP_SECONDS at its default unless `--give-up`
+says otherwise; the probes follow it, bridge/config/budget.py), opens `--chats` chats and
+warms each with one quick turn (so the agents' sessions are up and what is measured is the
+outage). Then the emulator's message
 API goes down for `--seconds` (`mixed`: 503, then 429 with its reset header, then calls
 that time out, a third each; or one mode throughout), and each chat sends `--messages`
 messages at once: the first `sleep` for `--sleep` seconds (past the 5 s first hint, so a
@@ -53,6 +54,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.spawned import BRIDGE, bridge_env, free_port, wait_healthy  # noqa: E402
+from bridge.config.budget import BudgetSection  # noqa: E402
 from bridge.i18n import Translator  # noqa: E402
 
 ENCRYPT_KEY = "bench-encrypt-key"
@@ -180,8 +182,7 @@ async def run(args: argparse.Namespace) -> Outcome:
                 BRIDGE_ALLOW_ALL="true",
                 BRIDGE_LOG_LEVEL="WARNING",
                 BRIDGE_EVENT_LOOP=args.loop,
-                BRIDGE_DELIVERY_FIRST_PROBE_SECONDS=str(args.first_probe),
-                BRIDGE_DELIVERY_MAX_PROBE_SECONDS=str(args.max_probe),
+                BRIDGE_DELIVERY_GIVE_UP_SECONDS=str(args.give_up),
             )
             await asyncio.to_thread(Path(folder, "work").mkdir)
             bridge = Bridge(env, Path(folder, "bridge.log"))
@@ -301,9 +302,11 @@ def report(o: Outcome, args: argparse.Namespace) -> bool:
     down = [c for c in o.calls if o.began <= c.at < o.back]
     seconds = o.back - o.began
     steps = ", ".join(f"{m} {s:g} s" for m, s in schedule(args.mode, args.seconds))
+    window = BudgetSection(_env_file=None, bridge_delivery_give_up_seconds=args.give_up)
+    first, longest = window.probe_seconds
     print(
         f"outage {seconds:.1f} s ({steps}), {args.chats} chats x {args.messages} messages,"
-        f" probes {args.first_probe:g}..{args.max_probe:g} s, {args.loop},"
+        f" probes {first:g}..{longest:g} s, {args.loop},"
         f" kill {'at +%.1f s' % (o.killed_at - o.began) if o.killed_at else 'no'}"
     )
     print(
@@ -377,8 +380,9 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--kill", action="store_true", help="SIGKILL the bridge mid-outage")
     parser.add_argument("--loop", choices=("uvloop", "asyncio"), default="uvloop")
     parser.add_argument("--sleep", type=float, default=7.0, help="the first message's silence")
-    parser.add_argument("--first-probe", type=float, default=1.0)
-    parser.add_argument("--max-probe", type=float, default=15.0)
+    parser.add_argument(
+        "--give-up", type=float, default=3600.0, help="BRIDGE_DELIVERY_GIVE_UP_SECONDS"
+    )
     parser.add_argument("--settle", type=float, default=5.0, help="quiet seconds at the end")
     parser.add_argument("--trace", action="store_true", help="print every call from the outage on")
     parser.add_argument("--log", type=int, default=0, help="print the bridge log's last N chars")

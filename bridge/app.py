@@ -12,12 +12,16 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import TextIO
 
+from pydantic import ValidationError
+
 from bridge.config import Settings
-from bridge.config_checks import ConfigProblem, check_for_run
+from bridge.config.checks import ConfigProblem, check_for_run, problems_from_validation
+from bridge.config.ops import OpsSection
+from bridge.config.retired import retired_problems
 from bridge.environ import take_secrets
 from bridge.i18n import DEFAULT_LOCALE, LOCALES, Translator
 from bridge.loops import loop_factory
-from bridge.runtime.sandbox import forbid_environ_reading
+from bridge.runtime.sandbox import forbid_environ_reading, sandbox_problems
 
 EXIT_CONFIG = 2
 
@@ -28,7 +32,7 @@ def report_problems(problems: Sequence[ConfigProblem], t: Translator, out: TextI
     """Every problem at once, in plain words, with an example; never the value itself."""
     print(t("cli.config_problems", count=len(problems)), file=out)
     for problem in problems:
-        text = t(f"cli.problem.{problem.code}", **problem.params)
+        text = problem.in_words(t)
         print(t("cli.config_problem", variable=problem.variable, problem=text), file=out)
         if problem.example:
             example = problem.example
@@ -43,10 +47,10 @@ def _translator_for_env() -> Translator:
 
 def settings_for_run(out: TextIO, secrets: Mapping[str, str] | None = None) -> Settings | None:
     """Settings from the environment (`secrets`, taken out of it, passed explicitly), or
-    None once every problem is reported to `out`."""
-    settings, problems = check_for_run(**(secrets or {}))
+    None once every problem is reported to `out`, retired settings still set among them."""
+    settings, problems = check_for_run(secrets or {}, sandbox_problems)
     if settings is None:
-        report_problems(problems, _translator_for_env(), out)
+        report_problems([*problems, *retired_problems()], _translator_for_env(), out)
     return settings
 
 
@@ -54,8 +58,13 @@ def cmd_check_config(_: argparse.Namespace) -> int:
     settings = settings_for_run(sys.stderr)
     if settings is None:
         return EXIT_CONFIG
-    t = Translator(settings.bridge_locale)
-    print(t("cli.config_ok", mode=settings.feishu_event_mode, domain=settings.feishu_domain))
+    t = Translator(settings.presence.bridge_locale)
+    retired = retired_problems()
+    if retired:  # `run` starts and warns in its log; check-config asks to remove them
+        report_problems(retired, t, sys.stderr)
+        return EXIT_CONFIG
+    feishu = settings.feishu
+    print(t("cli.config_ok", mode=feishu.feishu_event_mode, domain=feishu.feishu_domain))
     return 0
 
 
@@ -72,14 +81,15 @@ def cmd_run(_: argparse.Namespace) -> int:
     from bridge import heap
     from bridge.running import run_service
 
+    retired = retired_problems()  # it starts anyway: each is a warning in its log
     heap.settle()
-    with asyncio.Runner(loop_factory=loop_factory(settings.bridge_event_loop)) as runner:
-        return runner.run(run_service(settings, environ_left=taken.left))
+    with asyncio.Runner(loop_factory=loop_factory(settings.ops.bridge_event_loop)) as runner:
+        return runner.run(run_service(settings, environ_left=taken.left, retired=retired))
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
+    from bridge.config.checks import UnsafeConfiguration
     from bridge.demo import run_demo
-    from bridge.service import UnsafeConfiguration
 
     try:
         return asyncio.run(run_demo(port=args.port, locale=args.locale, agent=args.agent))
@@ -88,13 +98,15 @@ def cmd_demo(args: argparse.Namespace) -> int:
         return EXIT_CONFIG
 
 
-def default_status_url() -> str:
-    """The operator listener this machine runs, from BRIDGE_OPS_HOST/PORT (defaults)."""
-    host = os.environ.get("BRIDGE_OPS_HOST", "127.0.0.1").strip() or "127.0.0.1"
-    if host in ("0.0.0.0", "::"):  # bound everywhere: reach it on loopback
-        host = "127.0.0.1"
-    port = os.environ.get("BRIDGE_OPS_PORT", "").strip() or "8081"
-    return f"http://{f'[{host}]' if ':' in host else host}:{port}"
+def ops_for_status(out: TextIO) -> OpsSection | None:
+    """The operator API's settings (BRIDGE_OPS_*, from the environment and `.env` like `run`
+    reads them), read once; None once their problems are reported to `out`. Only this
+    section: a problem elsewhere does not keep `status` from asking a running bridge."""
+    try:
+        return OpsSection()
+    except ValidationError as exc:
+        report_problems(problems_from_validation(exc), _translator_for_env(), out)
+        return None
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -103,11 +115,13 @@ def cmd_status(args: argparse.Namespace) -> int:
     t = _translator_for_env()
     if args.all:
         return _status_all()
-    url = args.url or default_status_url()
+    ops = ops_for_status(sys.stderr)
+    if ops is None:
+        return EXIT_CONFIG
+    url = args.url or ops.status_url()
     headers = {"X-Bridge-Client-Id": STATUS_CLIENT_ID}
-    token = os.environ.get("BRIDGE_OPS_TOKEN", "").strip()
-    if token:
-        headers["Authorization"] = f"Bearer {token}"
+    if ops.bridge_ops_token is not None:
+        headers["Authorization"] = f"Bearer {ops.bridge_ops_token.get_secret_value()}"
     try:
         response = httpx.get(f"{url.rstrip('/')}/status", headers=headers, timeout=5.0)
     except httpx.HTTPError as exc:

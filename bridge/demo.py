@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bridge.config import Settings
-from bridge.config_checks import root_without_sandbox
+from bridge.config import Settings, Tuning
+from bridge.config.checks import root_without_sandbox
 from bridge.devtools.emulator import FeishuEmulator
 from bridge.feishu.api import FeishuApi
 from bridge.i18n import Translator
@@ -53,8 +53,8 @@ DEMO_TIMINGS = {
     "bridge_stale_seconds": 45.0,
     "bridge_approval_timeout_seconds": 120.0,
     "bridge_finish_grace_seconds": 1.0,
-    "bridge_progress_interval_seconds": 1.0,
 }
+DEMO_TUNING = Tuning(progress_interval_seconds=1.0)
 
 
 def scripted_agent_command() -> str:
@@ -83,9 +83,10 @@ async def start_demo(
     emulator_options: Mapping[str, Any] | None = None,
     feishu: Callable[[FeishuEmulator], FeishuApi] | None = None,
     settings: Mapping[str, object] | None = None,
+    tuning: Tuning = DEMO_TUNING,
 ) -> Demo:
     """Emulator + bridge, wired to each other. Explicit `settings` win over the environment;
-    integration tests use this too, with millisecond timings."""
+    integration tests use this too, with millisecond timings (and their own `tuning`)."""
     emulator = FeishuEmulator(
         encrypt_key="demo-encrypt-key",
         verification_token="demo-verification-token",
@@ -114,7 +115,7 @@ async def start_demo(
         **DEMO_TIMINGS,
         **(settings or {}),
     }
-    config = Settings(**values)  # type: ignore[arg-type]
+    config = Settings(**values)
     if agent_command is None and root_without_sandbox(config):
         log.info(
             "demo: the scripted agent (the bridge's own code) runs as root without a sandbox:"
@@ -123,7 +124,7 @@ async def start_demo(
     env = {"SCRIPTED_AGENT_STATE_DIR": str(data_dir / "agent-state")}
     client = feishu(emulator) if feishu is not None else None
     try:
-        service = build_service(config, feishu=client, runtime_env=env)
+        service = build_service(config, feishu=client, runtime_env=env, tuning=tuning)
         await service.start()
     except BaseException:
         await emulator.close()
@@ -137,7 +138,7 @@ async def run_demo(*, port: int, locale: str | None, agent: str | None = None) -
     with tempfile.TemporaryDirectory(prefix="feishu-bridge-demo-") as tmp:
         extra = {"bridge_locale": locale} if locale else {}
         demo = await start_demo(port=port, data_dir=Path(tmp), agent_command=agent, settings=extra)
-        t = Translator(demo.service.settings.bridge_locale)
+        t = Translator(demo.service.settings.presence.bridge_locale)
         api = f"http://127.0.0.1:{demo.service.ops_port}/runtime-states"
         print("\n" + t("cli.demo_ready", chat=demo.chat_url, api=api) + "\n", flush=True)
         try:

@@ -26,7 +26,7 @@ from typing import get_args
 
 from pydantic import SecretStr
 
-from bridge.config import Settings
+from bridge.config import env_fields
 
 PROC_SELF = Path("/proc/self")
 # Fields 50 and 51 of /proc/<pid>/stat (proc(5)), counted after the `(comm)` field.
@@ -38,8 +38,8 @@ def secret_names() -> dict[str, str]:
     the App Secret, the encrypt key, the verification token, the operator token, the
     database URL, and any secret added later."""
     return {
-        name.upper(): name
-        for name, field in Settings.model_fields.items()
+        env: name
+        for env, (_, name, field) in env_fields().items()
         if SecretStr in (field.annotation, *get_args(field.annotation))
     }
 

@@ -14,6 +14,8 @@ from pydantic import SecretStr
 
 from bridge.cluster.identity import DuplicateInstance
 from bridge.config import Settings
+from bridge.config.checks import ConfigProblem
+from bridge.i18n import Translator
 from bridge.logs import configure_logging
 from bridge.service import build_service
 
@@ -34,20 +36,31 @@ def _url_secrets(url: SecretStr | None) -> list[str]:
     return [value, password, unquote(password)]
 
 
-async def run_service(settings: Settings, *, environ_left: Sequence[str] = ()) -> int:
+async def run_service(
+    settings: Settings,
+    *,
+    environ_left: Sequence[str] = (),
+    retired: Sequence[ConfigProblem] = (),
+) -> int:
     """`environ_left`: secret settings the start-up environment still shows (the kernel
-    would not let `take_secrets` overwrite them), said in the log."""
+    would not let `take_secrets` overwrite them), said in the log; `retired`: settings no
+    longer read but still set, each a warning in the log (check-config refuses them)."""
+    feishu = settings.feishu
     secrets = [
         s.get_secret_value()
         for s in (
-            settings.feishu_app_secret,
-            settings.feishu_encrypt_key,
-            settings.feishu_verification_token,
-            settings.bridge_ops_token,
+            feishu.feishu_app_secret,
+            feishu.feishu_encrypt_key,
+            feishu.feishu_verification_token,
+            settings.ops.bridge_ops_token,
         )
         if s is not None
-    ] + _url_secrets(settings.bridge_database_url)
-    configure_logging(settings.bridge_log_level, secrets)
+    ] + _url_secrets(settings.store.bridge_database_url)
+    configure_logging(settings.ops.bridge_log_level, secrets)
+    t = Translator(settings.presence.bridge_locale)
+    for problem in retired:
+        words = problem.in_words(t)
+        log.warning("%s", t("cli.config_warning", variable=problem.variable, problem=words))
     if environ_left:
         log.warning(
             "/proc/%d/environ still shows %s (it could not be overwritten): root can read"

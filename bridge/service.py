@@ -20,15 +20,16 @@ from aiohttp import web
 import bridge.feishu.webhook as webhook
 from bridge.clock import Clock, LoopClock
 from bridge.cluster.identity import check_alone
-from bridge.config import Settings
-from bridge.config_checks import (
-    ConfigProblem,
+from bridge.config import Settings, Tuning
+from bridge.config.checks import (
+    UnsafeConfiguration,
     describe_access,
     exposure_problems,
     root_problems,
     root_without_sandbox,
 )
-from bridge.core import Options, PresenceStyle, Timings
+from bridge.config.feishu import FeishuSection
+from bridge.core import Options, PresenceStyle
 from bridge.engine.delivery import DeliveryPolicy
 from bridge.engine.engine import Engine, EngineConfig
 from bridge.engine.ownership import Ownership
@@ -57,15 +58,6 @@ from bridge.store.port import Store
 from bridge.stores import ownership_for, secret, store_for
 
 log = logging.getLogger(__name__)
-
-
-class UnsafeConfiguration(Exception):
-    """Settings that would expose the agent or the operator API (see `exposure_problems`);
-    `run` reports the same problems before it gets here."""
-
-    def __init__(self, problems: list[ConfigProblem]) -> None:
-        super().__init__(", ".join(f"{p.variable}: {p.code}" for p in problems))
-        self.problems = problems
 
 
 @dataclass
@@ -132,9 +124,9 @@ class BridgeService:
         if self.ownership is not None:
             await check_alone(
                 self.store,
-                self.settings.bridge_instance_id,
+                self.settings.cluster.bridge_instance_id,
                 self.projection.epoch,
-                ttl=self.settings.bridge_lease_seconds,
+                ttl=self.settings.cluster.bridge_lease_seconds,
                 clock=self.clock,
                 sleep=asyncio.sleep,
             )
@@ -149,7 +141,7 @@ class BridgeService:
         else:  # only what no live instance runs: claimed, then recovered the same way
             await self.ownership.start()
         await self.engine.start_schedules()  # one that came due while down runs once
-        self.housekeeping.ops_url = reachable_url(self.settings.bridge_ops_host, self.ops_port)
+        self.housekeeping.ops_url = reachable_url(self.settings.ops.bridge_ops_host, self.ops_port)
         await self.housekeeping.start()  # pruning, and the heartbeat `status --all` reads
         if self.longconn is not None:
             self.longconn.start()
@@ -158,7 +150,7 @@ class BridgeService:
             self._warmup = asyncio.create_task(self.runtime.warm(), name="runtime-warmup")
         log.info(
             "bridge ready: mode=%s %s %s",
-            self.settings.feishu_event_mode,
+            self.settings.feishu.feishu_event_mode,
             self.feishu_listener,
             self.ops_listener,
         )
@@ -218,10 +210,12 @@ def build_service(
     runtime: AgentRuntime | None = None,
     clock: Clock | None = None,
     runtime_env: dict[str, str] | None = None,
+    tuning: Tuning | None = None,
 ) -> BridgeService:
     """Everything the service runs, built from `settings` (in websocket mode, on the running
-    event loop, which the long connection hands its events to)."""
-    clock = clock or LoopClock()
+    event loop, which the long connection hands its events to); `tuning`: what tests, benches
+    and the demo set that the operator does not."""
+    clock, tuning = clock or LoopClock(), tuning or Tuning()
     wall = clock.wall  # leases, snapshots and uptime: times other processes read too
     problems = exposure_problems(settings)
     if runtime is None:  # it starts agents itself: as root, only sandboxed or on purpose
@@ -234,21 +228,23 @@ def build_service(
             " an agent's shell can read this process's memory, its secrets included;"
             " BRIDGE_AGENT_SANDBOX=bwrap keeps it out (docs/sandbox.md)"
         )
-    translator = Translator(settings.bridge_locale)
-    projection = Projection(clock=wall, instance_id=settings.bridge_instance_id)
+    presence, agent, access, ops = settings.presence, settings.agent, settings.access, settings.ops
+    translator = Translator(presence.bridge_locale)
+    projection = Projection(clock=wall, instance_id=settings.cluster.bridge_instance_id)
     store = store_for(settings)
-    budget = CallBudget(BudgetPolicy.of(settings), now=clock.now, call_at=clock.call_at)
+    policy = BudgetPolicy.of(tuning.limits(settings.budget))
+    budget = CallBudget(policy, now=clock.now, call_at=clock.call_at)
     if feishu is None:
         feishu = FeishuClient(
-            settings.feishu_app_id or "",
-            secret(settings.feishu_app_secret) or "",
-            settings.feishu_domain,
+            settings.feishu.feishu_app_id or "",
+            secret(settings.feishu.feishu_app_secret) or "",
+            settings.feishu.feishu_domain,
             cut_notice=lambda kept, total: translator("reply.cut", kept=kept, total=total),
             budget=budget,
         )
     elif isinstance(feishu, FeishuClient):
         feishu.pace(budget)  # a client made by a test or the demo, paced as the product's
-    routes = Routes.of(settings.agent_profiles, settings.workspace_roots)
+    routes = Routes.of(agent.agent_profiles, agent.workspace_roots)
     watch = ProcessWatch(projection, routes.agents[0][0], routes.workspaces[0][0])
     if runtime is None:
         program = Path(routes.agents[0][1][0]).name
@@ -264,27 +260,26 @@ def build_service(
         store=store,
         translator=translator,
         config=EngineConfig(
-            timings=Timings.from_settings(settings),
+            timings=tuning.timings(presence),
             options=Options(
-                received_text=settings.bridge_received_text,
-                approvers=frozenset(settings.bridge_approvers),
-                requester_may_approve=settings.bridge_requester_may_approve,
-                presence_style=PresenceStyle(settings.bridge_presence_style),
-                usage_footer=settings.bridge_usage_footer,
+                received_text=presence.bridge_received_text,
+                approvers=frozenset(access.bridge_approvers),
+                requester_may_approve=access.bridge_requester_may_approve,
+                presence_style=PresenceStyle(presence.bridge_presence_style),
+                usage_footer=presence.bridge_usage_footer,
             ),
             routes=routes,
-            attachments_dir=settings.bridge_data_dir / "inbox",
-            max_attachment_mb=settings.bridge_max_attachment_mb,
-            voice=settings.bridge_voice,
-            voice_max_seconds=settings.bridge_voice_max_seconds,
-            ack_emoji=settings.bridge_ack_emoji,
-            max_running_turns=settings.bridge_max_running_turns,
-            card_interval=settings.bridge_card_update_interval_seconds,
-            schedules=ScheduleSettings.from_settings(settings),
+            attachments_dir=settings.store.bridge_data_dir / "inbox",
+            max_attachment_mb=agent.bridge_max_attachment_mb,
+            voice=settings.voice.bridge_voice,
+            voice_max_seconds=settings.voice.bridge_voice_max_seconds,
+            ack_emoji=presence.bridge_ack_emoji,
+            max_running_turns=agent.bridge_max_running_turns,
+            card_interval=presence.bridge_card_update_interval_seconds,
+            schedules=ScheduleSettings.from_settings(settings.schedules),
             delivery=DeliveryPolicy(
-                first_probe=settings.bridge_delivery_first_probe_seconds,
-                max_probe=settings.bridge_delivery_max_probe_seconds,
-                give_up_after=settings.bridge_delivery_give_up_seconds,
+                *tuning.probes(settings.budget),
+                give_up_after=settings.budget.bridge_delivery_give_up_seconds,
             ),
         ),
         clock=clock,
@@ -299,23 +294,23 @@ def build_service(
         store=store,
         sink=engine if ownership is None else ownership,
         policy=AccessPolicy(
-            frozenset(settings.bridge_allowed_users),
-            frozenset(settings.bridge_allowed_chats),
-            allow_all=settings.bridge_allow_all,
+            frozenset(access.bridge_allowed_users),
+            frozenset(access.bridge_allowed_chats),
+            allow_all=access.bridge_allow_all,
         ),
         bot_open_id=lambda: bot.open_id,
         clock=wall,
         count=lambda fate: metrics.inbound.labels(fate).inc(),
-        app_id=settings.feishu_app_id,
-        max_event_age=settings.bridge_max_event_age_seconds,
+        app_id=settings.feishu.feishu_app_id,
+        max_event_age=settings.feishu.bridge_max_event_age_seconds,
         quoted_content=feishu.message_content,
         voice_kind=engine.voice_mode.kind,
     )
     readiness = Readiness(wall)
-    feishu_app = _feishu_app(settings, receiver, bot, readiness)
+    feishu_app = _feishu_app(settings.feishu, receiver, bot, readiness)
     status = partial(_status, settings, readiness, bot, engine, runtime, projection, wall)
     sessions = SessionDirectory(store, engine, projection, routes, wall)
-    ops_app = web.Application(middlewares=ops_middlewares(secret(settings.bridge_ops_token)))
+    ops_app = web.Application(middlewares=ops_middlewares(secret(ops.bridge_ops_token)))
     ops_app.add_routes(
         ops_routes(
             projection,
@@ -339,8 +334,10 @@ def build_service(
         metrics=metrics,
         clock=wall,
         readiness=readiness,
-        feishu_listener=Listener("feishu", feishu_app, settings.bridge_host, settings.bridge_port),
-        ops_listener=Listener("ops", ops_app, settings.bridge_ops_host, settings.bridge_ops_port),
+        feishu_listener=Listener(
+            "feishu", feishu_app, settings.feishu.bridge_host, settings.feishu.bridge_port
+        ),
+        ops_listener=Listener("ops", ops_app, ops.bridge_ops_host, ops.bridge_ops_port),
         longconn=readiness.longconn,
         bot=bot,
         sessions=sessions,
@@ -352,13 +349,13 @@ def build_service(
             epoch=projection.epoch,
             ops_url="",  # known once the operator listener has its port (start)
             facts=partial(_facts, engine),
-            beat_every=settings.bridge_lease_seconds / 3,
+            beat_every=settings.cluster.bridge_lease_seconds / 3,
         ),
     )
 
 
 def _feishu_app(
-    settings: Settings, receiver: Receiver, bot: BotIdentity, readiness: Readiness
+    settings: FeishuSection, receiver: Receiver, bot: BotIdentity, readiness: Readiness
 ) -> web.Application:
     """The Feishu listener: the event request URL (webhook mode) and `/healthz`. In websocket
     mode events come over the long connection instead, built here too."""
@@ -406,7 +403,7 @@ def _status(
     """`GET /status`: the process (the conversations' snapshots are added by the route)."""
     longconn = readiness.longconn
     return {
-        "mode": settings.feishu_event_mode,
+        "mode": settings.feishu.feishu_event_mode,
         "ready": readiness.ready,
         "uptime_seconds": round(clock() - readiness.started_at, 3),
         "bot_open_id": bot.open_id,

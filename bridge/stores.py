@@ -24,9 +24,9 @@ def secret(value: SecretStr | None) -> str | None:
 def store_for(settings: Settings) -> Store:
     """PostgreSQL when BRIDGE_DATABASE_URL is set (psycopg is imported only then), else the
     SQLite file in the data folder."""
-    url = secret(settings.bridge_database_url)
+    url = secret(settings.store.bridge_database_url)
     if url is None:
-        return SqliteStore(settings.db_path)
+        return SqliteStore(settings.store.db_path)
     from bridge.store.postgres import PostgresStore
 
     return PostgresStore(url)
@@ -37,16 +37,16 @@ def ownership_for(
 ) -> Ownership | None:
     """Several instances share a PostgreSQL store: each conversation is run by the instance
     holding its lease (bridge/engine/ownership.py). SQLite is one instance alone."""
-    url = secret(settings.bridge_database_url)
+    url = secret(settings.store.bridge_database_url)
     if url is None:
         return None
     from bridge.cluster.wake_pg import PgWake
 
-    ttl = settings.bridge_lease_seconds
-    me = settings.bridge_instance_id
+    ttl = settings.cluster.bridge_lease_seconds
+    me = settings.cluster.bridge_instance_id
     keeper = LeaseKeeper(store, me, ttl, on_lost=lambda key, why: ownership.lost(key, why))
     forwarder = Forwarder(
-        store, me, token=secret(settings.bridge_ops_token), stale_after=ttl, clock=clock
+        store, me, token=secret(settings.ops.bridge_ops_token), stale_after=ttl, clock=clock
     )
     ownership = Ownership(
         keeper=keeper,

@@ -27,7 +27,6 @@ class _TimingSettings(Protocol):
     bridge_stale_seconds: float
     bridge_approval_timeout_seconds: float
     bridge_finish_grace_seconds: float
-    bridge_progress_interval_seconds: float
     bridge_cancel_notice_seconds: float
     bridge_cancel_limit_seconds: float
 
@@ -55,7 +54,6 @@ class Timings:
             stale=settings.bridge_stale_seconds,
             approval_timeout=settings.bridge_approval_timeout_seconds,
             finish_grace=settings.bridge_finish_grace_seconds,
-            progress_interval=settings.bridge_progress_interval_seconds,
             cancel_notice=settings.bridge_cancel_notice_seconds,
             cancel_limit=settings.bridge_cancel_limit_seconds,
         )

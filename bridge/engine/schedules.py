@@ -24,7 +24,7 @@ from typing import Protocol
 from zoneinfo import ZoneInfo
 
 from bridge.clock import Cancellable, Clock
-from bridge.config import Settings
+from bridge.config.schedules import SchedulesSection
 from bridge.core.effects import AnnounceSchedule, ManageSchedules, ScheduleSkipped
 from bridge.core.inputs import (
     CommandName,
@@ -80,7 +80,7 @@ class ScheduleSettings:
     retry: float | None = None  # re-check a skipped schedule this often (None: min_interval)
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> ScheduleSettings:
+    def from_settings(cls, settings: SchedulesSection) -> ScheduleSettings:
         zone = ZoneInfo(settings.bridge_timezone) if settings.bridge_timezone else None
         configured = []
         for entry in settings.bridge_schedules:

@@ -4,7 +4,7 @@ parameter, so tests drive it without a loop (the async shell is `pacer.py`).
 Feishu meters each API of an app on its own ("每个 API、每个应用、每个租户": 50 calls a
 second for most, the send API also 1,000 a minute), and message sends to one chat (5 a
 second); past a limit it answers 429 with a reset header (docs/scaling.md cites the
-figures). Buckets mirror those limits, set below them by the operator's margin: one per API
+figures). Buckets mirror those limits, set below them by a margin: one per API
 a call is metered under (`Waiter.api`), a sliding minute for sends, one per chat, and an
 optional cap on all calls together for a tenant or gateway that meters the app as a
 whole. When calls wait, the next to go is chosen by:
@@ -62,25 +62,30 @@ class BudgetPolicy:
     recover_per_second: float = 2.0  # calls a second the rate regains each second
 
     @classmethod
-    def of(cls, settings: Limits) -> BudgetPolicy:
-        """Paced at the settings' margin of Feishu's limits."""
-        margin = settings.bridge_feishu_budget_margin
+    def of(cls, limits: Limits) -> BudgetPolicy:
+        """Paced at the limits' margin of Feishu's limits."""
+        margin = limits.margin
         return cls(
-            app_per_second=settings.bridge_feishu_app_calls_per_second * margin,
-            sends_per_minute=settings.bridge_feishu_sends_per_minute * margin,
-            chat_per_second=settings.bridge_feishu_chat_calls_per_second * margin,
-            total_per_second=settings.bridge_feishu_total_calls_per_second * margin,
+            app_per_second=limits.app_calls_per_second * margin,
+            sends_per_minute=limits.sends_per_minute * margin,
+            chat_per_second=limits.chat_calls_per_second * margin,
+            total_per_second=limits.total_calls_per_second * margin,
         )
 
 
 class Limits(Protocol):
-    """The settings the budget is made from (bridge/config.py)."""
+    """Feishu's limits the budget is made from (bridge/config/budget.py)."""
 
-    bridge_feishu_app_calls_per_second: float
-    bridge_feishu_sends_per_minute: float
-    bridge_feishu_chat_calls_per_second: float
-    bridge_feishu_total_calls_per_second: float
-    bridge_feishu_budget_margin: float
+    @property
+    def app_calls_per_second(self) -> float: ...
+    @property
+    def sends_per_minute(self) -> float: ...
+    @property
+    def chat_calls_per_second(self) -> float: ...
+    @property
+    def total_calls_per_second(self) -> float: ...
+    @property
+    def margin(self) -> float: ...
 
 
 @dataclass

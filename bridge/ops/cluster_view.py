@@ -16,7 +16,7 @@ async def instances_view(settings: Settings, now: float | None = None) -> dict[s
     from bridge.stores import store_for  # the store the bridge itself would open
 
     now = time.time() if now is None else now
-    ttl = settings.bridge_lease_seconds
+    ttl = settings.cluster.bridge_lease_seconds
     async with store_for(settings) as store:
         records = await store.instances(now)
     return {

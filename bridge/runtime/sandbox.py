@@ -8,7 +8,8 @@ The network is kept: agents call their model's API.
 
 `SandboxPolicy.wrap` only builds argv; what exists on disk is asked through `kind_of`, so
 the rules are unit-tested without a filesystem. `probe` runs the result once, for
-check-config. `forbid_environ_reading` is the part that holds without a sandbox too.
+check-config (`sandbox_problems`). `forbid_environ_reading` is the part that holds without a
+sandbox too.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
+from bridge.config.checks import ConfigProblem
 from bridge.paths import within
 
 if TYPE_CHECKING:
@@ -162,19 +164,20 @@ class SandboxPolicy:
         """The policy `BRIDGE_AGENT_SANDBOX` asks for (None: no sandbox). `cwd` is where the
         bridge reads `.env` (its working folder); `home` the agent's HOME; `workdir` the
         workspace the agent works in (default: the first of BRIDGE_WORKSPACES/BRIDGE_WORKDIR)."""
-        if settings.bridge_agent_sandbox == "none":
+        agent = settings.agent
+        if agent.bridge_agent_sandbox == "none":
             return None
         home = os.environ.get("HOME") if home is None else home
-        extra = [Path(path) for path in settings.bridge_agent_sandbox_hidden]
-        workdir = (workdir or settings.workspace_roots[0][1]).resolve()
+        extra = [Path(path) for path in agent.bridge_agent_sandbox_hidden]
+        workdir = (workdir or agent.workspace_roots[0][1]).resolve()
         # The other workspaces are other projects: out of sight, unless nested in this one
         # (or it in them), where hiding would cut its own folder.
         others = [
             root
-            for _, root in settings.workspace_roots
+            for _, root in agent.workspace_roots
             if not (within(root, workdir) or within(workdir, root))
         ]
-        hidden = [settings.bridge_data_dir, cwd or Path.cwd(), *extra, *others]
+        hidden = [settings.store.bridge_data_dir, cwd or Path.cwd(), *extra, *others]
         return cls(
             workdir=workdir,
             hidden=tuple(dict.fromkeys(path.resolve() for path in hidden)),
@@ -209,6 +212,32 @@ def probe(policy: SandboxPolicy, env: dict[str, str] | None = None) -> ProbeFail
         return None
     lines = done.stderr.decode("utf-8", errors="replace").strip().splitlines()
     return ProbeFailure("refused", (lines[-1] if lines else f"exit {done.returncode}")[:200])
+
+
+def sandbox_problems(settings: Settings) -> list[ConfigProblem]:
+    """For check-config and `run`: a sandbox that cannot start, or one that would hide the
+    agent's own program, found now rather than at the first user's message."""
+    policy = SandboxPolicy.from_settings(settings)
+    if policy is None:
+        return []
+    found: list[ConfigProblem] = []
+    program = shutil.which(settings.agent.agent_argv[0], path=os.environ.get("PATH"))
+    if program is not None and any(
+        policy.hides(path) for path in (Path(program).absolute(), Path(program).resolve())
+    ):
+        found.append(
+            ConfigProblem("BRIDGE_AGENT_COMMAND", "sandbox_hides_agent", {"program": program})
+        )
+    # The probe's bubblewrap gets none of the bridge's settings, like an agent.
+    env = {k: v for k, v in os.environ.items() if not k.upper().startswith(("FEISHU_", "BRIDGE_"))}
+    failure = probe(policy, env)
+    if failure is not None and failure.reason == "missing":
+        found.append(ConfigProblem("BRIDGE_AGENT_SANDBOX", "sandbox_missing"))
+    elif failure is not None:
+        found.append(
+            ConfigProblem("BRIDGE_AGENT_SANDBOX", "sandbox_refused", {"detail": failure.detail})
+        )
+    return found
 
 
 def forbid_environ_reading() -> bool:

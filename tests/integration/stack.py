@@ -10,12 +10,13 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import httpx
 
+from bridge.config import Tuning
 from bridge.demo import Demo, start_demo
 from bridge.devtools.emulator import FeishuEmulator
 from bridge.devtools.emulator.records import ChatMessage
@@ -27,7 +28,6 @@ FAST = {
     "bridge_stale_seconds": 60.0,
     "bridge_approval_timeout_seconds": 30.0,
     "bridge_finish_grace_seconds": 0.05,
-    "bridge_progress_interval_seconds": 0.0,
     "bridge_locale": "zh_CN",
     # CI runs as root without bubblewrap; said explicitly, as an operator would have to (the
     # demo implies it for the scripted agent only, and tests give other agents too).
@@ -35,9 +35,14 @@ FAST = {
     # Feishu's limits are real-time and these tests run in milliseconds: the call budget
     # (issue 33) would only slow them; test_call_budget.py sets the limits it tests.
     "bridge_feishu_app_calls_per_second": 100_000.0,
-    "bridge_feishu_sends_per_minute": 6_000_000.0,
-    "bridge_feishu_chat_calls_per_second": 100_000.0,
 }
+# What no operator sets, in-process (bridge/config/tuning.py); a test changes a field with
+# `running_stack(tuning={...})`.
+FAST_TUNING = Tuning(
+    progress_interval_seconds=0.0,
+    feishu_sends_per_minute=6_000_000.0,
+    feishu_chat_calls_per_second=100_000.0,
+)
 
 
 @dataclass
@@ -158,6 +163,7 @@ async def running_stack(
     settings: dict[str, object] | None = None,
     emulator_options: dict[str, Any] | None = None,
     agent_command: str | None = None,
+    tuning: dict[str, Any] | None = None,
 ) -> AsyncIterator[Stack]:
     waits: list[float] = []
 
@@ -170,6 +176,7 @@ async def running_stack(
         emulator_options={"time_scale": 0.001, **(emulator_options or {})},
         settings={**FAST, **(settings or {})},
         agent_command=agent_command,
+        tuning=replace(FAST_TUNING, **(tuning or {})),
     )
     try:
         yield Stack(demo, waits)

@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from bridge.config_checks import describe_access
-from bridge.service import UnsafeConfiguration
+from bridge.config.checks import UnsafeConfiguration, describe_access
 from tests.integration.stack import running_stack
 from tests.integration.test_waiting_for_user import (
     ALLOW_ONCE,

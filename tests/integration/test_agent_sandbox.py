@@ -285,7 +285,7 @@ async def test_a_sandboxed_agent_sees_only_the_workspace_its_session_is_in(site:
         bridge_data_dir=site.data,
         bridge_workspaces=f"app={site.work};docs={docs}",
     )
-    routes = Routes.of(settings.agent_profiles, settings.workspace_roots)
+    routes = Routes.of(settings.agent.agent_profiles, settings.agent.workspace_roots)
     runtime = acp_routed(settings, routes, {"env": {"PYTHONPATH": str(REPO)}})
     routes_tried = {
         "read": [str(site.work / "app.py"), str(docs / "secret.md")],

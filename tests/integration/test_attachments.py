@@ -41,7 +41,7 @@ async def test_an_image_with_text_reaches_an_image_capable_agent_as_image_conten
         assert answer == "received: image image/png 1032 bytes\nlook"
         assert [(k, kind) for _, k, kind in fetched(stack)] == [(key, "image")]
         await stack.settled()
-        inbox = stack.demo.service.settings.bridge_data_dir / "inbox"
+        inbox = stack.demo.service.settings.store.bridge_data_dir / "inbox"
         assert inbox.is_dir()
         assert not any(inbox.rglob("*")), "the turn's download outlived it"
 
@@ -70,7 +70,7 @@ async def test_a_file_for_an_agent_without_images_lands_in_the_workspace_inbox(
         await stack.wait_text(lambda t: t == T("attachment.held", count=2))
         await stack.say("say got them")
         answer = await stack.wait_text(lambda t: t.startswith("received:"))
-        workdir = stack.demo.service.settings.bridge_workdir.resolve()
+        workdir = stack.demo.service.settings.agent.bridge_workdir.resolve()
         inbox = workdir / ".feishu" / "inbox"
         (csv,) = list(inbox.rglob("*.csv"))
         (png,) = list(inbox.rglob("*.png"))
@@ -97,7 +97,7 @@ async def test_an_attachment_over_the_limit_is_told_in_one_line_and_the_turn_goe
         await stack.wait_text(lambda t: t == "anyway")  # no "received:": nothing reached it
         await stack.settled()
         assert not any(t.startswith("received:") for t in stack.texts())
-        inbox = stack.demo.service.settings.bridge_data_dir / "inbox"
+        inbox = stack.demo.service.settings.store.bridge_data_dir / "inbox"
         assert not any(inbox.rglob("*")), "a partial download was left behind"
 
 

@@ -26,10 +26,16 @@ def _settings(style: str, believed: float) -> dict[str, object]:
         "bridge_presence_style": style,
         "bridge_card_update_interval_seconds": 0.02,
         "bridge_first_hint_seconds": 0.05,
-        "bridge_progress_interval_seconds": 0.05,
         "bridge_feishu_app_calls_per_second": APP * believed,
-        "bridge_feishu_chat_calls_per_second": CHAT * believed,
-        "bridge_feishu_budget_margin": 0.8,
+    }
+
+
+def _tuning(believed: float, **more: object) -> dict[str, object]:
+    """Feishu's limits as this test's emulator has them (the product's are constants)."""
+    return {
+        "progress_interval_seconds": 0.05,
+        "feishu_chat_calls_per_second": CHAT * believed,
+        **more,
     }
 
 
@@ -64,7 +70,8 @@ def _element(card: Any, element_id: str) -> str:
 async def test_streaming_turns_inside_the_limits_meet_no_429_and_end_exact(
     tmp_path: Path, style: str
 ) -> None:
-    async with running_stack(tmp_path, settings=_settings(style, 1.0)) as stack:
+    tuning = _tuning(1.0)
+    async with running_stack(tmp_path, settings=_settings(style, 1.0), tuning=tuning) as stack:
         chats = await _stream_everywhere(stack)
         missing = [c for c in chats if not _answer_shown(stack, c, style)]
         assert missing == [], [stack.texts(c) for c in missing]
@@ -74,7 +81,8 @@ async def test_streaming_turns_inside_the_limits_meet_no_429_and_end_exact(
 
 
 async def test_a_bridge_that_believes_higher_limits_meets_429s(tmp_path: Path) -> None:
-    async with running_stack(tmp_path, settings=_settings("card", 10.0)) as stack:
+    settings, tuning = _settings("card", 10.0), _tuning(10.0)
+    async with running_stack(tmp_path, settings=settings, tuning=tuning) as stack:
         await _stream_everywhere(stack)
         assert stack.emu.limits.refused(), "the emulator refused nothing past its limits"
 
@@ -87,12 +95,9 @@ async def test_progress_lines_the_budget_cannot_carry_give_way_to_newer_news(
     turn when something newer of its turn is queued is not posted: the chats see fewer
     progress lines, each the newest, and every answer comes last and exact, with no 429."""
     tools = 10
-    settings = {
-        **_settings("messages", 1.0),
-        "bridge_feishu_sends_per_minute": 120,
-        "bridge_feishu_budget_margin": 1.0,
-    }
-    async with running_stack(tmp_path, settings=settings) as stack:
+    settings = _settings("messages", 1.0)
+    tuning = _tuning(1.0, feishu_sends_per_minute=120, feishu_budget_margin=1.0)
+    async with running_stack(tmp_path, settings=settings, tuning=tuning) as stack:
         emu: FeishuEmulator = stack.emu
         emu.set_rate_limits(sends_per_minute=120, chat_per_second=CHAT)
         chats = [emu.open_chat("p2p", user_open_id=f"ou_user_{n}") for n in range(3)]
@@ -131,7 +136,7 @@ async def test_cards_with_no_room_for_whole_updates_change_one_element_at_a_time
     every card still ends with its answer, with no 429."""
     settings = {**_settings("card", 1.0), "bridge_feishu_app_calls_per_second": 3}
     steps = "\n".join(f"tool Step{i}\nsleep 100" for i in range(16))
-    async with running_stack(tmp_path, settings=settings) as stack:
+    async with running_stack(tmp_path, settings=settings, tuning=_tuning(1.0)) as stack:
         emu: FeishuEmulator = stack.emu
         emu.set_rate_limits(app_per_second=3, chat_per_second=CHAT)
         chats = [emu.open_chat("p2p", user_open_id=f"ou_user_{n}") for n in range(6)]
@@ -158,7 +163,8 @@ async def test_many_live_cards_space_their_changes_to_what_the_budget_carries(
     so each card changes at most every 12 / 24 = 0.5 s (without the spacing they would
     take whatever the two card APIs let through, about one change every 0.37 s each).
     Every answer still arrives exact, with no 429."""
-    async with running_stack(tmp_path, settings=_settings("card", 1.0)) as stack:
+    settings, tuning = _settings("card", 1.0), _tuning(1.0)
+    async with running_stack(tmp_path, settings=settings, tuning=tuning) as stack:
         emu: FeishuEmulator = stack.emu
         chats = await _stream_everywhere(stack, pause_ms=80)
         assert [c for c in chats if not _answer_shown(stack, c, "card")] == []

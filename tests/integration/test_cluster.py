@@ -32,7 +32,7 @@ from bridge.devtools.emulator import FeishuEmulator
 from bridge.devtools.emulator.records import ChatMessage
 from bridge.i18n import Translator
 from bridge.service import BridgeService, build_service
-from tests.integration.stack import FAST, unhurried_client
+from tests.integration.stack import FAST, FAST_TUNING, unhurried_client
 from tests.pg import pg_server, pg_url
 
 __all__ = ["pg_server", "pg_url"]  # fixtures of tests/pg.py, used here
@@ -97,7 +97,8 @@ async def instances(
             data.mkdir()
             settings = instance_settings(emu, url, f"i{n}", data, **extra)
             env = {"SCRIPTED_AGENT_STATE_DIR": str(tmp / "agent-state")}  # shared: load works
-            service = build_service(settings, feishu=unhurried_client(emu), runtime_env=env)
+            client = unhurried_client(emu)
+            service = build_service(settings, feishu=client, runtime_env=env, tuning=FAST_TUNING)
             await service.start()
             services.append(service)
         emu.spread_webhooks([webhook(s) for s in services], seed=12)
@@ -160,7 +161,7 @@ async def test_three_instances_answer_every_message_once_in_order_per_chat(
         taken = Counter(a.url for e in events for a in emu.deliveries(e)[:1])
         assert set(taken) == set(urls)
         # One ack and one answer per message, answers in sending order per chat.
-        ack = services[0].settings.bridge_ack_emoji
+        ack = services[0].settings.presence.bridge_ack_emoji
         for chat_id, messages in sent.items():
             replies = [m for m in answers(emu) if m.chat_id == chat_id]
             assert [(m.parent_id, m.text) for m in replies] == [

@@ -28,7 +28,7 @@ from bridge.devtools.emulator.records import ApiCall, ChatMessage, DeliveredEven
 from bridge.i18n import Translator
 from bridge.service import BridgeService, build_service
 from bridge.store.port import ApprovalStatus, MessageState, TurnOutcome
-from tests.integration.stack import Stack, running_stack, unhurried_client
+from tests.integration.stack import FAST_TUNING, Stack, running_stack, unhurried_client
 
 T = Translator("zh_CN")
 
@@ -125,8 +125,9 @@ async def _crash_and_restart(stack: Stack) -> BridgeService:
     old.drain_seconds = 0.0
     await old.stop()
     settings = old.settings
-    env = {"SCRIPTED_AGENT_STATE_DIR": str(settings.bridge_data_dir / "agent-state")}
-    new = build_service(settings, feishu=unhurried_client(stack.emu), runtime_env=env)
+    env = {"SCRIPTED_AGENT_STATE_DIR": str(settings.store.bridge_data_dir / "agent-state")}
+    client = unhurried_client(stack.emu)
+    new = build_service(settings, feishu=client, runtime_env=env, tuning=FAST_TUNING)
     await new.start()
     stack.demo.service = new  # `running_stack` stops this one at the end
     stack.emu.webhook_url = f"http://127.0.0.1:{new.port}/feishu/events"

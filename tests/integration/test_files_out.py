@@ -92,7 +92,7 @@ async def test_diff_shows_the_last_rounds_changes_only_when_asked(stack: Stack) 
 
 
 async def test_a_file_the_answer_marks_with_a_file_link_goes_with_it(stack: Stack) -> None:
-    work = stack.demo.service.settings.bridge_workdir.resolve()
+    work = stack.demo.service.settings.agent.bridge_workdir.resolve()
     report = (work / "out" / "report.csv").as_uri()
     await stack.say(f"md The numbers: [report.csv]({report}) and **more**.")
     await stack.emu.wait_for(lambda: any(m.msg_type == "interactive" for m in stack.bot()))

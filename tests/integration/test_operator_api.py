@@ -12,8 +12,8 @@ import httpx
 import pytest
 
 from bridge.app import main
+from bridge.config.checks import UnsafeConfiguration
 from bridge.ops.cluster_view import instances_view
-from bridge.service import UnsafeConfiguration
 from bridge.store.port import MessageState
 from tests.integration.stack import Stack, running_stack
 

@@ -244,7 +244,7 @@ async def test_sessions_list_and_display_names_with_their_400s_behind_the_token(
         [entry] = listed
         assert entry["conversation"] == stack.chat
         assert entry["session_id"] == await stack.demo.service.store.session_for(stack.chat)
-        agent = stack.demo.service.settings.agent_profiles[0][0]
+        agent = stack.demo.service.settings.agent.agent_profiles[0][0]
         assert (entry["agent"], entry["state"], entry["display_name"]) == (agent, "idle", None)
         assert entry["workspace"]
         assert entry["folder"]

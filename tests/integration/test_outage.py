@@ -22,9 +22,9 @@ OUTAGE = [("429", 0.4), ("timeout", 0.4)]  # after the 503s
 SETTINGS: dict[str, object] = {
     "bridge_first_hint_seconds": 0.1,
     "bridge_heartbeat_seconds": 0.2,
-    "bridge_delivery_first_probe_seconds": 0.05,
-    "bridge_delivery_max_probe_seconds": 0.2,
 }
+# The probes in milliseconds, the give-up window kept at its hour (no operator sets them).
+PROBES = {"delivery_first_probe_seconds": 0.05, "delivery_max_probe_seconds": 0.2}
 WORKING = (T("presence.running_hint"), T("presence.heartbeat").split("{")[0])
 
 
@@ -46,7 +46,7 @@ def _answers(stack: Stack, chat: str) -> list[str]:
 
 
 async def test_every_answer_arrives_once_in_order_after_the_api_comes_back(tmp_path: Path) -> None:
-    async with running_stack(tmp_path, settings=SETTINGS) as stack:
+    async with running_stack(tmp_path, settings=SETTINGS, tuning=PROBES) as stack:
         chats = await _talk_through_an_outage(stack)
         await stack.emu.wait_for(
             lambda: all(len(_answers(stack, c)) >= 2 for c in chats), timeout=30.0
@@ -85,6 +85,7 @@ async def _status(stack: Stack) -> dict[str, Any]:
 
 
 async def test_a_post_given_up_after_the_window_is_told_to_its_chat(tmp_path: Path) -> None:
+    # The probes follow the 0.3 s window: the first after 5 ms, then at most every 75 ms.
     settings = {**SETTINGS, "bridge_delivery_give_up_seconds": 0.3}
     async with running_stack(tmp_path, settings=settings) as stack:
         stack.emu.set_api_outage("503")

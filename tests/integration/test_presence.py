@@ -80,7 +80,7 @@ async def test_turn_answering_before_the_delay_gets_no_hint(tmp_path: Path) -> N
 
 
 async def test_real_progress_is_relayed_and_no_generic_hint_is_needed(tmp_path: Path) -> None:
-    settings = {"bridge_first_hint_seconds": 0.5, "bridge_progress_interval_seconds": 0.0}
+    settings = {"bridge_first_hint_seconds": 0.5}  # progress lines unspaced (FAST_TUNING)
     async with running_stack(tmp_path, settings=settings) as stack:
         await stack.say("say Let me look.\ntool Read README.md\nsay It is a bridge.")
         await stack.wait_text(lambda x: x == "It is a bridge.")
@@ -93,8 +93,7 @@ async def test_real_progress_is_relayed_and_no_generic_hint_is_needed(tmp_path: 
 
 
 async def test_progress_is_throttled(tmp_path: Path) -> None:
-    settings = {"bridge_progress_interval_seconds": 5.0}
-    async with running_stack(tmp_path, settings=settings) as stack:
+    async with running_stack(tmp_path, tuning={"progress_interval_seconds": 5.0}) as stack:
         script = "\n".join(f"tool Step {i}" for i in range(6)) + "\nsay finished"
         await stack.say(script)
         await stack.wait_text(lambda x: x == "finished")
@@ -124,7 +123,6 @@ async def test_progress_postpones_the_heartbeat(tmp_path: Path) -> None:
     settings = {
         "bridge_first_hint_seconds": 0.1,
         "bridge_heartbeat_seconds": 0.6,
-        "bridge_progress_interval_seconds": 0.0,
     }
     async with running_stack(tmp_path, settings=settings) as stack:
         steps = "\n".join(f"tool Step {i}\nsleep 200" for i in range(5))

@@ -21,12 +21,12 @@ from pathlib import Path
 
 import pytest
 
-from bridge import config_checks
 from bridge.app import main
+from bridge.config import checks as config_checks
+from bridge.config.checks import UnsafeConfiguration
 from bridge.demo import scripted_agent_command, start_demo
 from bridge.devtools.emulator import FeishuEmulator
 from bridge.devtools.emulator.records import ChatMessage
-from bridge.service import UnsafeConfiguration
 from tests.integration.stack import running_stack
 from tests.integration.test_cluster import free_port, wait_healthy
 

@@ -71,7 +71,7 @@ async def test_a_spoken_clip_is_heard_and_its_words_are_the_prompt(tmp_path: Pat
         assert call.body["config"]["format"] == "pcm"
         assert call.body["config"]["engine_type"] == "16k_auto"
         assert stack.reactions(sent.message_id)  # the ack, as for any message
-        inbox = stack.demo.service.settings.bridge_data_dir / "inbox"
+        inbox = stack.demo.service.settings.store.bridge_data_dir / "inbox"
         assert not any(inbox.rglob("*")), "the voice outlived its turn"
 
 

@@ -7,26 +7,26 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from bridge import config_checks
 from bridge.app import main
 from bridge.config import LARK_DOMAIN, Settings
-from bridge.config_checks import describe_access, is_loopback, load_settings, problems_for_run
+from bridge.config import checks as config_checks
+from bridge.config.checks import describe_access, is_loopback, load_settings, problems_for_run
 
 
 def test_defaults_are_the_documented_ones() -> None:
     settings, problems = load_settings()
     assert problems == []
     assert settings is not None
-    assert settings.feishu_domain == "https://open.feishu.cn"
-    assert settings.feishu_event_mode == "websocket"
-    assert (settings.bridge_host, settings.bridge_port) == ("127.0.0.1", 8080)
-    assert settings.bridge_locale == "zh_CN"
-    assert settings.bridge_first_hint_seconds == 5
-    assert settings.bridge_heartbeat_seconds == 60
-    assert settings.bridge_stale_seconds == 600
-    assert settings.bridge_approval_timeout_seconds == 1800
-    assert settings.bridge_finish_grace_seconds == 3
-    assert settings.bridge_received_text is False
+    assert settings.feishu.feishu_domain == "https://open.feishu.cn"
+    assert settings.feishu.feishu_event_mode == "websocket"
+    assert (settings.feishu.bridge_host, settings.feishu.bridge_port) == ("127.0.0.1", 8080)
+    assert settings.presence.bridge_locale == "zh_CN"
+    assert settings.presence.bridge_first_hint_seconds == 5
+    assert settings.presence.bridge_heartbeat_seconds == 60
+    assert settings.presence.bridge_stale_seconds == 600
+    assert settings.presence.bridge_approval_timeout_seconds == 1800
+    assert settings.presence.bridge_finish_grace_seconds == 3
+    assert settings.presence.bridge_received_text is False
 
 
 def test_environment_is_read(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -39,12 +39,12 @@ def test_environment_is_read(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) ->
     settings, problems = load_settings()
     assert problems == []
     assert settings is not None
-    assert settings.feishu_domain == LARK_DOMAIN
-    assert settings.feishu_event_mode == "webhook"
-    assert settings.db_path == tmp_path / "data" / "bridge.sqlite3"
-    assert settings.bridge_allowed_users == ("ou_a", "ou_b")
-    assert settings.agent_argv == ["gemini", "--acp"]
-    assert settings.bridge_first_hint_seconds == pytest.approx(0.02)
+    assert settings.feishu.feishu_domain == LARK_DOMAIN
+    assert settings.feishu.feishu_event_mode == "webhook"
+    assert settings.store.db_path == tmp_path / "data" / "bridge.sqlite3"
+    assert settings.access.bridge_allowed_users == ("ou_a", "ou_b")
+    assert settings.agent.agent_argv == ["gemini", "--acp"]
+    assert settings.presence.bridge_first_hint_seconds == pytest.approx(0.02)
 
 
 def test_the_running_turns_limit_is_read_under_its_old_name_too(
@@ -52,10 +52,10 @@ def test_the_running_turns_limit_is_read_under_its_old_name_too(
 ) -> None:
     monkeypatch.setenv("BRIDGE_MAX_CONVERSATIONS", "7")
     settings, problems = load_settings()
-    assert (problems, settings and settings.bridge_max_running_turns) == ([], 7)
+    assert (problems, settings and settings.agent.bridge_max_running_turns) == ([], 7)
     monkeypatch.setenv("BRIDGE_MAX_RUNNING_TURNS", "9")  # the new name wins
     settings, problems = load_settings()
-    assert (problems, settings and settings.bridge_max_running_turns) == ([], 9)
+    assert (problems, settings and settings.agent.bridge_max_running_turns) == ([], 9)
     monkeypatch.setenv("BRIDGE_MAX_CONVERSATIONS", "0")
     monkeypatch.delenv("BRIDGE_MAX_RUNNING_TURNS")
     settings, problems = load_settings()
@@ -65,7 +65,7 @@ def test_the_running_turns_limit_is_read_under_its_old_name_too(
 def test_any_url_is_a_domain_and_trailing_slash_is_dropped() -> None:
     settings, _ = load_settings(feishu_domain="http://127.0.0.1:9999/")
     assert settings is not None
-    assert settings.feishu_domain == "http://127.0.0.1:9999"
+    assert settings.feishu.feishu_domain == "http://127.0.0.1:9999"
 
 
 def test_every_problem_is_reported_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -157,7 +157,7 @@ def test_empty_secrets_count_as_missing(monkeypatch: pytest.MonkeyPatch) -> None
     settings, problems = load_settings()
     assert problems == []
     assert settings is not None
-    assert settings.feishu_encrypt_key is None
+    assert settings.feishu.feishu_encrypt_key is None
     assert [p.variable for p in problems_for_run(settings)] == [
         "FEISHU_APP_SECRET",
         "FEISHU_VERIFICATION_TOKEN",
@@ -171,8 +171,8 @@ def test_empty_paths_fall_back_to_their_defaults(
     monkeypatch.setenv("BRIDGE_WORKDIR", " ")
     settings, _ = load_settings()
     assert settings is not None
-    assert settings.bridge_data_dir.name == "feishu-presence-bridge"
-    assert settings.bridge_workdir == tmp_path  # the working directory, not "."
+    assert settings.store.bridge_data_dir.name == "feishu-presence-bridge"
+    assert settings.agent.bridge_workdir == tmp_path  # the working directory, not "."
 
 
 def test_check_config_finds_a_missing_agent_program_before_any_user_does(
@@ -375,7 +375,7 @@ def test_as_root_the_override_lets_check_config_and_run_start_with_the_secrets_o
     assert main(["check-config"]) == 0
     started: list[Settings] = []
 
-    async def run_service(settings: Settings, *, environ_left: object = ()) -> int:
+    async def run_service(settings: Settings, **_: object) -> int:
         started.append(settings)
         return 0
 
@@ -384,10 +384,10 @@ def test_as_root_the_override_lets_check_config_and_run_start_with_the_secrets_o
     assert main(["run"]) == 0
     (settings,) = started
     # The secrets reached the settings explicitly; the environment no longer holds them.
-    assert settings.feishu_app_secret is not None
-    assert settings.feishu_app_secret.get_secret_value() == "secret-x"
-    assert settings.bridge_ops_token is not None
-    assert settings.bridge_ops_token.get_secret_value() == "ops-token-x"
+    assert settings.feishu.feishu_app_secret is not None
+    assert settings.feishu.feishu_app_secret.get_secret_value() == "secret-x"
+    assert settings.ops.bridge_ops_token is not None
+    assert settings.ops.bridge_ops_token.get_secret_value() == "ops-token-x"
     assert "FEISHU_APP_SECRET" not in os.environ
     assert "BRIDGE_OPS_TOKEN" not in os.environ
     assert os.environ["FEISHU_APP_ID"] == "cli_x"  # not a secret: left alone
@@ -517,11 +517,14 @@ def test_agent_profiles_and_workspaces_are_named_lists_and_the_first_is_the_defa
         bridge_agents="claude=claude-agent-acp; qwen=qwen --acp",
         bridge_workspaces=f"app={tmp_path};docs={tmp_path}/../{tmp_path.name}",
     )
-    assert settings.agent_profiles == (
+    assert settings.agent.agent_profiles == (
         ("claude", ["claude-agent-acp"]),
         ("qwen", ["qwen", "--acp"]),
     )
-    assert settings.workspace_roots == (("app", tmp_path.resolve()), ("docs", tmp_path.resolve()))
+    assert settings.agent.workspace_roots == (
+        ("app", tmp_path.resolve()),
+        ("docs", tmp_path.resolve()),
+    )
     for bad in ("a=x;a=y", "claude", "bad name=x", "q=qwen 'unclosed"):
         with pytest.raises(ValidationError):
             Settings(_env_file=None, bridge_agents=bad)  # type: ignore[call-arg]
@@ -544,7 +547,7 @@ def test_agent_profiles_and_workspaces_are_named_lists_and_the_first_is_the_defa
 )
 def test_the_one_agent_is_named_after_the_program_it_runs(command: str, name: str) -> None:
     settings = Settings(_env_file=None, bridge_agent_command=command)  # type: ignore[call-arg]
-    assert settings.agent_profiles[0][0] == name
+    assert settings.agent.agent_profiles[0][0] == name
 
 
 def test_operator_schedules_are_read_from_json(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -553,7 +556,7 @@ def test_operator_schedules_are_read_from_json(monkeypatch: pytest.MonkeyPatch) 
         '[{"chat_id": "oc_1", "every": "1h", "prompt": "build"},'
         ' {"chat_id": "oc_2", "at": "2030-06-01T09:30", "prompt": "ship"}]',
     )
-    every, once = Settings(_env_file=None).bridge_schedules  # type: ignore[call-arg]
+    every, once = Settings(_env_file=None).schedules.bridge_schedules  # type: ignore[call-arg]
     assert (every.chat_id, every.every_seconds, once.at) == ("oc_1", 3600.0, "2030-06-01T09:30")
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from bridge.app import build_parser
-from bridge.config import OLD_NAMES, Settings
+from bridge.config import OLD_NAMES, Settings, env_fields
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -41,7 +41,7 @@ COMMAND = re.compile(
     re.M,
 )
 
-FIELDS = {name.upper(): name for name in Settings.model_fields}
+FIELDS = env_fields()  # NAME → (section, field, its FieldInfo)
 
 
 def _assignments() -> list[tuple[int, bool, str, str]]:
@@ -77,7 +77,7 @@ def test_only_the_required_credentials_are_active_and_they_are_empty() -> None:
 
 
 def _static_default(name: str) -> bool:
-    field = Settings.model_fields[FIELDS[name]]
+    field = FIELDS[name][2]
     return field.default_factory is None and field.default is not None
 
 
@@ -85,9 +85,9 @@ def _static_default(name: str) -> bool:
 def test_commented_default_is_the_real_default(name: str) -> None:
     values = {n: v for _, commented, n, v in _assignments() if commented}
     assert name in values, f"{name} should be shown commented out, with its default"
-    field = FIELDS[name]
-    parsed = Settings(_env_file=None, **{field: values[name]})  # type: ignore[call-arg]
-    assert getattr(parsed, field) == Settings.model_fields[field].default
+    section, field, info = FIELDS[name]
+    parsed = Settings(_env_file=None, **{field: values[name]})
+    assert getattr(getattr(parsed, section), field) == info.default
 
 
 def _text_of(path: Path) -> str:

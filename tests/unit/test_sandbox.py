@@ -135,7 +135,7 @@ def test_from_settings_hides_the_data_folder_the_working_folder_and_the_listed_p
     )
     assert policy.home == Path("/home/bridge")
     none = Settings(_env_file=None)  # type: ignore[call-arg]
-    assert none.bridge_agent_sandbox == "none"
+    assert none.agent.bridge_agent_sandbox == "none"
     assert SandboxPolicy.from_settings(none) is None
 
 

@@ -167,12 +167,13 @@ class AcpRuntime:
     ) -> AcpRuntime:
         """The runtime of one agent profile (`argv`) in one workspace (`workdir`); by
         default the first of each."""
-        argv = argv or settings.agent_profiles[0][1]
-        workdir = workdir or settings.workspace_roots[0][1]
+        agent = settings.agent
+        argv = argv or agent.agent_profiles[0][1]
+        workdir = workdir or agent.workspace_roots[0][1]
         options: dict[str, Any] = {
-            "max_agents": settings.bridge_max_agents,
-            "sessions_per_agent": settings.bridge_sessions_per_agent or None,
-            "elicitation": settings.bridge_elicitation,
+            "max_agents": agent.bridge_max_agents,
+            "sessions_per_agent": agent.bridge_sessions_per_agent or None,
+            "elicitation": agent.bridge_elicitation,
             "sandbox": SandboxPolicy.from_settings(settings, workdir=workdir),
         }
         options.update(overrides)

@@ -12,7 +12,7 @@ import pytest
 from pydantic import SecretStr, ValidationError
 
 from bridge.config import Settings
-from bridge.config_checks import load_settings
+from bridge.config.checks import load_settings
 from bridge.running import _url_secrets
 from bridge.store import ApprovalStatus, SchemaTooNew, SqliteStore, StoreClosed, TurnOutcome
 from bridge.store.postgres import PostgresStore, redact
@@ -114,13 +114,13 @@ def test_repr_never_shows_the_password() -> None:
 def test_database_url_setting_is_a_validated_secret(monkeypatch: pytest.MonkeyPatch) -> None:
     url = "postgresql://bridge:s3cret-pw@db.internal/bridge"
     settings = Settings(bridge_database_url=url)  # type: ignore[arg-type]
-    assert isinstance(settings.bridge_database_url, SecretStr)
-    assert settings.bridge_database_url.get_secret_value() == url
+    assert isinstance(settings.store.bridge_database_url, SecretStr)
+    assert settings.store.bridge_database_url.get_secret_value() == url
     assert "s3cret-pw" not in repr(settings)
     assert isinstance(store_for(settings), PostgresStore)
     assert isinstance(store_for(Settings()), SqliteStore)  # the default
-    assert "s3cret-pw" in _url_secrets(settings.bridge_database_url)  # masked in the logs
-    assert Settings(bridge_database_url="  ").bridge_database_url is None  # type: ignore[arg-type]
+    assert "s3cret-pw" in _url_secrets(settings.store.bridge_database_url)  # masked in the logs
+    assert Settings(bridge_database_url="  ").store.bridge_database_url is None  # type: ignore[arg-type]
     with pytest.raises(ValidationError):
         Settings(bridge_database_url="mysql://u:pw@h/db")  # type: ignore[arg-type]
     monkeypatch.setenv("BRIDGE_DATABASE_URL", "mysql://u:s3cret-pw@h/db")

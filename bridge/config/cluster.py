@@ -1,11 +1,16 @@
-"""BRIDGE_LEASE_SECONDS and BRIDGE_INSTANCE_ID (several instances on one PostgreSQL
-database, issue 12), described and checked for `Settings` (config.py)."""
+"""Several instances on one PostgreSQL database (BRIDGE_DATABASE_URL): each instance's name,
+and how long its hold on a conversation lasts unrenewed."""
 
 from __future__ import annotations
 
 import re
 import secrets
 import socket
+from typing import Annotated, ClassVar
+
+from pydantic import AfterValidator, Field
+
+from bridge.config.base import Section, why
 
 LEASE_HELP = (
     "Several instances on one PostgreSQL database: how long an instance's hold on a"
@@ -39,3 +44,27 @@ def check_instance_id(value: str) -> str:
             "must be letters, digits and `_.:-` (up to 64), starting with one of the first two"
         )
     return value
+
+
+class ClusterSection(Section):
+    """An instance's name and its leases (one instance alone needs neither)."""
+
+    title: ClassVar[str] = "Several instances"
+
+    bridge_lease_seconds: float = Field(
+        default=15.0,
+        gt=0,
+        description=LEASE_HELP,
+        json_schema_extra=why(
+            "Lower it for a faster takeover when an instance dies (more database writes);"
+            " raise it when the database or the clocks are slow."
+        ),
+    )
+    bridge_instance_id: Annotated[str, AfterValidator(check_instance_id)] = Field(
+        default_factory=default_instance_id,
+        description=INSTANCE_ID_HELP,
+        json_schema_extra=why(
+            "On each instance of a cluster: a restart under the same name takes its own"
+            " conversations back at once."
+        ),
+    )

@@ -1,16 +1,19 @@
-"""BRIDGE_SCHEDULES and BRIDGE_TIMEZONE, read and checked for `Settings` (config.py): each
-problem stops the bridge at start with the entry and what is wrong with it."""
+"""Scheduled prompts: BRIDGE_SCHEDULES (the operator's), the shortest interval users may ask
+for, and the time zone of wall-clock times. Each problem stops the bridge at start with the
+entry and what is wrong with it."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterable
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any, ClassVar
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic_settings import NoDecode
 
+from bridge.config.base import Section, why
 from bridge.core.schedules import parse_interval
 
 TIMEZONE_HELP = (
@@ -92,3 +95,40 @@ def check_intervals(entries: Iterable[ScheduleEntry], minimum: float) -> None:
                 f"BRIDGE_SCHEDULES: every {entry.every} is shorter than"
                 " BRIDGE_SCHEDULE_MIN_INTERVAL_SECONDS"
             )
+
+
+class SchedulesSection(Section):
+    """The time zone of wall-clock times, the shortest interval, the operator's schedules."""
+
+    title: ClassVar[str] = "Scheduled prompts"
+
+    bridge_timezone: Annotated[str, AfterValidator(check_timezone)] = Field(
+        default="",
+        description=TIMEZONE_HELP,
+        json_schema_extra=why(
+            "When the host's time zone is not the users' (servers often run on UTC)."
+        ),
+    )
+    bridge_schedule_min_interval_seconds: float = Field(
+        default=60.0,
+        gt=0,
+        description=MIN_INTERVAL_HELP,
+        json_schema_extra=why(
+            "Raise it to keep users from scheduling prompts too often (each run costs model time)."
+        ),
+    )
+    bridge_schedules: Annotated[
+        tuple[ScheduleEntry, ...], NoDecode, BeforeValidator(schedules_from_env)
+    ] = Field(
+        default=(),
+        description=SCHEDULES_HELP,
+        json_schema_extra=why(
+            "For prompts the operator owns, e.g. a daily summary in a team's chat, which users"
+            " cannot remove."
+        ),
+    )
+
+    @model_validator(mode="after")
+    def _not_too_often(self) -> SchedulesSection:
+        check_intervals(self.bridge_schedules, self.bridge_schedule_min_interval_seconds)
+        return self

@@ -6,7 +6,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import shutil
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -14,9 +14,9 @@ from urllib.parse import urlsplit
 
 from pydantic import ValidationError
 
-from bridge.config import Settings
+from bridge.config.settings import Settings, env_fields
+from bridge.i18n import Translator
 from bridge.paths import within
-from bridge.runtime.sandbox import SandboxPolicy, probe
 
 # Examples shown next to a problem; they never contain a real secret.
 EXAMPLES: dict[str, str] = {
@@ -54,6 +54,24 @@ class ConfigProblem:
     def example(self) -> str:
         return EXAMPLES.get(self.variable, "")
 
+    def in_words(self, t: Translator) -> str:
+        """What is wrong, in the operator's language (`cli.problem.<code>`)."""
+        return t(f"cli.problem.{self.code}", **self.params)
+
+
+class UnsafeConfiguration(Exception):
+    """Settings that would expose the agent or the operator API (see `exposure_problems`),
+    refused by the service whoever starts it; `run` reports the same problems before."""
+
+    def __init__(self, problems: list[ConfigProblem]) -> None:
+        super().__init__(", ".join(f"{p.variable}: {p.code}" for p in problems))
+        self.problems = problems
+
+
+# The sandbox's own checks, which start bubblewrap once (bridge/runtime/sandbox.py): the CLI
+# passes them in, since the settings never reach up to the runtime.
+SandboxCheck = Callable[[Settings], list[ConfigProblem]]
+
 
 def problems_from_validation(error: ValidationError) -> list[ConfigProblem]:
     found: list[ConfigProblem] = []
@@ -66,27 +84,31 @@ def problems_from_validation(error: ValidationError) -> list[ConfigProblem]:
     return found
 
 
-def problems_for_run(settings: Settings) -> list[ConfigProblem]:
-    """What `run` needs beyond a well-formed model."""
+def problems_for_run(
+    settings: Settings, sandbox: SandboxCheck | None = None
+) -> list[ConfigProblem]:
+    """What `run` needs beyond a well-formed model; `sandbox` checks the agents' sandbox
+    once the workspaces are sound."""
     found: list[ConfigProblem] = []
-    if not settings.feishu_app_id:
+    feishu, agent = settings.feishu, settings.agent
+    if not feishu.feishu_app_id:
         found.append(ConfigProblem("FEISHU_APP_ID", "missing"))
-    if settings.feishu_app_secret is None:
+    if feishu.feishu_app_secret is None:
         found.append(ConfigProblem("FEISHU_APP_SECRET", "missing"))
-    if settings.feishu_event_mode == "webhook" and settings.feishu_verification_token is None:
+    if feishu.feishu_event_mode == "webhook" and feishu.feishu_verification_token is None:
         found.append(ConfigProblem("FEISHU_VERIFICATION_TOKEN", "missing_for_webhook"))
-    agents_field = "BRIDGE_AGENTS" if settings.bridge_agents else "BRIDGE_AGENT_COMMAND"
-    for _, argv in settings.agent_profiles:
+    agents_field = "BRIDGE_AGENTS" if agent.bridge_agents else "BRIDGE_AGENT_COMMAND"
+    for _, argv in agent.agent_profiles:
         if shutil.which(argv[0], path=os.environ.get("PATH")) is None:
             # Found now, not at the first user's message.
             found.append(ConfigProblem(agents_field, "program_not_found", {"program": argv[0]}))
-    if not _secure_domain(settings.feishu_domain):
+    if not _secure_domain(feishu.feishu_domain):
         found.append(ConfigProblem("FEISHU_DOMAIN", "domain_not_https"))
-    roots = settings.workspace_roots
+    roots = agent.workspace_roots
     workdir_problems = [p for _, root in roots for p in _root_problems(settings, root)]
     found += workdir_problems
-    if not workdir_problems:
-        found += _sandbox_problems(settings)
+    if not workdir_problems and sandbox is not None:
+        found += sandbox(settings)
     return found + exposure_problems(settings) + root_problems(settings)
 
 
@@ -96,7 +118,7 @@ def effective_uid() -> int:
 
 
 def root_without_sandbox(settings: Settings) -> bool:
-    return effective_uid() == 0 and settings.bridge_agent_sandbox == "none"
+    return effective_uid() == 0 and settings.agent.bridge_agent_sandbox == "none"
 
 
 def root_problems(settings: Settings) -> list[ConfigProblem]:
@@ -104,7 +126,7 @@ def root_problems(settings: Settings) -> list[ConfigProblem]:
     and environment, the bridge's secrets among them (non-dumpable stops only other users).
     Refused unless BRIDGE_ALLOW_ROOT_WITHOUT_SANDBOX says it is on purpose. The service
     refuses it too whenever it starts agents itself."""
-    if root_without_sandbox(settings) and not settings.bridge_allow_root_without_sandbox:
+    if root_without_sandbox(settings) and not settings.agent.bridge_allow_root_without_sandbox:
         return [ConfigProblem("BRIDGE_AGENT_SANDBOX", "root_without_sandbox")]
     return []
 
@@ -118,14 +140,15 @@ def _secure_domain(domain: str) -> bool:
 def _root_problems(settings: Settings, root: Path) -> list[ConfigProblem]:
     """The agent writes in each workspace: none may hold the bridge's store or the folder
     the bridge reads `.env` from, or the agent could rewrite the bridge's settings."""
-    field = "BRIDGE_WORKSPACES" if settings.bridge_workspaces else "BRIDGE_WORKDIR"
+    agent = settings.agent
+    field = "BRIDGE_WORKSPACES" if agent.bridge_workspaces else "BRIDGE_WORKDIR"
     if not root.is_dir():
         return [ConfigProblem(field, "not_a_folder", {"folder": str(root)})]
     found: list[ConfigProblem] = []
     held = [
-        ("workdir_holds_data", settings.bridge_data_dir),
+        ("workdir_holds_data", settings.store.bridge_data_dir),
         ("workdir_holds_env", Path.cwd()),
-        *(("workdir_holds_hidden", Path(p)) for p in settings.bridge_agent_sandbox_hidden),
+        *(("workdir_holds_hidden", Path(p)) for p in agent.bridge_agent_sandbox_hidden),
     ]
     for code, path in held:
         folder = path.resolve()
@@ -134,45 +157,20 @@ def _root_problems(settings: Settings, root: Path) -> list[ConfigProblem]:
     return found
 
 
-def _sandbox_problems(settings: Settings) -> list[ConfigProblem]:
-    """Found now, not at the first user's message: a sandbox that cannot start, or one that
-    would hide the agent's own program."""
-    policy = SandboxPolicy.from_settings(settings)
-    if policy is None:
-        return []
-    found: list[ConfigProblem] = []
-    program = shutil.which(settings.agent_argv[0], path=os.environ.get("PATH"))
-    if program is not None and any(
-        policy.hides(path) for path in (Path(program).absolute(), Path(program).resolve())
-    ):
-        found.append(
-            ConfigProblem("BRIDGE_AGENT_COMMAND", "sandbox_hides_agent", {"program": program})
-        )
-    # The probe's bubblewrap gets none of the bridge's settings, like an agent.
-    env = {k: v for k, v in os.environ.items() if not k.upper().startswith(("FEISHU_", "BRIDGE_"))}
-    failure = probe(policy, env)
-    if failure is not None and failure.reason == "missing":
-        found.append(ConfigProblem("BRIDGE_AGENT_SANDBOX", "sandbox_missing"))
-    elif failure is not None:
-        found.append(
-            ConfigProblem("BRIDGE_AGENT_SANDBOX", "sandbox_refused", {"detail": failure.detail})
-        )
-    return found
-
-
 def exposure_problems(settings: Settings) -> list[ConfigProblem]:
     """Settings that would expose the agent or the operator API by omission. The service
     refuses them too (not only `run`), so no entry point starts them by accident."""
     found: list[ConfigProblem] = []
-    everyone = not settings.bridge_allowed_users and not settings.bridge_allowed_chats
-    if everyone and not settings.bridge_allow_all:
+    access, ops = settings.access, settings.ops
+    everyone = not access.bridge_allowed_users and not access.bridge_allowed_chats
+    if everyone and not access.bridge_allow_all:
         found.append(ConfigProblem("BRIDGE_ALLOWED_USERS", "nobody_allowed"))
-    if not settings.bridge_requester_may_approve and not settings.bridge_approvers:
+    if not access.bridge_requester_may_approve and not access.bridge_approvers:
         found.append(ConfigProblem("BRIDGE_APPROVERS", "no_approvers"))
-    if settings.bridge_ops_token is None and not is_loopback(settings.bridge_ops_host):
+    if ops.bridge_ops_token is None and not is_loopback(ops.bridge_ops_host):
         found.append(
             ConfigProblem(
-                "BRIDGE_OPS_TOKEN", "ops_token_for_public_host", {"host": settings.bridge_ops_host}
+                "BRIDGE_OPS_TOKEN", "ops_token_for_public_host", {"host": ops.bridge_ops_host}
             )
         )
     return found
@@ -191,14 +189,15 @@ def is_loopback(host: str) -> bool:
 
 def describe_access(settings: Settings) -> str:
     """One log line: who can reach the agent and who can approve (ids, never secrets)."""
-    users, chats = settings.bridge_allowed_users, settings.bridge_allowed_chats
+    access = settings.access
+    users, chats = access.bridge_allowed_users, access.bridge_allowed_chats
     if users or chats:
         reach = f"users={_ids(users, 'any')} chats={_ids(chats, 'any')}"
     else:
         reach = "everyone who can message the bot (BRIDGE_ALLOW_ALL=true)"
-    deciders = "requester" if settings.bridge_requester_may_approve else "not the requester"
+    deciders = "requester" if access.bridge_requester_may_approve else "not the requester"
     return f"access: who can reach the agent: {reach}; who can approve: {deciders}, " + (
-        f"approvers={_ids(settings.bridge_approvers, 'none')}"
+        f"approvers={_ids(access.bridge_approvers, 'none')}"
     )
 
 
@@ -214,17 +213,23 @@ def load_settings(**overrides: Any) -> tuple[Settings | None, list[ConfigProblem
         return None, problems_from_validation(exc)
 
 
-def check_for_run(**overrides: Any) -> tuple[Settings | None, list[ConfigProblem]]:
+def check_for_run(
+    overrides: Mapping[str, Any], sandbox: SandboxCheck | None = None
+) -> tuple[Settings | None, list[ConfigProblem]]:
     """Settings for `run`, or every problem at once: the malformed values, and what `run`
     needs beyond them (checked with the malformed ones at their defaults)."""
     settings, problems = load_settings(**overrides)
     if settings is not None:
-        problems = problems_for_run(settings)
+        problems = problems_for_run(settings, sandbox)
         return (None if problems else settings), problems
-    bad = {p.variable.lower() for p in problems}
-    fields = Settings.model_fields
-    defaults = {n: fields[n].get_default(call_default_factory=True) for n in bad if n in fields}
+    bad = {p.variable for p in problems}
+    fields = env_fields()
+    defaults = {
+        fields[n][1]: fields[n][2].get_default(call_default_factory=True)
+        for n in bad
+        if n in fields
+    }
     fallback, _ = load_settings(**{**overrides, **defaults})
     if fallback is not None:
-        problems += [p for p in problems_for_run(fallback) if p.variable.lower() not in bad]
+        problems += [p for p in problems_for_run(fallback, sandbox) if p.variable not in bad]
     return None, problems

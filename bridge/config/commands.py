@@ -1,5 +1,5 @@
 """Command lines and named lists in settings (BRIDGE_AGENT_COMMAND, BRIDGE_AGENTS,
-BRIDGE_WORKSPACES), parsed for `Settings` (config.py)."""
+BRIDGE_WORKSPACES), parsed for the agent section (bridge/config/agent.py)."""
 
 from __future__ import annotations
 
