@@ -32,7 +32,7 @@ from bridge.core import Options, PresenceStyle, Timings
 from bridge.engine.delivery import DeliveryPolicy
 from bridge.engine.engine import Engine, EngineConfig
 from bridge.engine.ownership import Ownership
-from bridge.engine.schedules import ScheduleSettings
+from bridge.engine.schedules.scheduler import ScheduleSettings
 from bridge.feishu.api import FeishuApi
 from bridge.feishu.budget import BudgetPolicy
 from bridge.feishu.client import FeishuClient

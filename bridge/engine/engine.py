@@ -26,7 +26,7 @@ from bridge.engine.conversations import Conversations
 from bridge.engine.delivery import DeliveryPolicy, FeishuGate
 from bridge.engine.executor import EffectExecutor
 from bridge.engine.intake import Intake
-from bridge.engine.schedules import Scheduler, ScheduleSettings
+from bridge.engine.schedules.scheduler import Scheduler, ScheduleSettings
 from bridge.engine.status_cards import StatusCards
 from bridge.engine.switches import Switches
 from bridge.engine.tasks import TaskTracker

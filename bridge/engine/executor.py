@@ -51,7 +51,7 @@ from bridge.engine.delivery import FeishuGate
 from bridge.engine.files_out import FilesOut
 from bridge.engine.outbox import Outbox, owed_terms
 from bridge.engine.render import render, render_text
-from bridge.engine.schedules import Scheduler
+from bridge.engine.schedules.scheduler import Scheduler
 from bridge.engine.status_cards import StatusCards
 from bridge.engine.switches import Switches
 from bridge.engine.trace_buffer import TraceBuffer
