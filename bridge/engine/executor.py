@@ -54,7 +54,6 @@ from bridge.engine.render import render, render_text
 from bridge.engine.schedules.scheduler import Scheduler
 from bridge.engine.status_cards import StatusCards
 from bridge.engine.switches import Switches
-from bridge.engine.trace_buffer import TraceBuffer
 from bridge.engine.turn_runner import TurnRunner
 from bridge.feishu.api import FeishuApi
 from bridge.feishu.errors import BusinessError, FeishuError
@@ -67,6 +66,7 @@ from bridge.runtime.port import (
 from bridge.runtime.router import Routes
 from bridge.store.port import MessageState, Store, StoreUnavailable, TurnOutcome
 from bridge.store.steady import StoreRetry
+from bridge.store.trace_buffer import TraceBuffer
 
 log = logging.getLogger(__name__)
 
