@@ -20,6 +20,7 @@ from aiohttp import web
 import bridge.feishu.webhook as webhook
 from bridge.clock import Clock, LoopClock
 from bridge.cluster.identity import check_alone
+from bridge.cluster.ownership import Ownership
 from bridge.config import Settings
 from bridge.config_checks import (
     ConfigProblem,
@@ -31,7 +32,6 @@ from bridge.config_checks import (
 from bridge.core import Options, PresenceStyle, Timings
 from bridge.engine.delivery import DeliveryPolicy
 from bridge.engine.engine import Engine, EngineConfig
-from bridge.engine.ownership import Ownership
 from bridge.engine.schedules.scheduler import ScheduleSettings
 from bridge.feishu.api import FeishuApi
 from bridge.feishu.budget import BudgetPolicy
