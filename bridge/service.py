@@ -30,12 +30,12 @@ from bridge.config_checks import (
     root_without_sandbox,
 )
 from bridge.core import Options, PresenceStyle, Timings
-from bridge.engine.delivery import DeliveryPolicy
 from bridge.engine.engine import Engine, EngineConfig
 from bridge.engine.schedules.scheduler import ScheduleSettings
 from bridge.feishu.api import FeishuApi
 from bridge.feishu.budget import BudgetPolicy
 from bridge.feishu.client import FeishuClient
+from bridge.feishu.delivery import DeliveryPolicy
 from bridge.feishu.longconn import ConnectionState, LongConnection
 from bridge.feishu.pacer import CallBudget
 from bridge.i18n import Translator

@@ -23,7 +23,6 @@ from bridge.engine.actor import ConversationActor
 from bridge.engine.attachments import Attachments
 from bridge.engine.card_views import CardViews
 from bridge.engine.conversations import Conversations
-from bridge.engine.delivery import DeliveryPolicy, FeishuGate
 from bridge.engine.executor import EffectExecutor
 from bridge.engine.intake import Intake
 from bridge.engine.schedules.scheduler import Claims, Scheduler, ScheduleSettings
@@ -33,6 +32,7 @@ from bridge.engine.tasks import TaskTracker
 from bridge.engine.turn_runner import SessionEnded, TurnRunner
 from bridge.engine.voice import SpeechApi, Voice, VoiceMode
 from bridge.feishu.api import FeishuApi
+from bridge.feishu.delivery import DeliveryPolicy, FeishuGate
 from bridge.feishu.models import CardAction, CardActionReply, InboundMessage
 from bridge.feishu.pacer import CallBudget
 from bridge.i18n import Translator

@@ -47,7 +47,6 @@ from bridge.engine.actor import ConversationActor, Owe, Owed, Trace, Work, shown
 from bridge.engine.answers import Answers, Mark
 from bridge.engine.asks import Asks
 from bridge.engine.card_views import CardViews, PostedCards, approval_status
-from bridge.engine.delivery import FeishuGate
 from bridge.engine.files_out import FilesOut
 from bridge.engine.outbox import Outbox, owed_terms
 from bridge.engine.render import render, render_text
@@ -56,6 +55,7 @@ from bridge.engine.status_cards import StatusCards
 from bridge.engine.switches import Switches
 from bridge.engine.turn_runner import TurnRunner
 from bridge.feishu.api import FeishuApi
+from bridge.feishu.delivery import FeishuGate
 from bridge.feishu.errors import BusinessError, FeishuError
 from bridge.feishu.pacer import CallBudget, scope
 from bridge.i18n import Translator

@@ -29,10 +29,10 @@ from bridge.core.effects import CardView, ShowStatusCard
 from bridge.core.inputs import StatusCardFailed
 from bridge.engine.actor import ConversationActor, terms_of
 from bridge.engine.card_parts import STREAM_API, UPDATE_API, api_of_change, one_part, only_text_grew
-from bridge.engine.delivery import FeishuGate
 from bridge.engine.live_card import ANSWER, answer_markdown, live_card
 from bridge.engine.tasks import TaskTracker
 from bridge.feishu.api import FeishuApi
+from bridge.feishu.delivery import FeishuGate
 from bridge.feishu.errors import FeishuError
 from bridge.feishu.pacer import CallBudget, paid
 from bridge.i18n import Translator

@@ -9,8 +9,8 @@ from collections.abc import AsyncIterator
 import pytest
 
 from bridge.core import Options, Timings
-from bridge.engine.delivery import DeliveryPolicy
 from bridge.engine.engine import Engine, EngineConfig
+from bridge.feishu.delivery import DeliveryPolicy
 from bridge.feishu.errors import ServerError
 from bridge.runtime.events import MessageChunk
 from bridge.store import MemoryStore
