@@ -49,7 +49,6 @@ from bridge.engine.asks import Asks
 from bridge.engine.card_views import CardViews, PostedCards, approval_status
 from bridge.engine.files_out import FilesOut
 from bridge.engine.outbox import Outbox, owed_terms
-from bridge.engine.render import render, render_text
 from bridge.engine.schedules.scheduler import Scheduler
 from bridge.engine.status_cards import StatusCards
 from bridge.engine.switches import Switches
@@ -58,7 +57,7 @@ from bridge.feishu.api import FeishuApi
 from bridge.feishu.delivery import FeishuGate
 from bridge.feishu.errors import BusinessError, FeishuError
 from bridge.feishu.pacer import CallBudget, scope
-from bridge.i18n import Translator
+from bridge.i18n import Translator, render, render_text
 from bridge.ops.metrics import Metrics
 from bridge.runtime.port import (
     AgentRuntime,

@@ -27,7 +27,6 @@ from bridge.engine.card_views import CardViews
 from bridge.engine.commands import parse_command
 from bridge.engine.conversations import Conversations
 from bridge.engine.outbox import replay_order
-from bridge.engine.render import render
 from bridge.feishu.api import FeishuApi
 from bridge.feishu.cards import APPROVAL, decode_action
 from bridge.feishu.models import (
@@ -37,7 +36,7 @@ from bridge.feishu.models import (
     InboundMessage,
     refs_from_journal,
 )
-from bridge.i18n import Translator
+from bridge.i18n import Translator, render
 from bridge.store.port import (
     Approval,
     ApprovalStatus,
