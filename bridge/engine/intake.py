@@ -28,7 +28,7 @@ from bridge.engine.commands import parse_command
 from bridge.engine.conversations import Conversations
 from bridge.engine.outbox import replay_order
 from bridge.feishu.api import FeishuApi
-from bridge.feishu.cards import APPROVAL, decode_action
+from bridge.feishu.cards.requests import APPROVAL, decode_action
 from bridge.feishu.models import (
     AttachmentRef,
     CardAction,
