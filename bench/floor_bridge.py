@@ -52,7 +52,7 @@ async def serve_floor(argv: list[str]) -> None:
     from aiohttp import web
 
     from bench.bare_server import auth_headers, opened_event, serve_events
-    from bridge.feishu.aio_transport import AiohttpTransport
+    from bridge.feishu.http import AiohttpTransport
 
     port, domain, app_id, secret, encrypt_key, token, agent = argv
     folder = Path(tempfile.mkdtemp(prefix="floor-"))

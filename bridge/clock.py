@@ -98,3 +98,39 @@ class Alarm:
         if self._handle is not None:
             self._handle.cancel()
             self._handle = None
+
+
+class Timers:
+    """Named one-shot timers (one conversation's), an `Alarm` each. The core says "fire
+    `heartbeat` at t"; setting a name that exists replaces its deadline, so the core never
+    clears first. A deadline moved later keeps its alarm: the wake-up comes at the old time
+    and re-arms for the new one (the stall and heartbeat deadlines move with every update
+    of a streaming turn, and a loop timer cancelled and scheduled each time would cost more
+    than the rest of the update's step)."""
+
+    def __init__(self, clock: Clock, fire: Callable[[str], None]) -> None:
+        self._clock = clock
+        self._fire = fire
+        self._alarms: dict[str, Alarm] = {}
+
+    def set(self, name: str, at: float) -> None:
+        alarm = self._alarms.get(name)
+        if alarm is not None and alarm.pending and alarm.when <= at:
+            alarm.when = at  # its wake-up, before `at`, re-arms (Alarm._wake)
+            return
+        self.clear(name)
+        self._alarms[name] = Alarm(self._clock, at, lambda: self._expire(name))
+
+    def clear(self, name: str) -> None:
+        alarm = self._alarms.pop(name, None)
+        if alarm is not None:
+            alarm.cancel()
+
+    def clear_all(self) -> None:
+        for alarm in self._alarms.values():
+            alarm.cancel()
+        self._alarms.clear()
+
+    def _expire(self, name: str) -> None:
+        self._alarms.pop(name, None)
+        self._fire(name)

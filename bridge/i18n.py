@@ -1,7 +1,8 @@
 """User-visible texts, looked up by key in translations/<locale>.json.
 
-Code never holds a user-visible sentence; it names a key and passes parameters.
-zh_CN is the default and the reference catalog; every locale must have the same keys.
+Code never holds a user-visible sentence; it names a key and passes parameters (the core's
+`Text` values, possibly nested, become sentences through `render_text`). zh_CN is the
+default and the reference catalog; every locale must have the same keys.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ import string
 from functools import cache
 from pathlib import Path
 from typing import Any
+
+from bridge.core.text import Params, Text
 
 DEFAULT_LOCALE = "zh_CN"
 LOCALES = ("zh_CN", "en_US")
@@ -50,3 +53,15 @@ class Translator:
         if template is None:
             raise KeyError(f"no text for key {key!r}")
         return template.format_map(params) if params else template
+
+
+def render(t: Translator, key: str, params: Params) -> str:
+    return t(key, **{name: _value(t, value) for name, value in params.items()})
+
+
+def render_text(t: Translator, text: Text) -> str:
+    return render(t, text.key, text.params)
+
+
+def _value(t: Translator, value: str | int | Text) -> str | int:
+    return render_text(t, value) if isinstance(value, Text) else value

@@ -20,6 +20,7 @@ from aiohttp import web
 import bridge.feishu.webhook as webhook
 from bridge.clock import Clock, LoopClock
 from bridge.cluster.identity import check_alone
+from bridge.cluster.ownership import Ownership
 from bridge.config import Settings, Tuning
 from bridge.config.checks import (
     UnsafeConfiguration,
@@ -30,13 +31,12 @@ from bridge.config.checks import (
 )
 from bridge.config.feishu import FeishuSection
 from bridge.core import Options, PresenceStyle
-from bridge.engine.delivery import DeliveryPolicy
 from bridge.engine.engine import Engine, EngineConfig
-from bridge.engine.ownership import Ownership
-from bridge.engine.schedules import ScheduleSettings
+from bridge.engine.schedules.scheduler import ScheduleSettings
 from bridge.feishu.api import FeishuApi
 from bridge.feishu.budget import BudgetPolicy
 from bridge.feishu.client import FeishuClient
+from bridge.feishu.delivery import DeliveryPolicy
 from bridge.feishu.longconn import ConnectionState, LongConnection
 from bridge.feishu.pacer import CallBudget
 from bridge.i18n import Translator

@@ -10,9 +10,9 @@ from pydantic import SecretStr
 
 from bridge.cluster.forward import Forwarder
 from bridge.cluster.leases import LeaseKeeper
+from bridge.cluster.ownership import Ownership
 from bridge.config import Settings
 from bridge.engine.engine import Engine
-from bridge.engine.ownership import Ownership
 from bridge.store.port import Store
 from bridge.store.sqlite import SqliteStore
 
@@ -36,7 +36,7 @@ def ownership_for(
     settings: Settings, store: Store, engine: Engine, clock: Callable[[], float]
 ) -> Ownership | None:
     """Several instances share a PostgreSQL store: each conversation is run by the instance
-    holding its lease (bridge/engine/ownership.py). SQLite is one instance alone."""
+    holding its lease (bridge/cluster/ownership.py). SQLite is one instance alone."""
     url = secret(settings.store.bridge_database_url)
     if url is None:
         return None

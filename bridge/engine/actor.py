@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from bridge.clock import Clock
+from bridge.clock import Clock, Timers
 from bridge.core import Conversation, Timings, snapshot, step
 from bridge.core.delivery import Lane, Supersede, Terms, plain_terms
 from bridge.core.effects import (
@@ -40,7 +40,6 @@ from bridge.core.effects import (
 )
 from bridge.core.inputs import CoreEvent, TimerFired
 from bridge.engine.tasks import TaskTracker
-from bridge.engine.timers import Timers
 from bridge.store.port_owed import OwedPost
 
 log = logging.getLogger(__name__)

@@ -15,8 +15,8 @@ from typing import Any, TypeVar
 
 from bridge.core.delivery import Lane, Terms, where
 from bridge.engine.actor import ConversationActor
-from bridge.engine.delivery import FeishuGate, Moot
 from bridge.feishu.api import FeishuApi
+from bridge.feishu.delivery import FeishuGate, Moot
 from bridge.feishu.errors import MESSAGE_RECALLED, BusinessError
 from bridge.feishu.markup import neutralize_mentions
 from bridge.feishu.rich import answer_card, answer_parts

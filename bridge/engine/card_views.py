@@ -17,7 +17,7 @@ from bridge.core.effects import (
     UpdateApprovalCard,
     UpdateQuestionCard,
 )
-from bridge.feishu.cards import (
+from bridge.feishu.cards.requests import (
     APPROVAL,
     QUESTION,
     Choice,

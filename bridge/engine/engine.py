@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -23,23 +23,23 @@ from bridge.engine.actor import ConversationActor
 from bridge.engine.attachments import Attachments
 from bridge.engine.card_views import CardViews
 from bridge.engine.conversations import Conversations
-from bridge.engine.delivery import DeliveryPolicy, FeishuGate
 from bridge.engine.executor import EffectExecutor
 from bridge.engine.intake import Intake
-from bridge.engine.schedules import Scheduler, ScheduleSettings
+from bridge.engine.schedules.scheduler import Claims, Scheduler, ScheduleSettings
 from bridge.engine.status_cards import StatusCards
 from bridge.engine.switches import Switches
 from bridge.engine.tasks import TaskTracker
 from bridge.engine.turn_runner import SessionEnded, TurnRunner
 from bridge.engine.voice import SpeechApi, Voice, VoiceMode
 from bridge.feishu.api import FeishuApi
+from bridge.feishu.delivery import DeliveryPolicy, FeishuGate
 from bridge.feishu.models import CardAction, CardActionReply, InboundMessage
 from bridge.feishu.pacer import CallBudget
 from bridge.i18n import Translator
 from bridge.ops.metrics import Metrics
 from bridge.runtime.port import AgentRuntime
 from bridge.runtime.router import Routes
-from bridge.store.port import Store
+from bridge.store.port import JournaledMessage, Store
 from bridge.store.steady import StoreRetry
 
 log = logging.getLogger(__name__)
@@ -196,6 +196,33 @@ class Engine:
 
     def recall(self, conversation_key: str, message_id: str) -> None:
         self.intake.recall(conversation_key, message_id)
+
+    # Several instances (cluster/ownership.py): what the conversation's owner asks.
+    def share(
+        self,
+        owner: Claims,
+        confirm: Callable[[str], Awaitable[bool]],
+        forward: Callable[[CardAction], Awaitable[CardActionReply | None]],
+    ) -> None:
+        """Clicks on another instance's cards go to it (`forward`); a turn starts and its
+        prompt goes out only while `confirm` says the lease is ours; schedules run where
+        `owner` holds their conversation."""
+        self.intake.forward = forward
+        self.executor.confirm = confirm
+        self.runner.confirm = confirm
+        self.schedules.owner = owner
+
+    def accept_journaled(self, message: JournaledMessage) -> None:
+        self.intake.accept_journaled(message)
+
+    async def take_over(self, key: str, fresh: Mapping[str, InboundMessage]) -> list[str]:
+        return await self.intake.take_over(key, fresh)
+
+    async def local_card_action(self, action: CardAction) -> CardActionReply | None:
+        return await self.intake.local_card_action(action)
+
+    async def reload_schedules(self, key: str) -> None:
+        await self.schedules.reload(key)
 
     async def close_session(self, key: str) -> bool:
         """The operator ends the conversation's agent session, like /new without a chat

@@ -47,19 +47,17 @@ from bridge.engine.actor import ConversationActor, Owe, Owed, Trace, Work, shown
 from bridge.engine.answers import Answers, Mark
 from bridge.engine.asks import Asks
 from bridge.engine.card_views import CardViews, PostedCards, approval_status
-from bridge.engine.delivery import FeishuGate
 from bridge.engine.files_out import FilesOut
 from bridge.engine.outbox import Outbox, owed_terms
-from bridge.engine.render import render, render_text
-from bridge.engine.schedules import Scheduler
+from bridge.engine.schedules.scheduler import Scheduler
 from bridge.engine.status_cards import StatusCards
 from bridge.engine.switches import Switches
-from bridge.engine.trace_buffer import TraceBuffer
 from bridge.engine.turn_runner import TurnRunner
 from bridge.feishu.api import FeishuApi
+from bridge.feishu.delivery import FeishuGate
 from bridge.feishu.errors import BusinessError, FeishuError
 from bridge.feishu.pacer import CallBudget, scope
-from bridge.i18n import Translator
+from bridge.i18n import Translator, render, render_text
 from bridge.ops.metrics import Metrics
 from bridge.runtime.port import (
     AgentRuntime,
@@ -67,6 +65,7 @@ from bridge.runtime.port import (
 from bridge.runtime.router import Routes
 from bridge.store.port import MessageState, Store, StoreUnavailable, TurnOutcome
 from bridge.store.steady import StoreRetry
+from bridge.store.trace_buffer import TraceBuffer
 
 log = logging.getLogger(__name__)
 

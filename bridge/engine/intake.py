@@ -1,5 +1,6 @@
 """Where inputs from Feishu enter the engine: accepted messages, refusals, card clicks, and
-the messages a restart finds unfinished. Each becomes one core input for its conversation.
+the messages a restart finds unfinished. Each becomes one core input for its conversation
+(a text that starts with `/` a command).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from bridge.core.inputs import (
     AccessRefused,
     ApprovalClicked,
     Command,
+    CommandName,
     MessageRecalled,
     MessageRecovered,
     QuestionAnswered,
@@ -24,12 +26,10 @@ from bridge.core.inputs import (
 from bridge.core.state import Attachment
 from bridge.engine.actor import Owed
 from bridge.engine.card_views import CardViews
-from bridge.engine.commands import parse_command
 from bridge.engine.conversations import Conversations
 from bridge.engine.outbox import replay_order
-from bridge.engine.render import render
 from bridge.feishu.api import FeishuApi
-from bridge.feishu.cards import APPROVAL, decode_action
+from bridge.feishu.cards.requests import APPROVAL, decode_action
 from bridge.feishu.models import (
     AttachmentRef,
     CardAction,
@@ -37,7 +37,7 @@ from bridge.feishu.models import (
     InboundMessage,
     refs_from_journal,
 )
-from bridge.i18n import Translator
+from bridge.i18n import Translator, render
 from bridge.store.port import (
     Approval,
     ApprovalStatus,
@@ -51,6 +51,7 @@ from bridge.store.port_owed import OwedPost
 log = logging.getLogger(__name__)
 
 TEXT_TYPES = frozenset({"text", "post"})
+_COMMANDS = {name.value: name for name in CommandName if name is not CommandName.UNKNOWN}
 
 
 def classify(
@@ -64,6 +65,16 @@ def classify(
         return UnsupportedMessage(message_id, sender)
     command = parse_command(text, message_id=message_id, sender=sender)
     return command or UserMessage(message_id=message_id, sender=sender, text=text)
+
+
+def parse_command(text: str, *, message_id: str, sender: str) -> Command | None:
+    """A Command when the text starts with `/`, else None. `/x` unknown → UNKNOWN (help)."""
+    stripped = text.strip()
+    if not stripped.startswith("/") or stripped.startswith("//"):
+        return None
+    word, _, arg = stripped.partition(" ")
+    name = _COMMANDS.get(word[1:].lower(), CommandName.UNKNOWN)
+    return Command(name=name, message_id=message_id, sender=sender, raw=word, arg=arg.strip())
 
 
 def attachments_of(message_id: str, refs: tuple[AttachmentRef, ...]) -> tuple[Attachment, ...]:

@@ -21,7 +21,7 @@ from bridge.core.effects import PostText, RelayAgentText
 from bridge.core.inputs import PostGivenUp
 from bridge.engine.actor import ConversationActor, Owed, terms_of
 from bridge.engine.answers import Answers, Mark, Owing
-from bridge.engine.delivery import Superseded, Undeliverable
+from bridge.feishu.delivery import Superseded, Undeliverable
 from bridge.feishu.pacer import SEND, CallBudget, paid
 from bridge.ops.metrics import Metrics
 from bridge.store.port import Store, TurnOutcome, TurnRecord

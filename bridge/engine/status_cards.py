@@ -28,11 +28,17 @@ from bridge.core.delivery import Lane
 from bridge.core.effects import CardView, ShowStatusCard
 from bridge.core.inputs import StatusCardFailed
 from bridge.engine.actor import ConversationActor, terms_of
-from bridge.engine.card_parts import STREAM_API, UPDATE_API, api_of_change, one_part, only_text_grew
-from bridge.engine.delivery import FeishuGate
-from bridge.engine.live_card import ANSWER, answer_markdown, live_card
 from bridge.engine.tasks import TaskTracker
 from bridge.feishu.api import FeishuApi
+from bridge.feishu.cards.parts import (
+    STREAM_API,
+    UPDATE_API,
+    api_of_change,
+    one_part,
+    only_text_grew,
+)
+from bridge.feishu.cards.status import ANSWER, answer_markdown, live_card
+from bridge.feishu.delivery import FeishuGate
 from bridge.feishu.errors import FeishuError
 from bridge.feishu.pacer import CallBudget, paid
 from bridge.i18n import Translator
@@ -251,7 +257,7 @@ class StatusCards:
             return False
 
     async def _part(self, card: _Card, view: CardView) -> bool:
-        """Under load, one element streamed (card_parts.py); the rest of `view` stays
+        """Under load, one element streamed (feishu/cards/parts.py); the rest of `view` stays
         pending for the next refresh. False when a whole update is needed after all."""
         shown = card.shown
         part = None

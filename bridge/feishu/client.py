@@ -39,7 +39,7 @@ from bridge.feishu.errors import (
     check_response,
 )
 from bridge.feishu.http import FeishuHttp
-from bridge.feishu.json_out import dumps
+from bridge.feishu.json_codec import dumps
 from bridge.feishu.pacer import CallBudget
 from bridge.feishu.resources import Downloaded, FileTransfer
 from bridge.feishu.retry import RetryPolicy, retried

@@ -8,7 +8,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
 from bridge.feishu.errors import EventParseError
-from bridge.feishu.json_in import decode_json
+from bridge.feishu.json_codec import decode_json
 from bridge.feishu.models import AttachmentRef, Mention
 
 ALL_PLACEHOLDER: Final = "@_all"

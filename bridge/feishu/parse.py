@@ -34,7 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from bridge.feishu.content import is_bot, message_attachments, message_text
 from bridge.feishu.errors import EventParseError
-from bridge.feishu.json_in import MAX_DEPTH, decode_json, load_json
+from bridge.feishu.json_codec import MAX_DEPTH, decode_json, load_json
 from bridge.feishu.models import CardAction, InboundMessage, Mention, MessageRecall
 
 MESSAGE_RECEIVE: Final = "im.message.receive_v1"

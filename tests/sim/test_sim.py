@@ -12,7 +12,7 @@ import pytest
 from bridge.clock import Alarm
 from bridge.core import Conversation, Timings, presence
 from bridge.core.state import ExecState
-from bridge.engine.delivery import FeishuGate
+from bridge.feishu.delivery import FeishuGate
 from tests.sim.invariants import check, transcript
 from tests.sim.world import run_seed
 

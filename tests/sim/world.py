@@ -17,7 +17,7 @@ from typing import Any
 from bridge.core import Options, Timings
 from bridge.core.state import PresenceStyle
 from bridge.engine.engine import Engine, EngineConfig
-from bridge.engine.schedules import ScheduleSettings
+from bridge.engine.schedules.scheduler import ScheduleSettings
 from bridge.feishu.models import CardAction, CardActionReply, InboundMessage
 from bridge.i18n import Translator
 from bridge.receiver import AccessPolicy, Receiver

@@ -1,4 +1,4 @@
-"""Which call brings a status card to its newest view (bridge/engine/card_parts.py): the
+"""Which call brings a status card to its newest view (bridge/feishu/cards/parts.py): the
 answer streamed when only it grew; under load, one element at a time, the most telling
 first, and a whole update whenever the card's shape changed."""
 
@@ -6,14 +6,14 @@ from __future__ import annotations
 
 from bridge.core.effects import CardPhase, CardView
 from bridge.core.state import ToolLine
-from bridge.engine.card_parts import (
+from bridge.feishu.cards.parts import (
     PATCH_API,
     STREAM_API,
     UPDATE_API,
     api_of_change,
     one_part,
 )
-from bridge.engine.live_card import elements_of
+from bridge.feishu.cards.status import elements_of
 from bridge.i18n import Translator
 
 T = Translator("zh_CN")

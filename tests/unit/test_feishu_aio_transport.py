@@ -1,4 +1,4 @@
-"""FeishuClient's httpx calls carried by aiohttp (`bridge.feishu.aio_transport`), on uvloop and
+"""FeishuClient's httpx calls carried by aiohttp (`bridge.feishu.http`), on uvloop and
 on plain asyncio, against real sockets on 127.0.0.1: plain and TLS calls, a large and a
 streamed body, a multipart upload, and each failure as the httpx error that means it."""
 
@@ -14,11 +14,11 @@ import httpx
 import pytest
 import trustme
 
-from bridge.feishu import aio_transport
+from bridge.feishu import http
 from bridge.feishu.http import FeishuHttp
 from bridge.loops import loop_factory
 
-BIG = 3 * aio_transport.CHUNK_BYTES + 17  # streamed in several pieces
+BIG = 3 * http.CHUNK_BYTES + 17  # streamed in several pieces
 
 
 def _answer(body: bytes) -> bytes:

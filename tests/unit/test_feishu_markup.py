@@ -8,7 +8,12 @@ import re
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bridge.feishu.cards import DETAIL_LIMIT, approval_card, question_card, question_closed_card
+from bridge.feishu.cards.requests import (
+    DETAIL_LIMIT,
+    approval_card,
+    question_card,
+    question_closed_card,
+)
 from bridge.feishu.markup import code_block, markdown_literal, neutralize_mentions
 from bridge.i18n import Translator
 

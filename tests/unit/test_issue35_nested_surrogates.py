@@ -2,7 +2,7 @@
 Feishu nests in the event (a message's `content`, a 1.0 card's string value) passed the body's
 checks, decoded later into a `str` the journal could not encode, and the webhook answered 500:
 Feishu redelivered it for hours and the user never got an answer. It is repaired (U+FFFD) in
-the one decoder every level goes through (bridge/feishu/json_in.py), so the message is
+the one decoder every level goes through (bridge/feishu/json_codec.py), so the message is
 journaled and answered. Real aiohttp server, real Receiver, real SQLite store on a file."""
 
 from __future__ import annotations

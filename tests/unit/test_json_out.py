@@ -9,7 +9,7 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bridge.feishu.json_out import dumps
+from bridge.feishu.json_codec import dumps
 
 SCALARS = (
     st.none()

@@ -9,8 +9,7 @@ from typing import Any, cast
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bridge.runtime.acp.session import AcpSession
-from bridge.runtime.acp.session_table import SessionTable
+from bridge.runtime.acp.session import AcpSession, SessionTable
 
 
 def _session(session_id: str, slot: int) -> AcpSession:

@@ -19,8 +19,7 @@ from acp.exceptions import RequestError
 from bridge.runtime.acp.cancel_tails import CancelTails
 from bridge.runtime.acp.pool import AgentPool, describe_error
 from bridge.runtime.acp.process import AgentProcess
-from bridge.runtime.acp.session import AcpSession, SessionInfo
-from bridge.runtime.acp.session_table import SessionTable
+from bridge.runtime.acp.session import AcpSession, SessionInfo, SessionTable
 from bridge.runtime.acp.turns import AcpTurn
 from bridge.runtime.events import ConfigOption, SessionModes
 from bridge.runtime.port import (

@@ -27,7 +27,7 @@ from bridge.core.schedules import (
     split_request,
 )
 from bridge.core.state import Conversation, ExecState, Options
-from bridge.engine.schedule_times import parse_at
+from bridge.engine.schedules.times import parse_at
 from bridge.runtime.events import (
     PermissionKind,
     PermissionOption,

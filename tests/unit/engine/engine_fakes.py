@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from bridge.core import Options, Timings
-from bridge.engine.delivery import DeliveryPolicy
 from bridge.engine.engine import Engine, EngineConfig
-from bridge.engine.schedules import ScheduleSettings
+from bridge.engine.schedules.scheduler import ScheduleSettings
 from bridge.feishu.api import BotInfo
+from bridge.feishu.delivery import DeliveryPolicy
 from bridge.feishu.models import AttachmentRef, CardAction, InboundMessage
 from bridge.feishu.resources import Downloaded
 from bridge.i18n import Translator

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from bridge.core import Timings
-from bridge.engine.delivery import DeliveryPolicy
+from bridge.feishu.delivery import DeliveryPolicy
 from bridge.feishu.errors import ServerError
 from bridge.runtime.events import MessageChunk
 from bridge.store import MemoryStore

@@ -10,8 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from bridge.clock import Alarm
-from bridge.engine.timers import Timers
+from bridge.clock import Alarm, Timers
 
 
 @dataclass

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from bridge.engine.trace_buffer import FLUSH_AT, TraceBuffer
 from bridge.store import MemoryStore
 from bridge.store.port import TraceRecord
+from bridge.store.trace_buffer import FLUSH_AT, TraceBuffer
 
 
 class CountingStore(MemoryStore):

@@ -31,17 +31,46 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Protocol
 
 from bridge.cluster.forward import Forwarder, PeersUnreachable
 from bridge.cluster.leases import LeaseKeeper, LossReason
 from bridge.cluster.wake import Subscription, Wake, WakeKind
-from bridge.engine.engine import Engine
 from bridge.feishu.models import CardAction, CardActionReply, InboundMessage
 from bridge.store.port import JournaledMessage, MessageState, Store, StoreUnavailable
 
 log = logging.getLogger(__name__)
+
+Confirm = Callable[[str], Awaitable[bool]]  # the lease of a conversation still ours?
+Forward = Callable[[CardAction], Awaitable[CardActionReply | None]]
+
+
+class LocalEngine(Protocol):
+    """What `Ownership` asks of this instance's engine (the composition root hands it the
+    engine): the receiver's calls, the journal's messages fed, a dead owner's leftovers
+    taken over, clicks forwarded here, a conversation forgotten once another instance runs
+    it."""
+
+    def accept(self, message: InboundMessage) -> None: ...
+
+    def refuse(self, message: InboundMessage) -> None: ...
+
+    async def card_action(self, action: CardAction) -> CardActionReply: ...
+
+    def recall(self, conversation_key: str, message_id: str) -> None: ...
+
+    def forget(self, key: str) -> None: ...
+
+    def accept_journaled(self, message: JournaledMessage) -> None: ...
+
+    async def take_over(self, key: str, fresh: Mapping[str, InboundMessage]) -> list[str]: ...
+
+    async def local_card_action(self, action: CardAction) -> CardActionReply | None: ...
+
+    async def reload_schedules(self, key: str) -> None: ...
+
+    def share(self, owner: Ownership, confirm: Confirm, forward: Forward) -> None: ...
 
 
 class Ownership:
@@ -53,7 +82,7 @@ class Ownership:
         keeper: LeaseKeeper,
         wake: Wake,
         store: Store,
-        engine: Engine,
+        engine: LocalEngine,
         forwarder: Forwarder,
         clock: Callable[[], float],
         sweep_every: float,
@@ -80,10 +109,7 @@ class Ownership:
         self._renewal: asyncio.Task[None] | None = None
         self._loose: set[asyncio.Task[None]] = set()
         self._stopped = False
-        engine.intake.forward = self._forward_click
-        engine.executor.confirm = keeper.confirmed
-        engine.runner.confirm = keeper.confirmed
-        engine.schedules.owner = self
+        engine.share(self, keeper.confirmed, self._forward_click)
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -203,11 +229,11 @@ class Ownership:
         if claimed and (takeover or any(m.state is not MessageState.QUEUED for m in pending)):
             # A dead owner's leftovers: told and run as after a restart.
             inbound = self._inbound.pop(key, {})
-            self._fed[key] = set(await self._engine.intake.take_over(key, inbound))
+            self._fed[key] = set(await self._engine.take_over(key, inbound))
         else:
             self._feed(key, pending)
         if claimed:  # its schedules, as the store holds them now, run here
-            await self._engine.schedules.reload(key)
+            await self._engine.reload_schedules(key)
 
     def _feed(self, key: str, pending: list[JournaledMessage]) -> None:
         """The queued messages not fed yet, in journal order."""
@@ -219,7 +245,7 @@ class Ownership:
                 if local is not None:  # the request's own copy knows its topic thread
                     self._engine.accept(local)
                 else:
-                    self._engine.intake.accept_journaled(message)
+                    self._engine.accept_journaled(message)
                 fed.add(message.message_id)
         self._fed[key] = fed & {m.message_id for m in pending}
 
@@ -299,7 +325,7 @@ class Ownership:
         kind = body.get("kind")
         if kind == "card_action":
             action = CardAction.model_validate(body.get("action") or {})
-            reply = await self._engine.intake.local_card_action(action)
+            reply = await self._engine.local_card_action(action)
             return None if reply is None else reply.model_dump()
         if kind == "recall":
             key, message_id = str(body.get("conversation_key")), str(body.get("message_id"))

@@ -12,10 +12,9 @@ from typing import Any, Final
 
 from bridge.core.effects import CardPhase, CardView
 from bridge.core.text import format_elapsed
-from bridge.engine.render import render, render_text
 from bridge.feishu.markup import markdown_literal
 from bridge.feishu.rich import answer_parts
-from bridge.i18n import Translator
+from bridge.i18n import Translator, render, render_text
 
 ANSWER: Final = "answer"  # the element CardKit streams into
 

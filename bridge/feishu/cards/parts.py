@@ -17,7 +17,7 @@ from typing import Final
 
 from bridge.core.effects import CardView
 from bridge.core.text import format_elapsed
-from bridge.engine.live_card import elements_of
+from bridge.feishu.cards.status import elements_of
 from bridge.feishu.pacer import api_of
 from bridge.i18n import Translator
 

@@ -41,10 +41,10 @@ from bridge.core.schedules import (
 )
 from bridge.engine.actor import ConversationActor
 from bridge.engine.conversations import Conversations
-from bridge.engine.delivery import FeishuGate
-from bridge.engine.schedule_texts import ScheduleTexts
-from bridge.engine.schedule_times import parse_at
+from bridge.engine.schedules.texts import ScheduleTexts
+from bridge.engine.schedules.times import parse_at
 from bridge.feishu.api import FeishuApi
+from bridge.feishu.delivery import FeishuGate
 from bridge.feishu.markup import neutralize_mentions
 from bridge.i18n import Translator
 from bridge.ops.metrics import Metrics

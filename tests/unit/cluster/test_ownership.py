@@ -13,8 +13,8 @@ import pytest
 
 from bridge.cluster.forward import Forwarder
 from bridge.cluster.leases import LeaseKeeper
+from bridge.cluster.ownership import Ownership
 from bridge.cluster.wake import LocalWake
-from bridge.engine.ownership import Ownership
 from bridge.feishu.models import InboundMessage
 from bridge.runtime.events import PermissionRequested
 from bridge.store import MemoryStore
