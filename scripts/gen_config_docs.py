@@ -28,6 +28,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from bridge.config import SECTIONS  # noqa: E402
+from bridge.config.base import is_clock  # noqa: E402
 from bridge.config.checks import EXAMPLES, ConfigProblem  # noqa: E402
 from bridge.config.retired import RETIRED  # noqa: E402
 from bridge.i18n import Translator  # noqa: E402
@@ -43,8 +44,10 @@ INTRO = """\
 
 Every setting of the bridge is one environment variable. The bridge reads them once, at
 start-up (`feishu-bridge run`); change one and restart. Each section below is one module
-of `bridge/config/`; each setting says why you would change it. A setting not listed here
-is not read: see [retired settings](#retired-settings) for those that used to be.
+of `bridge/config/`; each setting says why you would change it. The product's own clocks
+(when a hint is due, and the like) are listed apart, [at the end](#the-products-clocks):
+leave them at their defaults. A setting not listed here is not read: see
+[retired settings](#retired-settings) for those that used to be.
 
 - **Where they come from.** The process environment, and a `.env` file in the working
   folder the bridge is started from (environment variables win over `.env`). Names are
@@ -364,8 +367,32 @@ def _retired() -> list[str]:
     return [*lines, ""]
 
 
+CLOCKS_INTRO = """\
+## The product's clocks
+
+These move one of the product's own clocks: when the first hint is due, how long a silent
+turn may go before it is called stale, Feishu's `uuid` window, a lease. Their defaults are
+the product's contract, so they are not in the sections above; leave them unset in
+production. They are read under the names earlier versions documented so that tests, the
+demo and the benchmarks can run those clocks in milliseconds.
+
+| Variable | Section | Type | Default | What it does | When one would still change it |
+| --- | --- | --- | --- | --- | --- |"""
+
+
+def _row(name: str, info: FieldInfo) -> list[str]:
+    return [
+        f"`{name.upper()}`",
+        _kind(name, info),
+        _default(name, info),
+        " ".join(filter(None, [info.description, NOTES.get(name)])),
+        _why(name, info),
+    ]
+
+
 def render() -> str:
     lines = [INTRO]
+    clocks: list[str] = [CLOCKS_INTRO]
     for key, section in SECTIONS.items():
         lines += [
             f"## {section.title}",
@@ -376,16 +403,16 @@ def render() -> str:
             "| --- | --- | --- | --- | --- | --- |",
         ]
         for name, info in section.model_fields.items():
-            row = [
-                f"`{name.upper()}`",
-                _kind(name, info),
-                _default(name, info),
-                " ".join(filter(None, [info.description, NOTES.get(name)])),
-                _why(name, info),
-                _example(name, info),
-            ]
+            if is_clock(info):
+                row = _row(name, info)
+                clocks.append(
+                    "| " + " | ".join(_cell(c) for c in [row[0], f"`{key}`", *row[1:]]) + " |"
+                )
+                continue
+            row = [*_row(name, info), _example(name, info)]
             lines.append("| " + " | ".join(_cell(c) for c in row) + " |")
         lines.append("")
+    lines += [*clocks, ""]
     lines += _retired()
     return "\n".join(lines).rstrip("\n") + "\n"
 

@@ -3,7 +3,7 @@ schedules, budget, store, cluster, ops), assembled into one `Settings` in settin
 checked in checks.py. Every name is documented in docs/configuration.md."""
 
 from bridge.config.feishu import FEISHU_DOMAIN, LARK_DOMAIN
-from bridge.config.settings import OLD_NAMES, SECTIONS, Settings, env_fields
+from bridge.config.settings import OLD_NAMES, SECTIONS, Settings, env_fields, operator_fields
 from bridge.config.tuning import Tuning
 
 __all__ = [
@@ -14,4 +14,5 @@ __all__ = [
     "Settings",
     "Tuning",
     "env_fields",
+    "operator_fields",
 ]

@@ -34,6 +34,20 @@ def why(text: str) -> dict[str, Any]:
     return {"why": text}
 
 
+def clock(text: str) -> dict[str, Any]:
+    """A field's `json_schema_extra` for a setting that only moves one of the product's own
+    clocks (when a hint is due, how long Feishu's `uuid` window is, ...). Its default is the
+    contract; it is kept so that tests, demos and benchmarks can run that clock in
+    milliseconds, under the name earlier versions documented. Not an operator's setting:
+    docs/configuration.md lists it apart. `text`: when one would still change it."""
+    return {"why": text, "clock": True}
+
+
+def is_clock(info: Any) -> bool:
+    extra = getattr(info, "json_schema_extra", None)
+    return isinstance(extra, dict) and bool(extra.get("clock"))
+
+
 def comma_list(value: Any) -> Any:
     """`a, b,,c` → ("a", "b", "c"): spaces and empty items dropped."""
     if isinstance(value, str):

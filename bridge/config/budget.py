@@ -14,7 +14,7 @@ from typing import ClassVar
 
 from pydantic import Field
 
-from bridge.config.base import Section, why
+from bridge.config.base import Section, clock, why
 
 FEISHU_APP_CALLS_PER_SECOND = 50.0  # each API, per app
 FEISHU_SENDS_PER_MINUTE = 1000.0  # message sends and replies, per app
@@ -74,7 +74,7 @@ class BudgetSection(Section):
         " down, owed posts wait for a probe instead of retrying on their own: the first a"
         " sixtieth of this after the failure (at most 1 s), then doubling up to a quarter of"
         " it (at most 15 s).",
-        json_schema_extra=why(
+        json_schema_extra=clock(
             "Lower it when an answer that comes late is worse than none (the chat is told instead)."
         ),
     )

@@ -10,7 +10,7 @@ from typing import Annotated, ClassVar
 
 from pydantic import AfterValidator, Field
 
-from bridge.config.base import Section, why
+from bridge.config.base import Section, clock, why
 
 LEASE_HELP = (
     "Several instances on one PostgreSQL database: how long an instance's hold on a"
@@ -55,7 +55,7 @@ class ClusterSection(Section):
         default=15.0,
         gt=0,
         description=LEASE_HELP,
-        json_schema_extra=why(
+        json_schema_extra=clock(
             "Lower it for a faster takeover when an instance dies (more database writes);"
             " raise it when the database or the clocks are slow."
         ),

@@ -6,7 +6,7 @@ from typing import Annotated, ClassVar, Literal
 
 from pydantic import BeforeValidator, Field, SecretStr, field_validator
 
-from bridge.config.base import Section, empty_is_unset, why
+from bridge.config.base import Section, clock, empty_is_unset, why
 
 FEISHU_DOMAIN = "https://open.feishu.cn"
 LARK_DOMAIN = "https://open.larksuite.com"
@@ -81,7 +81,7 @@ class FeishuSection(Section):
         default=43200.0,
         ge=0,
         description="Drop a message event older than this (a replay); 0 turns the check off.",
-        json_schema_extra=why(
+        json_schema_extra=clock(
             "Lower it so that, after a long outage, messages older than that go unanswered"
             " instead of answered hours late; 0 where the host's clock cannot be trusted."
         ),

@@ -10,7 +10,7 @@ from typing import ClassVar, Literal
 
 from pydantic import Field
 
-from bridge.config.base import Section, why
+from bridge.config.base import Section, clock, why
 
 
 class PresenceSection(Section):
@@ -47,7 +47,7 @@ class PresenceSection(Section):
         default=5.0,
         gt=0,
         description="One early 'working on it' line if nothing shows by then.",
-        json_schema_extra=why(
+        json_schema_extra=clock(
             "Lower it for users who want to see sooner that work started; raise it when most"
             " answers come soon after anyway."
         ),
@@ -56,7 +56,7 @@ class PresenceSection(Section):
         default=60.0,
         gt=0,
         description="A heartbeat line after this much silence while running.",
-        json_schema_extra=why(
+        json_schema_extra=clock(
             "Lower it when users doubt a long turn is alive; raise it when heartbeats feel noisy."
         ),
     )
@@ -64,7 +64,7 @@ class PresenceSection(Section):
         default=600.0,
         gt=0,
         description="No sign of life this long: tell the user (not killed).",
-        json_schema_extra=why(
+        json_schema_extra=clock(
             "Raise it for agents with long silent steps (big builds, long test runs); lower it"
             " to hear of a hung agent sooner."
         ),
@@ -82,7 +82,7 @@ class PresenceSection(Section):
         default=3.0,
         ge=0,
         description="Grace after a non-final stop reason before the end line.",
-        json_schema_extra=why(
+        json_schema_extra=clock(
             "Raise it for an agent that still sends output after such a stop; rarely changed."
         ),
     )
@@ -90,7 +90,7 @@ class PresenceSection(Section):
         default=5.0,
         gt=0,
         description="A stop the agent has not confirmed by then: say so.",
-        json_schema_extra=why(
+        json_schema_extra=clock(
             "Raise it for an agent slow to stop, so users are not told too early that it is"
             " still stopping."
         ),
@@ -99,7 +99,7 @@ class PresenceSection(Section):
         default=30.0,
         gt=0,
         description="A stop not confirmed by then: end the round and restart the agent.",
-        json_schema_extra=why(
+        json_schema_extra=clock(
             "Raise it for an agent that needs long to stop cleanly (and restarts slowly);"
             " lower it to get stuck turns out of the way sooner."
         ),
@@ -108,7 +108,7 @@ class PresenceSection(Section):
         default=0.5,
         gt=0,
         description="Least time between two updates of one status card.",
-        json_schema_extra=why(
+        json_schema_extra=clock(
             "Raise it to spend fewer Feishu calls with many live cards; lower it for smoother"
             " streaming with few."
         ),

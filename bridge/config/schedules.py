@@ -13,7 +13,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 from pydantic_settings import NoDecode
 
-from bridge.config.base import Section, why
+from bridge.config.base import Section, clock, why
 from bridge.core.schedules import parse_interval
 
 TIMEZONE_HELP = (
@@ -113,7 +113,7 @@ class SchedulesSection(Section):
         default=60.0,
         gt=0,
         description=MIN_INTERVAL_HELP,
-        json_schema_extra=why(
+        json_schema_extra=clock(
             "Raise it to keep users from scheduling prompts too often (each run costs model time)."
         ),
     )

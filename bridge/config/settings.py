@@ -18,7 +18,7 @@ from pydantic_core import InitErrorDetails
 
 from bridge.config.access import AccessSection
 from bridge.config.agent import AgentSection
-from bridge.config.base import Section
+from bridge.config.base import Section, is_clock
 from bridge.config.budget import BudgetSection
 from bridge.config.cluster import ClusterSection
 from bridge.config.feishu import FeishuSection
@@ -76,6 +76,11 @@ def env_fields() -> dict[str, tuple[str, str, FieldInfo]]:
         for section, model in SECTIONS.items()
         for name, info in model.model_fields.items()
     }
+
+
+def operator_fields() -> dict[str, tuple[str, str, FieldInfo]]:
+    """The settings an operator chooses: every one but the product's clocks (`base.clock`)."""
+    return {name: found for name, found in env_fields().items() if not is_clock(found[2])}
 
 
 def _names(name: str, info: FieldInfo) -> list[str]:

@@ -65,3 +65,17 @@ def test_a_section_is_frozen() -> None:
     settings = Settings(_env_file=None)
     with pytest.raises(ValidationError):
         settings.presence.bridge_locale = "en_US"  # type: ignore[misc]
+
+
+def test_an_operator_chooses_at_most_45_settings_each_with_a_reason() -> None:
+    from bridge.config import env_fields, operator_fields
+    from bridge.config.base import is_clock
+
+    chosen = operator_fields()
+    assert len(chosen) <= 45, sorted(chosen)
+    for name, (_, _, info) in env_fields().items():
+        extra = info.json_schema_extra
+        assert isinstance(extra, dict), name
+        assert extra.get("why"), f"{name} says no why"
+        # The product's clocks are kept for tests and demos, never an operator's choice.
+        assert (name in chosen) is not is_clock(info), name
