@@ -221,6 +221,21 @@ class RuntimeUnavailableAtStart:
     limit_reached: bool = False
 
 
+class NotStartedReason(StrEnum):
+    SHUTTING_DOWN = "shutting_down"  # the bridge is stopping: the next start runs it
+    NOT_OWNER = "not_owner"  # several instances: the one holding the lease runs it
+
+
+@dataclass(frozen=True)
+class TurnNotStarted:
+    """The turn was never handed to the agent, and no fault: its message stays journaled
+    for whoever runs the conversation next (this process after a restart, or the instance
+    that holds its lease), which runs it then. Nothing is said here."""
+
+    turn_id: str
+    reason: NotStartedReason
+
+
 @dataclass(frozen=True)
 class StartFailed:
     """The bridge's own part failed before the turn's prompt could go out (its images or
@@ -384,6 +399,7 @@ CoreEvent = (
     | ScheduleAnswered
     | RuntimeUnavailableAtStart
     | StartFailed
+    | TurnNotStarted
     | CardNotShown
     | StatusCardFailed
     | ModesAnswered

@@ -281,3 +281,23 @@ def on_session_opened(
             PostText("session.fresh", {}, turn.message_id, f"{turn_id}:fresh", turn_id=turn_id)
         )
     ctx.emit(SendPrompt(turn_id, session_id))
+
+
+def on_turn_not_started(ctx: StepContext, turn_id: str) -> None:
+    """The engine did not hand the turn to the agent (shutting down, or the conversation is
+    another instance's): its message and those queued behind it stay journaled, and whoever
+    runs the conversation next runs them. Nothing is said and no terminal is recorded; the
+    conversation lets go of them, so no hint or heartbeat speaks for a round that never ran
+    and no queued message starts here behind it."""
+    turn = ctx.conv.turn
+    if turn is None or turn.turn_id != turn_id:
+        ctx.drop_input("TurnNotStarted", "not the current turn")
+        return
+    if turn.session_id is not None:
+        ctx.drop_input("TurnNotStarted", "prompt already sent")
+        return
+    if turn.terminal:
+        ctx.update_turn(runtime_done=True)  # ended meanwhile (/stop): its end stands
+        settle(ctx)
+        return
+    ctx.update(turn=None, state=ExecState.IDLE, queue=())

@@ -66,6 +66,7 @@ from bridge.core.inputs import (
     Tick,
     TimerFired,
     TurnInterruptedByRestart,
+    TurnNotStarted,
     UnsupportedMessage,
     UserMessage,
     VoiceHeard,
@@ -76,6 +77,7 @@ from bridge.core.lifecycle import (
     conclude_grace,
     finish,
     on_session_opened,
+    on_turn_not_started,
     settle,
     start_turn,
     stop_running,
@@ -152,6 +154,8 @@ def _dispatch(ctx: StepContext, event: CoreEvent) -> None:
             on_schedule_input(ctx, event)
         case RuntimeUnavailableAtStart() | StartFailed():
             _on_unavailable_at_start(ctx, event)
+        case TurnNotStarted():
+            on_turn_not_started(ctx, event.turn_id)
         case CardNotShown():
             _on_card_not_shown(ctx, event)
         case StatusCardFailed():

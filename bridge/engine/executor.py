@@ -40,7 +40,9 @@ from bridge.core.effects import (
 from bridge.core.inputs import (
     AgentCommands,
     CardNotShown,
+    NotStartedReason,
     StartFailed,
+    TurnNotStarted,
 )
 from bridge.core.text import Text
 from bridge.engine.actor import ConversationActor, Owe, Owed, Trace, Work, shown, terms_of
@@ -350,10 +352,12 @@ class EffectExecutor:
         if self._runner.shutting_down:
             # Left queued in the journal: the next start runs it, as if it had just come.
             log.info("turn %s not started: the bridge is shutting down", work.turn_id)
+            actor.feed(TurnNotStarted(work.turn_id, NotStartedReason.SHUTTING_DOWN))
             return
         if not await self.confirm(actor.key):
             # Several instances: the lease went to another one, which runs it from the journal.
             log.warning("turn %s not started: %s is not this instance's", work.turn_id, actor.key)
+            actor.feed(TurnNotStarted(work.turn_id, NotStartedReason.NOT_OWNER))
             return
         now = self._clock()
         begin = partial(self._store.begin_turn, work.turn_id, actor.key, work.turn_id, now)
@@ -366,8 +370,9 @@ class EffectExecutor:
         if begun:
             self._started[work.turn_id] = now
             await self.traces.add(work.turn_id, "start", "", now)
-        if self._runner.stopping():  # began meanwhile: the next start tells its user
+        if self._runner.stopping():  # began meanwhile: the next start runs it (never prompted)
             log.info("turn %s not started: the bridge is shutting down", work.turn_id)
+            actor.feed(TurnNotStarted(work.turn_id, NotStartedReason.SHUTTING_DOWN))
             return
         self._runner.start(actor, work)
 

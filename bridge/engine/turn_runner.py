@@ -14,11 +14,13 @@ from functools import partial
 
 from bridge.core.effects import SendPrompt, StartTurn
 from bridge.core.inputs import (
+    NotStartedReason,
     RuntimeRestarted,
     RuntimeRestartFailed,
     RuntimeUnavailableAtStart,
     SessionOpened,
     StartFailed,
+    TurnNotStarted,
 )
 from bridge.engine.actor import ConversationActor, Trace
 from bridge.engine.attachments import Attachments
@@ -176,6 +178,7 @@ class TurnRunner:
         the prompt twice."""
         if not await self.confirm(actor.key):
             log.info("turn %s: %s went to another instance", work.turn_id, actor.key)
+            actor.feed(TurnNotStarted(work.turn_id, NotStartedReason.NOT_OWNER))
             return False
         mark = partial(self._store.mark_prompted, work.turn_id, self._clock())
         try:

@@ -11,11 +11,13 @@ from bridge.core.inputs import (
     Command,
     CommandName,
     CoreEvent,
+    NotStartedReason,
     QuestionAnswered,
     RuntimeRestarted,
     RuntimeRestartFailed,
     RuntimeUnavailableAtStart,
     Tick,
+    TurnNotStarted,
     UserMessage,
 )
 from bridge.core.state import Conversation, ExecState, Options
@@ -89,6 +91,9 @@ class ChaosRun:
                     self.feed(
                         RuntimeUnavailableAtStart(effect.turn_id, "no", self.rng.random() < 0.5)
                     )
+                elif self.rng.random() < 0.3:  # shutting down, or another instance's now
+                    reason = self.rng.choice(list(NotStartedReason))
+                    self.feed(TurnNotStarted(effect.turn_id, reason))
         return out
 
     def fire_timers(self, until: float) -> None:

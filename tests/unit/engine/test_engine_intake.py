@@ -182,3 +182,26 @@ async def test_a_round_ending_in_the_shutdown_grace_is_answered_and_the_queue_wa
     assert waiting is not None
     assert waiting.state is MessageState.QUEUED  # it runs after the restart, not now
     assert [c[0] for c in harness.runtime.calls].count("prompt") == 1
+
+
+async def test_a_round_not_started_in_the_shutdown_is_let_go_silently_and_stays_journaled(
+    harness: Harness,
+) -> None:
+    await harness.say("one")
+    turn = await harness.runtime.turn(1)
+    second = await harness.say("two")  # queued behind the running round
+    await harness.idle()
+    said = len(harness.feishu.calls)
+    draining = asyncio.create_task(harness.engine.drain(5.0))
+    await asyncio.sleep(0)
+    turn.end()  # the round ends in the grace; the queued one would start now
+    await draining
+
+    actor = harness.engine.conversations[CHAT]
+    assert actor.conv.turn is None  # the core knows it never ran: no hint speaks for it
+    assert actor.conv.timers == ()
+    assert len(harness.feishu.calls) == said + 1  # the first round's end, nothing for two
+    waiting = await harness.store.message(second)
+    assert waiting is not None
+    assert waiting.state is MessageState.QUEUED  # the next start runs it
+    assert [c[0] for c in harness.runtime.calls].count("prompt") == 1
