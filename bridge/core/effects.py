@@ -22,13 +22,23 @@ from bridge.runtime.events import PermissionOption, PlanEntry, QuestionOption
 
 @dataclass(frozen=True)
 class StartTurn:
-    """Take a turn slot and a session for the turn (`session_id` None: open or resume the
-    conversation's session), then report `SessionOpened`; the core answers `SendPrompt`."""
+    """Take a turn slot, make the turn's prompt ready (its voice heard, its images and files
+    fetched), then open its session as `OpenSession(turn_id, session_id)` would."""
 
     turn_id: str
     text: str
     session_id: str | None
     attachments: tuple[Attachment, ...] = ()
+
+
+@dataclass(frozen=True)
+class OpenSession:
+    """Addressed to the turn runner that fed `SessionNotReloaded`: open a session for the
+    turn (`session_id` None: resume the conversation's bound one if the agent can, else a
+    new one) and report `SessionOpened`, or why not (`RuntimeUnavailableAtStart`)."""
+
+    turn_id: str
+    session_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -380,6 +390,7 @@ class Dropped:
 
 Effect = (
     StartTurn
+    | OpenSession
     | SendPrompt
     | React
     | MarkMessageDone

@@ -150,6 +150,17 @@ class SessionOpened:
 
 
 @dataclass(frozen=True)
+class SessionNotReloaded:
+    """The turn's prompt could not go out: the agent (restarted since) refused to reload
+    `session_id`, and nothing reached it. The core asks once for a session opened anew
+    (`OpenSession`), or ends the turn as the prompt failing."""
+
+    turn_id: str
+    session_id: str
+    reason: str
+
+
+@dataclass(frozen=True)
 class ScheduleDue:
     """A schedule's occurrence came due (or is still due and the conversation just went
     idle). The core runs the gate (core/schedules.py): `AnnounceSchedule` when it may run,
@@ -390,6 +401,7 @@ CoreEvent = (
     | MessageRecovered
     | Command
     | SessionOpened
+    | SessionNotReloaded
     | ApprovalClicked
     | QuestionAnswered
     | TimerFired

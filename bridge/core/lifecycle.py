@@ -16,6 +16,7 @@ from bridge.core.effects import (
     AnswerQuestion,
     CancelTurn,
     CardStatus,
+    OpenSession,
     PostText,
     RecordTerminal,
     RelayAgentText,
@@ -301,3 +302,16 @@ def on_turn_not_started(ctx: StepContext, turn_id: str) -> None:
         settle(ctx)
         return
     ctx.update(turn=None, state=ExecState.IDLE, queue=())
+
+
+def on_session_not_reloaded(ctx: StepContext) -> bool:
+    """The agent could not reload the turn's session before its prompt went out: ask once
+    for a session opened anew (the conversation's, resumed if it can be now, else a new
+    one, which `SessionOpened(fresh)` then says). False when that was asked already, or the
+    turn is no longer one whose prompt may go out: the failure ends it then."""
+    turn = ctx.turn
+    if turn.terminal or turn.reopened or turn.session_id is not None:
+        return False
+    ctx.update_turn(reopened=True)
+    ctx.emit(OpenSession(turn.turn_id))
+    return True

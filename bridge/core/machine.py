@@ -58,6 +58,7 @@ from bridge.core.inputs import (
     RuntimeUnavailableAtStart,
     ScheduleInput,
     SessionCloseRequested,
+    SessionNotReloaded,
     SessionOpened,
     StartFailed,
     StatusAnswered,
@@ -76,6 +77,7 @@ from bridge.core.lifecycle import (
     close_pending,
     conclude_grace,
     finish,
+    on_session_not_reloaded,
     on_session_opened,
     on_turn_not_started,
     settle,
@@ -97,7 +99,7 @@ from bridge.core.status_lines import status_lines
 from bridge.core.switch_lines import on_session_close, on_switch_command, switch_lines
 from bridge.core.turn_events import on_turn_event, refuse_request
 from bridge.core.voice import on_voice_heard
-from bridge.runtime.events import TurnEvent, UsageReported
+from bridge.runtime.events import RuntimeFailed, TurnEvent, UsageReported
 
 
 def step(
@@ -144,6 +146,8 @@ def _dispatch(ctx: StepContext, event: CoreEvent) -> None:
             ctx.emit(PostText("delivery.given_up", {}, reply_to, f"{key}:given-up"))
         case SessionOpened():
             on_session_opened(ctx, event.turn_id, event.session_id, fresh=event.fresh)
+        case SessionNotReloaded():
+            _on_session_not_reloaded(ctx, event)
         case ApprovalClicked():
             on_approval_clicked(ctx, event)
         case QuestionAnswered():
@@ -363,6 +367,16 @@ def _on_unavailable_at_start(
         key = "presence.runtime_unavailable"
     ctx.update_turn(runtime_done=True)
     finish(ctx, Outcome.FAILED, key, detail=event.reason, ending=Ending.AGENT_ERROR)
+
+
+def _on_session_not_reloaded(ctx: StepContext, event: SessionNotReloaded) -> None:
+    turn = ctx.conv.turn
+    if turn is None or turn.turn_id != event.turn_id:
+        ctx.drop(event, "not the current turn")
+        return
+    if not on_session_not_reloaded(ctx):
+        # Asked once already (or the round is over): the prompt failed, as any other would.
+        on_turn_event(ctx, RuntimeFailed(event.session_id, reason=event.reason))
 
 
 def _on_card_not_shown(ctx: StepContext, event: CardNotShown) -> None:

@@ -156,6 +156,7 @@ class Turn:
     stop_requested_at: float | None = None  # /stop sent to the agent, not yet confirmed
     stopping_said: bool = False  # the "still stopping" line went out
     rejected: bool = False  # the user refused a step: an agent may end the round for it
+    reopened: bool = False  # its session could not be reloaded: asked once for a new one
     # Terminal part: set once (first terminal wins).
     outcome: Outcome | None = None
     ending: Ending | None = None
