@@ -90,6 +90,9 @@ class PostText:
     footer: Text | None = None  # a last line under it (the usage footer)
     line: Line = field(default=Line.SYSTEM, compare=False)  # what the line is for
     terms: Terms | None = field(default=None, compare=False, repr=False)  # set by the core
+    # Set by the core: its turn was begun in the store by this process, so nothing of it
+    # went out before a restart and the outbox need not be read first.
+    fresh: bool = field(default=False, compare=False)
 
 
 @dataclass(frozen=True)
@@ -114,6 +117,7 @@ class RelayAgentText:
     turn_id: str | None = None
     footer: Text | None = None  # a last line under it (the usage footer)
     terms: Terms | None = field(default=None, compare=False, repr=False)  # set by the core
+    fresh: bool = field(default=False, compare=False)  # set by the core, as on PostText
 
 
 class CardPhase(StrEnum):
@@ -376,6 +380,8 @@ class RecordTerminal:
     outcome: Outcome
     ending: Ending
     detail: str = ""  # stop reason or fault reason, for operators (never shown to users)
+    # Set by the core: when the turn began, if this process began it (else the store knows).
+    started_at: float | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)

@@ -232,6 +232,14 @@ class RuntimeUnavailableAtStart:
     limit_reached: bool = False
 
 
+@dataclass(frozen=True)
+class TurnBegun:
+    """The store's record of the turn was begun by this process (not by an earlier one
+    that died before its prompt): nothing of it can have been posted before."""
+
+    turn_id: str
+
+
 class NotStartedReason(StrEnum):
     SHUTTING_DOWN = "shutting_down"  # the bridge is stopping: the next start runs it
     NOT_OWNER = "not_owner"  # several instances: the one holding the lease runs it
@@ -411,6 +419,7 @@ CoreEvent = (
     | ScheduleAnswered
     | RuntimeUnavailableAtStart
     | StartFailed
+    | TurnBegun
     | TurnNotStarted
     | CardNotShown
     | StatusCardFailed

@@ -66,6 +66,7 @@ from bridge.core.inputs import (
     SwitchAnswered,
     Tick,
     TimerFired,
+    TurnBegun,
     TurnInterruptedByRestart,
     TurnNotStarted,
     UnsupportedMessage,
@@ -158,6 +159,8 @@ def _dispatch(ctx: StepContext, event: CoreEvent) -> None:
             on_schedule_input(ctx, event)
         case RuntimeUnavailableAtStart() | StartFailed():
             _on_unavailable_at_start(ctx, event)
+        case TurnBegun():
+            _on_turn_begun(ctx, event)
         case TurnNotStarted():
             on_turn_not_started(ctx, event.turn_id)
         case CardNotShown():
@@ -367,6 +370,14 @@ def _on_unavailable_at_start(
         key = "presence.runtime_unavailable"
     ctx.update_turn(runtime_done=True)
     finish(ctx, Outcome.FAILED, key, detail=event.reason, ending=Ending.AGENT_ERROR)
+
+
+def _on_turn_begun(ctx: StepContext, event: TurnBegun) -> None:
+    turn = ctx.conv.turn
+    if turn is None or turn.turn_id != event.turn_id:
+        ctx.drop(event, "not the current turn")
+        return
+    ctx.update_turn(begun_here=True)
 
 
 def _on_session_not_reloaded(ctx: StepContext, event: SessionNotReloaded) -> None:

@@ -157,6 +157,7 @@ class Turn:
     stopping_said: bool = False  # the "still stopping" line went out
     rejected: bool = False  # the user refused a step: an agent may end the round for it
     reopened: bool = False  # its session could not be reloaded: asked once for a new one
+    begun_here: bool = False  # the store's record of it was begun by this process
     # Terminal part: set once (first terminal wins).
     outcome: Outcome | None = None
     ending: Ending | None = None

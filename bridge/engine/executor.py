@@ -42,6 +42,7 @@ from bridge.core.inputs import (
     CardNotShown,
     NotStartedReason,
     StartFailed,
+    TurnBegun,
     TurnNotStarted,
 )
 from bridge.core.text import Text
@@ -117,8 +118,6 @@ class EffectExecutor:
         self._files = FilesOut(
             feishu=feishu, store=store, routes=routes, answers=self._answers, clock=clock
         )
-        # Turns this process started, and when: nothing of theirs went out before a restart.
-        self._started: dict[str, float] = {}
         # A conversation's end signal just posted, its outbox mark not yet written: the
         # effect after it is its turn's RecordTerminal (core/lifecycle.py `finish`), which
         # writes it with the turn's end in one transaction. Written on its own first if
@@ -159,8 +158,7 @@ class EffectExecutor:
                 )
                 await self._retry.call("message_done", done)
             case PostText() | RelayAgentText():
-                fresh = work.turn_id in self._started
-                mark = await self.outbox.post(actor, work, self._text_of(work), fresh=fresh)
+                mark = await self.outbox.post(actor, work, self._text_of(work), fresh=work.fresh)
                 self._hold(actor, work.turn_id, mark)
                 if self._metrics and isinstance(work, PostText):
                     self._metrics.lines.labels(work.key).inc()
@@ -209,11 +207,11 @@ class EffectExecutor:
                 await self._schedules.announce(actor, work)
             case ScheduleSkipped():
                 await self._schedules.skipped(work)
-            case RecordTerminal(turn_id, outcome, ending, detail):
+            case RecordTerminal(turn_id):
                 self._posted.forget_turn(turn_id)
                 held = self._held.pop(actor.key, None)
                 sent = held[1] if held is not None else None
-                await self._record_terminal(turn_id, outcome.value, ending.value, detail, sent)
+                await self._record_terminal(work, sent)
                 await self._after_round(actor)
             case Trace(turn_id, kind, detail):
                 await self._trace(turn_id, kind, detail)
@@ -329,11 +327,10 @@ class EffectExecutor:
             patch = partial(self._feishu.update_card, message_id, self._cards.closed_card(work))
             await self._answers.gate.attempt(patch, owed_since=self._clock())
 
-    async def _record_terminal(
-        self, turn_id: str, outcome: str, ending: str, detail: str, sent: Mark | None
-    ) -> None:
+    async def _record_terminal(self, work: RecordTerminal, sent: Mark | None) -> None:
         now = self._clock()
-        started = self._started.pop(turn_id, None)
+        turn_id, outcome, ending = work.turn_id, work.outcome.value, work.ending.value
+        started, detail = work.started_at, work.detail
         # The turn's message is the one it answers (a turn's id is its message's id); `sent`,
         # its end signal's outbox mark, is written in the same transaction.
         end = partial(self._store.end_turn, turn_id, turn_id, TurnOutcome(outcome), now, sent=sent)
@@ -368,7 +365,7 @@ class EffectExecutor:
             actor.feed(StartFailed(work.turn_id, "StoreUnavailable"))
             return
         if begun:
-            self._started[work.turn_id] = now
+            actor.feed(TurnBegun(work.turn_id))
             await self.traces.add(work.turn_id, "start", "", now)
         if self._runner.stopping():  # began meanwhile: the next start runs it (never prompted)
             log.info("turn %s not started: the bridge is shutting down", work.turn_id)
