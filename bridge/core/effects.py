@@ -177,6 +177,9 @@ class MarkMessageDone:
 
 @dataclass(frozen=True)
 class PostApprovalCard:
+    """Answered by `Posted` (under `idempotency_key`, the card key) once Feishu took it,
+    or `CardNotShown`."""
+
     turn_id: str
     card_key: str  # names the card for a later UpdateApprovalCard
     request_id: str
@@ -211,6 +214,9 @@ class UpdateApprovalCard:
     option: PermissionOption | None = None  # the chosen option
     patch: bool = True
     terms: Terms | None = field(default=None, compare=False, repr=False)  # set by the core
+    # Set by the core: the card's message, when Feishu confirmed it before the card closed
+    # (else the executor finds it by the card's idempotency key, its post being done).
+    message_id: str | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
@@ -237,6 +243,7 @@ class UpdateQuestionCard:
     answers: Mapping[str, str] = field(default_factory=dict)
     patch: bool = True  # False: the callback answer already replaced the card
     terms: Terms | None = field(default=None, compare=False, repr=False)  # set by the core
+    message_id: str | None = field(default=None, compare=False)  # as on UpdateApprovalCard
 
 
 class Toast(StrEnum):

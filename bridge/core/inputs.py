@@ -87,6 +87,16 @@ class PostGivenUp:
     idempotency_key: str
 
 
+@dataclass(frozen=True)
+class Posted:
+    """Feishu took a post: an approval or question card (`idempotency_key` is its card
+    key), as `message_ids`. The core keeps which message the card is, to close it."""
+
+    idempotency_key: str
+    turn_id: str | None
+    message_ids: tuple[str, ...]
+
+
 class CommandName(StrEnum):
     NEW = "new"
     STOP = "stop"
@@ -402,6 +412,7 @@ CoreEvent = (
     | UnsupportedMessage
     | AccessRefused
     | PostGivenUp
+    | Posted
     | MessageRecalled
     | FileSent
     | AttachmentFailed

@@ -10,6 +10,8 @@ construction.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from bridge.core import status_card
 from bridge.core.attachments import hold, is_attachment_only, on_attachment_failed, take_held
 from bridge.core.clicks import (
@@ -51,6 +53,7 @@ from bridge.core.inputs import (
     MessageRecalled,
     MessageRecovered,
     ModesAnswered,
+    Posted,
     PostGivenUp,
     QuestionAnswered,
     RuntimeRestarted,
@@ -145,6 +148,8 @@ def _dispatch(ctx: StepContext, event: CoreEvent) -> None:
             ctx.emit(PostText("access.refused", {}, mid, f"{mid}:refused"))
         case PostGivenUp(reply_to, key):
             ctx.emit(PostText("delivery.given_up", {}, reply_to, f"{key}:given-up"))
+        case Posted():
+            _on_posted(ctx, event)
         case SessionOpened():
             on_session_opened(ctx, event.turn_id, event.session_id, fresh=event.fresh)
         case SessionNotReloaded():
@@ -370,6 +375,23 @@ def _on_unavailable_at_start(
         key = "presence.runtime_unavailable"
     ctx.update_turn(runtime_done=True)
     finish(ctx, Outcome.FAILED, key, detail=event.reason, ending=Ending.AGENT_ERROR)
+
+
+def _on_posted(ctx: StepContext, event: Posted) -> None:
+    """A card Feishu took: its message is kept on the request, to close the card later."""
+    key, ids = event.idempotency_key, event.message_ids
+    conv = ctx.conv
+    if not ids:
+        ctx.drop(event, "no message")
+    elif any(a.card_key == key for a in conv.approvals):
+        approvals = tuple(
+            replace(a, message_id=ids[0]) if a.card_key == key else a for a in conv.approvals
+        )
+        ctx.update(approvals=approvals)
+    elif conv.question is not None and conv.question.card_key == key:
+        ctx.update(question=replace(conv.question, message_id=ids[0]))
+    else:
+        ctx.drop(event, "card no longer open")
 
 
 def _on_turn_begun(ctx: StepContext, event: TurnBegun) -> None:

@@ -95,6 +95,7 @@ class PendingApproval:
     asked_at: float
     detail: str | None = None
     reminder_sent: bool = False
+    message_id: str | None = None  # the card's message, once Feishu took it (`Posted`)
 
 
 @dataclass(frozen=True)
@@ -107,6 +108,7 @@ class PendingQuestion:
     answer_key: str
     asked_at: float
     reminder_sent: bool = False
+    message_id: str | None = None  # the card's message, once Feishu took it (`Posted`)
 
 
 @dataclass(frozen=True)

@@ -41,6 +41,7 @@ from bridge.core.inputs import (
     AgentCommands,
     CardNotShown,
     NotStartedReason,
+    Posted,
     StartFailed,
     TurnBegun,
     TurnNotStarted,
@@ -49,7 +50,7 @@ from bridge.core.text import Text
 from bridge.engine.actor import ConversationActor, Owe, Owed, Trace, Work, shown, terms_of
 from bridge.engine.answers import Answers, Mark
 from bridge.engine.asks import Asks
-from bridge.engine.card_views import CardViews, PostedCards, approval_status
+from bridge.engine.card_views import CardViews, approval_status
 from bridge.engine.delivery import FeishuGate
 from bridge.engine.files_out import FilesOut
 from bridge.engine.outbox import Outbox, owed_terms
@@ -101,7 +102,6 @@ class EffectExecutor:
         self._store = store
         self._t = translator
         self._cards = cards
-        self._posted = PostedCards()
         self._runner = runner
         self._switches = switches
         self._status_cards = status_cards
@@ -130,11 +130,6 @@ class EffectExecutor:
         self.confirm: Callable[[str], Awaitable[bool]] = _always
         self._retry = retry
         self._asks = Asks(runtime=runtime, store=store, runner=runner, clock=clock)
-
-    @property
-    def cards_held(self) -> int:
-        """Posted cards whose turn has not ended (pruned at each turn's end)."""
-        return len(self._posted)
 
     async def perform(self, actor: ConversationActor, work: Work) -> None:
         # Its Feishu calls take from the app's budget as its chat's, in the lane the core set.
@@ -207,8 +202,7 @@ class EffectExecutor:
                 await self._schedules.announce(actor, work)
             case ScheduleSkipped():
                 await self._schedules.skipped(work)
-            case RecordTerminal(turn_id):
-                self._posted.forget_turn(turn_id)
+            case RecordTerminal():
                 held = self._held.pop(actor.key, None)
                 sent = held[1] if held is not None else None
                 await self._record_terminal(work, sent)
@@ -272,8 +266,8 @@ class EffectExecutor:
         if message_id is None:
             actor.feed(CardNotShown(work.turn_id, work.request_id))
             return
-        self._posted.remember(work.turn_id, work.card_key, message_id)
         await self._store.mark_sent(work.idempotency_key, [message_id], self._clock())
+        actor.feed(Posted(work.idempotency_key, work.turn_id, (message_id,)))
         if isinstance(work, PostApprovalCard):
             await self._store.save_approval(
                 work.request_id,
@@ -322,7 +316,12 @@ class EffectExecutor:
             )
         if not work.patch:
             return  # the click's callback answer already replaced the card
-        message_id = self._posted.message_id(work.turn_id, work.card_key)
+        message_id = work.message_id
+        if message_id is None:
+            # Closed before Feishu confirmed it to the core: its post, ahead on this lane,
+            # is done by now, and marked under the card's key.
+            ids = await self._store.sent(work.card_key)
+            message_id = ids[0] if ids else None
         if message_id is not None:
             patch = partial(self._feishu.update_card, message_id, self._cards.closed_card(work))
             await self._answers.gate.attempt(patch, owed_since=self._clock())
