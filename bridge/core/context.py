@@ -15,6 +15,7 @@ from bridge.core.effects import (
     PostQuestion,
     PostText,
     React,
+    RecordTerminal,
     RelayAgentText,
     SendFile,
     SetTimer,
@@ -72,9 +73,22 @@ class StepContext:
 
     def emit(self, *effects: Effect) -> None:
         key = self.conv.key
+        turn = self.conv.turn
         for effect in effects:
             terms = terms_for(effect, key, self.ending)
-            self.out.append(effect if terms is None else _with_terms(effect, terms))
+            made = effect if terms is None else _with(effect, "terms", terms)
+            if turn is not None and turn.begun_here:
+                made = _of_this_process(made, turn)
+            if isinstance(made, UpdateApprovalCard | UpdateQuestionCard) and made.patch:
+                made = self._card_message(made)
+            self.out.append(made)
+
+    def _card_message(self, close: UpdateApprovalCard | UpdateQuestionCard) -> Effect:
+        """The closed card carries its message, if Feishu confirmed the card by now."""
+        conv = self.conv
+        asking = (*conv.approvals, *((conv.question,) if conv.question else ()))
+        found = next((r.message_id for r in asking if r.card_key == close.card_key), None)
+        return close if found is None else _with(close, "message_id", found)
 
     def drop(self, event: object, reason: str) -> None:
         self.drop_input(type(event).__name__, reason)
@@ -141,10 +155,21 @@ def terms_for(effect: Effect, key: str, ends: Outcome | None = None) -> Terms | 
     return None
 
 
-def _with_terms(effect: Effect, terms: Terms) -> Effect:
-    # A copy of a fresh frozen value with one more field: `replace` without its per-field
+def _of_this_process(effect: Effect, turn: Turn) -> Effect:
+    """What the executor would otherwise look up in the store about a turn this process
+    began: that none of its posts went out before, and when it began."""
+    match effect:
+        case PostText(turn_id=turn_id) | RelayAgentText(turn_id=turn_id) if turn_id == turn.turn_id:
+            return _with(effect, "fresh", True)
+        case RecordTerminal(turn_id=turn_id) if turn_id == turn.turn_id:
+            return _with(effect, "started_at", turn.started_at)
+    return effect
+
+
+def _with(effect: Effect, name: str, value: object) -> Effect:
+    # A copy of a fresh frozen value with one field set: `replace` without its per-field
     # introspection (emit runs for every effect of every step).
     new = object.__new__(type(effect))
     new.__dict__.update(effect.__dict__)
-    new.__dict__["terms"] = terms
+    new.__dict__[name] = value
     return new

@@ -22,13 +22,23 @@ from bridge.runtime.events import PermissionOption, PlanEntry, QuestionOption
 
 @dataclass(frozen=True)
 class StartTurn:
-    """Take a turn slot and a session for the turn (`session_id` None: open or resume the
-    conversation's session), then report `SessionOpened`; the core answers `SendPrompt`."""
+    """Take a turn slot, make the turn's prompt ready (its voice heard, its images and files
+    fetched), then open its session as `OpenSession(turn_id, session_id)` would."""
 
     turn_id: str
     text: str
     session_id: str | None
     attachments: tuple[Attachment, ...] = ()
+
+
+@dataclass(frozen=True)
+class OpenSession:
+    """Addressed to the turn runner that fed `SessionNotReloaded`: open a session for the
+    turn (`session_id` None: resume the conversation's bound one if the agent can, else a
+    new one) and report `SessionOpened`, or why not (`RuntimeUnavailableAtStart`)."""
+
+    turn_id: str
+    session_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -80,6 +90,9 @@ class PostText:
     footer: Text | None = None  # a last line under it (the usage footer)
     line: Line = field(default=Line.SYSTEM, compare=False)  # what the line is for
     terms: Terms | None = field(default=None, compare=False, repr=False)  # set by the core
+    # Set by the core: its turn was begun in the store by this process, so nothing of it
+    # went out before a restart and the outbox need not be read first.
+    fresh: bool = field(default=False, compare=False)
 
 
 @dataclass(frozen=True)
@@ -104,6 +117,7 @@ class RelayAgentText:
     turn_id: str | None = None
     footer: Text | None = None  # a last line under it (the usage footer)
     terms: Terms | None = field(default=None, compare=False, repr=False)  # set by the core
+    fresh: bool = field(default=False, compare=False)  # set by the core, as on PostText
 
 
 class CardPhase(StrEnum):
@@ -163,6 +177,9 @@ class MarkMessageDone:
 
 @dataclass(frozen=True)
 class PostApprovalCard:
+    """Answered by `Posted` (under `idempotency_key`, the card key) once Feishu took it,
+    or `CardNotShown`."""
+
     turn_id: str
     card_key: str  # names the card for a later UpdateApprovalCard
     request_id: str
@@ -197,6 +214,9 @@ class UpdateApprovalCard:
     option: PermissionOption | None = None  # the chosen option
     patch: bool = True
     terms: Terms | None = field(default=None, compare=False, repr=False)  # set by the core
+    # Set by the core: the card's message, when Feishu confirmed it before the card closed
+    # (else the executor finds it by the card's idempotency key, its post being done).
+    message_id: str | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
@@ -223,6 +243,7 @@ class UpdateQuestionCard:
     answers: Mapping[str, str] = field(default_factory=dict)
     patch: bool = True  # False: the callback answer already replaced the card
     terms: Terms | None = field(default=None, compare=False, repr=False)  # set by the core
+    message_id: str | None = field(default=None, compare=False)  # as on UpdateApprovalCard
 
 
 class Toast(StrEnum):
@@ -366,6 +387,8 @@ class RecordTerminal:
     outcome: Outcome
     ending: Ending
     detail: str = ""  # stop reason or fault reason, for operators (never shown to users)
+    # Set by the core: when the turn began, if this process began it (else the store knows).
+    started_at: float | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
@@ -380,6 +403,7 @@ class Dropped:
 
 Effect = (
     StartTurn
+    | OpenSession
     | SendPrompt
     | React
     | MarkMessageDone

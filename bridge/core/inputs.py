@@ -87,6 +87,16 @@ class PostGivenUp:
     idempotency_key: str
 
 
+@dataclass(frozen=True)
+class Posted:
+    """Feishu took a post: an approval or question card (`idempotency_key` is its card
+    key), as `message_ids`. The core keeps which message the card is, to close it."""
+
+    idempotency_key: str
+    turn_id: str | None
+    message_ids: tuple[str, ...]
+
+
 class CommandName(StrEnum):
     NEW = "new"
     STOP = "stop"
@@ -147,6 +157,17 @@ class SessionOpened:
     # The conversation's session could not be resumed (the agent lost it, or the
     # conversation moved to another instance): this round starts a fresh one.
     fresh: bool = False
+
+
+@dataclass(frozen=True)
+class SessionNotReloaded:
+    """The turn's prompt could not go out: the agent (restarted since) refused to reload
+    `session_id`, and nothing reached it. The core asks once for a session opened anew
+    (`OpenSession`), or ends the turn as the prompt failing."""
+
+    turn_id: str
+    session_id: str
+    reason: str
 
 
 @dataclass(frozen=True)
@@ -219,6 +240,29 @@ class RuntimeUnavailableAtStart:
     turn_id: str
     reason: str
     limit_reached: bool = False
+
+
+@dataclass(frozen=True)
+class TurnBegun:
+    """The store's record of the turn was begun by this process (not by an earlier one
+    that died before its prompt): nothing of it can have been posted before."""
+
+    turn_id: str
+
+
+class NotStartedReason(StrEnum):
+    SHUTTING_DOWN = "shutting_down"  # the bridge is stopping: the next start runs it
+    NOT_OWNER = "not_owner"  # several instances: the one holding the lease runs it
+
+
+@dataclass(frozen=True)
+class TurnNotStarted:
+    """The turn was never handed to the agent, and no fault: its message stays journaled
+    for whoever runs the conversation next (this process after a restart, or the instance
+    that holds its lease), which runs it then. Nothing is said here."""
+
+    turn_id: str
+    reason: NotStartedReason
 
 
 @dataclass(frozen=True)
@@ -368,6 +412,7 @@ CoreEvent = (
     | UnsupportedMessage
     | AccessRefused
     | PostGivenUp
+    | Posted
     | MessageRecalled
     | FileSent
     | AttachmentFailed
@@ -375,6 +420,7 @@ CoreEvent = (
     | MessageRecovered
     | Command
     | SessionOpened
+    | SessionNotReloaded
     | ApprovalClicked
     | QuestionAnswered
     | TimerFired
@@ -384,6 +430,8 @@ CoreEvent = (
     | ScheduleAnswered
     | RuntimeUnavailableAtStart
     | StartFailed
+    | TurnBegun
+    | TurnNotStarted
     | CardNotShown
     | StatusCardFailed
     | ModesAnswered

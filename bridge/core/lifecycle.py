@@ -16,6 +16,7 @@ from bridge.core.effects import (
     AnswerQuestion,
     CancelTurn,
     CardStatus,
+    OpenSession,
     PostText,
     RecordTerminal,
     RelayAgentText,
@@ -283,3 +284,36 @@ def on_session_opened(
             PostText("session.fresh", {}, turn.message_id, f"{turn_id}:fresh", turn_id=turn_id)
         )
     ctx.emit(SendPrompt(turn_id, session_id))
+
+
+def on_turn_not_started(ctx: StepContext, turn_id: str) -> None:
+    """The engine did not hand the turn to the agent (shutting down, or the conversation is
+    another instance's): its message and those queued behind it stay journaled, and whoever
+    runs the conversation next runs them. Nothing is said and no terminal is recorded; the
+    conversation lets go of them, so no hint or heartbeat speaks for a round that never ran
+    and no queued message starts here behind it."""
+    turn = ctx.conv.turn
+    if turn is None or turn.turn_id != turn_id:
+        ctx.drop_input("TurnNotStarted", "not the current turn")
+        return
+    if turn.session_id is not None:
+        ctx.drop_input("TurnNotStarted", "prompt already sent")
+        return
+    if turn.terminal:
+        ctx.update_turn(runtime_done=True)  # ended meanwhile (/stop): its end stands
+        settle(ctx)
+        return
+    ctx.update(turn=None, state=ExecState.IDLE, queue=())
+
+
+def on_session_not_reloaded(ctx: StepContext) -> bool:
+    """The agent could not reload the turn's session before its prompt went out: ask once
+    for a session opened anew (the conversation's, resumed if it can be now, else a new
+    one, which `SessionOpened(fresh)` then says). False when that was asked already, or the
+    turn is no longer one whose prompt may go out: the failure ends it then."""
+    turn = ctx.turn
+    if turn.terminal or turn.reopened or turn.session_id is not None:
+        return False
+    ctx.update_turn(reopened=True)
+    ctx.emit(OpenSession(turn.turn_id))
+    return True

@@ -10,6 +10,8 @@ construction.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from bridge.core import status_card
 from bridge.core.attachments import hold, is_attachment_only, on_attachment_failed, take_held
 from bridge.core.clicks import (
@@ -51,6 +53,7 @@ from bridge.core.inputs import (
     MessageRecalled,
     MessageRecovered,
     ModesAnswered,
+    Posted,
     PostGivenUp,
     QuestionAnswered,
     RuntimeRestarted,
@@ -58,6 +61,7 @@ from bridge.core.inputs import (
     RuntimeUnavailableAtStart,
     ScheduleInput,
     SessionCloseRequested,
+    SessionNotReloaded,
     SessionOpened,
     StartFailed,
     StatusAnswered,
@@ -65,7 +69,9 @@ from bridge.core.inputs import (
     SwitchAnswered,
     Tick,
     TimerFired,
+    TurnBegun,
     TurnInterruptedByRestart,
+    TurnNotStarted,
     UnsupportedMessage,
     UserMessage,
     VoiceHeard,
@@ -75,7 +81,9 @@ from bridge.core.lifecycle import (
     close_pending,
     conclude_grace,
     finish,
+    on_session_not_reloaded,
     on_session_opened,
+    on_turn_not_started,
     settle,
     start_turn,
     stop_running,
@@ -95,7 +103,7 @@ from bridge.core.status_lines import status_lines
 from bridge.core.switch_lines import on_session_close, on_switch_command, switch_lines
 from bridge.core.turn_events import on_turn_event, refuse_request
 from bridge.core.voice import on_voice_heard
-from bridge.runtime.events import TurnEvent, UsageReported
+from bridge.runtime.events import RuntimeFailed, TurnEvent, UsageReported
 
 
 def step(
@@ -140,8 +148,12 @@ def _dispatch(ctx: StepContext, event: CoreEvent) -> None:
             ctx.emit(PostText("access.refused", {}, mid, f"{mid}:refused"))
         case PostGivenUp(reply_to, key):
             ctx.emit(PostText("delivery.given_up", {}, reply_to, f"{key}:given-up"))
+        case Posted():
+            _on_posted(ctx, event)
         case SessionOpened():
             on_session_opened(ctx, event.turn_id, event.session_id, fresh=event.fresh)
+        case SessionNotReloaded():
+            _on_session_not_reloaded(ctx, event)
         case ApprovalClicked():
             on_approval_clicked(ctx, event)
         case QuestionAnswered():
@@ -152,6 +164,10 @@ def _dispatch(ctx: StepContext, event: CoreEvent) -> None:
             on_schedule_input(ctx, event)
         case RuntimeUnavailableAtStart() | StartFailed():
             _on_unavailable_at_start(ctx, event)
+        case TurnBegun():
+            _on_turn_begun(ctx, event)
+        case TurnNotStarted():
+            on_turn_not_started(ctx, event.turn_id)
         case CardNotShown():
             _on_card_not_shown(ctx, event)
         case StatusCardFailed():
@@ -359,6 +375,41 @@ def _on_unavailable_at_start(
         key = "presence.runtime_unavailable"
     ctx.update_turn(runtime_done=True)
     finish(ctx, Outcome.FAILED, key, detail=event.reason, ending=Ending.AGENT_ERROR)
+
+
+def _on_posted(ctx: StepContext, event: Posted) -> None:
+    """A card Feishu took: its message is kept on the request, to close the card later."""
+    key, ids = event.idempotency_key, event.message_ids
+    conv = ctx.conv
+    if not ids:
+        ctx.drop(event, "no message")
+    elif any(a.card_key == key for a in conv.approvals):
+        approvals = tuple(
+            replace(a, message_id=ids[0]) if a.card_key == key else a for a in conv.approvals
+        )
+        ctx.update(approvals=approvals)
+    elif conv.question is not None and conv.question.card_key == key:
+        ctx.update(question=replace(conv.question, message_id=ids[0]))
+    else:
+        ctx.drop(event, "card no longer open")
+
+
+def _on_turn_begun(ctx: StepContext, event: TurnBegun) -> None:
+    turn = ctx.conv.turn
+    if turn is None or turn.turn_id != event.turn_id:
+        ctx.drop(event, "not the current turn")
+        return
+    ctx.update_turn(begun_here=True)
+
+
+def _on_session_not_reloaded(ctx: StepContext, event: SessionNotReloaded) -> None:
+    turn = ctx.conv.turn
+    if turn is None or turn.turn_id != event.turn_id:
+        ctx.drop(event, "not the current turn")
+        return
+    if not on_session_not_reloaded(ctx):
+        # Asked once already (or the round is over): the prompt failed, as any other would.
+        on_turn_event(ctx, RuntimeFailed(event.session_id, reason=event.reason))
 
 
 def _on_card_not_shown(ctx: StepContext, event: CardNotShown) -> None:

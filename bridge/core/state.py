@@ -95,6 +95,7 @@ class PendingApproval:
     asked_at: float
     detail: str | None = None
     reminder_sent: bool = False
+    message_id: str | None = None  # the card's message, once Feishu took it (`Posted`)
 
 
 @dataclass(frozen=True)
@@ -107,6 +108,7 @@ class PendingQuestion:
     answer_key: str
     asked_at: float
     reminder_sent: bool = False
+    message_id: str | None = None  # the card's message, once Feishu took it (`Posted`)
 
 
 @dataclass(frozen=True)
@@ -156,6 +158,8 @@ class Turn:
     stop_requested_at: float | None = None  # /stop sent to the agent, not yet confirmed
     stopping_said: bool = False  # the "still stopping" line went out
     rejected: bool = False  # the user refused a step: an agent may end the round for it
+    reopened: bool = False  # its session could not be reloaded: asked once for a new one
+    begun_here: bool = False  # the store's record of it was begun by this process
     # Terminal part: set once (first terminal wins).
     outcome: Outcome | None = None
     ending: Ending | None = None

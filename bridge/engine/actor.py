@@ -24,6 +24,7 @@ from bridge.core.effects import (
     Dropped,
     EditText,
     Effect,
+    OpenSession,
     PostApprovalCard,
     PostQuestion,
     PostText,
@@ -88,7 +89,7 @@ class _Lane:
 
 # Effects answered by whoever fed the input (the card callback, the turn runner), never
 # queued for the performer.
-_TO_CALLER = (AnswerCallback, SendPrompt)
+_TO_CALLER = (AnswerCallback, SendPrompt, OpenSession)
 # The "shown" lane: effects a user sees, through Feishu, and the turn's timeline and end
 # record, which follow what was shown in order (the end record carries the end signal's
 # outbox mark, and a card still to be closed is forgotten only then).

@@ -6,7 +6,7 @@ thing remembered is the Feishu message id of each posted card, kept until its tu
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
@@ -133,22 +133,3 @@ def approval_status(work: UpdateApprovalCard) -> ApprovalStatus:
     if kind is PermissionKind.ALLOW_ONCE:
         return ApprovalStatus.ALLOWED_ONCE
     return ApprovalStatus.REJECTED
-
-
-class PostedCards:
-    """card key → Feishu message id, per turn; a turn's entries go when the turn ends."""
-
-    def __init__(self) -> None:
-        self._by_turn: defaultdict[str, dict[str, str]] = defaultdict(dict)
-
-    def remember(self, turn_id: str, card_key: str, message_id: str) -> None:
-        self._by_turn[turn_id][card_key] = message_id
-
-    def message_id(self, turn_id: str, card_key: str) -> str | None:
-        return self._by_turn.get(turn_id, {}).get(card_key)
-
-    def forget_turn(self, turn_id: str) -> None:
-        self._by_turn.pop(turn_id, None)
-
-    def __len__(self) -> int:
-        return sum(len(cards) for cards in self._by_turn.values())

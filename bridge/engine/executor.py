@@ -40,13 +40,17 @@ from bridge.core.effects import (
 from bridge.core.inputs import (
     AgentCommands,
     CardNotShown,
+    NotStartedReason,
+    Posted,
     StartFailed,
+    TurnBegun,
+    TurnNotStarted,
 )
 from bridge.core.text import Text
 from bridge.engine.actor import ConversationActor, Owe, Owed, Trace, Work, shown, terms_of
 from bridge.engine.answers import Answers, Mark
 from bridge.engine.asks import Asks
-from bridge.engine.card_views import CardViews, PostedCards, approval_status
+from bridge.engine.card_views import CardViews, approval_status
 from bridge.engine.files_out import FilesOut
 from bridge.engine.outbox import Outbox, owed_terms
 from bridge.engine.schedules.scheduler import Scheduler
@@ -97,7 +101,6 @@ class EffectExecutor:
         self._store = store
         self._t = translator
         self._cards = cards
-        self._posted = PostedCards()
         self._runner = runner
         self._switches = switches
         self._status_cards = status_cards
@@ -114,8 +117,6 @@ class EffectExecutor:
         self._files = FilesOut(
             feishu=feishu, store=store, routes=routes, answers=self._answers, clock=clock
         )
-        # Turns this process started, and when: nothing of theirs went out before a restart.
-        self._started: dict[str, float] = {}
         # A conversation's end signal just posted, its outbox mark not yet written: the
         # effect after it is its turn's RecordTerminal (core/lifecycle.py `finish`), which
         # writes it with the turn's end in one transaction. Written on its own first if
@@ -128,11 +129,6 @@ class EffectExecutor:
         self.confirm: Callable[[str], Awaitable[bool]] = _always
         self._retry = retry
         self._asks = Asks(runtime=runtime, store=store, runner=runner, clock=clock)
-
-    @property
-    def cards_held(self) -> int:
-        """Posted cards whose turn has not ended (pruned at each turn's end)."""
-        return len(self._posted)
 
     async def perform(self, actor: ConversationActor, work: Work) -> None:
         # Its Feishu calls take from the app's budget as its chat's, in the lane the core set.
@@ -156,8 +152,7 @@ class EffectExecutor:
                 )
                 await self._retry.call("message_done", done)
             case PostText() | RelayAgentText():
-                fresh = work.turn_id in self._started
-                mark = await self.outbox.post(actor, work, self._text_of(work), fresh=fresh)
+                mark = await self.outbox.post(actor, work, self._text_of(work), fresh=work.fresh)
                 self._hold(actor, work.turn_id, mark)
                 if self._metrics and isinstance(work, PostText):
                     self._metrics.lines.labels(work.key).inc()
@@ -206,11 +201,10 @@ class EffectExecutor:
                 await self._schedules.announce(actor, work)
             case ScheduleSkipped():
                 await self._schedules.skipped(work)
-            case RecordTerminal(turn_id, outcome, ending, detail):
-                self._posted.forget_turn(turn_id)
+            case RecordTerminal():
                 held = self._held.pop(actor.key, None)
                 sent = held[1] if held is not None else None
-                await self._record_terminal(turn_id, outcome.value, ending.value, detail, sent)
+                await self._record_terminal(work, sent)
                 await self._after_round(actor)
             case Trace(turn_id, kind, detail):
                 await self._trace(turn_id, kind, detail)
@@ -271,8 +265,8 @@ class EffectExecutor:
         if message_id is None:
             actor.feed(CardNotShown(work.turn_id, work.request_id))
             return
-        self._posted.remember(work.turn_id, work.card_key, message_id)
         await self._store.mark_sent(work.idempotency_key, [message_id], self._clock())
+        actor.feed(Posted(work.idempotency_key, work.turn_id, (message_id,)))
         if isinstance(work, PostApprovalCard):
             await self._store.save_approval(
                 work.request_id,
@@ -321,16 +315,20 @@ class EffectExecutor:
             )
         if not work.patch:
             return  # the click's callback answer already replaced the card
-        message_id = self._posted.message_id(work.turn_id, work.card_key)
+        message_id = work.message_id
+        if message_id is None:
+            # Closed before Feishu confirmed it to the core: its post, ahead on this lane,
+            # is done by now, and marked under the card's key.
+            ids = await self._store.sent(work.card_key)
+            message_id = ids[0] if ids else None
         if message_id is not None:
             patch = partial(self._feishu.update_card, message_id, self._cards.closed_card(work))
             await self._answers.gate.attempt(patch, owed_since=self._clock())
 
-    async def _record_terminal(
-        self, turn_id: str, outcome: str, ending: str, detail: str, sent: Mark | None
-    ) -> None:
+    async def _record_terminal(self, work: RecordTerminal, sent: Mark | None) -> None:
         now = self._clock()
-        started = self._started.pop(turn_id, None)
+        turn_id, outcome, ending = work.turn_id, work.outcome.value, work.ending.value
+        started, detail = work.started_at, work.detail
         # The turn's message is the one it answers (a turn's id is its message's id); `sent`,
         # its end signal's outbox mark, is written in the same transaction.
         end = partial(self._store.end_turn, turn_id, turn_id, TurnOutcome(outcome), now, sent=sent)
@@ -349,10 +347,12 @@ class EffectExecutor:
         if self._runner.shutting_down:
             # Left queued in the journal: the next start runs it, as if it had just come.
             log.info("turn %s not started: the bridge is shutting down", work.turn_id)
+            actor.feed(TurnNotStarted(work.turn_id, NotStartedReason.SHUTTING_DOWN))
             return
         if not await self.confirm(actor.key):
             # Several instances: the lease went to another one, which runs it from the journal.
             log.warning("turn %s not started: %s is not this instance's", work.turn_id, actor.key)
+            actor.feed(TurnNotStarted(work.turn_id, NotStartedReason.NOT_OWNER))
             return
         now = self._clock()
         begin = partial(self._store.begin_turn, work.turn_id, actor.key, work.turn_id, now)
@@ -363,10 +363,11 @@ class EffectExecutor:
             actor.feed(StartFailed(work.turn_id, "StoreUnavailable"))
             return
         if begun:
-            self._started[work.turn_id] = now
+            actor.feed(TurnBegun(work.turn_id))
             await self.traces.add(work.turn_id, "start", "", now)
-        if self._runner.stopping():  # began meanwhile: the next start tells its user
+        if self._runner.stopping():  # began meanwhile: the next start runs it (never prompted)
             log.info("turn %s not started: the bridge is shutting down", work.turn_id)
+            actor.feed(TurnNotStarted(work.turn_id, NotStartedReason.SHUTTING_DOWN))
             return
         self._runner.start(actor, work)
 

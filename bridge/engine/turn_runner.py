@@ -1,8 +1,8 @@
 """Runs one agent turn: a slot, a session, the prompt, and the runtime's events fed back.
 
 What the turn means to the user is decided in the core; this module only moves inputs in
-(`SessionOpened`, runtime events, `RuntimeUnavailableAtStart`) and carries out the one
-effect addressed to it, `SendPrompt`.
+(`SessionOpened`, `SessionNotReloaded`, runtime events, `RuntimeUnavailableAtStart`) and
+carries out the effects addressed to it, `SendPrompt` and `OpenSession`.
 """
 
 from __future__ import annotations
@@ -12,13 +12,16 @@ import logging
 from collections.abc import Awaitable, Callable
 from functools import partial
 
-from bridge.core.effects import SendPrompt, StartTurn
+from bridge.core.effects import OpenSession, SendPrompt, StartTurn
 from bridge.core.inputs import (
+    NotStartedReason,
     RuntimeRestarted,
     RuntimeRestartFailed,
     RuntimeUnavailableAtStart,
+    SessionNotReloaded,
     SessionOpened,
     StartFailed,
+    TurnNotStarted,
 )
 from bridge.engine.actor import ConversationActor, Trace
 from bridge.engine.attachments import Attachments
@@ -130,7 +133,9 @@ class TurnRunner:
                 return
             for problem in failed:
                 actor.feed(problem)
-        await self._open_and_prompt(actor, work, files, work.session_id, retry=True)
+        opening: OpenSession | None = OpenSession(work.turn_id, work.session_id)
+        while opening is not None:  # the core asks again when a session was not reloaded
+            opening = await self._open_and_prompt(actor, work, files, opening.session_id)
 
     async def _open_and_prompt(
         self,
@@ -138,35 +143,30 @@ class TurnRunner:
         work: StartTurn,
         files: list[PromptFile],
         session_id: str | None,
-        *,
-        retry: bool,
-    ) -> None:
+    ) -> OpenSession | None:
         """The session (`session_id`, or the conversation's opened or resumed), then the
-        prompt; `retry`: once more in a session opened anew if it could not be reloaded."""
+        prompt; what the core asks next when the session could not be reloaded."""
         fresh = False
         try:
             if not session_id:
                 session_id, fresh = await self._open_for_turn(actor.key)
         except RuntimeUnavailable as exc:
             actor.feed(RuntimeUnavailableAtStart(work.turn_id, exc.reason, exc.limit_reached))
-            return
+            return None
         except StoreUnavailable:  # past the retries: the bridge's part failed, not the agent
             log.error("turn %s: the store stayed unavailable", work.turn_id)
             actor.feed(StartFailed(work.turn_id, "StoreUnavailable"))
-            return
+            return None
         except Exception as exc:  # a bug or a malformed answer must not strand the turn
             log.exception("opening a session for turn %s failed", work.turn_id)
             actor.feed(RuntimeUnavailableAtStart(work.turn_id, type(exc).__name__))
-            return
+            return None
         if not await self._may_prompt(actor, work):
-            return
+            return None
         answer = actor.feed(SessionOpened(work.turn_id, session_id, fresh=fresh))
         if not any(isinstance(e, SendPrompt) and e.turn_id == work.turn_id for e in answer):
-            return
-        if await self._prompt(actor, work, session_id, files, retry=retry):
-            # Nothing reached the agent: the open resumes the session if it can now, else
-            # opens a new one (the core then says the context was lost), and prompts again.
-            await self._open_and_prompt(actor, work, files, None, retry=False)
+            return None
+        return await self._prompt(actor, work, session_id, files)
 
     async def _may_prompt(self, actor: ConversationActor, work: StartTurn) -> bool:
         """Before the prompt can go out: the lease is still this instance's, and the turn is
@@ -176,6 +176,7 @@ class TurnRunner:
         the prompt twice."""
         if not await self.confirm(actor.key):
             log.info("turn %s: %s went to another instance", work.turn_id, actor.key)
+            actor.feed(TurnNotStarted(work.turn_id, NotStartedReason.NOT_OWNER))
             return False
         mark = partial(self._store.mark_prompted, work.turn_id, self._clock())
         try:
@@ -238,12 +239,10 @@ class TurnRunner:
         work: StartTurn,
         session_id: str,
         files: list[PromptFile],
-        *,
-        retry: bool = False,
-    ) -> bool:
-        """Runs the prompt to its one ending; True (with `retry`) when the session could not
-        be brought back (an agent restarted and refused `session/load`) before the prompt
-        went out: nothing was fed, the caller opens a session and tries again."""
+    ) -> OpenSession | None:
+        """Runs the prompt to its one ending. When the session could not be brought back
+        (an agent restarted and refused `session/load`) before the prompt went out, the
+        core is told and its `OpenSession`, if it asks for one, returned."""
         ended: list[TurnEvent] = []
         sent: list[PromptSent] = []
 
@@ -266,9 +265,14 @@ class TurnRunner:
             await self._runtime.prompt(session_id, work.text, sink, files)
         except Exception as exc:
             unsent = not (sent or ended) and isinstance(exc, RuntimeUnavailable)
-            if retry and unsent and _is_current(actor, work.turn_id, running=True):
-                log.warning("turn %s: its session was not reloaded; opening one", work.turn_id)
-                return True
+            if unsent and _is_current(actor, work.turn_id):
+                log.warning("turn %s: its session was not reloaded (%s)", work.turn_id, exc)
+                reason = type(exc).__name__
+                answer = actor.feed(SessionNotReloaded(work.turn_id, session_id, reason))
+                opening = [e for e in answer if isinstance(e, OpenSession)]
+                if not opening:  # the core ended the turn: the prompt failed
+                    actor.enqueue(Trace(work.turn_id, "runtime_failed", reason))
+                return opening[0] if opening else None
             log.exception("prompt of turn %s raised", work.turn_id)
             if not ended:
                 sink(RuntimeFailed(session_id, reason=type(exc).__name__))
@@ -283,7 +287,7 @@ class TurnRunner:
                 self._metrics.runtime_exits.inc()
             if first.restarting and _is_current(actor, work.turn_id):
                 await self._reopen(actor, session_id)
-        return False
+        return None
 
     async def _reopen(self, actor: ConversationActor, session_id: str) -> None:
         try:
@@ -302,10 +306,10 @@ async def _always(key: str) -> bool:
     return True
 
 
-def _is_current(actor: ConversationActor, turn_id: str, *, running: bool = False) -> bool:
-    """The conversation's turn is this one (`running`: and it has not ended)."""
+def _is_current(actor: ConversationActor, turn_id: str) -> bool:
+    """The conversation's turn is this one."""
     turn = actor.conv.turn
-    return turn is not None and turn.turn_id == turn_id and not (running and turn.terminal)
+    return turn is not None and turn.turn_id == turn_id
 
 
 def trace_of_event(event: TurnEvent) -> tuple[str, str] | None:

@@ -5,17 +5,20 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-from bridge.core.effects import Effect, StartTurn
+from bridge.core.effects import Effect, OpenSession, StartTurn
 from bridge.core.inputs import (
     ApprovalClicked,
     Command,
     CommandName,
     CoreEvent,
+    NotStartedReason,
     QuestionAnswered,
     RuntimeRestarted,
     RuntimeRestartFailed,
     RuntimeUnavailableAtStart,
+    SessionNotReloaded,
     Tick,
+    TurnNotStarted,
     UserMessage,
 )
 from bridge.core.state import Conversation, ExecState, Options
@@ -76,6 +79,11 @@ class ChaosRun:
         out = self.driver.feed(event, at)
         self.steps.append(Step(before, event, at, self.driver.conv, out))
         for effect in out:
+            if isinstance(effect, OpenSession):
+                # Asked after a session was not reloaded: a new one, prompted at once.
+                self.sessions += 1
+                self.session = f"s{self.sessions}"
+                self.feed(PromptSent(self.session))
             if isinstance(effect, StartTurn):
                 # The runtime answers a StartTurn with PromptSent (most of the time at once).
                 if effect.session_id is None:
@@ -89,6 +97,11 @@ class ChaosRun:
                     self.feed(
                         RuntimeUnavailableAtStart(effect.turn_id, "no", self.rng.random() < 0.5)
                     )
+                elif self.rng.random() < 0.3:  # the restarted agent cannot reload it
+                    self.feed(SessionNotReloaded(effect.turn_id, self.session, "unloadable"))
+                elif self.rng.random() < 0.3:  # shutting down, or another instance's now
+                    reason = self.rng.choice(list(NotStartedReason))
+                    self.feed(TurnNotStarted(effect.turn_id, reason))
         return out
 
     def fire_timers(self, until: float) -> None:

@@ -182,3 +182,58 @@ async def test_a_round_ending_in_the_shutdown_grace_is_answered_and_the_queue_wa
     assert waiting is not None
     assert waiting.state is MessageState.QUEUED  # it runs after the restart, not now
     assert [c[0] for c in harness.runtime.calls].count("prompt") == 1
+
+
+async def test_a_round_not_started_in_the_shutdown_is_let_go_silently_and_stays_journaled(
+    harness: Harness,
+) -> None:
+    await harness.say("one")
+    turn = await harness.runtime.turn(1)
+    second = await harness.say("two")  # queued behind the running round
+    await harness.idle()
+    said = len(harness.feishu.calls)
+    draining = asyncio.create_task(harness.engine.drain(5.0))
+    await asyncio.sleep(0)
+    turn.end()  # the round ends in the grace; the queued one would start now
+    await draining
+
+    actor = harness.engine.conversations[CHAT]
+    assert actor.conv.turn is None  # the core knows it never ran: no hint speaks for it
+    assert actor.conv.timers == ()
+    assert len(harness.feishu.calls) == said + 1  # the first round's end, nothing for two
+    waiting = await harness.store.message(second)
+    assert waiting is not None
+    assert waiting.state is MessageState.QUEUED  # the next start runs it
+    assert [c[0] for c in harness.runtime.calls].count("prompt") == 1
+
+
+async def _card_closed_by_stop(harness: Harness, *, feishu_slow: bool) -> None:
+    mid = await harness.say("deploy")
+    turn = await harness.runtime.turn(1)
+    if feishu_slow:
+        harness.feishu.hold("reply_card")
+    turn.emit(PermissionRequested(turn.session_id, request_id="r1", title="Run", options=OPTIONS))
+    if feishu_slow:
+        await harness.feishu.entered.wait()  # the card is in flight: the core has no message
+    else:
+        await harness.idle()
+    await harness.say("/stop")
+    await asyncio.sleep(0)
+    harness.feishu.release()
+    await harness.idle()
+    card_message = await harness.store.sent(f"{mid}:card:r1")
+    assert card_message is not None, harness.feishu.calls
+    closed = [c.target for c in harness.feishu.calls if c.op == "update_card"]
+    assert closed == card_message  # the card itself, closed as cancelled
+
+
+async def test_a_card_closed_after_feishu_took_it_is_patched_by_the_message_the_core_kept(
+    harness: Harness,
+) -> None:
+    await _card_closed_by_stop(harness, feishu_slow=False)
+
+
+async def test_a_card_closed_while_its_post_was_in_flight_is_still_patched(
+    harness: Harness,
+) -> None:
+    await _card_closed_by_stop(harness, feishu_slow=True)
