@@ -13,31 +13,20 @@ import logging
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any
 
 from bridge.clock import Clock, Timers
 from bridge.core import Conversation, Timings, snapshot, step
 from bridge.core.delivery import Lane, Supersede, Terms, plain_terms
 from bridge.core.effects import (
-    AnswerCallback,
     ClearTimer,
     Dropped,
-    EditText,
     Effect,
-    OpenSession,
-    PostApprovalCard,
-    PostQuestion,
     PostText,
     React,
-    RecordTerminal,
     RelayAgentText,
-    SendFile,
-    SendPrompt,
     SetTimer,
-    ShowDiffs,
-    ShowStatusCard,
-    UpdateApprovalCard,
-    UpdateQuestionCard,
 )
 from bridge.core.inputs import CoreEvent, TimerFired
 from bridge.engine.tasks import TaskTracker
@@ -87,28 +76,16 @@ class _Lane:
         return self.acks.popleft() if self.acks else self.queue.popleft()
 
 
-# Effects answered by whoever fed the input (the card callback, the turn runner), never
-# queued for the performer.
-_TO_CALLER = (AnswerCallback, SendPrompt, OpenSession)
-# The "shown" lane: effects a user sees, through Feishu, and the turn's timeline and end
-# record, which follow what was shown in order (the end record carries the end signal's
-# outbox mark, and a card still to be closed is forgotten only then).
-_TO_FEISHU = (
-    Trace,
-    RecordTerminal,
-    React,
-    PostText,
-    RelayAgentText,
-    EditText,
-    ShowStatusCard,
-    PostApprovalCard,
-    PostQuestion,
-    UpdateApprovalCard,
-    UpdateQuestionCard,
-    SendFile,
-    ShowDiffs,
-    Owed,
-)
+class Route(Enum):
+    """Where the actor puts an effect (the executor's handler table says which)."""
+
+    # Back to whoever fed the input (the card callback, the turn runner), never queued.
+    CALLER = "caller"
+    # What a user sees, through Feishu, and the turn's timeline and end record, which follow
+    # what was shown in order (the end record carries the end signal's outbox mark).
+    SHOWN = "shown"
+    # The agent's work and the store's records: never behind an outage.
+    WORK = "work"
 
 
 def terms_of(actor: ConversationActor, work: Work) -> Terms:
@@ -116,11 +93,6 @@ def terms_of(actor: ConversationActor, work: Work) -> Terms:
     of a post that must reach the conversation's chat."""
     terms: Terms | None = getattr(work, "terms", None)
     return terms if terms is not None else plain_terms(Lane.ANSWER, actor.key)
-
-
-def shown(work: Work) -> bool:
-    """Whether `work` goes on the shown lane (what a user sees, and the turn's record)."""
-    return isinstance(work, _TO_FEISHU)
 
 
 class ConversationActor:
@@ -132,6 +104,7 @@ class ConversationActor:
         timings: Timings,
         clock: Clock,
         perform: Callable[[ConversationActor, Work], Any],
+        route: Callable[[Work], Route],
         publish: Callable[[str, dict[str, object]], object],
         tasks: TaskTracker,
     ) -> None:
@@ -140,6 +113,7 @@ class ConversationActor:
         self._timings = timings
         self._clock = clock
         self._perform = perform
+        self._route = route
         self._publish = publish
         # Two lanes, each performed in order by its own task. What the user is shown goes
         # through Feishu and may wait out an outage (delivery.py); the agent's work (a prompt,
@@ -188,7 +162,7 @@ class ConversationActor:
                     effect.reason,
                     effect.turn_id,
                 )
-            elif not isinstance(effect, _TO_CALLER):
+            elif self._route(effect) is not Route.CALLER:
                 if isinstance(effect, PostText | RelayAgentText):
                     self.enqueue(Owe(effect))
                 self.enqueue(effect)
@@ -202,7 +176,7 @@ class ConversationActor:
         terms: Terms | None = getattr(work, "terms", None)
         if terms is not None and not isinstance(work, Owe):
             self._place_of(work, terms)
-        lane = self._shown if shown(work) else self._work
+        lane = self._shown if self._route(work) is Route.SHOWN else self._work
         (lane.acks if isinstance(work, React) else lane.queue).append(work)
         if lane is self._shown and self._watchers:
             for watcher in self._watchers:

@@ -8,7 +8,7 @@ from typing import Any
 
 from bridge.clock import Clock
 from bridge.core import Conversation, Options, Timings
-from bridge.engine.actor import ConversationActor, Work
+from bridge.engine.actor import ConversationActor, Route, Work
 from bridge.engine.tasks import TaskTracker
 
 
@@ -20,6 +20,7 @@ class Conversations:
         timings: Timings,
         clock: Clock,
         perform: Callable[[ConversationActor, Work], Any],
+        route: Callable[[Work], Route],
         publish: Callable[[str, dict[str, object]], object],
         tasks: TaskTracker,
     ) -> None:
@@ -27,6 +28,7 @@ class Conversations:
         self._timings = timings
         self._clock = clock
         self._perform = perform
+        self._route = route
         self._publish = publish
         self._tasks = tasks
         self._actors: dict[str, ConversationActor] = {}
@@ -40,6 +42,7 @@ class Conversations:
                 timings=self._timings,
                 clock=self._clock,
                 perform=self._perform,
+                route=self._route,
                 publish=self._publish,
                 tasks=self._tasks,
             )

@@ -161,6 +161,7 @@ class Engine:
             timings=config.timings,
             clock=clock,
             perform=self.executor.perform,
+            route=self.executor.route,
             publish=self._published,
             tasks=self._tasks,
         )

@@ -7,11 +7,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from functools import partial
+from typing import Any
 
 from bridge.core.effects import (
     AbandonTurn,
     AnnounceSchedule,
+    AnswerCallback,
     AnswerPermission,
     AnswerQuestion,
     AskConfig,
@@ -23,6 +26,7 @@ from bridge.core.effects import (
     ManageSchedules,
     MarkMessageDone,
     NewSession,
+    OpenSession,
     PostApprovalCard,
     PostQuestion,
     PostText,
@@ -31,6 +35,7 @@ from bridge.core.effects import (
     RelayAgentText,
     ScheduleSkipped,
     SendFile,
+    SendPrompt,
     ShowDiffs,
     ShowStatusCard,
     StartTurn,
@@ -47,7 +52,7 @@ from bridge.core.inputs import (
     TurnNotStarted,
 )
 from bridge.core.text import Text
-from bridge.engine.actor import ConversationActor, Owe, Owed, Trace, Work, shown, terms_of
+from bridge.engine.actor import ConversationActor, Owe, Owed, Route, Trace, Work, terms_of
 from bridge.engine.answers import Answers, Mark
 from bridge.engine.asks import Asks
 from bridge.engine.card_views import CardViews, approval_status
@@ -72,6 +77,16 @@ from bridge.store.steady import StoreRetry
 from bridge.store.trace_buffer import TraceBuffer
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Handler:
+    """How one effect type is carried out: which lane it waits in, what performs it, and the
+    timeline entry it leaves (never its text)."""
+
+    route: Route
+    run: Callable[[ConversationActor, Any], Awaitable[None]]
+    trace: Callable[[Any], tuple[str, str, str] | None] | None = None
 
 
 class EffectExecutor:
@@ -129,6 +144,7 @@ class EffectExecutor:
         self.confirm: Callable[[str], Awaitable[bool]] = _always
         self._retry = retry
         self._asks = Asks(runtime=runtime, store=store, runner=runner, clock=clock)
+        self._handlers = self._table()
 
     async def perform(self, actor: ConversationActor, work: Work) -> None:
         # Its Feishu calls take from the app's budget as its chat's, in the lane the core set.
@@ -141,78 +157,98 @@ class EffectExecutor:
         # Only what follows the end signal on its own lane comes between it and its turn's
         # end record; the work lane runs beside it (the next turn's start, an Owe).
         its_end = isinstance(work, RecordTerminal) and held is not None and work.turn_id == held[0]
-        if held is not None and shown(work) and not its_end:
+        if held is not None and self.route(work) is Route.SHOWN and not its_end:
             await self._write_held(actor.key)
-        match work:
-            case React(message_id):
-                await self.outbox.ack(message_id)
-            case MarkMessageDone(message_id):
-                done = partial(
-                    self._store.set_message_state, message_id, MessageState.DONE, self._clock()
-                )
-                await self._retry.call("message_done", done)
-            case PostText() | RelayAgentText():
-                mark = await self.outbox.post(actor, work, self._text_of(work), fresh=work.fresh)
-                self._hold(actor, work.turn_id, mark)
-                if self._metrics and isinstance(work, PostText):
-                    self._metrics.lines.labels(work.key).inc()
-            case Owe(post):
-                owe = partial(self.outbox.record, actor, post, self._text_of(post))
-                await self._retry.call("owe", owe)
-            case EditText(posted_key, key, params):
-                await self._edit_text(posted_key, render(self._t, key, params))
-            case Owed():
-                await self.outbox.deliver(actor, work)
-            case StartTurn():
-                await self._start_turn(actor, work)
-            case CancelTurn(_, session_id):
-                # No session yet: the core holds the cancel and never lets the prompt go out.
-                if session_id is not None:
-                    await self._runtime.cancel(session_id)
-            case AbandonTurn(_, session_id):
-                await self._runtime.abandon(session_id)
-            case AnswerPermission(request_id, option_id):
-                await self._runtime.answer_permission(request_id, option_id)
-            case AnswerQuestion(request_id, answers):
-                await self._runtime.answer_question(request_id, answers)
-            case ShowStatusCard():
-                await self._status_cards.show(actor, work)
-            case PostApprovalCard() | PostQuestion():
-                await self._post_card(actor, work)
-            case UpdateApprovalCard() | UpdateQuestionCard():
-                await self._update_card(work)
-            case NewSession(reason):
-                await self._runner.leave(actor.key, reason)
-            case AskModes():
-                await self._asks.modes(actor, work)
-            case AskConfig():
-                await self._asks.config(actor, work)
-            case AskSwitch():
-                await self._switches.switch(actor, work)
-            case AskStatus():
-                await self._switches.status(actor, work)
-            case SendFile():
-                await self._files.send(actor, work)
-            case ShowDiffs():
-                await self._files.diffs(actor, work)
-            case ManageSchedules():
-                await self._schedules.manage(actor, work)
-            case AnnounceSchedule():
-                await self._schedules.announce(actor, work)
-            case ScheduleSkipped():
-                await self._schedules.skipped(work)
-            case RecordTerminal():
-                held = self._held.pop(actor.key, None)
-                sent = held[1] if held is not None else None
-                await self._record_terminal(work, sent)
-                await self._after_round(actor)
-            case Trace(turn_id, kind, detail):
-                await self._trace(turn_id, kind, detail)
-            case _:
-                log.warning("no executor for %s", type(work).__name__)
-        traced = _trace_of(work)
+        handler = self._handlers.get(type(work))
+        if handler is None:
+            log.warning("no handler for %s", type(work).__name__)
+            return
+        await handler.run(actor, work)
+        traced = handler.trace(work) if handler.trace is not None else None
         if traced is not None:
             await self._trace(*traced)
+
+    @property
+    def handled(self) -> frozenset[type]:
+        return frozenset(self._handlers)
+
+    def route(self, work: Work) -> Route:
+        """Where `work` goes: back to whoever fed the input, or the shown or work lane."""
+        handler = self._handlers.get(type(work))
+        return Route.WORK if handler is None else handler.route
+
+    def _table(self) -> dict[type, Handler]:
+        """One handler per effect type: adding an effect touches the core and one line here."""
+        shown, work, caller = Route.SHOWN, Route.WORK, Route.CALLER
+        runtime = self._runtime
+        return {
+            # What a user sees, through Feishu, and the turn's record, in order.
+            React: Handler(shown, lambda a, w: self.outbox.ack(w.message_id)),
+            PostText: Handler(shown, self._post, _trace_line),
+            RelayAgentText: Handler(shown, self._post, _trace_reply),
+            EditText: Handler(shown, self._edit_text),
+            Owed: Handler(shown, self.outbox.deliver),
+            ShowStatusCard: Handler(shown, self._status_cards.show, _trace_status_card),
+            PostApprovalCard: Handler(shown, self._post_card, _trace_card("approval_card")),
+            PostQuestion: Handler(shown, self._post_card, _trace_card("question_card")),
+            UpdateApprovalCard: Handler(shown, self._update_card),
+            UpdateQuestionCard: Handler(shown, self._update_card),
+            SendFile: Handler(shown, self._files.send),
+            ShowDiffs: Handler(shown, self._files.diffs),
+            RecordTerminal: Handler(shown, self._end_round),
+            Trace: Handler(shown, lambda a, w: self._trace(w.turn_id, w.kind, w.detail)),
+            # The agent's work and the store's records, never behind an outage.
+            MarkMessageDone: Handler(work, self._message_done),
+            Owe: Handler(work, self._owe),
+            StartTurn: Handler(work, self._start_turn),
+            CancelTurn: Handler(work, self._cancel, _trace_cancel),
+            AbandonTurn: Handler(work, lambda a, w: runtime.abandon(w.session_id)),
+            AnswerPermission: Handler(
+                work, lambda a, w: runtime.answer_permission(w.request_id, w.option_id)
+            ),
+            AnswerQuestion: Handler(
+                work, lambda a, w: runtime.answer_question(w.request_id, w.answers)
+            ),
+            NewSession: Handler(work, lambda a, w: self._runner.leave(a.key, w.reason)),
+            AskModes: Handler(work, self._asks.modes),
+            AskConfig: Handler(work, self._asks.config),
+            AskSwitch: Handler(work, self._switches.switch),
+            AskStatus: Handler(work, self._switches.status),
+            ManageSchedules: Handler(work, self._schedules.manage),
+            AnnounceSchedule: Handler(work, self._schedules.announce),
+            ScheduleSkipped: Handler(work, lambda a, w: self._schedules.skipped(w)),
+            # Answered by whoever fed the input (the card callback, the turn runner).
+            AnswerCallback: Handler(caller, _not_queued),
+            SendPrompt: Handler(caller, _not_queued),
+            OpenSession: Handler(caller, _not_queued),
+        }
+
+    async def _post(self, actor: ConversationActor, work: PostText | RelayAgentText) -> None:
+        mark = await self.outbox.post(actor, work, self._text_of(work), fresh=work.fresh)
+        self._hold(actor, work.turn_id, mark)
+        if self._metrics and isinstance(work, PostText):
+            self._metrics.lines.labels(work.key).inc()
+
+    async def _owe(self, actor: ConversationActor, work: Owe) -> None:
+        owe = partial(self.outbox.record, actor, work.post, self._text_of(work.post))
+        await self._retry.call("owe", owe)
+
+    async def _message_done(self, actor: ConversationActor, work: MarkMessageDone) -> None:
+        done = partial(
+            self._store.set_message_state, work.message_id, MessageState.DONE, self._clock()
+        )
+        await self._retry.call("message_done", done)
+
+    async def _cancel(self, actor: ConversationActor, work: CancelTurn) -> None:
+        # No session yet: the core holds the cancel and never lets the prompt go out.
+        if work.session_id is not None:
+            await self._runtime.cancel(work.session_id)
+
+    async def _end_round(self, actor: ConversationActor, work: RecordTerminal) -> None:
+        held = self._held.pop(actor.key, None)
+        sent = held[1] if held is not None else None
+        await self._record_terminal(work, sent)
+        await self._after_round(actor)
 
     def _hold(self, actor: ConversationActor, turn_id: str | None, mark: Mark | None) -> None:
         if mark is not None and turn_id is not None:
@@ -249,8 +285,9 @@ class EffectExecutor:
         # Written behind, in one statement at the turn's end (see trace_buffer.py).
         await self.traces.add(turn_id, kind, detail)
 
-    async def _edit_text(self, posted_key: str, text: str) -> None:
-        ids = await self._store.sent(posted_key)
+    async def _edit_text(self, actor: ConversationActor, work: EditText) -> None:
+        text = render(self._t, work.key, work.params)
+        ids = await self._store.sent(work.posted_key)
         if not ids:
             return  # never posted (e.g. the bridge restarted before it went out)
         try:
@@ -308,7 +345,9 @@ class EffectExecutor:
         if self._metrics:
             self._metrics.cards_refused.labels(fate).inc()
 
-    async def _update_card(self, work: UpdateApprovalCard | UpdateQuestionCard) -> None:
+    async def _update_card(
+        self, actor: ConversationActor, work: UpdateApprovalCard | UpdateQuestionCard
+    ) -> None:
         if isinstance(work, UpdateApprovalCard):
             await self._store.resolve_approval(
                 work.request_id, approval_status(work), work.by, self._clock()
@@ -376,19 +415,33 @@ async def _always(key: str) -> bool:
     return True
 
 
-def _trace_of(work: Work) -> tuple[str, str, str] | None:
-    """The timeline entry for an effect just performed: what was shown, never its text."""
-    match work:
-        case PostText(key=key, final=final, turn_id=str(turn_id)):
-            return turn_id, "end" if final else "line", key
-        case RelayAgentText(text=text, final=final, turn_id=str(turn_id)):
-            return turn_id, "end" if final else "reply", f"{len(text)} chars"
-        case ShowStatusCard(turn_id=turn_id, view=view, final=True):
-            return turn_id, "end" if view.end_key is None else "status_card", view.phase.value
-        case PostApprovalCard(turn_id=turn_id, request_id=request_id):
-            return turn_id, "approval_card", request_id
-        case PostQuestion(turn_id=turn_id, request_id=request_id):
-            return turn_id, "question_card", request_id
-        case CancelTurn(turn_id):
-            return turn_id, "cancel", ""
-    return None
+async def _not_queued(actor: ConversationActor, work: Work) -> None:
+    raise AssertionError(f"{type(work).__name__} is answered by whoever fed the input")
+
+
+# The timeline entry for an effect just performed: what was shown, never its text.
+def _trace_line(work: PostText) -> tuple[str, str, str] | None:
+    if work.turn_id is None:
+        return None
+    return work.turn_id, "end" if work.final else "line", work.key
+
+
+def _trace_reply(work: RelayAgentText) -> tuple[str, str, str] | None:
+    if work.turn_id is None:
+        return None
+    return work.turn_id, "end" if work.final else "reply", f"{len(work.text)} chars"
+
+
+def _trace_status_card(work: ShowStatusCard) -> tuple[str, str, str] | None:
+    if not work.final:
+        return None
+    kind = "end" if work.view.end_key is None else "status_card"
+    return work.turn_id, kind, work.view.phase.value
+
+
+def _trace_card(kind: str) -> Callable[[PostApprovalCard | PostQuestion], tuple[str, str, str]]:
+    return lambda work: (work.turn_id, kind, work.request_id)
+
+
+def _trace_cancel(work: CancelTurn) -> tuple[str, str, str]:
+    return work.turn_id, "cancel", ""
