@@ -32,7 +32,6 @@ from bridge.config.checks import (
 from bridge.config.feishu import FeishuSection
 from bridge.core import Options, PresenceStyle
 from bridge.engine.engine import Engine, EngineConfig
-from bridge.engine.schedules.scheduler import ScheduleSettings
 from bridge.feishu.api import FeishuApi
 from bridge.feishu.budget import BudgetPolicy
 from bridge.feishu.client import FeishuClient
@@ -54,6 +53,7 @@ from bridge.receiver import AccessPolicy, Receiver
 from bridge.runtime.deferred import DeferredRuntime
 from bridge.runtime.port import AgentRuntime
 from bridge.runtime.router import Routes, acp_routed
+from bridge.schedules.scheduler import ScheduleSettings
 from bridge.store.port import Store
 from bridge.stores import ownership_for, secret, store_for
 

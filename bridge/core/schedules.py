@@ -1,6 +1,6 @@
 """Scheduled prompts: when one may run, and the interval arithmetic of /every.
 
-Pure: the caller passes `now` (wall-clock times, /at, are the engine's: engine/schedules/times.py).
+Pure: the caller passes `now` (wall-clock times, /at, are the engine's: schedules/times.py).
 The gate reads the one truth source, the conversation's execution state, in the seed's
 order: an open stream or a prompt in flight is busy; a person being waited on is busy until
 the wait's timeout, past which the wait is stale and the run is allowed; the grace window

@@ -25,7 +25,6 @@ from bridge.engine.card_views import CardViews
 from bridge.engine.conversations import Conversations
 from bridge.engine.executor import EffectExecutor
 from bridge.engine.intake import Intake
-from bridge.engine.schedules.scheduler import Claims, Scheduler, ScheduleSettings
 from bridge.engine.status_cards import StatusCards
 from bridge.engine.switches import Switches
 from bridge.engine.tasks import TaskTracker
@@ -39,6 +38,7 @@ from bridge.i18n import Translator
 from bridge.ops.metrics import Metrics
 from bridge.runtime.port import AgentRuntime
 from bridge.runtime.router import Routes
+from bridge.schedules.scheduler import Claims, Scheduler, ScheduleSettings
 from bridge.store.port import JournaledMessage, Store
 from bridge.store.steady import StoreRetry
 

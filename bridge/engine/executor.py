@@ -58,7 +58,6 @@ from bridge.engine.asks import Asks
 from bridge.engine.card_views import CardViews, approval_status
 from bridge.engine.files_out import FilesOut
 from bridge.engine.outbox import Outbox, owed_terms
-from bridge.engine.schedules.scheduler import Scheduler
 from bridge.engine.status_cards import StatusCards
 from bridge.engine.switches import Switches
 from bridge.engine.turn_runner import TurnRunner
@@ -72,6 +71,7 @@ from bridge.runtime.port import (
     AgentRuntime,
 )
 from bridge.runtime.router import Routes
+from bridge.schedules.scheduler import Scheduler
 from bridge.store.port import MessageState, Store, StoreUnavailable, TurnOutcome
 from bridge.store.steady import StoreRetry
 from bridge.store.trace_buffer import TraceBuffer

@@ -17,10 +17,10 @@ from typing import Any
 from bridge.core import Options, Timings
 from bridge.core.state import PresenceStyle
 from bridge.engine.engine import Engine, EngineConfig
-from bridge.engine.schedules.scheduler import ScheduleSettings
 from bridge.feishu.models import CardAction, CardActionReply, InboundMessage
 from bridge.i18n import Translator
 from bridge.receiver import AccessPolicy, Receiver
+from bridge.schedules.scheduler import ScheduleSettings
 from bridge.store import MemoryStore
 
 from .agent import Plan, SimRuntime, draw_plan

@@ -27,7 +27,6 @@ from bridge.core.schedules import (
     split_request,
 )
 from bridge.core.state import Conversation, ExecState, Options
-from bridge.engine.schedules.times import parse_at
 from bridge.runtime.events import (
     PermissionKind,
     PermissionOption,
@@ -36,6 +35,7 @@ from bridge.runtime.events import (
     StopReason,
     TurnEnded,
 )
+from bridge.schedules.times import parse_at
 from tests.unit.core.core_driver import ALICE, SID, Driver, T, keys, of_type
 from tests.unit.core.test_core_waiting import QUESTION
 

@@ -17,7 +17,6 @@ from typing import Any
 
 from bridge.core import Options, Timings
 from bridge.engine.engine import Engine, EngineConfig
-from bridge.engine.schedules.scheduler import ScheduleSettings
 from bridge.feishu.api import BotInfo
 from bridge.feishu.delivery import DeliveryPolicy
 from bridge.feishu.models import AttachmentRef, CardAction, InboundMessage
@@ -32,6 +31,7 @@ from bridge.runtime.events import (
     TurnEvent,
 )
 from bridge.runtime.port import EventSink, PromptFile, RuntimeUnavailable, SessionHandle
+from bridge.schedules.scheduler import ScheduleSettings
 from bridge.store import MemoryStore
 from bridge.store.steady import StoreRetry
 

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from bridge.engine.schedules.scheduler import ScheduleSettings
+from bridge.schedules.scheduler import ScheduleSettings
 from bridge.store import MemoryStore
 from bridge.store.port import ScheduleKind
 from tests.unit.engine.engine_fakes import ALICE, CHAT, Call, Harness, T

@@ -25,9 +25,11 @@ from zoneinfo import ZoneInfo
 
 from bridge.clock import Cancellable, Clock
 from bridge.config.schedules import SchedulesSection
-from bridge.core.effects import AnnounceSchedule, ManageSchedules, ScheduleSkipped
+from bridge.core.delivery import where
+from bridge.core.effects import AnnounceSchedule, Effect, ManageSchedules, ScheduleSkipped
 from bridge.core.inputs import (
     CommandName,
+    CoreEvent,
     ScheduleAnswered,
     ScheduledRun,
     ScheduleDue,
@@ -39,15 +41,13 @@ from bridge.core.schedules import (
     parse_interval,
     split_request,
 )
-from bridge.engine.actor import ConversationActor
-from bridge.engine.conversations import Conversations
-from bridge.engine.schedules.texts import ScheduleTexts
-from bridge.engine.schedules.times import parse_at
 from bridge.feishu.api import FeishuApi
 from bridge.feishu.delivery import FeishuGate
 from bridge.feishu.markup import neutralize_mentions
 from bridge.i18n import Translator
 from bridge.ops.metrics import Metrics
+from bridge.schedules.texts import ScheduleTexts
+from bridge.schedules.times import parse_at
 from bridge.store.port import Schedule, ScheduleKind, Store
 
 log = logging.getLogger(__name__)
@@ -103,6 +103,21 @@ class ScheduleSettings:
 class _Run:
     slot: float  # the occurrence an announced run takes
     following: float | None  # the next one (None: a one-time schedule, removed)
+
+
+class ConversationActor(Protocol):
+    """A conversation as the scheduler drives it: fed its inputs, known by its key."""
+
+    @property
+    def key(self) -> str: ...
+
+    def feed(self, event: CoreEvent) -> list[Effect]: ...
+
+
+class Conversations(Protocol):
+    """The engine's live conversations, which the composition root hands over."""
+
+    def get(self, key: str) -> ConversationActor: ...
 
 
 class Claims(Protocol):
@@ -265,7 +280,7 @@ class Scheduler:
         log.info("schedule %d runs in %s", sid, actor.key)
         text = neutralize_mentions(self._t(work.key, **dict(work.params)))
         idem = f"schedule:{sid}:{run.slot:.3f}"
-        if ":" in actor.key and schedule.anchor_message_id:  # a topic thread: answer inside it
+        if where(actor.key)[1] and schedule.anchor_message_id:  # a topic thread: answer in it
             ids = await self._feishu.reply_text(
                 schedule.anchor_message_id, text, uuid=idem, in_thread=True
             )
