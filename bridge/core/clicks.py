@@ -7,6 +7,7 @@ A click is answered in its own callback (Feishu waits at most 3 s): the core ret
 from __future__ import annotations
 
 from collections.abc import Mapping
+from enum import StrEnum
 
 from bridge.core.context import StepContext
 from bridge.core.effects import (
@@ -25,6 +26,23 @@ from bridge.core.inputs import (
 from bridge.core.lifecycle import resume
 from bridge.core.state import Conversation
 from bridge.runtime.events import PermissionKind
+
+
+class Unheard(StrEnum):
+    """Why a card click reached no live request of a conversation."""
+
+    NOT_OURS = "not_ours"  # its value is no card of this bridge
+    GONE = "gone"  # answered before, or cut by a restart
+    UNREACHABLE = "unreachable"  # several instances: the card's owner could not be asked
+
+
+def unheard_click(why: Unheard) -> tuple[Toast, str]:
+    """The toast (kind, text key) for a click no conversation took: nothing was decided."""
+    if why is Unheard.UNREACHABLE:
+        return Toast.WARNING, "card.try_again"  # maybe the owner: click again
+    if why is Unheard.NOT_OURS:
+        return Toast.INFO, "card.click.unknown"
+    return Toast.INFO, "card.already_handled"
 
 
 def may_answer(conv: Conversation, operator: str, *, approval: bool = False) -> bool:

@@ -10,6 +10,7 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping
 
 from bridge.cluster.forward import PeersUnreachable
+from bridge.core.clicks import Unheard, unheard_click
 from bridge.core.effects import AnswerCallback
 from bridge.core.inputs import (
     AccessRefused,
@@ -144,19 +145,20 @@ class Intake:
             # Several instances: the card may be another instance's (it asks them).
             try:
                 reply = await self.forward(action)
-            except PeersUnreachable:  # maybe the owner: nothing decided, click again
-                return CardActionReply(toast_type="warning", toast_text=self._t("card.try_again"))
-        if reply is None:
-            # Not a live request: answered before, or cut by a restart.
-            reply = CardActionReply(toast_type="info", toast_text=self._t("card.already_handled"))
-        return reply
+            except PeersUnreachable:
+                return self._unheard(Unheard.UNREACHABLE)
+        return reply if reply is not None else self._unheard(Unheard.GONE)
+
+    def _unheard(self, why: Unheard) -> CardActionReply:
+        toast, key = unheard_click(why)
+        return CardActionReply(toast_type=toast.value, toast_text=self._t(key))
 
     async def local_card_action(self, action: CardAction) -> CardActionReply | None:
         """The click's answer when the card is one of this instance's live requests, else
         None."""
         decoded = decode_action(action.value)
         if decoded is None:
-            return CardActionReply(toast_type="info", toast_text=self._t("card.click.unknown"))
+            return self._unheard(Unheard.NOT_OURS)
         kind, request_id, choice = decoded
         actor = self._conversations.asking(request_id)
         if actor is None:
@@ -169,7 +171,7 @@ class Intake:
             event = QuestionAnswered(request_id, choice, operator)
         answer = next((e for e in actor.feed(event) if isinstance(e, AnswerCallback)), None)
         if answer is None:
-            return CardActionReply(toast_type="info", toast_text=self._t("card.already_handled"))
+            return self._unheard(Unheard.GONE)
         card = self._cards.closed_card(answer.card) if answer.card is not None else None
         return CardActionReply(
             toast_type=answer.toast.value,
