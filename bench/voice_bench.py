@@ -96,8 +96,8 @@ async def _one(stack: Stack, voice: bool) -> float:
 
 async def latency_figures(n: int) -> None:
     heard = _Heard()
-    logging.getLogger("bridge.engine.voice").addHandler(heard)
-    logging.getLogger("bridge.engine.voice").setLevel(logging.INFO)
+    logging.getLogger("bridge.media.voice").addHandler(heard)
+    logging.getLogger("bridge.media.voice").setLevel(logging.INFO)
     with tempfile.TemporaryDirectory() as folder:
         async with running_stack(Path(folder) / "bridge") as stack:
             await stack.emu.wait_for(lambda: stack.emu.speech.recognitions)  # the probe

@@ -189,7 +189,7 @@ class Receiver:
             self._sink.refuse(message)
 
     async def voice(self, message: InboundMessage, nxt: Next) -> None:
-        # What a voice message is, by BRIDGE_VOICE (engine/voice.py), before the journal, so
+        # What a voice message is, by BRIDGE_VOICE (media/voice.py), before the journal, so
         # a restart recovers it the same way: words to hear, a file, or refused.
         kind = self._voice_kind()
         if message.message_type == "audio" and kind != "audio":

@@ -20,7 +20,6 @@ from bridge.core import Options, Timings
 from bridge.core.inputs import SessionCloseRequested
 from bridge.core.state import WAITING_USER_STATES, ExecState
 from bridge.engine.actor import ConversationActor
-from bridge.engine.attachments import Attachments
 from bridge.engine.card_views import CardViews
 from bridge.engine.conversations import Conversations
 from bridge.engine.executor import EffectExecutor
@@ -29,12 +28,13 @@ from bridge.engine.status_cards import StatusCards
 from bridge.engine.switches import Switches
 from bridge.engine.tasks import TaskTracker
 from bridge.engine.turn_runner import SessionEnded, TurnRunner
-from bridge.engine.voice import SpeechApi, Voice, VoiceMode
 from bridge.feishu.api import FeishuApi
 from bridge.feishu.delivery import DeliveryPolicy, FeishuGate
 from bridge.feishu.models import CardAction, CardActionReply, InboundMessage
 from bridge.feishu.pacer import CallBudget
 from bridge.i18n import Translator
+from bridge.media.attachments import Attachments
+from bridge.media.voice import SpeechApi, Voice, VoiceMode
 from bridge.ops.metrics import Metrics
 from bridge.runtime.port import AgentRuntime
 from bridge.runtime.router import Routes

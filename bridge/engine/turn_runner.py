@@ -24,9 +24,9 @@ from bridge.core.inputs import (
     TurnNotStarted,
 )
 from bridge.engine.actor import ConversationActor, Trace
-from bridge.engine.attachments import Attachments
 from bridge.engine.tasks import TaskTracker
-from bridge.engine.voice import Voice
+from bridge.media.attachments import Attachments
+from bridge.media.voice import Voice
 from bridge.ops.metrics import Metrics
 from bridge.preferences import agent_choices
 from bridge.runtime.events import (

@@ -198,7 +198,7 @@ async def test_voice_as_file_passes_the_audio_through_as_before(tmp_path: Path) 
 async def test_without_the_scope_start_up_says_so_and_voice_goes_as_a_file(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.WARNING, logger="bridge.engine.voice")
+    caplog.set_level(logging.WARNING, logger="bridge.media.voice")
     async with running_stack(tmp_path / "bridge", emulator_options={"speech_scope": False}) as s:
         await s.emu.wait_for(lambda: s.demo.service.engine.voice_mode.scope_missing)
         assert "lacks the scope speech_to_text:speech" in caplog.text
