@@ -47,7 +47,7 @@ from bridge.runtime.port import (
 if TYPE_CHECKING:
     from bridge.config import Settings
     from bridge.runtime.acp.process import AgentProcess
-    from bridge.runtime.acp.session import SessionInfo
+    from bridge.runtime.acp.sessions import SessionInfo
 
 ACP_MODULE: Final = "bridge.runtime.acp.runtime"
 

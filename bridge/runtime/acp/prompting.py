@@ -23,8 +23,7 @@ from collections.abc import Callable, Sequence
 from bridge.runtime.acp.content import prompt_blocks
 from bridge.runtime.acp.process import AgentProcess
 from bridge.runtime.acp.requests import PendingRequests
-from bridge.runtime.acp.session import AcpSession
-from bridge.runtime.acp.sessions import SessionLost, Sessions
+from bridge.runtime.acp.sessions import AcpSession, SessionLost, Sessions
 from bridge.runtime.acp.turns import AcpTurn, absorb_tail, run_prompt
 from bridge.runtime.events import PromptSent, RuntimeExited, RuntimeFailed, StopReason, TurnEnded
 from bridge.runtime.port import EventSink, PromptFile, RuntimeUnavailable

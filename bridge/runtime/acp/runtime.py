@@ -61,8 +61,7 @@ from bridge.runtime.acp.requests import (
     QwenQuestion,
     cancelled_permission,
 )
-from bridge.runtime.acp.session import AcpSession, SessionInfo
-from bridge.runtime.acp.sessions import SessionLost, Sessions
+from bridge.runtime.acp.sessions import AcpSession, SessionInfo, SessionLost, Sessions
 from bridge.runtime.acp.turns import AcpTurn
 from bridge.runtime.events import (
     ConfigOption,
