@@ -33,11 +33,10 @@ from bridge.core import Options, PresenceStyle
 from bridge.engine.engine import Engine, EngineConfig
 from bridge.engine.schedules.scheduler import ScheduleSettings
 from bridge.feishu.api import FeishuApi
-from bridge.feishu.budget import BudgetPolicy
+from bridge.feishu.budget import BudgetPolicy, CallBudget
 from bridge.feishu.client import FeishuClient
 from bridge.feishu.delivery import DeliveryPolicy
 from bridge.feishu.longconn import ConnectionState, LongConnection
-from bridge.feishu.pacer import CallBudget
 from bridge.i18n import Translator
 from bridge.listener import Listener
 from bridge.ops.access import ops_middlewares

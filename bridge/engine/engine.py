@@ -32,9 +32,9 @@ from bridge.engine.tasks import TaskTracker
 from bridge.engine.turn_runner import SessionEnded, TurnRunner
 from bridge.engine.voice import SpeechApi, Voice, VoiceMode
 from bridge.feishu.api import FeishuApi
+from bridge.feishu.budget import CallBudget
 from bridge.feishu.delivery import DeliveryPolicy, FeishuGate
 from bridge.feishu.models import CardAction, CardActionReply, InboundMessage
-from bridge.feishu.pacer import CallBudget
 from bridge.i18n import Translator
 from bridge.ops.metrics import Metrics
 from bridge.runtime.port import AgentRuntime

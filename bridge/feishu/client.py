@@ -33,6 +33,7 @@ import httpx
 from bridge.feishu import speech
 from bridge.feishu.api import BotInfo
 from bridge.feishu.breaker import CircuitBreaker
+from bridge.feishu.budget import CallBudget
 from bridge.feishu.errors import (
     FeishuError,
     RateLimited,
@@ -43,7 +44,6 @@ from bridge.feishu.errors import (
 )
 from bridge.feishu.http import FeishuHttp
 from bridge.feishu.json_codec import dumps
-from bridge.feishu.pacer import CallBudget
 from bridge.feishu.resources import Downloaded, FileTransfer
 from bridge.feishu.retry import RetryPolicy, retried
 from bridge.feishu.split import (
