@@ -46,7 +46,7 @@ from bridge.feishu.http import FeishuHttp
 from bridge.feishu.json_codec import dumps
 from bridge.feishu.resources import Downloaded, FileTransfer
 from bridge.feishu.retry import RetryPolicy, retried
-from bridge.feishu.split import (
+from bridge.feishu.text import (
     DEFAULT_MAX_BYTES,
     DEFAULT_MAX_CHARS,
     DEFAULT_MAX_PARTS,

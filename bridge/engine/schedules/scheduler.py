@@ -45,7 +45,7 @@ from bridge.engine.schedules.texts import ScheduleTexts
 from bridge.engine.schedules.times import parse_at
 from bridge.feishu.api import FeishuApi
 from bridge.feishu.delivery import FeishuGate
-from bridge.feishu.markup import neutralize_mentions
+from bridge.feishu.text import neutralize_mentions
 from bridge.i18n import Translator
 from bridge.ops.metrics import Metrics
 from bridge.store.port import Schedule, ScheduleKind, Store
