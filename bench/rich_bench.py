@@ -14,7 +14,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bridge.feishu.rich import answer_parts
+from bridge.feishu.text import answer_parts
 
 PLAIN = "好的，已经把登录页的重试加上了，测试也跑过了。"
 TYPICAL = """## 改动

@@ -21,8 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bridge.runtime.acp.batches import BatchedTransport
-from bridge.runtime.acp.lines import READ_BYTES, CappedLines
+from bridge.runtime.acp.transport import READ_BYTES, BatchedTransport, CappedLines
 
 WORDS = ("the", "parser", "reads", "each", "token", "and", "checks", "the", "cache")
 

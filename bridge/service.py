@@ -12,7 +12,6 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
-from pathlib import Path
 from typing import Any
 
 from aiohttp import web
@@ -33,11 +32,10 @@ from bridge.config.feishu import FeishuSection
 from bridge.core import Options, PresenceStyle
 from bridge.engine.engine import Engine, EngineConfig
 from bridge.feishu.api import FeishuApi
-from bridge.feishu.budget import BudgetPolicy
+from bridge.feishu.budget import BudgetPolicy, CallBudget
 from bridge.feishu.client import FeishuClient
 from bridge.feishu.delivery import DeliveryPolicy
 from bridge.feishu.longconn import ConnectionState, LongConnection
-from bridge.feishu.pacer import CallBudget
 from bridge.i18n import Translator
 from bridge.listener import Listener
 from bridge.ops.access import ops_middlewares
@@ -50,9 +48,8 @@ from bridge.ops.routes import health_routes, ops_routes
 from bridge.ops.sessions import SessionDirectory
 from bridge.ops.turns import turn_view
 from bridge.receiver import AccessPolicy, Receiver
-from bridge.runtime.deferred import DeferredRuntime
 from bridge.runtime.port import AgentRuntime
-from bridge.runtime.router import Routes, acp_routed
+from bridge.runtime.router import RoutedRuntime, Routes, acp_routed
 from bridge.schedules.scheduler import ScheduleSettings
 from bridge.store.port import Store
 from bridge.stores import ownership_for, secret, store_for
@@ -146,7 +143,7 @@ class BridgeService:
         if self.longconn is not None:
             self.longconn.start()
         self.readiness.ready = True
-        if isinstance(self.runtime, DeferredRuntime):
+        if isinstance(self.runtime, RoutedRuntime):
             self._warmup = asyncio.create_task(self.runtime.warm(), name="runtime-warmup")
         log.info(
             "bridge ready: mode=%s %s %s",
@@ -247,10 +244,8 @@ def build_service(
     routes = Routes.of(agent.agent_profiles, agent.workspace_roots)
     watch = ProcessWatch(projection, routes.agents[0][0], routes.workspaces[0][0])
     if runtime is None:
-        program = Path(routes.agents[0][1][0]).name
         options = {"env": runtime_env, "on_change": watch.changed}
-        build = partial(acp_routed, settings, routes, options)
-        runtime = DeferredRuntime(build, program=program)
+        runtime = acp_routed(settings, routes, options)
     watch.runtime = runtime
     metrics = Metrics(projection, runtime_snapshot=runtime.snapshot)
     metrics.watch_budget(budget.state)

@@ -4,7 +4,7 @@ Python's `json` decodes an escape such as `"\\ud800"` (and, from bytes, a CESU-s
 sequence) into a lone surrogate: a `str` that SQLite, a socket, a log file or a Feishu call
 cannot encode, so it raises wherever it lands. What comes from outside is JSON decoded in
 two places — Feishu events (`bridge.feishu.json_codec`, at every level: the body, a message's
-`content`, a card's value) and the agent's stdout (`bridge.runtime.acp.lines`) — and both
+`content`, a card's value) and the agent's stdout (`bridge.runtime.acp.transport`) — and both
 repair it there, once, with U+FFFD, so nothing downstream needs to care.
 """
 

@@ -18,8 +18,7 @@ from bridge.engine.actor import ConversationActor
 from bridge.feishu.api import FeishuApi
 from bridge.feishu.delivery import FeishuGate, Moot
 from bridge.feishu.errors import MESSAGE_RECALLED, BusinessError
-from bridge.feishu.markup import neutralize_mentions
-from bridge.feishu.rich import answer_card, answer_parts
+from bridge.feishu.text import answer_card, answer_parts, neutralize_mentions
 from bridge.store.port import Store
 
 log = logging.getLogger(__name__)

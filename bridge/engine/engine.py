@@ -29,9 +29,9 @@ from bridge.engine.switches import Switches
 from bridge.engine.tasks import TaskTracker
 from bridge.engine.turn_runner import SessionEnded, TurnRunner
 from bridge.feishu.api import FeishuApi
+from bridge.feishu.budget import CallBudget
 from bridge.feishu.delivery import DeliveryPolicy, FeishuGate
 from bridge.feishu.models import CardAction, CardActionReply, InboundMessage
-from bridge.feishu.pacer import CallBudget
 from bridge.i18n import Translator
 from bridge.media.attachments import Attachments
 from bridge.media.voice import SpeechApi, Voice, VoiceMode

@@ -62,9 +62,9 @@ from bridge.engine.status_cards import StatusCards
 from bridge.engine.switches import Switches
 from bridge.engine.turn_runner import TurnRunner
 from bridge.feishu.api import FeishuApi
+from bridge.feishu.budget import CallBudget, scope
 from bridge.feishu.delivery import FeishuGate
 from bridge.feishu.errors import BusinessError, FeishuError
-from bridge.feishu.pacer import CallBudget, scope
 from bridge.i18n import Translator, render, render_text
 from bridge.ops.metrics import Metrics
 from bridge.runtime.port import (

@@ -21,8 +21,8 @@ from bridge.core.effects import PostText, RelayAgentText
 from bridge.core.inputs import PostGivenUp
 from bridge.engine.actor import ConversationActor, Owed, terms_of
 from bridge.engine.answers import Answers, Mark, Owing
+from bridge.feishu.budget import SEND, CallBudget, paid
 from bridge.feishu.delivery import Superseded, Undeliverable
-from bridge.feishu.pacer import SEND, CallBudget, paid
 from bridge.ops.metrics import Metrics
 from bridge.store.port import Store, TurnOutcome, TurnRecord
 from bridge.store.port_owed import OwedPost

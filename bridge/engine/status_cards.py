@@ -30,6 +30,7 @@ from bridge.core.inputs import StatusCardFailed
 from bridge.engine.actor import ConversationActor, terms_of
 from bridge.engine.tasks import TaskTracker
 from bridge.feishu.api import FeishuApi
+from bridge.feishu.budget import CallBudget, paid
 from bridge.feishu.cards.parts import (
     STREAM_API,
     UPDATE_API,
@@ -40,7 +41,6 @@ from bridge.feishu.cards.parts import (
 from bridge.feishu.cards.status import ANSWER, answer_markdown, live_card
 from bridge.feishu.delivery import FeishuGate
 from bridge.feishu.errors import FeishuError
-from bridge.feishu.pacer import CallBudget, paid
 from bridge.i18n import Translator
 from bridge.ops.metrics import Metrics
 from bridge.store.port import Store

@@ -4,7 +4,9 @@ Not lark-oapi's transport: its async methods fetch the token with blocking `requ
 open a new connection pool per call. Every JSON call here goes through `_request`, which
 adds the tenant token, waits for its turn in the call budget, retries what is worth
 retrying (5xx, 429, transport errors) with the same body, so the same `uuid`, and maps
-every answer through `errors.check_response`. The bytes that are not JSON (a resource
+every answer through `errors.check_response`. The tenant token (`TenantTokenManager`) is
+fetched over the same pool, off the event loop's critical path: one fetch shared among
+concurrent callers, refreshed early. The bytes that are not JSON (a resource
 downloaded to disk, a file uploaded) are `FileTransfer`'s (resources.py).
 
 CardKit: a card entity is created from card JSON 2.0 and posted as a message that names it
@@ -21,6 +23,7 @@ import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -30,6 +33,7 @@ import httpx
 from bridge.feishu import speech
 from bridge.feishu.api import BotInfo
 from bridge.feishu.breaker import CircuitBreaker
+from bridge.feishu.budget import CallBudget
 from bridge.feishu.errors import (
     FeishuError,
     RateLimited,
@@ -40,17 +44,15 @@ from bridge.feishu.errors import (
 )
 from bridge.feishu.http import FeishuHttp
 from bridge.feishu.json_codec import dumps
-from bridge.feishu.pacer import CallBudget
 from bridge.feishu.resources import Downloaded, FileTransfer
 from bridge.feishu.retry import RetryPolicy, retried
-from bridge.feishu.split import (
+from bridge.feishu.text import (
     DEFAULT_MAX_BYTES,
     DEFAULT_MAX_CHARS,
     DEFAULT_MAX_PARTS,
     cap_parts,
     split_text,
 )
-from bridge.feishu.token import DEFAULT_REFRESH_MARGIN, TenantTokenManager
 from bridge.i18n import Translator
 from bridge.utf8 import utf8_safe
 
@@ -92,6 +94,102 @@ def _data(body: dict[str, Any] | None) -> dict[str, Any]:
 
 def _card_change_uuid(card_id: str, sequence: int) -> str:
     return f"{card_id[-32:]}-{sequence}"  # one change, whatever the retries
+
+
+# --- the tenant access token, fetched asynchronously over the client's pool ---------------
+
+TOKEN_PATH = "/open-apis/auth/v3/tenant_access_token/internal"
+# Feishu hands out a new token once the current one has under 30 minutes left, so any
+# margin below that gets a fresh token rather than the same one again.
+DEFAULT_REFRESH_MARGIN = 300.0
+
+
+@dataclass(frozen=True)
+class _Cached:
+    value: str
+    expires_at: float  # clock time after which Feishu rejects it
+    refresh_at: float  # clock time after which we fetch a new one
+
+
+class TenantTokenManager:
+    """Cache of the app's tenant_access_token; `get()` is safe to call concurrently."""
+
+    def __init__(
+        self,
+        http: httpx.AsyncClient,
+        domain: str,
+        app_id: str,
+        app_secret: str,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        refresh_margin: float = DEFAULT_REFRESH_MARGIN,
+    ) -> None:
+        self._http = http
+        self._url = domain.rstrip("/") + TOKEN_PATH
+        self._app_id = app_id
+        self._app_secret = app_secret
+        self._clock = clock
+        self._refresh_margin = refresh_margin
+        self._cached: _Cached | None = None
+        self._lock = asyncio.Lock()
+        self.fetch_count = 0  # observable for tests and metrics
+
+    def __repr__(self) -> str:  # never show the secret or the token
+        return f"TenantTokenManager(app_id={self._app_id!r})"
+
+    async def get(self) -> str:
+        cached = self._cached
+        if cached is not None and self._clock() < cached.refresh_at:
+            return cached.value
+        # Single flight: the first caller fetches, the others wait on the lock and then
+        # find the fresh token in the cache.
+        async with self._lock:
+            cached = self._cached
+            now = self._clock()
+            if cached is not None and now < cached.refresh_at:
+                return cached.value
+            try:
+                self._cached = await self._fetch()
+            except (ServerError, TransportError) as exc:
+                # Inside the refresh margin the old token still works: keep using it.
+                if cached is not None and now < cached.expires_at:
+                    log.warning("tenant token refresh failed, keeping current token: %s", exc)
+                    return cached.value
+                raise
+            return self._cached.value
+
+    async def invalidate(self, token: str) -> None:
+        """Forget `token` after Feishu rejected it. Only that token: when many calls fail
+        with the same stale token at once, the first one to get here wins and the rest
+        reuse the token it fetched."""
+        async with self._lock:
+            if self._cached is not None and self._cached.value == token:
+                self._cached = None
+
+    async def _fetch(self) -> _Cached:
+        body = json.dumps({"app_id": self._app_id, "app_secret": self._app_secret})
+        try:
+            response = await self._http.post(
+                self._url,
+                content=body.encode(),
+                headers={"Content-Type": "application/json; charset=utf-8"},
+            )
+        except httpx.RequestError as exc:
+            raise TransportError.from_httpx(exc) from None
+        data = check_response(response)
+        self.fetch_count += 1
+        value = data.get("tenant_access_token")
+        expire = data.get("expire")
+        if not isinstance(value, str) or not value or not isinstance(expire, int | float):
+            raise ServerError(0, "token response without tenant_access_token/expire")
+        now = self._clock()
+        # Short-lived tokens (the emulator's) still get refreshed before they lapse.
+        margin = min(self._refresh_margin, float(expire) / 2)
+        log.debug("fetched tenant token, valid for %ss", expire)
+        return _Cached(value=value, expires_at=now + expire, refresh_at=now + expire - margin)
+
+
+# --- the client ---------------------------------------------------------------------------
 
 
 class FeishuClient:

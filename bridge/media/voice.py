@@ -2,7 +2,7 @@
 message-resource API, decoded to 16 kHz mono PCM (PyAV, in a worker thread), recognized by
 Feishu. The core is told what was heard (it shows the user one quoted line) or why nothing
 was (it ends the round with one line, and the agent gets nothing). The transcript is the
-prompt; the audio goes beside it only to an agent that takes audio (runtime/acp/content.py).
+prompt; the audio goes beside it only to an agent that takes audio (runtime/acp/prompting.py).
 Never logged: what was said."""
 
 from __future__ import annotations

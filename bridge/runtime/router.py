@@ -6,16 +6,25 @@ picks one of each (`/agent`, `/cd`, kept as its choices `AGENT_CHOICE` and
 use: its own agent processes, limits and sandbox around that workspace. A session belongs
 to the runtime that opened it; every call about the session goes there.
 
-With one profile and one workspace (the default) there is exactly one runtime, as before.
+With one profile and one workspace (the default) there is exactly one runtime.
+
+Building on first use is also what lets the bridge answer `/healthz` before the ACP SDK is
+loaded: importing it (its pydantic schema models) takes about 0.9 s, and no agent starts
+before the first message anyway. `BridgeService.start` warms the import in a worker thread
+once the bridge is ready (`warm`); the first call that needs a runtime builds it (importing
+right then if the warm-up has not finished). Until then `snapshot()` says no agent runs,
+which is true.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import importlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from bridge.paths import within
 from bridge.runtime.events import (
@@ -37,6 +46,10 @@ from bridge.runtime.port import (
 
 if TYPE_CHECKING:
     from bridge.config import Settings
+    from bridge.runtime.acp.process import AgentProcess
+    from bridge.runtime.acp.sessions import SessionInfo
+
+ACP_MODULE: Final = "bridge.runtime.acp.runtime"
 
 
 @dataclass(frozen=True)
@@ -89,21 +102,33 @@ class Routes:
         return next((name for name, folder in self.workspaces if folder == root), root.name)
 
 
-Build = Callable[[Sequence[str], Path], AgentRuntime]
+class RouteRuntime(AgentRuntime, Protocol):
+    """What serves one route: the port, plus letting a conversation go that moved to another
+    route, plus the diagnostics operators and tests read."""
+
+    def release(self, conversation_key: str) -> None: ...
+
+    def session_info(self, session_id: str) -> SessionInfo | None: ...
+
+    def running_processes(self) -> list[AgentProcess]: ...
+
+
+Build = Callable[[Sequence[str], Path], RouteRuntime]
 
 
 class RoutedRuntime:
-    """Implements `AgentRuntime` over one runtime per (agent profile, workspace)."""
+    """Implements `AgentRuntime` over one runtime per (agent profile, workspace), each built
+    when a call first needs it."""
 
     def __init__(self, routes: Routes, build: Build) -> None:
         self.routes = routes
         self._build = build
-        self._runtimes: dict[tuple[str, Path], AgentRuntime] = {}
-        self._owner: dict[str, AgentRuntime] = {}  # session id -> its runtime
-        self._requests: dict[str, AgentRuntime] = {}  # pending request id -> its runtime
-        self._placed: dict[str, AgentRuntime] = {}  # conversation key -> its runtime now
+        self._runtimes: dict[tuple[str, Path], RouteRuntime] = {}
+        self._owner: dict[str, RouteRuntime] = {}  # session id -> its runtime
+        self._requests: dict[str, RouteRuntime] = {}  # pending request id -> its runtime
+        self._placed: dict[str, RouteRuntime] = {}  # conversation key -> its runtime now
 
-    def runtime(self, agent: str, root: Path) -> AgentRuntime:
+    def runtime(self, agent: str, root: Path) -> RouteRuntime:
         found = self._runtimes.get((agent, root))
         if found is None:
             argv = dict(self.routes.agents)[agent]
@@ -111,8 +136,12 @@ class RoutedRuntime:
         return found
 
     @property
-    def default(self) -> AgentRuntime:
+    def default(self) -> RouteRuntime:
         return self.runtime(self.routes.agents[0][0], self.routes.workspaces[0][1])
+
+    async def warm(self) -> None:
+        """Import the ACP SDK in a worker thread: the event loop keeps serving meanwhile."""
+        await asyncio.to_thread(importlib.import_module, ACP_MODULE)
 
     async def start(self) -> None:
         await self.default.start()
@@ -129,7 +158,7 @@ class RoutedRuntime:
         runtime = self.runtime(self.routes.agent(chosen), root)
         before = self._placed.get(conversation_key)
         if before is not None and before is not runtime:
-            _release(before, conversation_key)  # it moved: its idle session there goes
+            before.release(conversation_key)  # it moved: its idle session there goes
         chosen[WORKSPACE_CHOICE] = str(folder)
         owner = self._owner.get(resume_session_id or "")
         resume = resume_session_id if owner in (None, runtime) else None
@@ -140,7 +169,7 @@ class RoutedRuntime:
         self._placed[conversation_key] = runtime
         return handle
 
-    def _of(self, session_id: str) -> AgentRuntime:
+    def _of(self, session_id: str) -> RouteRuntime:
         return self._owner.get(session_id) or self.default
 
     async def prompt(
@@ -205,14 +234,29 @@ class RoutedRuntime:
             with contextlib.suppress(Exception):
                 await runtime.close()
 
-    def __getattr__(self, name: str) -> Any:
-        # Diagnostics the tests read (session_info, running_processes, …): the default's.
-        if name.startswith("_"):
-            raise AttributeError(name)
-        return getattr(self.default, name)
+    # --- what operators and tests read ------------------------------------------------------
+
+    def session_info(self, session_id: str) -> SessionInfo | None:
+        runtime = self._owner.get(session_id)
+        return runtime.session_info(session_id) if runtime is not None else None
+
+    def running_processes(self) -> list[AgentProcess]:
+        """Every route's running agent processes."""
+        return [p for runtime in self._runtimes.values() for p in runtime.running_processes()]
 
     def snapshot(self) -> dict[str, Any]:
-        """The default runtime's view; with several routes, every route's agents too."""
+        """The default runtime's view; with several routes, every route's agents too; before
+        any runtime is built, no agent."""
+        if not self._runtimes:
+            idle = {"unknown_updates": 0, "late_updates": 0, "oversize_updates": 0}
+            program = Path(self.routes.agents[0][1][0]).name
+            return {
+                "command": program,
+                **idle,
+                "cancel_tails": 0,
+                "pending_requests": 0,
+                "agents": [],
+            }
         if len(self._runtimes) <= 1:
             return self.default.snapshot()
         merged = dict(self.default.snapshot())
@@ -223,18 +267,14 @@ class RoutedRuntime:
         return merged
 
 
-def _release(runtime: AgentRuntime, conversation_key: str) -> None:
-    release = getattr(runtime, "release", None)
-    if release is not None:
-        release(conversation_key)
-
-
 def acp_routed(settings: Settings, routes: Routes, options: Mapping[str, Any]) -> RoutedRuntime:
     """One ACP runtime per agent profile and workspace, built as conversations need them
     (`options`: the agent's extra environment, the process-change hook)."""
-    from bridge.runtime.acp.runtime import AcpRuntime  # the ACP SDK: loaded after start-up
 
-    def build(argv: Sequence[str], folder: Path) -> AgentRuntime:
+    def build(argv: Sequence[str], folder: Path) -> RouteRuntime:
+        # The ACP SDK is imported here, at the first build, never at start-up (see above).
+        from bridge.runtime.acp.runtime import AcpRuntime
+
         return AcpRuntime.from_settings(settings, argv=argv, workdir=folder, **options)
 
     return RoutedRuntime(routes, build)

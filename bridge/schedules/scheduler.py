@@ -43,7 +43,7 @@ from bridge.core.schedules import (
 )
 from bridge.feishu.api import FeishuApi
 from bridge.feishu.delivery import FeishuGate
-from bridge.feishu.markup import neutralize_mentions
+from bridge.feishu.text import neutralize_mentions
 from bridge.i18n import Translator
 from bridge.ops.metrics import Metrics
 from bridge.schedules.texts import ScheduleTexts

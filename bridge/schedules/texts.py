@@ -8,7 +8,7 @@ from datetime import UTC, datetime, tzinfo
 
 from bridge.core.inputs import ScheduleResult
 from bridge.core.schedules import excerpt, format_interval
-from bridge.feishu.markup import neutralize_mentions
+from bridge.feishu.text import neutralize_mentions
 from bridge.i18n import Translator
 from bridge.store.port import Schedule
 

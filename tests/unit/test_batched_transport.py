@@ -11,13 +11,13 @@ from typing import Any
 
 import pytest
 
-from bridge.runtime.acp.batches import (
+from bridge.runtime.acp.transport import (
     BUSY_SESSIONS,
     MAX_WINDOW_SECONDS,
     BatchedTransport,
+    CappedLines,
     window_for,
 )
-from bridge.runtime.acp.lines import CappedLines
 
 CAP = 256
 

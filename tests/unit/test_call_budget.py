@@ -1,4 +1,4 @@
-"""The app's Feishu call budget (bridge/feishu/budget.py, pacer.py), on injected time: the
+"""The app's Feishu call budget (bridge/feishu/budget.py), on injected time: the
 lanes' order, each chat's fair share, a hint never starved past its deadline, a chat at its
 limit never holding the others, and a 429's pause, shrink and recovery."""
 
@@ -11,8 +11,17 @@ from dataclasses import replace
 import pytest
 
 from bridge.core.delivery import Lane
-from bridge.feishu.budget import BudgetPolicy, CallQueue, Waiter
-from bridge.feishu.pacer import SEND, CallBudget, api_of, default_lane, is_send, scope
+from bridge.feishu.budget import (
+    SEND,
+    BudgetPolicy,
+    CallBudget,
+    CallQueue,
+    Waiter,
+    api_of,
+    default_lane,
+    is_send,
+    scope,
+)
 
 # One call a second for the app, none kept in reserve: each grant is a tick of the clock.
 SLOW = BudgetPolicy(app_per_second=1.0, chat_per_second=100.0, burst_seconds=0.0)

@@ -15,8 +15,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bridge.runtime.acp.batches import BatchedTransport, decoded
-from bridge.runtime.acp.lines import CappedLines
+from bridge.runtime.acp.transport import BatchedTransport, CappedLines, decoded
 from bridge.utf8 import utf8_safe
 
 CAP = 64

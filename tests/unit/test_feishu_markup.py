@@ -14,7 +14,7 @@ from bridge.feishu.cards.requests import (
     question_card,
     question_closed_card,
 )
-from bridge.feishu.markup import code_block, markdown_literal, neutralize_mentions
+from bridge.feishu.text import code_block, markdown_literal, neutralize_mentions
 from bridge.i18n import Translator
 
 T = Translator("zh_CN")

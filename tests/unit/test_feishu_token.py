@@ -10,8 +10,8 @@ import httpx
 import pytest
 import respx
 
+from bridge.feishu.client import TOKEN_PATH, TenantTokenManager
 from bridge.feishu.errors import BusinessError, ServerError
-from bridge.feishu.token import TOKEN_PATH, TenantTokenManager
 
 DOMAIN = "http://127.0.0.1:9"
 

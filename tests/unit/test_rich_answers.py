@@ -1,4 +1,4 @@
-"""The agent's Markdown as Feishu card markdown (bridge/feishu/rich.py): a corpus of answers
+"""The agent's Markdown as Feishu card markdown (bridge/feishu/text.py): a corpus of answers
 shaped like real agents' (code, tables, nested lists, CJK), the split at block boundaries,
 and a fuzz that no answer ever yields a mention, a tag or a broken code block."""
 
@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from markdown_it.tree import SyntaxTreeNode
 
-from bridge.feishu.rich import _PARSER, _RICH, PART_CHARS, answer_card, answer_parts
+from bridge.feishu.text import _PARSER, _RICH, PART_CHARS, answer_card, answer_parts
 
 
 def test_plain_text_stays_plain() -> None:

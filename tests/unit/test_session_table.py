@@ -9,7 +9,7 @@ from typing import Any, cast
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bridge.runtime.acp.session import AcpSession, SessionTable
+from bridge.runtime.acp.sessions import AcpSession, SessionTable
 
 
 def _session(session_id: str, slot: int) -> AcpSession:

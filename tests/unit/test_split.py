@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bridge.feishu.split import (
+from bridge.feishu.text import (
     DEFAULT_MAX_BYTES,
     DEFAULT_MAX_CHARS,
     FEISHU_TEXT_BODY_LIMIT,

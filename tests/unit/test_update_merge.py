@@ -17,8 +17,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from bridge.runtime.acp.merge import Merger, keyed, merge, merge_key, update_session
 from bridge.runtime.acp.normalize import turn_event
+from bridge.runtime.acp.transport import Merger, keyed, merge, merge_key, update_session
 from bridge.runtime.events import (
     MessageChunk,
     ThoughtChunk,

@@ -17,8 +17,8 @@ from typing import Final
 
 from bridge.core.effects import CardView
 from bridge.core.text import format_elapsed
+from bridge.feishu.budget import api_of
 from bridge.feishu.cards.status import elements_of
-from bridge.feishu.pacer import api_of
 from bridge.i18n import Translator
 
 STREAM_API: Final = api_of("PUT", "/open-apis/cardkit/v1/cards/c/elements/e/content")

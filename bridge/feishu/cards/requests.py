@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bridge.core.presence import CARD_DETAIL_LIMIT
-from bridge.feishu.markup import clip, code_block, markdown_literal, neutralize_mentions
+from bridge.feishu.text import clip, code_block, markdown_literal, neutralize_mentions
 from bridge.i18n import Translator
 
 APPROVAL = "approval"

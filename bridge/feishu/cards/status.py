@@ -12,8 +12,7 @@ from typing import Any, Final
 
 from bridge.core.effects import CardPhase, CardView
 from bridge.core.text import format_elapsed
-from bridge.feishu.markup import markdown_literal
-from bridge.feishu.rich import answer_parts
+from bridge.feishu.text import answer_parts, markdown_literal
 from bridge.i18n import Translator, render, render_text
 
 ANSWER: Final = "answer"  # the element CardKit streams into
@@ -36,7 +35,7 @@ _TOOL_STATES: Final = ("pending", "in_progress", "completed", "failed")
 
 
 def answer_markdown(text: str) -> str:
-    """The answer in the card: its Markdown as card markdown (rich.py), else its words."""
+    """The answer in the card: its Markdown as card markdown (feishu/text.py), else its words."""
     parts = answer_parts(text)
     return parts[0] if parts is not None and len(parts) == 1 else markdown_literal(text)
 

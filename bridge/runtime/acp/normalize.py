@@ -1,4 +1,5 @@
-"""ACP wire shapes → normalized turn events. Pure functions, no I/O.
+"""ACP wire shapes → normalized turn events (progress, and the files and diffs an update
+offers besides). Pure functions, no I/O.
 
 The ACP adapter calls these from its client callbacks; keeping them pure lets the unit tests
 pin every mapping without a subprocess.
@@ -6,9 +7,10 @@ pin every mapping without a subprocess.
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from acp.schema import (
     AgentMessageChunk,
@@ -22,6 +24,7 @@ from acp.schema import (
     FileEditToolCallContent,
     PermissionOption,
     PlanUpdateItems,
+    ResourceContentBlock,
     TextContentBlock,
     ToolCallProgress,
     ToolCallStart,
@@ -29,6 +32,8 @@ from acp.schema import (
 )
 
 from bridge.runtime.events import (
+    DiffReported,
+    FileOffered,
     MessageChunk,
     PermissionKind,
     PermissionRequested,
@@ -128,6 +133,36 @@ def _plan_entries(entries: Sequence[Any]) -> tuple[PlanEntry, ...]:
 
 
 # --- permission requests ----------------------------------------------------------------------
+
+
+MAX_DIFF_CHARS: Final = 50_000  # one file's diff kept for /diff; longer ones are cut
+
+
+def offer_events(session_id: str, update: Any) -> list[TurnEvent]:
+    """What an update carries besides progress: files the agent's answer links (a
+    `resource_link` in an agent message) and file changes its tools report (`diff`
+    content), for the core to show with /diff and send with the answer."""
+    if isinstance(update, AgentMessageChunk) and isinstance(update.content, ResourceContentBlock):
+        link = update.content
+        if link.uri.startswith("file://"):
+            return [FileOffered(session_id, uri=link.uri, name=link.name)]
+        return []
+    if isinstance(update, ToolCallStart | ToolCallProgress):
+        return [
+            DiffReported(session_id, path=item.path, diff=_unified(item))
+            for item in update.content or []
+            if isinstance(item, FileEditToolCallContent)
+        ]
+    return []
+
+
+def _unified(item: FileEditToolCallContent) -> str:
+    old = (item.old_text or "").splitlines(keepends=True)
+    new = item.new_text.splitlines(keepends=True)
+    name = item.path
+    lines = difflib.unified_diff(old, new, fromfile=f"a/{name}", tofile=f"b/{name}")
+    text = "".join(line if line.endswith("\n") else line + "\n" for line in lines)
+    return text[:MAX_DIFF_CHARS]
 
 
 def permission_options(options: Sequence[PermissionOption]) -> tuple[EventPermissionOption, ...]:

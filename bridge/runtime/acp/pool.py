@@ -30,9 +30,8 @@ from pydantic import ValidationError
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt
 from tenacity.wait import wait_base
 
-from bridge.runtime.acp.batches import DEFAULT_WINDOW_SECONDS
-from bridge.runtime.acp.lines import MAX_LINE_BYTES
 from bridge.runtime.acp.process import AgentProcess, SpawnError, spawn_agent
+from bridge.runtime.acp.transport import DEFAULT_WINDOW_SECONDS, MAX_LINE_BYTES
 from bridge.runtime.events import RuntimeExited
 from bridge.runtime.port import RuntimeUnavailable
 from bridge.runtime.sandbox import SandboxPolicy

@@ -40,8 +40,13 @@ from acp.schema import (
 )
 from acp.utils import notify_model, request_model, serialize_params
 
-from bridge.runtime.acp.batches import DEFAULT_WINDOW_SECONDS, BatchedTransport
-from bridge.runtime.acp.lines import MAX_LINE_BYTES, READ_BYTES, CappedLines
+from bridge.runtime.acp.transport import (
+    DEFAULT_WINDOW_SECONDS,
+    MAX_LINE_BYTES,
+    READ_BYTES,
+    BatchedTransport,
+    CappedLines,
+)
 from bridge.runtime.sandbox import SandboxPolicy
 
 logger = logging.getLogger(__name__)
@@ -339,7 +344,7 @@ async def spawn_agent(
 ) -> AgentProcess:
     """Start the agent command (inside `sandbox` when given) and wire its stdio; raises
     SpawnError when it cannot run. `batch_window`: how long streaming updates are held to
-    be merged (`batches.py`; 0 merges nothing)."""
+    be merged (`transport.py`; 0 merges nothing)."""
     command = sandbox.wrap(argv) if sandbox is not None else list(argv)
     try:
         process = await asyncio.create_subprocess_exec(

@@ -44,12 +44,12 @@ from bridge.runtime.acp.normalize import (
     SESSION_STATE_KINDS,
     elicitation_question,
     is_qwen_question,
+    offer_events,
     permission_event,
     qwen_question,
     turn_event,
     update_kind,
 )
-from bridge.runtime.acp.offers import offer_events
 from bridge.runtime.acp.pool import AgentPool, PoolLimits
 from bridge.runtime.acp.process import AgentProcess
 from bridge.runtime.acp.prompting import Prompting
@@ -61,8 +61,7 @@ from bridge.runtime.acp.requests import (
     QwenQuestion,
     cancelled_permission,
 )
-from bridge.runtime.acp.session import AcpSession, SessionInfo
-from bridge.runtime.acp.sessions import SessionLost, Sessions
+from bridge.runtime.acp.sessions import AcpSession, SessionInfo, SessionLost, Sessions
 from bridge.runtime.acp.turns import AcpTurn
 from bridge.runtime.events import (
     ConfigOption,
