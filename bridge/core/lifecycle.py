@@ -34,6 +34,7 @@ from bridge.core.state import (
     LastTerminal,
     Outcome,
     Turn,
+    TurnEnd,
 )
 from bridge.core.status_lines import footer
 from bridge.core.text import NOTHING_WRITTEN, Params
@@ -69,7 +70,7 @@ def stop_running(ctx: StepContext, *, confirm: bool = False) -> bool:
     turn = ctx.conv.turn
     if turn is None:
         return False
-    if not turn.terminal:
+    if turn.end is None:
         on_the_wire = turn.session_id is not None and not turn.runtime_done
         if confirm and on_the_wire and ctx.conv.state is not ExecState.RECOVERING:
             request_stop(ctx)
@@ -82,7 +83,7 @@ def stop_running(ctx: StepContext, *, confirm: bool = False) -> bool:
                 ending=Ending.USER_STOP,
             )
         return True
-    if not turn.end_posted:
+    if not turn.end.posted:
         conclude_grace(ctx)  # the runtime already returned; just close the round now
         return True
     return False
@@ -110,7 +111,7 @@ def abandon(ctx: StepContext, key: str, *, detail: str, ending: Ending) -> None:
     if turn.session_id is not None:
         ctx.emit(AbandonTurn(turn.turn_id, turn.session_id))
     ctx.update_turn(runtime_done=True)
-    if turn.end_posted:
+    if turn.end is not None and turn.end.posted:
         settle(ctx)
     else:
         finish(ctx, Outcome.CANCELLED, key, detail=detail, ending=ending)
@@ -195,7 +196,8 @@ def finish(
     tid, reply_to, end_id = turn.turn_id, turn.message_id, f"{turn.turn_id}:end"
     tail = str(turn.text).strip()
     send_offered(ctx)  # the files the answer links go before it
-    final_outcome = turn.outcome or outcome
+    first = turn.end  # set when the end was held for the grace window: it stands
+    final_outcome = first.outcome if first else outcome
     ctx.ending = final_outcome  # the end signal carries it (a restart ends the turn with it)
     if status_card.finalize(ctx, key, params, end_id):
         pass  # the card ends it, and says what a message must say too
@@ -210,48 +212,36 @@ def finish(
         ctx.emit(PostText(key, dict(params or {}), reply_to, end_id, True, tid, footer(ctx)))
     ctx.ending = None
     ctx.update_turn(text=NOTHING_WRITTEN, pending_progress=None)
-    final_ending = ctx.turn.ending or ending
+    final_ending = first.ending if first else ending
     ctx.emit(RecordTerminal(turn.turn_id, final_outcome, final_ending, detail))
     # "Still working" and "your turn" of this turn are untrue from now on, wherever they wait.
     ctx.emit(Supersede((presence_group(tid),)))
-    ctx.update_turn(
-        outcome=final_outcome,
-        ending=final_ending,
-        detail=detail,
-        ended_at=ctx.now if ctx.turn.ended_at is None else ctx.turn.ended_at,
-        end_posted=True,
-    )
+    ended_at = first.ended_at if first else ctx.now
+    ctx.update_turn(end=TurnEnd(final_outcome, final_ending, detail, ended_at))
     settle(ctx)
 
 
 def conclude_grace(ctx: StepContext) -> None:
-    turn = ctx.turn
-    assert turn.outcome is not None, "only in a grace window"
-    assert turn.stop_reason is not None, "only in a grace window"
-    assert turn.ending is not None, "only in a grace window"
-    finish(
-        ctx,
-        turn.outcome,
-        STOP_REASON_KEYS[turn.stop_reason],
-        detail=turn.detail,
-        ending=turn.ending,
-    )
+    end = ctx.turn.end
+    assert end is not None, "only in a grace window"
+    assert end.held is not None, "only in a grace window"
+    finish(ctx, end.outcome, STOP_REASON_KEYS[end.held], detail=end.detail, ending=end.ending)
 
 
 def settle(ctx: StepContext) -> None:
     """After a terminal: wait in FINISHING until the end is posted and the runtime returned,
     then take the next queued message."""
     turn = ctx.conv.turn
-    if turn is None or turn.outcome is None:
+    if turn is None or turn.end is None:
         return
-    if not (turn.end_posted and turn.runtime_done):
+    end = turn.end
+    if not (end.posted and turn.runtime_done):
         ctx.update(state=ExecState.FINISHING)
         return
-    ended_at = turn.ended_at if turn.ended_at is not None else ctx.now
     ctx.update(
         turn=None,
         state=ExecState.IDLE,
-        last_terminal=LastTerminal(turn.turn_id, turn.outcome, ended_at, turn.ending),
+        last_terminal=LastTerminal(turn.turn_id, end.outcome, end.ended_at, end.ending),
     )
     if ctx.conv.queue:
         head, *rest = ctx.conv.queue

@@ -249,7 +249,8 @@ def _on_user_message(ctx: StepContext, msg: UserMessage) -> None:
         return
     if hold(ctx, msg):
         return
-    if conv.state is ExecState.FINISHING and not ctx.turn.end_posted:
+    end = ctx.turn.end if conv.state is ExecState.FINISHING else None
+    if end is not None and not end.posted:
         # A follow-up during the grace window closes the round at once instead of waiting.
         conclude_grace(ctx)
     attachments = take_held(ctx, msg)

@@ -141,12 +141,12 @@ def deadlines(conv: Conversation, timings: Timings) -> dict[str, float]:
         if not turn.stopping_said:
             found[CANCEL_NOTICE] = turn.stop_requested_at + timings.cancel_notice
         found[CANCEL_LIMIT] = turn.stop_requested_at + timings.cancel_limit
-    elif state is ExecState.FINISHING and turn.ended_at is not None:
-        if not turn.end_posted:
-            found[FINISH_GRACE] = turn.ended_at + timings.finish_grace
+    elif state is ExecState.FINISHING and turn.end is not None:
+        if not turn.end.posted:
+            found[FINISH_GRACE] = turn.end.ended_at + timings.finish_grace
         elif not turn.runtime_done:
             # A cancel that never lands must not hold the queue forever.
-            found[DRAIN] = turn.ended_at + timings.cancel_limit
+            found[DRAIN] = turn.end.ended_at + timings.cancel_limit
     elif state is ExecState.RECOVERING and turn.recovering_since is not None:
         found[RECOVERY] = turn.recovering_since + timings.stale
     return found

@@ -60,7 +60,7 @@ def snapshot(conv: Conversation) -> dict[str, object]:
             else None
         ),
         "last_activity_at": turn.last_activity_at if turn else None,
-        "outcome": turn.outcome.value if turn and turn.outcome else None,
+        "outcome": turn.end.outcome.value if turn and turn.end else None,
         "queue_length": len(conv.queue),
         "pending_approval": (
             {

@@ -134,6 +134,23 @@ class PresenceStyle(StrEnum):
 
 
 @dataclass(frozen=True)
+class TurnEnd:
+    """How a turn ended: fixed by its first terminal, whatever comes after it."""
+
+    outcome: Outcome
+    ending: Ending
+    detail: str
+    ended_at: float
+    # A non-final stop reason whose end line waits out the grace window (a follow-up
+    # message closes it sooner); None once the turn's one end signal went out.
+    held: StopReason | None = None
+
+    @property
+    def posted(self) -> bool:
+        return self.held is None
+
+
+@dataclass(frozen=True)
 class Turn:
     """One agent turn answering one user message; `turn_id` is that message's id."""
 
@@ -160,13 +177,7 @@ class Turn:
     rejected: bool = False  # the user refused a step: an agent may end the round for it
     reopened: bool = False  # its session could not be reloaded: asked once for a new one
     begun_here: bool = False  # the store's record of it was begun by this process
-    # Terminal part: set once (first terminal wins).
-    outcome: Outcome | None = None
-    ending: Ending | None = None
-    stop_reason: StopReason | None = None
-    detail: str = ""
-    ended_at: float | None = None
-    end_posted: bool = False  # the one end signal went out
+    end: TurnEnd | None = None  # set by the first terminal; the turn is over from then on
     runtime_done: bool = False  # the runtime returned from the prompt; the next turn may start
     # Card style: the live status card of this turn (see core/status_card.py).
     card_shown: bool = False  # the card was posted; from now on it carries progress
@@ -179,7 +190,7 @@ class Turn:
 
     @property
     def terminal(self) -> bool:
-        return self.outcome is not None
+        return self.end is not None
 
 
 class Ending(StrEnum):

@@ -28,6 +28,7 @@ from bridge.core.state import (
     PendingQuestion,
     ProgressLine,
     Turn,
+    TurnEnd,
 )
 from bridge.core.text import NOTHING_WRITTEN, Params
 from bridge.runtime.events import (
@@ -164,7 +165,7 @@ def _after_terminal(ctx: StepContext, event: TurnEvent) -> None:
         else:
             ctx.drop(event, "second terminal")
         return
-    if isinstance(event, MessageChunk) and not turn.end_posted:
+    if isinstance(event, MessageChunk) and turn.end is not None and not turn.end.posted:
         # The grace window absorbs text that raced the prompt's response.
         ctx.update_turn(text=turn.text.add(event.text), last_activity_at=ctx.now)
         return
@@ -361,14 +362,8 @@ def _on_turn_ended(ctx: StepContext, event: TurnEnded) -> None:
         finish(ctx, Outcome.CANCELLED, key, detail=reason.value, ending=ending)
     else:
         # Non-final ending: hold the end line for the grace window (first terminal is now).
-        ctx.update_turn(
-            outcome=Outcome.COMPLETED,
-            ending=Ending.COMPLETED,
-            stop_reason=reason,
-            detail=reason.value,
-            ended_at=ctx.now,
-            pending_progress=None,
-        )
+        end = TurnEnd(Outcome.COMPLETED, Ending.COMPLETED, reason.value, ctx.now, held=reason)
+        ctx.update_turn(end=end, pending_progress=None)
         ctx.update(state=ExecState.FINISHING)
 
 
