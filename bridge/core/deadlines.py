@@ -19,6 +19,7 @@ from bridge.core.state import (
     Ending,
     ExecState,
     Outcome,
+    StopRequest,
 )
 from bridge.core.text import format_elapsed
 from bridge.core.turn_events import flush_commentary, show_progress
@@ -61,7 +62,9 @@ def _stale_limit(ctx: StepContext) -> None:
 
 
 def _cancel_notice(ctx: StepContext) -> None:
-    ctx.update_turn(stopping_said=True)
+    stop = ctx.turn.stop
+    assert stop is not None, "only while cancelling"
+    ctx.update_turn(stop=StopRequest(stop.requested_at, said=True))
     ctx.say("presence.stopping", kind="stopping", line=Line.HINT)
 
 

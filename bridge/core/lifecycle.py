@@ -33,6 +33,7 @@ from bridge.core.state import (
     ExecState,
     LastTerminal,
     Outcome,
+    StopRequest,
     Turn,
     TurnEnd,
 )
@@ -94,7 +95,7 @@ def request_stop(ctx: StepContext) -> None:
     turn = ctx.turn
     close_pending(ctx, CardStatus.CANCELLED, answer=True)
     ctx.emit(CancelTurn(turn.turn_id, turn.session_id))
-    ctx.update_turn(stop_requested_at=ctx.now, pending_progress=None)
+    ctx.update_turn(stop=StopRequest(ctx.now), pending_progress=None)
     ctx.update(state=ExecState.CANCELLING)
 
 

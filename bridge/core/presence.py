@@ -137,10 +137,10 @@ def deadlines(conv: Conversation, timings: Timings) -> dict[str, float]:
         # Silent for a second window: the bridge ends the round itself (never "running"
         # forever, e.g. a prompt whose result never comes after a complete answer).
         found[STALE_LIMIT] = turn.last_activity_at + 2 * timings.stale
-    elif state is ExecState.CANCELLING and turn.stop_requested_at is not None:
-        if not turn.stopping_said:
-            found[CANCEL_NOTICE] = turn.stop_requested_at + timings.cancel_notice
-        found[CANCEL_LIMIT] = turn.stop_requested_at + timings.cancel_limit
+    elif state is ExecState.CANCELLING and turn.stop is not None:
+        if not turn.stop.said:
+            found[CANCEL_NOTICE] = turn.stop.requested_at + timings.cancel_notice
+        found[CANCEL_LIMIT] = turn.stop.requested_at + timings.cancel_limit
     elif state is ExecState.FINISHING and turn.end is not None:
         if not turn.end.posted:
             found[FINISH_GRACE] = turn.end.ended_at + timings.finish_grace

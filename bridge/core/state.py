@@ -134,6 +134,14 @@ class PresenceStyle(StrEnum):
 
 
 @dataclass(frozen=True)
+class StopRequest:
+    """A /stop the agent was asked to carry out (it ends the round when it confirms)."""
+
+    requested_at: float
+    said: bool = False  # the "still stopping" line went out
+
+
+@dataclass(frozen=True)
 class TurnEnd:
     """How a turn ended: fixed by its first terminal, whatever comes after it."""
 
@@ -172,8 +180,7 @@ class Turn:
     commentary_held: bool = False  # `text` holds commentary waiting for a progress slot
     seq: int = 0  # numbers the turn's posts for idempotency keys
     recovering_since: float | None = None
-    stop_requested_at: float | None = None  # /stop sent to the agent, not yet confirmed
-    stopping_said: bool = False  # the "still stopping" line went out
+    stop: StopRequest | None = None  # /stop sent to the agent; its answer ends the turn
     rejected: bool = False  # the user refused a step: an agent may end the round for it
     reopened: bool = False  # its session could not be reloaded: asked once for a new one
     begun_here: bool = False  # the store's record of it was begun by this process

@@ -346,7 +346,7 @@ def _on_turn_ended(ctx: StepContext, event: TurnEnded) -> None:
     # A refused step may end the round with nothing more said (Qwen Code: an empty end_turn;
     # Codex: `cancelled`, its only way to refuse a file change): the user is told it ended
     # because of their refusal, not that they stopped it or that it simply ended.
-    refused = turn.rejected and turn.stop_requested_at is None
+    refused = turn.rejected and turn.stop is None
     if reason is StopReason.END_TURN:
         quiet = refused and not str(turn.text).strip()
         ending = Ending.REFUSED if quiet else Ending.COMPLETED
@@ -355,7 +355,7 @@ def _on_turn_ended(ctx: StepContext, event: TurnEnded) -> None:
         )
     elif reason is StopReason.CANCELLED:
         key = REJECTED if refused else "presence.stopped"
-        if turn.stop_requested_at is not None:
+        if turn.stop is not None:
             ending = Ending.USER_STOP
         else:  # no /stop: a refusal ended it, or the agent gave the prompt up on its own
             ending = Ending.REFUSED if refused else Ending.AGENT_ERROR
