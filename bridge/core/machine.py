@@ -93,6 +93,7 @@ from bridge.core.recall import on_recalled
 from bridge.core.schedule_steps import on_schedule_command, on_schedule_input
 from bridge.core.state import (
     RECENT_IDS,
+    CardStage,
     Conversation,
     Ending,
     ExecState,
@@ -452,7 +453,8 @@ def _on_closed(ctx: StepContext) -> None:
         alive = not turn.runtime_done
         close_pending(ctx, CardStatus.CANCELLED, answer=alive)
         if not turn.terminal:
-            if turn.card_shown:  # no restart will find this turn: its card ends now
+            if turn.card.stage is CardStage.SHOWN:
+                # No restart will find this turn: its card ends now.
                 status_card.interrupted_by_restart(ctx, turn.turn_id, turn.message_id)
             if alive:
                 ctx.emit(CancelTurn(turn.turn_id, turn.session_id))

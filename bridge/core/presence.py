@@ -13,6 +13,7 @@ from bridge.core.state import (
     RUNNING_STATES,
     Activity,
     ActivityKind,
+    CardStage,
     Conversation,
     ExecState,
     ProgressLine,
@@ -117,7 +118,7 @@ def deadlines(conv: Conversation, timings: Timings) -> dict[str, float]:
                 )
             else:  # a heartbeat follows the hint or real progress, never comes first
                 beat = timings.heartbeat
-                if turn.card_shown:
+                if turn.card.stage is CardStage.SHOWN:
                     beat = min(beat, timings.card_tick)
                 found[HEARTBEAT] = turn.last_posted_at + beat
         waiting = turn.pending_progress is not None or turn.commentary_held

@@ -128,6 +128,28 @@ class ToolLine:
     status: str  # pending | in_progress | completed | failed
 
 
+class CardStage(StrEnum):
+    """Where a turn's live status card is (card style only)."""
+
+    NONE = "none"  # not posted (yet): a turn that answers at once never gets one
+    SHOWN = "shown"  # posted; from now on it carries the turn's progress
+    FAILED = "failed"  # Feishu refused every card form: lines again, for this turn
+
+
+@dataclass(frozen=True)
+class LiveCard:
+    """Card style: the live status card of a turn (see core/status_card.py)."""
+
+    stage: CardStage = CardStage.NONE
+    text: str = ""  # agent text already moved into the card (commentary)
+    cut: bool = False  # the card already shows the head of an answer longer than it
+    tools: tuple[ToolLine, ...] = ()  # the last few tool calls, newest last
+    plan: tuple[PlanEntry, ...] = ()
+
+
+NO_CARD = LiveCard()
+
+
 class PresenceStyle(StrEnum):
     MESSAGES = "messages"  # lines in the chat (the default)
     CARD = "card"  # one live status card per turn
@@ -186,14 +208,8 @@ class Turn:
     begun_here: bool = False  # the store's record of it was begun by this process
     end: TurnEnd | None = None  # set by the first terminal; the turn is over from then on
     runtime_done: bool = False  # the runtime returned from the prompt; the next turn may start
-    # Card style: the live status card of this turn (see core/status_card.py).
-    card_shown: bool = False  # the card was posted; from now on it carries progress
-    card_failed: bool = False  # Feishu refused every card form: lines again, for this turn
-    card_text: str = ""  # agent text already moved into the card (commentary)
-    card_cut: bool = False  # the card already shows the head of an answer longer than it
-    tools: tuple[ToolLine, ...] = ()  # the last few tool calls, newest last
+    card: LiveCard = NO_CARD
     files: tuple[str, ...] = ()  # files the agent's answer links (file:// URIs), to send
-    plan: tuple[PlanEntry, ...] = ()
 
     @property
     def terminal(self) -> bool:
