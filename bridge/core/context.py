@@ -29,11 +29,12 @@ from bridge.core.state import (
     Conversation,
     LiveCard,
     Outcome,
+    Progress,
     Turn,
 )
 from bridge.core.text import Params
 
-_V = TypeVar("_V", Conversation, Turn, LiveCard)
+_V = TypeVar("_V", Conversation, Turn, LiveCard, Progress)
 
 
 def evolve(value: _V, changes: dict[str, Any]) -> _V:
@@ -74,6 +75,9 @@ class StepContext:
 
     def update_card(self, **changes: Any) -> None:
         self.update_turn(card=evolve(self.turn.card, changes))
+
+    def update_progress(self, **changes: Any) -> None:
+        self.update_turn(progress=evolve(self.turn.progress, changes))
 
     def emit(self, *effects: Effect) -> None:
         key = self.conv.key

@@ -147,9 +147,9 @@ def _drain_timeout(ctx: StepContext) -> None:
 
 
 def _flush_progress(ctx: StepContext) -> None:
-    if ctx.turn.commentary_held:
+    if ctx.turn.progress.commentary_held:
         flush_commentary(ctx)
-    line = ctx.turn.pending_progress
+    line = ctx.turn.progress.pending
     if line is not None:
         show_progress(ctx, line)
 

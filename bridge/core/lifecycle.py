@@ -95,7 +95,8 @@ def request_stop(ctx: StepContext) -> None:
     turn = ctx.turn
     close_pending(ctx, CardStatus.CANCELLED, answer=True)
     ctx.emit(CancelTurn(turn.turn_id, turn.session_id))
-    ctx.update_turn(stop=StopRequest(ctx.now), pending_progress=None)
+    ctx.update_turn(stop=StopRequest(ctx.now))
+    ctx.update_progress(pending=None)
     ctx.update(state=ExecState.CANCELLING)
 
 
@@ -212,7 +213,8 @@ def finish(
             ctx.emit(RelayAgentText(tail, reply_to, ctx.post_key("reply"), turn_id=tid))
         ctx.emit(PostText(key, dict(params or {}), reply_to, end_id, True, tid, footer(ctx)))
     ctx.ending = None
-    ctx.update_turn(text=NOTHING_WRITTEN, pending_progress=None)
+    ctx.update_turn(text=NOTHING_WRITTEN)
+    ctx.update_progress(pending=None)
     final_ending = first.ending if first else ending
     ctx.emit(RecordTerminal(turn.turn_id, final_outcome, final_ending, detail))
     # "Still working" and "your turn" of this turn are untrue from now on, wherever they wait.

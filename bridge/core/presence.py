@@ -121,9 +121,10 @@ def deadlines(conv: Conversation, timings: Timings) -> dict[str, float]:
                 if turn.card.stage is CardStage.SHOWN:
                     beat = min(beat, timings.card_tick)
                 found[HEARTBEAT] = turn.last_posted_at + beat
-        waiting = turn.pending_progress is not None or turn.commentary_held
-        if waiting and turn.last_progress_at is not None:
-            found[PROGRESS] = turn.last_progress_at + timings.progress_interval
+        progress = turn.progress
+        waiting = progress.pending is not None or progress.commentary_held
+        if waiting and progress.last_at is not None:
+            found[PROGRESS] = progress.last_at + timings.progress_interval
     elif state is ExecState.WAITING_APPROVAL and conv.approvals:
         first = min(a.asked_at for a in conv.approvals)
         found[APPROVAL_TIMEOUT] = first + timings.approval_timeout

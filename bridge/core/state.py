@@ -120,6 +120,20 @@ class ProgressLine:
 
 
 @dataclass(frozen=True)
+class Progress:
+    """Progress lines (and commentary) of a turn share slots at least
+    `Timings.progress_interval` apart: what was shown last, and what waits for the next."""
+
+    last_at: float | None = None  # when the last one was shown
+    last: ProgressLine | None = None  # dedupes a repeated tool title / plan line
+    pending: ProgressLine | None = None  # the latest line wins the next slot
+    commentary_held: bool = False  # the turn's `text` holds commentary for the next slot
+
+
+NO_PROGRESS = Progress()
+
+
+@dataclass(frozen=True)
 class ToolLine:
     """A tool call as the status card lists it."""
 
@@ -195,11 +209,8 @@ class Turn:
     activity: Activity | None = None
     visible: bool = False  # some real progress or agent text was shown
     first_hint_sent: bool = False
-    last_progress_at: float | None = None
-    last_progress: ProgressLine | None = None  # dedupes a repeated tool title / plan line
-    pending_progress: ProgressLine | None = None
+    progress: Progress = NO_PROGRESS
     text: Written = NOTHING_WRITTEN  # agent message text not yet relayed
-    commentary_held: bool = False  # `text` holds commentary waiting for a progress slot
     seq: int = 0  # numbers the turn's posts for idempotency keys
     recovering_since: float | None = None
     stop: StopRequest | None = None  # /stop sent to the agent; its answer ends the turn

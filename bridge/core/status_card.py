@@ -111,10 +111,11 @@ def take_commentary(ctx: StepContext) -> None:
         moved = card.text.strip()
         text = f"{moved}\n\n{held}" if moved else held
         card = evolve(card, {"text": text})
-        ctx.update_turn(card=card, text=NOTHING_WRITTEN, commentary_held=False)
+        ctx.update_turn(card=card, text=NOTHING_WRITTEN)
+        ctx.update_progress(commentary_held=False)
         show(ctx)
     else:
-        ctx.update_turn(commentary_held=False)
+        ctx.update_progress(commentary_held=False)
 
 
 def note_tool(ctx: StepContext, tool_call_id: str, title: str | None, status: str | None) -> None:
@@ -147,7 +148,8 @@ def finalize(ctx: StepContext, key: str | None, params: Params | None, end_id: s
     tid, reply_to = turn.turn_id, turn.message_id
     ctx.emit(ShowStatusCard(tid, reply_to, card_key(tid), last, final=True))
     card = evolve(turn.card, {"text": ""})
-    ctx.update_turn(text=NOTHING_WRITTEN, card=card, pending_progress=None)
+    ctx.update_turn(text=NOTHING_WRITTEN, card=card)
+    ctx.update_progress(pending=None)
     if last.cut:  # the card shows the head and says the rest follows
         idem = end_id if key is None else ctx.post_key("reply")
         ctx.emit(RelayAgentText(answer, reply_to, idem, final=key is None, turn_id=tid))

@@ -206,29 +206,32 @@ def flush_commentary(ctx: StepContext, *, throttled: bool = False) -> None:
         status_card.take_commentary(ctx)
         return
     turn = ctx.turn
-    last = turn.last_progress_at
+    last = turn.progress.last_at
     if throttled and last is not None and ctx.now - last < ctx.timings.progress_interval:
         if str(turn.text).strip():
-            ctx.update_turn(text=turn.text.add("\n\n"), commentary_held=True)
+            ctx.update_turn(text=turn.text.add("\n\n"))
+            ctx.update_progress(commentary_held=True)
         return
     text = str(turn.text).strip()
-    ctx.update_turn(text=NOTHING_WRITTEN, commentary_held=False)
+    ctx.update_turn(text=NOTHING_WRITTEN)
+    ctx.update_progress(commentary_held=False)
     if text:
         idem = ctx.post_key("reply")
         ctx.emit(RelayAgentText(text, ctx.turn.message_id, idem, turn_id=ctx.turn.turn_id))
         now = ctx.now
-        ctx.update_turn(visible=True, last_posted_at=now, last_progress_at=now)
+        ctx.update_turn(visible=True, last_posted_at=now)
+        ctx.update_progress(last_at=now)
 
 
 def _progress(ctx: StepContext, line: ProgressLine) -> None:
     turn = ctx.turn
-    if line in (turn.last_progress, turn.pending_progress):
+    if line in (turn.progress.last, turn.progress.pending):
         return
-    last = turn.last_progress_at
+    last = turn.progress.last_at
     if last is None or ctx.now - last >= ctx.timings.progress_interval:
         show_progress(ctx, line)
     else:
-        ctx.update_turn(pending_progress=line)  # the latest line wins the next slot
+        ctx.update_progress(pending=line)  # the latest line wins the next slot
 
 
 def show_progress(ctx: StepContext, line: ProgressLine) -> None:
@@ -241,13 +244,8 @@ def show_progress(ctx: StepContext, line: ProgressLine) -> None:
         tid = turn.turn_id
         ctx.emit(PostText(key, params, turn.message_id, idem, turn_id=tid, line=Line.PROGRESS))
     now = ctx.now
-    ctx.update_turn(
-        visible=True,
-        last_posted_at=now,
-        last_progress_at=now,
-        last_progress=line,
-        pending_progress=None,
-    )
+    ctx.update_turn(visible=True, last_posted_at=now)
+    ctx.update_progress(last_at=now, last=line, pending=None)
 
 
 def _on_permission(ctx: StepContext, event: PermissionRequested) -> None:
@@ -282,9 +280,9 @@ def _on_permission(ctx: StepContext, event: PermissionRequested) -> None:
     ctx.update_turn(
         last_activity_at=ctx.now,
         activity=Activity(ActivityKind.TOOL, event.title),
-        pending_progress=None,
         visible=True,
     )
+    ctx.update_progress(pending=None)
     command = event.detail or event.title
     if len(command) > presence.CARD_DETAIL_LIMIT:
         # The card shows the head; the whole command follows, never a hidden tail.
@@ -330,7 +328,8 @@ def _on_question(ctx: StepContext, event: QuestionAsked) -> None:
     )
     state = ExecState.WAITING_APPROVAL if conv.approvals else ExecState.WAITING_REPLY
     ctx.update(question=question, state=state)
-    ctx.update_turn(last_activity_at=ctx.now, pending_progress=None, visible=True)
+    ctx.update_turn(last_activity_at=ctx.now, visible=True)
+    ctx.update_progress(pending=None)
     ctx.say("presence.waiting_reply", kind="wait", line=Line.PAUSE)
     status_card.refresh(ctx)
 
@@ -363,7 +362,8 @@ def _on_turn_ended(ctx: StepContext, event: TurnEnded) -> None:
     else:
         # Non-final ending: hold the end line for the grace window (first terminal is now).
         end = TurnEnd(Outcome.COMPLETED, Ending.COMPLETED, reason.value, ctx.now, held=reason)
-        ctx.update_turn(end=end, pending_progress=None)
+        ctx.update_turn(end=end)
+        ctx.update_progress(pending=None)
         ctx.update(state=ExecState.FINISHING)
 
 
@@ -376,7 +376,8 @@ def _on_runtime_exited(ctx: StepContext, event: RuntimeExited) -> None:
         )
         return
     flush_commentary(ctx)
-    ctx.update_turn(runtime_done=True, recovering_since=ctx.now, pending_progress=None)
+    ctx.update_turn(runtime_done=True, recovering_since=ctx.now)
+    ctx.update_progress(pending=None)
     ctx.update(state=ExecState.RECOVERING)
     ctx.say("presence.recovering", kind="recovering")
     status_card.refresh(ctx)
