@@ -159,7 +159,7 @@ def _first_hint(ctx: StepContext) -> None:
         status_card.show(ctx)  # the card appears, saying it works and for how long
     else:
         ctx.say("presence.running_hint", kind="hint", line=Line.HINT)
-    ctx.update_turn(first_hint_sent=True)
+    ctx.update_turn(announced=True)
 
 
 def _heartbeat(ctx: StepContext) -> None:
@@ -168,7 +168,7 @@ def _heartbeat(ctx: StepContext) -> None:
     else:
         elapsed = format_elapsed(ctx.now - ctx.turn.started_at)
         ctx.say("presence.heartbeat", {"elapsed": elapsed}, kind="heartbeat", line=Line.HINT)
-    ctx.update_turn(first_hint_sent=True)
+    ctx.update_turn(announced=True)
 
 
 _CLOCK_HANDLERS: dict[str, Callable[[StepContext], None]] = {

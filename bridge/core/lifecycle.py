@@ -128,7 +128,7 @@ def resume(ctx: StepContext) -> None:
         ctx.update(state=ExecState.WAITING_REPLY)
     else:
         ctx.update(state=ExecState.STREAMING)
-    ctx.update_turn(last_activity_at=ctx.now, last_posted_at=ctx.now, first_hint_sent=True)
+    ctx.update_turn(last_activity_at=ctx.now, last_posted_at=ctx.now, announced=True)
     status_card.refresh(ctx)
 
 

@@ -109,7 +109,7 @@ def deadlines(conv: Conversation, timings: Timings) -> dict[str, float]:
         # "Working on it" only once the runtime took the prompt: never claim work that a
         # runtime still starting (or failing to) may never do.
         if turn.session_id is not None:
-            if not turn.first_hint_sent and not turn.visible:
+            if not turn.announced:
                 # After a slow agent start, leave the runtime a moment to answer by itself
                 # before saying "working on it" (a hint a blink before the reply is noise).
                 sent = turn.prompt_sent_at if turn.prompt_sent_at is not None else turn.started_at

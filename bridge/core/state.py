@@ -207,8 +207,9 @@ class Turn:
     session_id: str | None = None  # adopted from PromptSent; events of other sessions drop
     prompt_sent_at: float | None = None  # when the runtime took the prompt
     activity: Activity | None = None
-    visible: bool = False  # some real progress or agent text was shown
-    first_hint_sent: bool = False
+    # The user saw the turn under way (a hint, progress, its words, its card, a waiting
+    # line): from now on heartbeats keep it company, never a first hint.
+    announced: bool = False
     progress: Progress = NO_PROGRESS
     text: Written = NOTHING_WRITTEN  # agent message text not yet relayed
     seq: int = 0  # numbers the turn's posts for idempotency keys

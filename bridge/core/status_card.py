@@ -84,7 +84,7 @@ def show(ctx: StepContext) -> None:
     shown = view(ctx)
     ctx.emit(ShowStatusCard(turn.turn_id, turn.message_id, card_key(turn.turn_id), shown))
     card = evolve(turn.card, {"stage": CardStage.SHOWN, "cut": shown.cut})
-    ctx.update_turn(card=card, visible=True, last_posted_at=ctx.now)
+    ctx.update_turn(card=card, announced=True, last_posted_at=ctx.now)
 
 
 def refresh(ctx: StepContext) -> None:

@@ -219,7 +219,7 @@ def flush_commentary(ctx: StepContext, *, throttled: bool = False) -> None:
         idem = ctx.post_key("reply")
         ctx.emit(RelayAgentText(text, ctx.turn.message_id, idem, turn_id=ctx.turn.turn_id))
         now = ctx.now
-        ctx.update_turn(visible=True, last_posted_at=now)
+        ctx.update_turn(announced=True, last_posted_at=now)
         ctx.update_progress(last_at=now)
 
 
@@ -244,7 +244,7 @@ def show_progress(ctx: StepContext, line: ProgressLine) -> None:
         tid = turn.turn_id
         ctx.emit(PostText(key, params, turn.message_id, idem, turn_id=tid, line=Line.PROGRESS))
     now = ctx.now
-    ctx.update_turn(visible=True, last_posted_at=now)
+    ctx.update_turn(announced=True, last_posted_at=now)
     ctx.update_progress(last_at=now, last=line, pending=None)
 
 
@@ -280,7 +280,7 @@ def _on_permission(ctx: StepContext, event: PermissionRequested) -> None:
     ctx.update_turn(
         last_activity_at=ctx.now,
         activity=Activity(ActivityKind.TOOL, event.title),
-        visible=True,
+        announced=True,
     )
     ctx.update_progress(pending=None)
     command = event.detail or event.title
@@ -328,7 +328,7 @@ def _on_question(ctx: StepContext, event: QuestionAsked) -> None:
     )
     state = ExecState.WAITING_APPROVAL if conv.approvals else ExecState.WAITING_REPLY
     ctx.update(question=question, state=state)
-    ctx.update_turn(last_activity_at=ctx.now, visible=True)
+    ctx.update_turn(last_activity_at=ctx.now, announced=True)
     ctx.update_progress(pending=None)
     ctx.say("presence.waiting_reply", kind="wait", line=Line.PAUSE)
     status_card.refresh(ctx)
