@@ -33,6 +33,7 @@ from bridge.core.state import (
     ExecState,
     LastTerminal,
     Outcome,
+    Prompt,
     StopRequest,
     Turn,
     TurnEnd,
@@ -72,7 +73,7 @@ def stop_running(ctx: StepContext, *, confirm: bool = False) -> bool:
     if turn is None:
         return False
     if turn.end is None:
-        on_the_wire = turn.session_id is not None and not turn.runtime_done
+        on_the_wire = turn.prompt is Prompt.RUNNING
         if confirm and on_the_wire and ctx.conv.state is not ExecState.RECOVERING:
             request_stop(ctx)
         else:
@@ -102,7 +103,7 @@ def request_stop(ctx: StepContext) -> None:
 
 def confirm_stop(ctx: StepContext, detail: str) -> None:
     """The agent answered the cancelled prompt: the round is stopped, whatever it said."""
-    ctx.update_turn(runtime_done=True)
+    ctx.update_turn(prompt=Prompt.DONE)
     finish(ctx, Outcome.CANCELLED, "presence.stopped", detail=detail, ending=Ending.USER_STOP)
 
 
@@ -112,7 +113,7 @@ def abandon(ctx: StepContext, key: str, *, detail: str, ending: Ending) -> None:
     turn = ctx.turn
     if turn.session_id is not None:
         ctx.emit(AbandonTurn(turn.turn_id, turn.session_id))
-    ctx.update_turn(runtime_done=True)
+    ctx.update_turn(prompt=Prompt.DONE)
     if turn.end is not None and turn.end.posted:
         settle(ctx)
     else:
@@ -172,7 +173,7 @@ def cancel(
 ) -> None:
     """End the turn from our side; the runtime is told, and its late events are dropped."""
     turn = ctx.turn
-    alive = not turn.runtime_done
+    alive = turn.prompt is not Prompt.DONE
     close_pending(ctx, cards, answer=alive)
     if alive:
         ctx.emit(CancelTurn(turn.turn_id, turn.session_id))
@@ -193,7 +194,7 @@ def finish(
     `key` None is a normal end: the agent's reply is the end signal, or the ended-empty line
     when there is none. Otherwise agent text still held is relayed first and `key` ends.
     """
-    close_pending(ctx, CardStatus.CANCELLED, answer=not ctx.turn.runtime_done)
+    close_pending(ctx, CardStatus.CANCELLED, answer=ctx.turn.prompt is not Prompt.DONE)
     turn = ctx.turn
     tid, reply_to, end_id = turn.turn_id, turn.message_id, f"{turn.turn_id}:end"
     tail = str(turn.text).strip()
@@ -238,7 +239,7 @@ def settle(ctx: StepContext) -> None:
     if turn is None or turn.end is None:
         return
     end = turn.end
-    if not (end.posted and turn.runtime_done):
+    if not (end.posted and turn.prompt is Prompt.DONE):
         ctx.update(state=ExecState.FINISHING)
         return
     ctx.update(
@@ -269,7 +270,7 @@ def on_session_opened(
         ctx.drop_input("SessionOpened", "not the current turn")
         return
     if turn.terminal:
-        ctx.update_turn(runtime_done=True)  # /stop (or /new) while the agent was starting
+        ctx.update_turn(prompt=Prompt.DONE)  # /stop (or /new) while the agent was starting
         settle(ctx)
         return
     if fresh:  # said before the round's first line: what the agent remembers changed
@@ -293,7 +294,7 @@ def on_turn_not_started(ctx: StepContext, turn_id: str) -> None:
         ctx.drop_input("TurnNotStarted", "prompt already sent")
         return
     if turn.terminal:
-        ctx.update_turn(runtime_done=True)  # ended meanwhile (/stop): its end stands
+        ctx.update_turn(prompt=Prompt.DONE)  # ended meanwhile (/stop): its end stands
         settle(ctx)
         return
     ctx.update(turn=None, state=ExecState.IDLE, queue=())

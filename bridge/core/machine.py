@@ -98,6 +98,7 @@ from bridge.core.state import (
     Ending,
     ExecState,
     Outcome,
+    Prompt,
     QueuedMessage,
 )
 from bridge.core.status_lines import status_lines
@@ -332,7 +333,7 @@ def _on_runtime_restarted(ctx: StepContext, event: RuntimeRestarted) -> None:
     if event.turn_resumed:
         ctx.update_turn(
             session_id=event.session_id,
-            runtime_done=False,
+            prompt=Prompt.RUNNING,
             recovering_since=None,
             last_activity_at=ctx.now,
         )
@@ -365,7 +366,7 @@ def _on_unavailable_at_start(
         ctx.drop(event, "prompt already sent")
         return
     if turn.terminal:
-        ctx.update_turn(runtime_done=True)  # e.g. /stop came before the runtime answered
+        ctx.update_turn(prompt=Prompt.DONE)  # e.g. /stop came before the runtime answered
         settle(ctx)
         return
     # Never pretend to be thinking: the fault line is the end signal, no hint follows.
@@ -375,7 +376,7 @@ def _on_unavailable_at_start(
         key = "presence.runtime_busy"
     else:
         key = "presence.runtime_unavailable"
-    ctx.update_turn(runtime_done=True)
+    ctx.update_turn(prompt=Prompt.DONE)
     finish(ctx, Outcome.FAILED, key, detail=event.reason, ending=Ending.AGENT_ERROR)
 
 
@@ -450,7 +451,7 @@ def _on_interrupted_by_restart(ctx: StepContext, event: TurnInterruptedByRestart
 def _on_closed(ctx: StepContext) -> None:
     turn = ctx.conv.turn
     if turn is not None:
-        alive = not turn.runtime_done
+        alive = turn.prompt is not Prompt.DONE
         close_pending(ctx, CardStatus.CANCELLED, answer=alive)
         if not turn.terminal:
             if turn.card.stage is CardStage.SHOWN:

@@ -17,6 +17,7 @@ from bridge.core.state import (
     Conversation,
     ExecState,
     ProgressLine,
+    Prompt,
 )
 from bridge.core.text import Text
 from bridge.runtime.events import PlanEntry, StopReason
@@ -146,7 +147,7 @@ def deadlines(conv: Conversation, timings: Timings) -> dict[str, float]:
     elif state is ExecState.FINISHING and turn.end is not None:
         if not turn.end.posted:
             found[FINISH_GRACE] = turn.end.ended_at + timings.finish_grace
-        elif not turn.runtime_done:
+        elif turn.prompt is not Prompt.DONE:
             # A cancel that never lands must not hold the queue forever.
             found[DRAIN] = turn.end.ended_at + timings.cancel_limit
     elif state is ExecState.RECOVERING and turn.recovering_since is not None:

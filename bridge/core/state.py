@@ -169,6 +169,16 @@ class PresenceStyle(StrEnum):
     CARD = "card"  # one live status card per turn
 
 
+class Prompt(StrEnum):
+    """Where the turn's prompt is on the agent's side."""
+
+    NOT_SENT = "not_sent"  # the agent is starting (or a voice is being heard)
+    RUNNING = "running"  # on the wire: the agent owes an answer to it
+    # The agent owes nothing more: the prompt returned, failed, died with its process
+    # (until a restart resumes it), or never went out. The next turn may start.
+    DONE = "done"
+
+
 @dataclass(frozen=True)
 class StopRequest:
     """A /stop the agent was asked to carry out (it ends the round when it confirms)."""
@@ -219,7 +229,7 @@ class Turn:
     reopened: bool = False  # its session could not be reloaded: asked once for a new one
     begun_here: bool = False  # the store's record of it was begun by this process
     end: TurnEnd | None = None  # set by the first terminal; the turn is over from then on
-    runtime_done: bool = False  # the runtime returned from the prompt; the next turn may start
+    prompt: Prompt = Prompt.NOT_SENT
     card: LiveCard = NO_CARD
     files: tuple[str, ...] = ()  # files the agent's answer links (file:// URIs), to send
 

@@ -27,6 +27,7 @@ from bridge.core.state import (
     PendingApproval,
     PendingQuestion,
     ProgressLine,
+    Prompt,
     Turn,
     TurnEnd,
 )
@@ -77,10 +78,11 @@ def on_turn_event(ctx: StepContext, event: TurnEvent) -> None:
         return
     if isinstance(event, PromptSent):
         if turn.session_id is None:
-            ctx.update_turn(session_id=event.session_id, prompt_sent_at=ctx.now)
+            sent = Prompt.RUNNING if turn.prompt is Prompt.NOT_SENT else turn.prompt
+            ctx.update_turn(session_id=event.session_id, prompt_sent_at=ctx.now, prompt=sent)
             if not turn.terminal:  # after /new the binding stays cleared
                 ctx.update(session_id=event.session_id)
-            elif not turn.runtime_done:
+            elif turn.prompt is not Prompt.DONE:
                 # The stop raced the prompt onto the wire: cancel it now that it is there.
                 ctx.emit(CancelTurn(turn.turn_id, event.session_id))
         else:
@@ -140,7 +142,7 @@ def on_turn_event(ctx: StepContext, event: TurnEvent) -> None:
         case TurnEnded():
             _on_turn_ended(ctx, event)
         case RuntimeFailed():
-            ctx.update_turn(runtime_done=True)  # the prompt returned, with an error
+            ctx.update_turn(prompt=Prompt.DONE)  # the prompt returned, with an error
             finish(
                 ctx,
                 Outcome.FAILED,
@@ -158,8 +160,8 @@ def _after_terminal(ctx: StepContext, event: TurnEvent) -> None:
     """First terminal wins: later events change nothing the user sees."""
     turn = ctx.turn
     if isinstance(event, TurnEnded | RuntimeFailed | RuntimeExited):
-        if not turn.runtime_done:
-            ctx.update_turn(runtime_done=True)
+        if turn.prompt is not Prompt.DONE:
+            ctx.update_turn(prompt=Prompt.DONE)
             ctx.drop(event, "runtime returned after the terminal")
             settle(ctx)
         else:
@@ -339,7 +341,7 @@ REJECTED = "presence.ended_rejected"
 
 def _on_turn_ended(ctx: StepContext, event: TurnEnded) -> None:
     close_pending(ctx, CardStatus.CANCELLED, answer=False)  # a returned prompt asks nothing
-    ctx.update_turn(last_activity_at=ctx.now, runtime_done=True)
+    ctx.update_turn(last_activity_at=ctx.now, prompt=Prompt.DONE)
     reason = event.stop_reason
     turn = ctx.turn
     # A refused step may end the round with nothing more said (Qwen Code: an empty end_turn;
@@ -376,7 +378,7 @@ def _on_runtime_exited(ctx: StepContext, event: RuntimeExited) -> None:
         )
         return
     flush_commentary(ctx)
-    ctx.update_turn(runtime_done=True, recovering_since=ctx.now)
+    ctx.update_turn(prompt=Prompt.DONE, recovering_since=ctx.now)
     ctx.update_progress(pending=None)
     ctx.update(state=ExecState.RECOVERING)
     ctx.say("presence.recovering", kind="recovering")
