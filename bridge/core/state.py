@@ -206,7 +206,12 @@ class TurnEnd:
 
 @dataclass(frozen=True)
 class Turn:
-    """One agent turn answering one user message; `turn_id` is that message's id."""
+    """One agent turn answering one user message; `turn_id` is that message's id.
+
+    Its phases are values, None until the turn enters them: `stop` once a /stop went to
+    the agent, `recovering_since` while the agent restarts under it (cleared when a restart
+    resumes it), `end` from its first terminal on. `Conversation.state` says which phase
+    the round is in now."""
 
     turn_id: str
     message_id: str
@@ -214,8 +219,11 @@ class Turn:
     started_at: float
     last_activity_at: float  # last sign of life from the runtime (drives STALE)
     last_posted_at: float  # last line shown for this turn (heartbeat counts silence from it)
+    # The agent's side.
     session_id: str | None = None  # adopted from PromptSent; events of other sessions drop
     prompt_sent_at: float | None = None  # when the runtime took the prompt
+    prompt: Prompt = Prompt.NOT_SENT
+    # What the user sees of it while it runs.
     activity: Activity | None = None
     # The user saw the turn under way (a hint, progress, its words, its card, a waiting
     # line): from now on heartbeats keep it company, never a first hint.
@@ -223,15 +231,16 @@ class Turn:
     progress: Progress = NO_PROGRESS
     text: Written = NOTHING_WRITTEN  # agent message text not yet relayed
     seq: int = 0  # numbers the turn's posts for idempotency keys
-    recovering_since: float | None = None
+    card: LiveCard = NO_CARD
+    files: tuple[str, ...] = ()  # files the agent's answer links (file:// URIs), to send
+    # Phases.
+    recovering_since: float | None = None  # the agent died under it; a restart may resume it
     stop: StopRequest | None = None  # /stop sent to the agent; its answer ends the turn
+    end: TurnEnd | None = None  # set by the first terminal; the turn is over from then on
+    # What happened to it before, that a later step decides by.
     rejected: bool = False  # the user refused a step: an agent may end the round for it
     reopened: bool = False  # its session could not be reloaded: asked once for a new one
     begun_here: bool = False  # the store's record of it was begun by this process
-    end: TurnEnd | None = None  # set by the first terminal; the turn is over from then on
-    prompt: Prompt = Prompt.NOT_SENT
-    card: LiveCard = NO_CARD
-    files: tuple[str, ...] = ()  # files the agent's answer links (file:// URIs), to send
 
     @property
     def terminal(self) -> bool:
