@@ -27,12 +27,14 @@ from bridge.core.effects import (
 from bridge.core.presence import Timings
 from bridge.core.state import (
     Conversation,
+    LiveCard,
     Outcome,
+    Progress,
     Turn,
 )
 from bridge.core.text import Params
 
-_V = TypeVar("_V", Conversation, Turn)
+_V = TypeVar("_V", Conversation, Turn, LiveCard, Progress)
 
 
 def evolve(value: _V, changes: dict[str, Any]) -> _V:
@@ -70,6 +72,12 @@ class StepContext:
 
     def update_turn(self, **changes: Any) -> None:
         self.conv = evolve(self.conv, {"turn": evolve(self.turn, changes)})
+
+    def update_card(self, **changes: Any) -> None:
+        self.update_turn(card=evolve(self.turn.card, changes))
+
+    def update_progress(self, **changes: Any) -> None:
+        self.update_turn(progress=evolve(self.turn.progress, changes))
 
     def emit(self, *effects: Effect) -> None:
         key = self.conv.key

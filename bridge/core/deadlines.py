@@ -19,6 +19,7 @@ from bridge.core.state import (
     Ending,
     ExecState,
     Outcome,
+    StopRequest,
 )
 from bridge.core.text import format_elapsed
 from bridge.core.turn_events import flush_commentary, show_progress
@@ -61,7 +62,9 @@ def _stale_limit(ctx: StepContext) -> None:
 
 
 def _cancel_notice(ctx: StepContext) -> None:
-    ctx.update_turn(stopping_said=True)
+    stop = ctx.turn.stop
+    assert stop is not None, "only while cancelling"
+    ctx.update_turn(stop=StopRequest(stop.requested_at, said=True))
     ctx.say("presence.stopping", kind="stopping", line=Line.HINT)
 
 
@@ -144,9 +147,9 @@ def _drain_timeout(ctx: StepContext) -> None:
 
 
 def _flush_progress(ctx: StepContext) -> None:
-    if ctx.turn.commentary_held:
+    if ctx.turn.progress.commentary_held:
         flush_commentary(ctx)
-    line = ctx.turn.pending_progress
+    line = ctx.turn.progress.pending
     if line is not None:
         show_progress(ctx, line)
 
@@ -156,7 +159,7 @@ def _first_hint(ctx: StepContext) -> None:
         status_card.show(ctx)  # the card appears, saying it works and for how long
     else:
         ctx.say("presence.running_hint", kind="hint", line=Line.HINT)
-    ctx.update_turn(first_hint_sent=True)
+    ctx.update_turn(announced=True)
 
 
 def _heartbeat(ctx: StepContext) -> None:
@@ -165,7 +168,7 @@ def _heartbeat(ctx: StepContext) -> None:
     else:
         elapsed = format_elapsed(ctx.now - ctx.turn.started_at)
         ctx.say("presence.heartbeat", {"elapsed": elapsed}, kind="heartbeat", line=Line.HINT)
-    ctx.update_turn(first_hint_sent=True)
+    ctx.update_turn(announced=True)
 
 
 _CLOCK_HANDLERS: dict[str, Callable[[StepContext], None]] = {

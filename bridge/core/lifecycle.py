@@ -33,7 +33,10 @@ from bridge.core.state import (
     ExecState,
     LastTerminal,
     Outcome,
+    Prompt,
+    StopRequest,
     Turn,
+    TurnEnd,
 )
 from bridge.core.status_lines import footer
 from bridge.core.text import NOTHING_WRITTEN, Params
@@ -69,8 +72,8 @@ def stop_running(ctx: StepContext, *, confirm: bool = False) -> bool:
     turn = ctx.conv.turn
     if turn is None:
         return False
-    if not turn.terminal:
-        on_the_wire = turn.session_id is not None and not turn.runtime_done
+    if turn.end is None:
+        on_the_wire = turn.prompt is Prompt.RUNNING
         if confirm and on_the_wire and ctx.conv.state is not ExecState.RECOVERING:
             request_stop(ctx)
         else:
@@ -82,7 +85,7 @@ def stop_running(ctx: StepContext, *, confirm: bool = False) -> bool:
                 ending=Ending.USER_STOP,
             )
         return True
-    if not turn.end_posted:
+    if not turn.end.posted:
         conclude_grace(ctx)  # the runtime already returned; just close the round now
         return True
     return False
@@ -93,13 +96,14 @@ def request_stop(ctx: StepContext) -> None:
     turn = ctx.turn
     close_pending(ctx, CardStatus.CANCELLED, answer=True)
     ctx.emit(CancelTurn(turn.turn_id, turn.session_id))
-    ctx.update_turn(stop_requested_at=ctx.now, pending_progress=None)
+    ctx.update_turn(stop=StopRequest(ctx.now))
+    ctx.update_progress(pending=None)
     ctx.update(state=ExecState.CANCELLING)
 
 
 def confirm_stop(ctx: StepContext, detail: str) -> None:
     """The agent answered the cancelled prompt: the round is stopped, whatever it said."""
-    ctx.update_turn(runtime_done=True)
+    ctx.update_turn(prompt=Prompt.DONE)
     finish(ctx, Outcome.CANCELLED, "presence.stopped", detail=detail, ending=Ending.USER_STOP)
 
 
@@ -109,8 +113,8 @@ def abandon(ctx: StepContext, key: str, *, detail: str, ending: Ending) -> None:
     turn = ctx.turn
     if turn.session_id is not None:
         ctx.emit(AbandonTurn(turn.turn_id, turn.session_id))
-    ctx.update_turn(runtime_done=True)
-    if turn.end_posted:
+    ctx.update_turn(prompt=Prompt.DONE)
+    if turn.end is not None and turn.end.posted:
         settle(ctx)
     else:
         finish(ctx, Outcome.CANCELLED, key, detail=detail, ending=ending)
@@ -125,7 +129,7 @@ def resume(ctx: StepContext) -> None:
         ctx.update(state=ExecState.WAITING_REPLY)
     else:
         ctx.update(state=ExecState.STREAMING)
-    ctx.update_turn(last_activity_at=ctx.now, last_posted_at=ctx.now, first_hint_sent=True)
+    ctx.update_turn(last_activity_at=ctx.now, last_posted_at=ctx.now, announced=True)
     status_card.refresh(ctx)
 
 
@@ -169,7 +173,7 @@ def cancel(
 ) -> None:
     """End the turn from our side; the runtime is told, and its late events are dropped."""
     turn = ctx.turn
-    alive = not turn.runtime_done
+    alive = turn.prompt is not Prompt.DONE
     close_pending(ctx, cards, answer=alive)
     if alive:
         ctx.emit(CancelTurn(turn.turn_id, turn.session_id))
@@ -190,12 +194,13 @@ def finish(
     `key` None is a normal end: the agent's reply is the end signal, or the ended-empty line
     when there is none. Otherwise agent text still held is relayed first and `key` ends.
     """
-    close_pending(ctx, CardStatus.CANCELLED, answer=not ctx.turn.runtime_done)
+    close_pending(ctx, CardStatus.CANCELLED, answer=ctx.turn.prompt is not Prompt.DONE)
     turn = ctx.turn
     tid, reply_to, end_id = turn.turn_id, turn.message_id, f"{turn.turn_id}:end"
     tail = str(turn.text).strip()
     send_offered(ctx)  # the files the answer links go before it
-    final_outcome = turn.outcome or outcome
+    first = turn.end  # set when the end was held for the grace window: it stands
+    final_outcome = first.outcome if first else outcome
     ctx.ending = final_outcome  # the end signal carries it (a restart ends the turn with it)
     if status_card.finalize(ctx, key, params, end_id):
         pass  # the card ends it, and says what a message must say too
@@ -209,49 +214,38 @@ def finish(
             ctx.emit(RelayAgentText(tail, reply_to, ctx.post_key("reply"), turn_id=tid))
         ctx.emit(PostText(key, dict(params or {}), reply_to, end_id, True, tid, footer(ctx)))
     ctx.ending = None
-    ctx.update_turn(text=NOTHING_WRITTEN, pending_progress=None)
-    final_ending = ctx.turn.ending or ending
+    ctx.update_turn(text=NOTHING_WRITTEN)
+    ctx.update_progress(pending=None)
+    final_ending = first.ending if first else ending
     ctx.emit(RecordTerminal(turn.turn_id, final_outcome, final_ending, detail))
     # "Still working" and "your turn" of this turn are untrue from now on, wherever they wait.
     ctx.emit(Supersede((presence_group(tid),)))
-    ctx.update_turn(
-        outcome=final_outcome,
-        ending=final_ending,
-        detail=detail,
-        ended_at=ctx.now if ctx.turn.ended_at is None else ctx.turn.ended_at,
-        end_posted=True,
-    )
+    ended_at = first.ended_at if first else ctx.now
+    ctx.update_turn(end=TurnEnd(final_outcome, final_ending, detail, ended_at))
     settle(ctx)
 
 
 def conclude_grace(ctx: StepContext) -> None:
-    turn = ctx.turn
-    assert turn.outcome is not None, "only in a grace window"
-    assert turn.stop_reason is not None, "only in a grace window"
-    assert turn.ending is not None, "only in a grace window"
-    finish(
-        ctx,
-        turn.outcome,
-        STOP_REASON_KEYS[turn.stop_reason],
-        detail=turn.detail,
-        ending=turn.ending,
-    )
+    end = ctx.turn.end
+    assert end is not None, "only in a grace window"
+    assert end.held is not None, "only in a grace window"
+    finish(ctx, end.outcome, STOP_REASON_KEYS[end.held], detail=end.detail, ending=end.ending)
 
 
 def settle(ctx: StepContext) -> None:
     """After a terminal: wait in FINISHING until the end is posted and the runtime returned,
     then take the next queued message."""
     turn = ctx.conv.turn
-    if turn is None or turn.outcome is None:
+    if turn is None or turn.end is None:
         return
-    if not (turn.end_posted and turn.runtime_done):
+    end = turn.end
+    if not (end.posted and turn.prompt is Prompt.DONE):
         ctx.update(state=ExecState.FINISHING)
         return
-    ended_at = turn.ended_at if turn.ended_at is not None else ctx.now
     ctx.update(
         turn=None,
         state=ExecState.IDLE,
-        last_terminal=LastTerminal(turn.turn_id, turn.outcome, ended_at, turn.ending),
+        last_terminal=LastTerminal(turn.turn_id, end.outcome, end.ended_at, end.ending),
     )
     if ctx.conv.queue:
         head, *rest = ctx.conv.queue
@@ -276,7 +270,7 @@ def on_session_opened(
         ctx.drop_input("SessionOpened", "not the current turn")
         return
     if turn.terminal:
-        ctx.update_turn(runtime_done=True)  # /stop (or /new) while the agent was starting
+        ctx.update_turn(prompt=Prompt.DONE)  # /stop (or /new) while the agent was starting
         settle(ctx)
         return
     if fresh:  # said before the round's first line: what the agent remembers changed
@@ -300,7 +294,7 @@ def on_turn_not_started(ctx: StepContext, turn_id: str) -> None:
         ctx.drop_input("TurnNotStarted", "prompt already sent")
         return
     if turn.terminal:
-        ctx.update_turn(runtime_done=True)  # ended meanwhile (/stop): its end stands
+        ctx.update_turn(prompt=Prompt.DONE)  # ended meanwhile (/stop): its end stands
         settle(ctx)
         return
     ctx.update(turn=None, state=ExecState.IDLE, queue=())

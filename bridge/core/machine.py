@@ -93,10 +93,12 @@ from bridge.core.recall import on_recalled
 from bridge.core.schedule_steps import on_schedule_command, on_schedule_input
 from bridge.core.state import (
     RECENT_IDS,
+    CardStage,
     Conversation,
     Ending,
     ExecState,
     Outcome,
+    Prompt,
     QueuedMessage,
 )
 from bridge.core.status_lines import status_lines
@@ -249,7 +251,8 @@ def _on_user_message(ctx: StepContext, msg: UserMessage) -> None:
         return
     if hold(ctx, msg):
         return
-    if conv.state is ExecState.FINISHING and not ctx.turn.end_posted:
+    end = ctx.turn.end if conv.state is ExecState.FINISHING else None
+    if end is not None and not end.posted:
         # A follow-up during the grace window closes the round at once instead of waiting.
         conclude_grace(ctx)
     attachments = take_held(ctx, msg)
@@ -330,7 +333,7 @@ def _on_runtime_restarted(ctx: StepContext, event: RuntimeRestarted) -> None:
     if event.turn_resumed:
         ctx.update_turn(
             session_id=event.session_id,
-            runtime_done=False,
+            prompt=Prompt.RUNNING,
             recovering_since=None,
             last_activity_at=ctx.now,
         )
@@ -363,7 +366,7 @@ def _on_unavailable_at_start(
         ctx.drop(event, "prompt already sent")
         return
     if turn.terminal:
-        ctx.update_turn(runtime_done=True)  # e.g. /stop came before the runtime answered
+        ctx.update_turn(prompt=Prompt.DONE)  # e.g. /stop came before the runtime answered
         settle(ctx)
         return
     # Never pretend to be thinking: the fault line is the end signal, no hint follows.
@@ -373,7 +376,7 @@ def _on_unavailable_at_start(
         key = "presence.runtime_busy"
     else:
         key = "presence.runtime_unavailable"
-    ctx.update_turn(runtime_done=True)
+    ctx.update_turn(prompt=Prompt.DONE)
     finish(ctx, Outcome.FAILED, key, detail=event.reason, ending=Ending.AGENT_ERROR)
 
 
@@ -448,10 +451,11 @@ def _on_interrupted_by_restart(ctx: StepContext, event: TurnInterruptedByRestart
 def _on_closed(ctx: StepContext) -> None:
     turn = ctx.conv.turn
     if turn is not None:
-        alive = not turn.runtime_done
+        alive = turn.prompt is not Prompt.DONE
         close_pending(ctx, CardStatus.CANCELLED, answer=alive)
         if not turn.terminal:
-            if turn.card_shown:  # no restart will find this turn: its card ends now
+            if turn.card.stage is CardStage.SHOWN:
+                # No restart will find this turn: its card ends now.
                 status_card.interrupted_by_restart(ctx, turn.turn_id, turn.message_id)
             if alive:
                 ctx.emit(CancelTurn(turn.turn_id, turn.session_id))

@@ -13,9 +13,11 @@ from bridge.core.state import (
     RUNNING_STATES,
     Activity,
     ActivityKind,
+    CardStage,
     Conversation,
     ExecState,
     ProgressLine,
+    Prompt,
 )
 from bridge.core.text import Text
 from bridge.runtime.events import PlanEntry, StopReason
@@ -108,7 +110,7 @@ def deadlines(conv: Conversation, timings: Timings) -> dict[str, float]:
         # "Working on it" only once the runtime took the prompt: never claim work that a
         # runtime still starting (or failing to) may never do.
         if turn.session_id is not None:
-            if not turn.first_hint_sent and not turn.visible:
+            if not turn.announced:
                 # After a slow agent start, leave the runtime a moment to answer by itself
                 # before saying "working on it" (a hint a blink before the reply is noise).
                 sent = turn.prompt_sent_at if turn.prompt_sent_at is not None else turn.started_at
@@ -117,12 +119,13 @@ def deadlines(conv: Conversation, timings: Timings) -> dict[str, float]:
                 )
             else:  # a heartbeat follows the hint or real progress, never comes first
                 beat = timings.heartbeat
-                if turn.card_shown:
+                if turn.card.stage is CardStage.SHOWN:
                     beat = min(beat, timings.card_tick)
                 found[HEARTBEAT] = turn.last_posted_at + beat
-        waiting = turn.pending_progress is not None or turn.commentary_held
-        if waiting and turn.last_progress_at is not None:
-            found[PROGRESS] = turn.last_progress_at + timings.progress_interval
+        progress = turn.progress
+        waiting = progress.pending is not None or progress.commentary_held
+        if waiting and progress.last_at is not None:
+            found[PROGRESS] = progress.last_at + timings.progress_interval
     elif state is ExecState.WAITING_APPROVAL and conv.approvals:
         first = min(a.asked_at for a in conv.approvals)
         found[APPROVAL_TIMEOUT] = first + timings.approval_timeout
@@ -137,16 +140,16 @@ def deadlines(conv: Conversation, timings: Timings) -> dict[str, float]:
         # Silent for a second window: the bridge ends the round itself (never "running"
         # forever, e.g. a prompt whose result never comes after a complete answer).
         found[STALE_LIMIT] = turn.last_activity_at + 2 * timings.stale
-    elif state is ExecState.CANCELLING and turn.stop_requested_at is not None:
-        if not turn.stopping_said:
-            found[CANCEL_NOTICE] = turn.stop_requested_at + timings.cancel_notice
-        found[CANCEL_LIMIT] = turn.stop_requested_at + timings.cancel_limit
-    elif state is ExecState.FINISHING and turn.ended_at is not None:
-        if not turn.end_posted:
-            found[FINISH_GRACE] = turn.ended_at + timings.finish_grace
-        elif not turn.runtime_done:
+    elif state is ExecState.CANCELLING and turn.stop is not None:
+        if not turn.stop.said:
+            found[CANCEL_NOTICE] = turn.stop.requested_at + timings.cancel_notice
+        found[CANCEL_LIMIT] = turn.stop.requested_at + timings.cancel_limit
+    elif state is ExecState.FINISHING and turn.end is not None:
+        if not turn.end.posted:
+            found[FINISH_GRACE] = turn.end.ended_at + timings.finish_grace
+        elif turn.prompt is not Prompt.DONE:
             # A cancel that never lands must not hold the queue forever.
-            found[DRAIN] = turn.ended_at + timings.cancel_limit
+            found[DRAIN] = turn.end.ended_at + timings.cancel_limit
     elif state is ExecState.RECOVERING and turn.recovering_since is not None:
         found[RECOVERY] = turn.recovering_since + timings.stale
     return found

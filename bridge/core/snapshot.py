@@ -60,7 +60,7 @@ def snapshot(conv: Conversation) -> dict[str, object]:
             else None
         ),
         "last_activity_at": turn.last_activity_at if turn else None,
-        "outcome": turn.outcome.value if turn and turn.outcome else None,
+        "outcome": turn.end.outcome.value if turn and turn.end else None,
         "queue_length": len(conv.queue),
         "pending_approval": (
             {
@@ -94,7 +94,7 @@ def snapshot(conv: Conversation) -> dict[str, object]:
 def phase(conv: Conversation) -> str:
     """The run lifecycle's phase (`PHASES`, with a stop still landing read as cancelling)."""
     turn = conv.turn
-    if turn is not None and turn.stop_requested_at is not None and not turn.terminal:
+    if turn is not None and turn.stop is not None and not turn.terminal:
         return "cancelling"  # a stop was asked for and has not landed yet
     return PHASES[conv.state]
 

@@ -120,6 +120,20 @@ class ProgressLine:
 
 
 @dataclass(frozen=True)
+class Progress:
+    """Progress lines (and commentary) of a turn share slots at least
+    `Timings.progress_interval` apart: what was shown last, and what waits for the next."""
+
+    last_at: float | None = None  # when the last one was shown
+    last: ProgressLine | None = None  # dedupes a repeated tool title / plan line
+    pending: ProgressLine | None = None  # the latest line wins the next slot
+    commentary_held: bool = False  # the turn's `text` holds commentary for the next slot
+
+
+NO_PROGRESS = Progress()
+
+
+@dataclass(frozen=True)
 class ToolLine:
     """A tool call as the status card lists it."""
 
@@ -128,14 +142,76 @@ class ToolLine:
     status: str  # pending | in_progress | completed | failed
 
 
+class CardStage(StrEnum):
+    """Where a turn's live status card is (card style only)."""
+
+    NONE = "none"  # not posted (yet): a turn that answers at once never gets one
+    SHOWN = "shown"  # posted; from now on it carries the turn's progress
+    FAILED = "failed"  # Feishu refused every card form: lines again, for this turn
+
+
+@dataclass(frozen=True)
+class LiveCard:
+    """Card style: the live status card of a turn (see core/status_card.py)."""
+
+    stage: CardStage = CardStage.NONE
+    text: str = ""  # agent text already moved into the card (commentary)
+    cut: bool = False  # the card already shows the head of an answer longer than it
+    tools: tuple[ToolLine, ...] = ()  # the last few tool calls, newest last
+    plan: tuple[PlanEntry, ...] = ()
+
+
+NO_CARD = LiveCard()
+
+
 class PresenceStyle(StrEnum):
     MESSAGES = "messages"  # lines in the chat (the default)
     CARD = "card"  # one live status card per turn
 
 
+class Prompt(StrEnum):
+    """Where the turn's prompt is on the agent's side."""
+
+    NOT_SENT = "not_sent"  # the agent is starting (or a voice is being heard)
+    RUNNING = "running"  # on the wire: the agent owes an answer to it
+    # The agent owes nothing more: the prompt returned, failed, died with its process
+    # (until a restart resumes it), or never went out. The next turn may start.
+    DONE = "done"
+
+
+@dataclass(frozen=True)
+class StopRequest:
+    """A /stop the agent was asked to carry out (it ends the round when it confirms)."""
+
+    requested_at: float
+    said: bool = False  # the "still stopping" line went out
+
+
+@dataclass(frozen=True)
+class TurnEnd:
+    """How a turn ended: fixed by its first terminal, whatever comes after it."""
+
+    outcome: Outcome
+    ending: Ending
+    detail: str
+    ended_at: float
+    # A non-final stop reason whose end line waits out the grace window (a follow-up
+    # message closes it sooner); None once the turn's one end signal went out.
+    held: StopReason | None = None
+
+    @property
+    def posted(self) -> bool:
+        return self.held is None
+
+
 @dataclass(frozen=True)
 class Turn:
-    """One agent turn answering one user message; `turn_id` is that message's id."""
+    """One agent turn answering one user message; `turn_id` is that message's id.
+
+    Its phases are values, None until the turn enters them: `stop` once a /stop went to
+    the agent, `recovering_since` while the agent restarts under it (cleared when a restart
+    resumes it), `end` from its first terminal on. `Conversation.state` says which phase
+    the round is in now."""
 
     turn_id: str
     message_id: str
@@ -143,43 +219,32 @@ class Turn:
     started_at: float
     last_activity_at: float  # last sign of life from the runtime (drives STALE)
     last_posted_at: float  # last line shown for this turn (heartbeat counts silence from it)
+    # The agent's side.
     session_id: str | None = None  # adopted from PromptSent; events of other sessions drop
     prompt_sent_at: float | None = None  # when the runtime took the prompt
+    prompt: Prompt = Prompt.NOT_SENT
+    # What the user sees of it while it runs.
     activity: Activity | None = None
-    visible: bool = False  # some real progress or agent text was shown
-    first_hint_sent: bool = False
-    last_progress_at: float | None = None
-    last_progress: ProgressLine | None = None  # dedupes a repeated tool title / plan line
-    pending_progress: ProgressLine | None = None
+    # The user saw the turn under way (a hint, progress, its words, its card, a waiting
+    # line): from now on heartbeats keep it company, never a first hint.
+    announced: bool = False
+    progress: Progress = NO_PROGRESS
     text: Written = NOTHING_WRITTEN  # agent message text not yet relayed
-    commentary_held: bool = False  # `text` holds commentary waiting for a progress slot
     seq: int = 0  # numbers the turn's posts for idempotency keys
-    recovering_since: float | None = None
-    stop_requested_at: float | None = None  # /stop sent to the agent, not yet confirmed
-    stopping_said: bool = False  # the "still stopping" line went out
+    card: LiveCard = NO_CARD
+    files: tuple[str, ...] = ()  # files the agent's answer links (file:// URIs), to send
+    # Phases.
+    recovering_since: float | None = None  # the agent died under it; a restart may resume it
+    stop: StopRequest | None = None  # /stop sent to the agent; its answer ends the turn
+    end: TurnEnd | None = None  # set by the first terminal; the turn is over from then on
+    # What happened to it before, that a later step decides by.
     rejected: bool = False  # the user refused a step: an agent may end the round for it
     reopened: bool = False  # its session could not be reloaded: asked once for a new one
     begun_here: bool = False  # the store's record of it was begun by this process
-    # Terminal part: set once (first terminal wins).
-    outcome: Outcome | None = None
-    ending: Ending | None = None
-    stop_reason: StopReason | None = None
-    detail: str = ""
-    ended_at: float | None = None
-    end_posted: bool = False  # the one end signal went out
-    runtime_done: bool = False  # the runtime returned from the prompt; the next turn may start
-    # Card style: the live status card of this turn (see core/status_card.py).
-    card_shown: bool = False  # the card was posted; from now on it carries progress
-    card_failed: bool = False  # Feishu refused every card form: lines again, for this turn
-    card_text: str = ""  # agent text already moved into the card (commentary)
-    card_cut: bool = False  # the card already shows the head of an answer longer than it
-    tools: tuple[ToolLine, ...] = ()  # the last few tool calls, newest last
-    files: tuple[str, ...] = ()  # files the agent's answer links (file:// URIs), to send
-    plan: tuple[PlanEntry, ...] = ()
 
     @property
     def terminal(self) -> bool:
-        return self.outcome is not None
+        return self.end is not None
 
 
 class Ending(StrEnum):

@@ -16,11 +16,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import replace
 
-from bridge.core.context import StepContext
+from bridge.core.context import StepContext, evolve
 from bridge.core.delivery import Line
 from bridge.core.effects import CardPhase, CardView, PostText, RelayAgentText, ShowStatusCard
 from bridge.core.inputs import StatusCardFailed
-from bridge.core.state import ExecState, PresenceStyle, ToolLine, Turn
+from bridge.core.state import CardStage, ExecState, PresenceStyle, ToolLine, Turn
 from bridge.core.status_lines import footer
 from bridge.core.text import NOTHING_WRITTEN, Params
 from bridge.runtime.events import PlanEntry
@@ -46,14 +46,14 @@ def in_card_style(ctx: StepContext) -> bool:
     return (
         ctx.conv.options.presence_style is PresenceStyle.CARD
         and turn is not None
-        and not turn.card_failed
+        and turn.card.stage is not CardStage.FAILED
     )
 
 
 def answer_of(turn: Turn) -> str:
     """The agent's words of this turn so far: what the card took, then what is held."""
     held = str(turn.text).strip()
-    moved = turn.card_text.strip()
+    moved = turn.card.text.strip()
     return f"{moved}\n\n{held}" if moved and held else moved or held
 
 
@@ -69,8 +69,8 @@ def view(
     return CardView(
         phase=phase or _PHASES.get(ctx.conv.state, CardPhase.WORKING),
         elapsed=ctx.now - turn.started_at,
-        tools=turn.tools,
-        plan=turn.plan,
+        tools=turn.card.tools,
+        plan=turn.card.plan,
         text=answer[:CARD_TEXT_LIMIT],
         cut=len(answer) > CARD_TEXT_LIMIT,
         end_key=end_key,
@@ -83,12 +83,13 @@ def show(ctx: StepContext) -> None:
     turn = ctx.turn
     shown = view(ctx)
     ctx.emit(ShowStatusCard(turn.turn_id, turn.message_id, card_key(turn.turn_id), shown))
-    ctx.update_turn(card_shown=True, card_cut=shown.cut, visible=True, last_posted_at=ctx.now)
+    card = evolve(turn.card, {"stage": CardStage.SHOWN, "cut": shown.cut})
+    ctx.update_turn(card=card, announced=True, last_posted_at=ctx.now)
 
 
 def refresh(ctx: StepContext) -> None:
     """Bring a card that is already up to date with the turn's state; no card, nothing."""
-    if in_card_style(ctx) and ctx.turn.card_shown:
+    if in_card_style(ctx) and ctx.turn.card.stage is CardStage.SHOWN:
         show(ctx)
 
 
@@ -97,7 +98,7 @@ def typed(ctx: StepContext) -> None:
     long for it, more text changes nothing there: no view, and no copy of a growing text
     per chunk (the whole answer is read once, at the end)."""
     turn = ctx.turn
-    if turn.card_cut and len(turn.card_text) + turn.text.size > CARD_TEXT_LIMIT:
+    if turn.card.cut and len(turn.card.text) + turn.text.size > CARD_TEXT_LIMIT:
         return
     refresh(ctx)
 
@@ -106,16 +107,19 @@ def take_commentary(ctx: StepContext) -> None:
     """Agent text before a tool call or a request moves into the card (posting it)."""
     held = str(ctx.turn.text).strip()
     if held:
-        moved = ctx.turn.card_text.strip()
+        card = ctx.turn.card
+        moved = card.text.strip()
         text = f"{moved}\n\n{held}" if moved else held
-        ctx.update_turn(card_text=text, text=NOTHING_WRITTEN, commentary_held=False)
+        card = evolve(card, {"text": text})
+        ctx.update_turn(card=card, text=NOTHING_WRITTEN)
+        ctx.update_progress(commentary_held=False)
         show(ctx)
     else:
-        ctx.update_turn(commentary_held=False)
+        ctx.update_progress(commentary_held=False)
 
 
 def note_tool(ctx: StepContext, tool_call_id: str, title: str | None, status: str | None) -> None:
-    tools = list(ctx.turn.tools)
+    tools = list(ctx.turn.card.tools)
     at = next((i for i, t in enumerate(tools) if t.tool_call_id == tool_call_id), None)
     if at is None:
         if not title:
@@ -124,17 +128,17 @@ def note_tool(ctx: StepContext, tool_call_id: str, title: str | None, status: st
     else:
         old = tools[at]
         tools[at] = ToolLine(tool_call_id, title or old.title, status or old.status)
-    ctx.update_turn(tools=tuple(tools[-MAX_TOOLS:]))
+    ctx.update_card(tools=tuple(tools[-MAX_TOOLS:]))
 
 
 def note_plan(ctx: StepContext, entries: tuple[PlanEntry, ...]) -> None:
-    ctx.update_turn(plan=entries)
+    ctx.update_card(plan=entries)
 
 
 def finalize(ctx: StepContext, key: str | None, params: Params | None, end_id: str) -> bool:
     """The turn's end in card style (called by `finish` before anything else is posted).
     False when the turn has no card: `finish` posts its end in lines as usual."""
-    if not (in_card_style(ctx) and ctx.turn.card_shown):
+    if not (in_card_style(ctx) and ctx.turn.card.stage is CardStage.SHOWN):
         return False
     turn = ctx.turn
     answer = answer_of(turn)
@@ -143,7 +147,9 @@ def finalize(ctx: StepContext, key: str | None, params: Params | None, end_id: s
     last = replace(last, footer=footer(ctx))
     tid, reply_to = turn.turn_id, turn.message_id
     ctx.emit(ShowStatusCard(tid, reply_to, card_key(tid), last, final=True))
-    ctx.update_turn(text=NOTHING_WRITTEN, card_text="", pending_progress=None)
+    card = evolve(turn.card, {"text": ""})
+    ctx.update_turn(text=NOTHING_WRITTEN, card=card)
+    ctx.update_progress(pending=None)
     if last.cut:  # the card shows the head and says the rest follows
         idem = end_id if key is None else ctx.post_key("reply")
         ctx.emit(RelayAgentText(answer, reply_to, idem, final=key is None, turn_id=tid))
@@ -171,11 +177,11 @@ def on_card_failed(ctx: StepContext, event: StatusCardFailed) -> None:
             ctx.emit(RelayAgentText(event.view.text, event.reply_to, idem, turn_id=event.turn_id))
         return
     assert turn is not None
-    ctx.update_turn(card_failed=True, card_shown=False)
-    moved = turn.card_text.strip()
+    ctx.update_card(stage=CardStage.FAILED)
+    moved = turn.card.text.strip()
     if moved:
         idem = ctx.post_key("reply")
         ctx.emit(RelayAgentText(moved, turn.message_id, idem, turn_id=turn.turn_id))
-        ctx.update_turn(card_text="")
+        ctx.update_card(text="")
     if ctx.conv.state in (ExecState.WAITING_RESPONSE, ExecState.STREAMING):
         ctx.say("presence.running_hint", kind="hint", line=Line.HINT)

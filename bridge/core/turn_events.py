@@ -27,7 +27,9 @@ from bridge.core.state import (
     PendingApproval,
     PendingQuestion,
     ProgressLine,
+    Prompt,
     Turn,
+    TurnEnd,
 )
 from bridge.core.text import NOTHING_WRITTEN, Params
 from bridge.runtime.events import (
@@ -76,10 +78,11 @@ def on_turn_event(ctx: StepContext, event: TurnEvent) -> None:
         return
     if isinstance(event, PromptSent):
         if turn.session_id is None:
-            ctx.update_turn(session_id=event.session_id, prompt_sent_at=ctx.now)
+            sent = Prompt.RUNNING if turn.prompt is Prompt.NOT_SENT else turn.prompt
+            ctx.update_turn(session_id=event.session_id, prompt_sent_at=ctx.now, prompt=sent)
             if not turn.terminal:  # after /new the binding stays cleared
                 ctx.update(session_id=event.session_id)
-            elif not turn.runtime_done:
+            elif turn.prompt is not Prompt.DONE:
                 # The stop raced the prompt onto the wire: cancel it now that it is there.
                 ctx.emit(CancelTurn(turn.turn_id, event.session_id))
         else:
@@ -139,7 +142,7 @@ def on_turn_event(ctx: StepContext, event: TurnEvent) -> None:
         case TurnEnded():
             _on_turn_ended(ctx, event)
         case RuntimeFailed():
-            ctx.update_turn(runtime_done=True)  # the prompt returned, with an error
+            ctx.update_turn(prompt=Prompt.DONE)  # the prompt returned, with an error
             finish(
                 ctx,
                 Outcome.FAILED,
@@ -157,14 +160,14 @@ def _after_terminal(ctx: StepContext, event: TurnEvent) -> None:
     """First terminal wins: later events change nothing the user sees."""
     turn = ctx.turn
     if isinstance(event, TurnEnded | RuntimeFailed | RuntimeExited):
-        if not turn.runtime_done:
-            ctx.update_turn(runtime_done=True)
+        if turn.prompt is not Prompt.DONE:
+            ctx.update_turn(prompt=Prompt.DONE)
             ctx.drop(event, "runtime returned after the terminal")
             settle(ctx)
         else:
             ctx.drop(event, "second terminal")
         return
-    if isinstance(event, MessageChunk) and not turn.end_posted:
+    if isinstance(event, MessageChunk) and turn.end is not None and not turn.end.posted:
         # The grace window absorbs text that raced the prompt's response.
         ctx.update_turn(text=turn.text.add(event.text), last_activity_at=ctx.now)
         return
@@ -205,29 +208,32 @@ def flush_commentary(ctx: StepContext, *, throttled: bool = False) -> None:
         status_card.take_commentary(ctx)
         return
     turn = ctx.turn
-    last = turn.last_progress_at
+    last = turn.progress.last_at
     if throttled and last is not None and ctx.now - last < ctx.timings.progress_interval:
         if str(turn.text).strip():
-            ctx.update_turn(text=turn.text.add("\n\n"), commentary_held=True)
+            ctx.update_turn(text=turn.text.add("\n\n"))
+            ctx.update_progress(commentary_held=True)
         return
     text = str(turn.text).strip()
-    ctx.update_turn(text=NOTHING_WRITTEN, commentary_held=False)
+    ctx.update_turn(text=NOTHING_WRITTEN)
+    ctx.update_progress(commentary_held=False)
     if text:
         idem = ctx.post_key("reply")
         ctx.emit(RelayAgentText(text, ctx.turn.message_id, idem, turn_id=ctx.turn.turn_id))
         now = ctx.now
-        ctx.update_turn(visible=True, last_posted_at=now, last_progress_at=now)
+        ctx.update_turn(announced=True, last_posted_at=now)
+        ctx.update_progress(last_at=now)
 
 
 def _progress(ctx: StepContext, line: ProgressLine) -> None:
     turn = ctx.turn
-    if line in (turn.last_progress, turn.pending_progress):
+    if line in (turn.progress.last, turn.progress.pending):
         return
-    last = turn.last_progress_at
+    last = turn.progress.last_at
     if last is None or ctx.now - last >= ctx.timings.progress_interval:
         show_progress(ctx, line)
     else:
-        ctx.update_turn(pending_progress=line)  # the latest line wins the next slot
+        ctx.update_progress(pending=line)  # the latest line wins the next slot
 
 
 def show_progress(ctx: StepContext, line: ProgressLine) -> None:
@@ -240,13 +246,8 @@ def show_progress(ctx: StepContext, line: ProgressLine) -> None:
         tid = turn.turn_id
         ctx.emit(PostText(key, params, turn.message_id, idem, turn_id=tid, line=Line.PROGRESS))
     now = ctx.now
-    ctx.update_turn(
-        visible=True,
-        last_posted_at=now,
-        last_progress_at=now,
-        last_progress=line,
-        pending_progress=None,
-    )
+    ctx.update_turn(announced=True, last_posted_at=now)
+    ctx.update_progress(last_at=now, last=line, pending=None)
 
 
 def _on_permission(ctx: StepContext, event: PermissionRequested) -> None:
@@ -281,9 +282,9 @@ def _on_permission(ctx: StepContext, event: PermissionRequested) -> None:
     ctx.update_turn(
         last_activity_at=ctx.now,
         activity=Activity(ActivityKind.TOOL, event.title),
-        pending_progress=None,
-        visible=True,
+        announced=True,
     )
+    ctx.update_progress(pending=None)
     command = event.detail or event.title
     if len(command) > presence.CARD_DETAIL_LIMIT:
         # The card shows the head; the whole command follows, never a hidden tail.
@@ -329,7 +330,8 @@ def _on_question(ctx: StepContext, event: QuestionAsked) -> None:
     )
     state = ExecState.WAITING_APPROVAL if conv.approvals else ExecState.WAITING_REPLY
     ctx.update(question=question, state=state)
-    ctx.update_turn(last_activity_at=ctx.now, pending_progress=None, visible=True)
+    ctx.update_turn(last_activity_at=ctx.now, announced=True)
+    ctx.update_progress(pending=None)
     ctx.say("presence.waiting_reply", kind="wait", line=Line.PAUSE)
     status_card.refresh(ctx)
 
@@ -339,13 +341,13 @@ REJECTED = "presence.ended_rejected"
 
 def _on_turn_ended(ctx: StepContext, event: TurnEnded) -> None:
     close_pending(ctx, CardStatus.CANCELLED, answer=False)  # a returned prompt asks nothing
-    ctx.update_turn(last_activity_at=ctx.now, runtime_done=True)
+    ctx.update_turn(last_activity_at=ctx.now, prompt=Prompt.DONE)
     reason = event.stop_reason
     turn = ctx.turn
     # A refused step may end the round with nothing more said (Qwen Code: an empty end_turn;
     # Codex: `cancelled`, its only way to refuse a file change): the user is told it ended
     # because of their refusal, not that they stopped it or that it simply ended.
-    refused = turn.rejected and turn.stop_requested_at is None
+    refused = turn.rejected and turn.stop is None
     if reason is StopReason.END_TURN:
         quiet = refused and not str(turn.text).strip()
         ending = Ending.REFUSED if quiet else Ending.COMPLETED
@@ -354,21 +356,16 @@ def _on_turn_ended(ctx: StepContext, event: TurnEnded) -> None:
         )
     elif reason is StopReason.CANCELLED:
         key = REJECTED if refused else "presence.stopped"
-        if turn.stop_requested_at is not None:
+        if turn.stop is not None:
             ending = Ending.USER_STOP
         else:  # no /stop: a refusal ended it, or the agent gave the prompt up on its own
             ending = Ending.REFUSED if refused else Ending.AGENT_ERROR
         finish(ctx, Outcome.CANCELLED, key, detail=reason.value, ending=ending)
     else:
         # Non-final ending: hold the end line for the grace window (first terminal is now).
-        ctx.update_turn(
-            outcome=Outcome.COMPLETED,
-            ending=Ending.COMPLETED,
-            stop_reason=reason,
-            detail=reason.value,
-            ended_at=ctx.now,
-            pending_progress=None,
-        )
+        end = TurnEnd(Outcome.COMPLETED, Ending.COMPLETED, reason.value, ctx.now, held=reason)
+        ctx.update_turn(end=end)
+        ctx.update_progress(pending=None)
         ctx.update(state=ExecState.FINISHING)
 
 
@@ -381,7 +378,8 @@ def _on_runtime_exited(ctx: StepContext, event: RuntimeExited) -> None:
         )
         return
     flush_commentary(ctx)
-    ctx.update_turn(runtime_done=True, recovering_since=ctx.now, pending_progress=None)
+    ctx.update_turn(prompt=Prompt.DONE, recovering_since=ctx.now)
+    ctx.update_progress(pending=None)
     ctx.update(state=ExecState.RECOVERING)
     ctx.say("presence.recovering", kind="recovering")
     status_card.refresh(ctx)

@@ -12,7 +12,7 @@ from bridge.core.context import StepContext
 from bridge.core.effects import MarkMessageDone, PostText
 from bridge.core.inputs import UserMessage, VoiceHeard
 from bridge.core.lifecycle import finish, settle
-from bridge.core.state import Ending, Outcome
+from bridge.core.state import Ending, Outcome, Prompt
 
 VOICE: Final = "voice"
 VOICE_OFF: Final = "voice_off"
@@ -51,7 +51,7 @@ def on_voice_heard(ctx: StepContext, event: VoiceHeard) -> None:
         return
     if turn.terminal:  # stopped or recalled while it was heard: the round is already over
         if event.failure:
-            ctx.update_turn(runtime_done=True)  # no prompt will go out
+            ctx.update_turn(prompt=Prompt.DONE)  # no prompt will go out
             settle(ctx)
         return
     if not event.failure:
@@ -59,6 +59,6 @@ def on_voice_heard(ctx: StepContext, event: VoiceHeard) -> None:
         return
     # Nothing reaches the agent: this line is the round's one end signal.
     key = FAILURE_KEYS.get(event.failure, "voice.failed")
-    ctx.update_turn(runtime_done=True)
+    ctx.update_turn(prompt=Prompt.DONE)
     params = {"limit": event.limit_seconds}
     finish(ctx, Outcome.FAILED, key, params, detail=f"voice {event.failure}", ending=Ending.VOICE)
