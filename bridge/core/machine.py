@@ -249,13 +249,14 @@ def _on_user_message(ctx: StepContext, msg: UserMessage) -> None:
         answer_question(ctx, {conv.question.answer_key: msg.text}, by=msg.sender)
         ctx.emit(MarkMessageDone(msg.message_id))
         return
-    if hold(ctx, msg):
+    if msg.attachments and hold(ctx, msg):
         return
     end = ctx.turn.end if conv.state is ExecState.FINISHING else None
     if end is not None and not end.posted:
         # A follow-up during the grace window closes the round at once instead of waiting.
         conclude_grace(ctx)
-    attachments = take_held(ctx, msg)
+    # Nothing attached and nothing held: the turn takes no attachments.
+    attachments = take_held(ctx, msg) if msg.attachments or ctx.conv.held else ()
     if ctx.conv.turn is None:
         start_turn(
             ctx, msg.message_id, msg.sender, msg.text, announce=True, attachments=attachments
