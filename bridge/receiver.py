@@ -191,8 +191,7 @@ class Receiver:
     async def voice(self, message: InboundMessage, nxt: Next) -> None:
         # What a voice message is, by BRIDGE_VOICE (media/voice.py), before the journal, so
         # a restart recovers it the same way: words to hear, a file, or refused.
-        kind = self._voice_kind()
-        if message.message_type == "audio" and kind != "audio":
+        if message.message_type == "audio" and (kind := self._voice_kind()) != "audio":
             refs = tuple(
                 r.model_copy(update={"kind": kind}) if r.kind == "audio" else r
                 for r in message.attachments
