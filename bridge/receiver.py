@@ -13,18 +13,18 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from bridge.feishu.content import message_attachments
 from bridge.feishu.errors import FeishuError
-from bridge.feishu.inbound import RetryLater
-from bridge.feishu.models import (
+from bridge.feishu.events import (
     AttachmentRef,
     CardAction,
     CardActionReply,
     InboundMessage,
     MessageRecall,
+    message_attachments,
     refs_for_journal,
     refs_from_journal,
 )
+from bridge.feishu.inbound import RetryLater
 from bridge.store.port import Store
 
 log = logging.getLogger(__name__)

@@ -31,7 +31,7 @@ from bridge.engine.turn_runner import SessionEnded, TurnRunner
 from bridge.feishu.api import FeishuApi
 from bridge.feishu.budget import CallBudget
 from bridge.feishu.delivery import DeliveryPolicy, FeishuGate
-from bridge.feishu.models import CardAction, CardActionReply, InboundMessage
+from bridge.feishu.events import CardAction, CardActionReply, InboundMessage
 from bridge.i18n import Translator
 from bridge.media.attachments import Attachments
 from bridge.media.voice import SpeechApi, Voice, VoiceMode

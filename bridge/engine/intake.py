@@ -31,7 +31,7 @@ from bridge.engine.conversations import Conversations
 from bridge.engine.outbox import replay_order
 from bridge.feishu.api import FeishuApi
 from bridge.feishu.cards.requests import APPROVAL, decode_action
-from bridge.feishu.models import (
+from bridge.feishu.events import (
     AttachmentRef,
     CardAction,
     CardActionReply,
