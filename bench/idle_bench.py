@@ -21,7 +21,7 @@ from typing import Any
 
 from bridge.core import Options, Timings
 from bridge.engine.engine import Engine, EngineConfig
-from bridge.feishu.models import InboundMessage
+from bridge.feishu.events import InboundMessage
 from bridge.i18n import Translator
 from bridge.ops.projection import Projection
 from bridge.runtime.events import MessageChunk, PromptSent, SessionFacts, StopReason, TurnEnded

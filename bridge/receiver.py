@@ -13,18 +13,18 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from bridge.feishu.content import message_attachments
 from bridge.feishu.errors import FeishuError
-from bridge.feishu.inbound import RetryLater
-from bridge.feishu.models import (
+from bridge.feishu.events import (
     AttachmentRef,
     CardAction,
     CardActionReply,
     InboundMessage,
     MessageRecall,
+    message_attachments,
     refs_for_journal,
     refs_from_journal,
 )
+from bridge.feishu.inbound import RetryLater
 from bridge.store.port import Store
 
 log = logging.getLogger(__name__)
@@ -191,8 +191,7 @@ class Receiver:
     async def voice(self, message: InboundMessage, nxt: Next) -> None:
         # What a voice message is, by BRIDGE_VOICE (media/voice.py), before the journal, so
         # a restart recovers it the same way: words to hear, a file, or refused.
-        kind = self._voice_kind()
-        if message.message_type == "audio" and kind != "audio":
+        if message.message_type == "audio" and (kind := self._voice_kind()) != "audio":
             refs = tuple(
                 r.model_copy(update={"kind": kind}) if r.kind == "audio" else r
                 for r in message.attachments

@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 import httpx
 
-from bridge.feishu.models import CardAction, CardActionReply
+from bridge.feishu.events import CardAction, CardActionReply
 from bridge.store.port_cluster import InstanceRecord
 
 log = logging.getLogger(__name__)

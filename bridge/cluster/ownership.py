@@ -37,7 +37,7 @@ from typing import Any, Protocol
 from bridge.cluster.forward import Forwarder, PeersUnreachable
 from bridge.cluster.leases import LeaseKeeper, LossReason
 from bridge.cluster.wake import Subscription, Wake, WakeKind
-from bridge.feishu.models import CardAction, CardActionReply, InboundMessage
+from bridge.feishu.events import CardAction, CardActionReply, InboundMessage
 from bridge.store.port import JournaledMessage, MessageState, Store, StoreUnavailable
 
 log = logging.getLogger(__name__)

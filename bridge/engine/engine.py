@@ -19,9 +19,8 @@ from bridge.clock import Clock, system_random
 from bridge.core import Options, Timings
 from bridge.core.inputs import SessionCloseRequested
 from bridge.core.state import WAITING_USER_STATES, ExecState
-from bridge.engine.actor import ConversationActor
+from bridge.engine.actor import ConversationActor, Conversations
 from bridge.engine.card_views import CardViews
-from bridge.engine.conversations import Conversations
 from bridge.engine.executor import EffectExecutor
 from bridge.engine.intake import Intake
 from bridge.engine.status_cards import StatusCards
@@ -31,7 +30,7 @@ from bridge.engine.turn_runner import SessionEnded, TurnRunner
 from bridge.feishu.api import FeishuApi
 from bridge.feishu.budget import CallBudget
 from bridge.feishu.delivery import DeliveryPolicy, FeishuGate
-from bridge.feishu.models import CardAction, CardActionReply, InboundMessage
+from bridge.feishu.events import CardAction, CardActionReply, InboundMessage
 from bridge.i18n import Translator
 from bridge.media.attachments import Attachments
 from bridge.media.voice import SpeechApi, Voice, VoiceMode

@@ -53,11 +53,10 @@ from bridge.core.inputs import (
 )
 from bridge.core.text import Text
 from bridge.engine.actor import ConversationActor, Owe, Owed, Route, Trace, Work, terms_of
-from bridge.engine.answers import Answers, Mark
 from bridge.engine.asks import Asks
 from bridge.engine.card_views import CardViews, approval_status
 from bridge.engine.files_out import FilesOut
-from bridge.engine.outbox import Outbox, owed_terms
+from bridge.engine.outbox import Answers, Mark, Outbox, owed_terms
 from bridge.engine.status_cards import StatusCards
 from bridge.engine.switches import Switches
 from bridge.engine.turn_runner import TurnRunner

@@ -13,7 +13,7 @@ from urllib.parse import unquote, urlparse
 from bridge.core.effects import SendFile, ShowDiffs
 from bridge.core.inputs import FileSent
 from bridge.engine.actor import ConversationActor, terms_of
-from bridge.engine.answers import Answers, Owing
+from bridge.engine.outbox import Answers, Owing
 from bridge.feishu.api import FeishuApi
 from bridge.feishu.errors import FeishuError
 from bridge.feishu.resources import FILE_LIMIT, IMAGE_LIMIT, IMAGE_TYPES

@@ -25,13 +25,12 @@ from bridge.core.inputs import (
     UserMessage,
 )
 from bridge.core.state import Attachment
-from bridge.engine.actor import Owed
+from bridge.engine.actor import Conversations, Owed
 from bridge.engine.card_views import CardViews
-from bridge.engine.conversations import Conversations
 from bridge.engine.outbox import replay_order
 from bridge.feishu.api import FeishuApi
 from bridge.feishu.cards.requests import APPROVAL, decode_action
-from bridge.feishu.models import (
+from bridge.feishu.events import (
     AttachmentRef,
     CardAction,
     CardActionReply,

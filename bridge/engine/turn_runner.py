@@ -113,7 +113,7 @@ class TurnRunner:
             try:
                 await self._run_in_slot(actor, work)
             finally:
-                if self._attachments is not None:
+                if work.attachments and self._attachments is not None:
                     self._attachments.release(work.turn_id)
 
     async def _run_in_slot(self, actor: ConversationActor, work: StartTurn) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from bridge.feishu.models import CardAction, CardActionReply, InboundMessage, MessageRecall
+from bridge.feishu.events import CardAction, CardActionReply, InboundMessage, MessageRecall
 
 
 class RetryLater(Exception):

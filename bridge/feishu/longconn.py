@@ -11,7 +11,7 @@ Because that `loop` is a module global, there is one long connection per process
 Events come back through the SDK's dispatcher (`EventDispatcherHandler.builder("", "")`,
 `register_p2_im_message_receive_v1`, `register_p2_card_action_trigger`). Its typed objects
 are turned back into the wire JSON (`lark_oapi.JSON.marshal`, which is what the SDK parsed
-them from, minus fields it does not model) and go through `bridge.feishu.parse` — the same
+them from, minus fields it does not model) and go through `bridge.feishu.events` — the same
 parser the webhook uses, so both modes produce identical models.
 
 The SDK calls the callbacks synchronously on its thread and answers Feishu after they
@@ -39,9 +39,17 @@ import threading
 from collections.abc import Callable, Coroutine
 from typing import Any, Final, TypeVar
 
+from bridge.feishu.errors import EventParseError
+from bridge.feishu.events import (
+    CardAction,
+    CardActionReply,
+    IgnoredEvent,
+    InboundMessage,
+    MessageRecall,
+    parse_event,
+)
 from bridge.feishu.inbound import InboundHandler, RetryLater
-from bridge.feishu.models import CardAction, CardActionReply, InboundMessage, MessageRecall
-from bridge.feishu.parse import EventParseError, IgnoredEvent, decode_json, parse_event
+from bridge.feishu.json_codec import decode_json
 from bridge.feishu.sdk_logs import WEBSOCKETS_LOGGER, LarkLogFilter, RedactFilter
 
 log = logging.getLogger(__name__)

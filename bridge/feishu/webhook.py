@@ -42,17 +42,19 @@ from typing import Any, Final
 from aiohttp import web
 
 from bridge.feishu import crypto
-from bridge.feishu.inbound import InboundHandler, RetryLater
-from bridge.feishu.models import CardAction, InboundMessage, MessageRecall
-from bridge.feishu.parse import (
-    EventParseError,
+from bridge.feishu.errors import EventParseError
+from bridge.feishu.events import (
+    CardAction,
     IgnoredEvent,
+    InboundMessage,
+    MessageRecall,
     UrlVerification,
-    decode_json,
     event_token,
     event_type_of,
     parse_event,
 )
+from bridge.feishu.inbound import InboundHandler, RetryLater
+from bridge.feishu.json_codec import decode_json
 
 log = logging.getLogger(__name__)
 

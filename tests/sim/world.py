@@ -17,7 +17,7 @@ from typing import Any
 from bridge.core import Options, Timings
 from bridge.core.state import PresenceStyle
 from bridge.engine.engine import Engine, EngineConfig
-from bridge.feishu.models import CardAction, CardActionReply, InboundMessage
+from bridge.feishu.events import CardAction, CardActionReply, InboundMessage
 from bridge.i18n import Translator
 from bridge.receiver import AccessPolicy, Receiver
 from bridge.schedules.scheduler import ScheduleSettings

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bridge.feishu.models import CardAction, CardActionReply, InboundMessage
+from bridge.feishu.events import CardAction, CardActionReply, InboundMessage
 
 
 class AcceptingSink:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bridge.feishu.models import InboundMessage
+from bridge.feishu.events import InboundMessage
 from bridge.receiver import AccessPolicy
 
 

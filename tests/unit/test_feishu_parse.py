@@ -1,4 +1,4 @@
-"""Raw Feishu event JSON → typed models (bridge.feishu.parse)."""
+"""Raw Feishu event JSON → typed models (bridge.feishu.events)."""
 
 from __future__ import annotations
 
@@ -7,15 +7,16 @@ from typing import Any
 
 import pytest
 
-from bridge.feishu.models import CardAction, InboundMessage
-from bridge.feishu.parse import (
-    EventParseError,
+from bridge.feishu.errors import EventParseError
+from bridge.feishu.events import (
+    CardAction,
     IgnoredEvent,
+    InboundMessage,
     UrlVerification,
-    decode_json,
     event_token,
     parse_event,
 )
+from bridge.feishu.json_codec import decode_json
 
 BOT = "ou_bot"
 ALICE = "ou_alice"

@@ -15,7 +15,8 @@ from aiohttp.test_utils import TestClient, TestServer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bridge.feishu.parse import MAX_DEPTH, EventParseError, decode_json
+from bridge.feishu.errors import EventParseError
+from bridge.feishu.json_codec import MAX_DEPTH, decode_json
 from bridge.feishu.webhook import EVENTS_PATH, webhook_routes
 from tests.unit.test_webhook import BOT, TOKEN, RecordingHandler, card_payload, message_payload
 

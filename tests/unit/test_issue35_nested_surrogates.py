@@ -20,8 +20,8 @@ from aiohttp.test_utils import TestClient, TestServer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from bridge.feishu.events import CardAction, CardActionReply, InboundMessage, refs_from_journal
 from bridge.feishu.longconn import LongConnection
-from bridge.feishu.models import CardAction, CardActionReply, InboundMessage, refs_from_journal
 from bridge.feishu.webhook import EVENTS_PATH, webhook_routes
 from bridge.receiver import AccessPolicy, Receiver
 from bridge.store import SqliteStore

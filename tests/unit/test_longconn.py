@@ -26,6 +26,7 @@ from lark_oapi.event.callback.model.p2_card_action_trigger import (  # isort: sk
 )
 from lark_oapi.ws.pb.pbbp2_pb2 import Frame  # isort: skip
 
+from bridge.feishu.events import CardAction, CardActionReply, InboundMessage, parse_event
 from bridge.feishu.longconn import (
     LARK_LOGGER,
     ConnectionState,
@@ -34,8 +35,6 @@ from bridge.feishu.longconn import (
     reply_to_sdk,
     sdk_to_payload,
 )
-from bridge.feishu.models import CardAction, CardActionReply, InboundMessage
-from bridge.feishu.parse import parse_event
 
 BOT = "ou_bot"
 SECRET_TEXT = "words nobody may log"

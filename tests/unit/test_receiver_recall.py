@@ -3,8 +3,7 @@ recall of a message the bridge never took, or a redelivered recall, changes noth
 
 from __future__ import annotations
 
-from bridge.feishu.models import InboundMessage, MessageRecall
-from bridge.feishu.parse import parse_event
+from bridge.feishu.events import InboundMessage, MessageRecall, parse_event
 from bridge.receiver import AccessPolicy, Receiver
 from bridge.store import MemoryStore
 from tests.unit.receiver_fakes import AcceptingSink

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from bridge.feishu.models import InboundMessage
+from bridge.feishu.events import InboundMessage
 from bridge.receiver import AccessPolicy, Receiver
 from tests.unit.receiver_fakes import AcceptingSink
 

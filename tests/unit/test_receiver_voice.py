@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from bridge.engine.intake import journaled_input
-from bridge.feishu.models import AttachmentRef, InboundMessage
+from bridge.feishu.events import AttachmentRef, InboundMessage
 from bridge.receiver import AccessPolicy, Receiver
 from bridge.store import MemoryStore
 from tests.unit.receiver_fakes import AcceptingSink

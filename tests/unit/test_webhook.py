@@ -14,7 +14,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
 from bridge.feishu import crypto
-from bridge.feishu.models import CardAction, CardActionReply, InboundMessage
+from bridge.feishu.events import CardAction, CardActionReply, InboundMessage
 from bridge.feishu.webhook import EVENTS_PATH, webhook_routes
 
 ENCRYPT_KEY = "enc-key-for-tests"

@@ -1,14 +1,27 @@
-"""The ACP *client* side the bridge offers to an agent process.
+"""The ACP *client* side the bridge offers to an agent process: the agent's calls, and its
+requests of the user waiting on an answer.
 
 `BridgeClient` is what the SDK's router calls for agent → client traffic. It declares no
 file system and no terminal, so those methods answer "method not found"; everything else is
 forwarded to the runtime (`ClientHost`). One instance per process, tagged with the process
 generation, so a message from a dead process is never applied to a session that moved on.
+
+Requests an agent makes of the user and waits on (`PendingRequests`): one class per
+dialect, each able to `answer()` in that dialect and to `cancel()` (the answer ACP asks for
+when a turn ends).
+
+* `PermissionRequest`: `session/request_permission`, answered with an option id.
+* `ElicitationRequest`: `elicitation/create` (a session-scoped form), accept/decline/cancel.
+* `QwenQuestion`: qwen's question, a permission request flagged in `_meta`, answered with
+  the answers riding next to its submit option.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from acp.client.router import build_client_router
@@ -16,16 +29,27 @@ from acp.connection import MethodHandler
 from acp.exceptions import RequestError
 from acp.meta import CLIENT_METHODS
 from acp.schema import (
+    AcceptElicitationResponse,
+    AllowedOutcome,
+    CancelElicitationResponse,
     ClientCapabilities,
+    DeclineElicitationResponse,
+    DeniedOutcome,
     ElicitationCapabilities,
     ElicitationFormCapabilities,
     ElicitationMode,
     FileSystemCapabilities,
     PermissionOption,
+    RequestPermissionResponse,
     ToolCallUpdate,
 )
 
-from bridge.runtime.acp.normalize import KNOWN_UPDATE_KINDS, update_kind
+from bridge.runtime.acp.normalize import (
+    KNOWN_UPDATE_KINDS,
+    elicitation_content,
+    qwen_answer_response,
+    update_kind,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -155,3 +179,104 @@ def _unknown_kind(method: Any, params: Any) -> str | None:
     update = params.get("update") if isinstance(params, dict) else None
     kind = update_kind(update or {})
     return None if kind in KNOWN_UPDATE_KINDS else kind
+
+
+# --- what an agent asks of the user ---
+
+
+def cancelled_permission() -> RequestPermissionResponse:
+    return RequestPermissionResponse(outcome=DeniedOutcome(outcome="cancelled"))
+
+
+def selected(option_id: str) -> RequestPermissionResponse:
+    return RequestPermissionResponse(
+        outcome=AllowedOutcome(outcome="selected", option_id=option_id)
+    )
+
+
+@dataclass
+class PendingRequest:
+    request_id: str
+    session_id: str
+    future: asyncio.Future[Any]
+
+    def resolve(self, response: Any) -> None:
+        if not self.future.done():
+            self.future.set_result(response)
+
+    def cancel(self) -> None:
+        self.resolve(cancelled_permission())
+
+
+@dataclass
+class PermissionRequest(PendingRequest):
+    option_ids: frozenset[str] = frozenset()
+
+    def answer(self, option_id: str | None) -> None:
+        if option_id is None:
+            self.resolve(cancelled_permission())
+        elif option_id in self.option_ids:
+            self.resolve(selected(option_id))
+        else:
+            raise ValueError(f"option {option_id!r} was not offered for {self.request_id}")
+
+
+@dataclass
+class ElicitationRequest(PendingRequest):
+    types: Mapping[str, str] = field(default_factory=dict)
+
+    def answer(self, answers: Mapping[str, str] | None) -> None:
+        if answers is None:
+            self.resolve(DeclineElicitationResponse(action="decline"))
+        else:
+            content = elicitation_content(answers, self.types)
+            self.resolve(AcceptElicitationResponse(action="accept", content=content))
+
+    def cancel(self) -> None:
+        self.resolve(CancelElicitationResponse(action="cancel"))
+
+
+@dataclass
+class QwenQuestion(PendingRequest):
+    submit_option_id: str | None = None
+    decline_option_id: str | None = None  # "no answer" is its Cancel option
+
+    def answer(self, answers: Mapping[str, str] | None) -> None:
+        if answers is not None and self.submit_option_id:
+            self.resolve(qwen_answer_response(self.submit_option_id, answers))
+        elif self.decline_option_id:
+            self.resolve(selected(self.decline_option_id))
+        else:
+            self.resolve(cancelled_permission())
+
+
+class PendingRequests:
+    """Requests waiting on a person, by request id."""
+
+    def __init__(self) -> None:
+        self._pending: dict[str, PendingRequest] = {}
+
+    def add(self, request: PendingRequest) -> None:
+        self._pending[request.request_id] = request
+
+    def discard(self, request_id: str) -> None:
+        self._pending.pop(request_id, None)
+
+    def get(self, request_id: str) -> PendingRequest | None:
+        return self._pending.get(request_id)
+
+    def of_sessions(self, session_ids: set[str]) -> list[PendingRequest]:
+        return [p for p in self._pending.values() if p.session_id in session_ids]
+
+    def cancel_session(self, session_id: str) -> None:
+        for pending in self.of_sessions({session_id}):
+            pending.cancel()
+
+    def ids(self) -> list[str]:
+        return list(self._pending)
+
+    def __iter__(self) -> Iterator[PendingRequest]:
+        return iter(list(self._pending.values()))
+
+    def __len__(self) -> int:
+        return len(self._pending)

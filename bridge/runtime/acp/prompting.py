@@ -39,8 +39,8 @@ from acp.schema import (
 )
 
 from bridge.paths import safe_name, within
+from bridge.runtime.acp.client import PendingRequests
 from bridge.runtime.acp.process import AgentProcess
-from bridge.runtime.acp.requests import PendingRequests
 from bridge.runtime.acp.sessions import AcpSession, SessionLost, Sessions
 from bridge.runtime.acp.turns import AcpTurn, absorb_tail, run_prompt
 from bridge.runtime.events import PromptSent, RuntimeExited, RuntimeFailed, StopReason, TurnEnded

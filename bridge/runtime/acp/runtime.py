@@ -2,10 +2,10 @@
 
 The pieces: `pool` (agent processes: placement, start, restart), `sessions` (bind, resume,
 reload), `prompting` (prompt, cancel, and a cancelled turn's leftover result), `turns` (one
-prompt and its one ending), `requests` (what an agent asks of the user, per dialect). This
-facade wires them, answers the agent's callbacks, passes on what a conversation changes of
-its session (`/mode`, `/model`: kept by `Sessions`, which sets them again on a restarted
-agent) and shows operators its processes, sessions and counters.
+prompt and its one ending), `client` (the agent's calls, and what it asks of the user, per
+dialect). This facade wires them, answers the agent's callbacks, passes on what a
+conversation changes of its session (`/mode`, `/model`: kept by `Sessions`, which sets them
+again on a restarted agent) and shows operators its processes, sessions and counters.
 
 * **Process death** is watched directly (the SDK only shows a dead agent as
   `ConnectionError`). Running turns on it end with `RuntimeExited` and their pending
@@ -39,7 +39,17 @@ from tenacity import wait_exponential
 from tenacity.wait import wait_base
 
 from bridge.clock import Ids, new_id
-from bridge.runtime.acp.client import BridgeClient, build_handler, client_capabilities
+from bridge.runtime.acp.client import (
+    BridgeClient,
+    ElicitationRequest,
+    PendingRequest,
+    PendingRequests,
+    PermissionRequest,
+    QwenQuestion,
+    build_handler,
+    cancelled_permission,
+    client_capabilities,
+)
 from bridge.runtime.acp.normalize import (
     SESSION_STATE_KINDS,
     elicitation_question,
@@ -53,14 +63,6 @@ from bridge.runtime.acp.normalize import (
 from bridge.runtime.acp.pool import AgentPool, PoolLimits
 from bridge.runtime.acp.process import AgentProcess
 from bridge.runtime.acp.prompting import Prompting
-from bridge.runtime.acp.requests import (
-    ElicitationRequest,
-    PendingRequest,
-    PendingRequests,
-    PermissionRequest,
-    QwenQuestion,
-    cancelled_permission,
-)
 from bridge.runtime.acp.sessions import AcpSession, SessionInfo, SessionLost, Sessions
 from bridge.runtime.acp.turns import AcpTurn
 from bridge.runtime.events import (

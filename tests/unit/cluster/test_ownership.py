@@ -15,7 +15,7 @@ from bridge.cluster.forward import Forwarder
 from bridge.cluster.leases import LeaseKeeper
 from bridge.cluster.ownership import Ownership
 from bridge.cluster.wake import LocalWake
-from bridge.feishu.models import InboundMessage
+from bridge.feishu.events import InboundMessage
 from bridge.runtime.events import PermissionRequested
 from bridge.store import MemoryStore
 from bridge.store.port import ApprovalStatus, MessageState

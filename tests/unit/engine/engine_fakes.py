@@ -19,7 +19,7 @@ from bridge.core import Options, Timings
 from bridge.engine.engine import Engine, EngineConfig
 from bridge.feishu.api import BotInfo
 from bridge.feishu.delivery import DeliveryPolicy
-from bridge.feishu.models import AttachmentRef, CardAction, InboundMessage
+from bridge.feishu.events import AttachmentRef, CardAction, InboundMessage
 from bridge.feishu.resources import Downloaded
 from bridge.i18n import Translator
 from bridge.runtime.events import (

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from bridge.feishu.models import AttachmentRef
+from bridge.feishu.events import AttachmentRef
 from bridge.runtime.events import MessageChunk
 from bridge.store import MemoryStore
 from bridge.store.port import MessageState, TurnOutcome

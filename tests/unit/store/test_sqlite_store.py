@@ -36,7 +36,7 @@ async def test_creates_parent_dir_and_runs_in_wal_mode(db_path: Path) -> None:
         assert settings["synchronous"] == 1  # NORMAL
         assert settings["foreign_keys"] == 1
         assert settings["busy_timeout"] == 5000
-        assert settings["wal_autocheckpoint"] == 0  # checkpoints run apart (sqlite_checkpoint)
+        assert settings["wal_autocheckpoint"] == 0  # checkpoints run apart (Checkpointer)
         assert settings["schema_version"] == len(sqlite_schema.MIGRATIONS)
         await store.claim_event("ev", None, T0)
         # WAL is a property of the file: an independent connection sees it too,

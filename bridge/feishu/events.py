@@ -1,4 +1,4 @@
-"""Raw Feishu event JSON → typed inbound models.
+"""A Feishu event, raw JSON → its typed, frozen model.
 
 One entry point, `parse_event`, used by both intake modes (the webhook hands it the decrypted
 request body, the long connection the SDK's payload). It returns exactly one of
@@ -10,6 +10,10 @@ request body, the long connection the SDK's payload). It returns exactly one of
 
 and raises `EventParseError(reason)` for a payload that is not a Feishu event at all or lacks
 what its type requires. The reason is short and never contains message text.
+
+What a message says, as plain text (`message_text`): text and post content flattened, the
+bot's own @-mention removed, every other mention resolved to "@Name"; what it carries
+(`message_attachments`): its images and files. The models are frozen; parsing is pure.
 
 Mentions. Feishu puts a placeholder per mention into the text (`@_user_1`) and lists the
 mentions beside it. The bot's own placeholder is removed, every other one becomes `@Name`,
@@ -27,15 +31,292 @@ and `@_all` becomes `@all`. Which mention is the bot:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, Final, TypeVar
+import json
+from collections.abc import Iterable, Mapping
+from typing import Any, Final, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from bridge.feishu.content import is_bot, message_attachments, message_text
 from bridge.feishu.errors import EventParseError
-from bridge.feishu.json_codec import MAX_DEPTH, decode_json, load_json
-from bridge.feishu.models import CardAction, InboundMessage, Mention, MessageRecall
+from bridge.feishu.json_codec import decode_json, load_json
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+
+class Mention(_Frozen):
+    key: str  # the placeholder in the text, e.g. "@_user_1"
+    open_id: str | None = None
+    name: str = ""
+
+
+class AttachmentRef(_Frozen):
+    """An image or file a message carries, fetched with the message-resource API."""
+
+    kind: str  # image, file, audio, media
+    key: str  # image_key or file_key
+    resource_type: str  # the API's `type`: image or file
+    name: str = ""  # the file's name as sent (files only)
+    from_message: str = ""  # the message that carries it, when not this one (a quote-reply)
+
+
+def refs_for_journal(refs: tuple[AttachmentRef, ...]) -> str:
+    """Attachment refs as the journal keeps them (JSON; "" for none)."""
+    return json.dumps([r.model_dump() for r in refs]) if refs else ""
+
+
+def refs_from_journal(raw: str) -> tuple[AttachmentRef, ...]:
+    """The journal's JSON back as refs; raises ValueError when it is not that."""
+    return tuple(AttachmentRef.model_validate(item) for item in json.loads(raw or "[]"))
+
+
+class InboundMessage(_Frozen):
+    """One `im.message.receive_v1` event, reduced to what the bridge uses."""
+
+    event_id: str
+    message_id: str
+    chat_id: str
+    chat_type: Literal["p2p", "group"] | str
+    thread_id: str | None = None
+    root_id: str | None = None
+    parent_id: str | None = None
+    sender_open_id: str
+    sender_type: str = "user"  # "user" or "app"
+    message_type: str  # text, post, image, file, sticker, interactive, …
+    # The text with @-mentions of the bot stripped and other mentions resolved to "@Name".
+    text: str = ""
+    mentions: tuple[Mention, ...] = ()
+    mentions_bot: bool = False
+    attachments: tuple[AttachmentRef, ...] = ()
+    create_time_ms: int = 0
+    app_id: str | None = None  # the event header's: the app Feishu delivered it for
+
+    @property
+    def conversation_key(self) -> str:
+        """A p2p chat, or a group chat, or a topic thread inside a group, is one conversation.
+        A quote-reply (root_id without thread_id) stays in its chat's conversation: it is
+        how people answer the bot's question in a group."""
+        if self.chat_type == "group" and self.thread_id:
+            return f"{self.chat_id}:{self.thread_id}"
+        return self.chat_id
+
+
+class MessageRecall(_Frozen):
+    """One `im.message.recalled_v1` event: a message was taken back in its chat."""
+
+    event_id: str
+    message_id: str
+    chat_id: str = ""
+    recall_type: str = ""  # message_owner, group_owner, group_manager, enterprise_manager
+
+
+class CardAction(_Frozen):
+    """One `card.action.trigger` callback (a button click on an interactive card)."""
+
+    event_id: str
+    operator_open_id: str
+    open_message_id: str
+    open_chat_id: str | None = None
+    value: dict[str, Any] = Field(default_factory=dict)
+    token: str = ""
+
+
+class CardActionReply(_Frozen):
+    """What the card callback answers within 3 s: an optional toast and an optional new card."""
+
+    toast_type: Literal["info", "success", "error", "warning"] | None = None
+    toast_text: str | None = None
+    card: dict[str, Any] | None = None
+
+    def to_response(self) -> dict[str, Any]:
+        body: dict[str, Any] = {}
+        if self.toast_text is not None:
+            body["toast"] = {"type": self.toast_type or "info", "content": self.toast_text}
+        if self.card is not None:
+            body["card"] = {"type": "raw", "data": self.card}
+        return body
+
+
+# --- what a message says ---
+
+ALL_PLACEHOLDER: Final = "@_all"
+ALL_TEXT: Final = "@all"
+
+
+def message_text(
+    message_type: str, content: str, mentions: tuple[Mention, ...], bot_keys: set[str]
+) -> str:
+    """The text of a text or post message; "" for every other type (image, file, audio,
+    media, sticker, interactive, share_chat, system, …), which the receiver answers from
+    `message_type`."""
+    if message_type == "text":
+        raw_text = _content_object(content).get("text", "")
+        if not isinstance(raw_text, str):
+            raise EventParseError("text content has no string `text`")
+        return _resolve_mentions(raw_text, mentions, bot_keys)
+    if message_type == "post":
+        return _flatten_post(_content_object(content), mentions, bot_keys)
+    return ""
+
+
+# Message types that are one attachment, and the resource `type` Feishu serves them as.
+_ONE_ATTACHMENT: Final = {"image": "image", "file": "file", "audio": "file", "media": "file"}
+
+
+def message_attachments(message_type: str, content: str) -> tuple[AttachmentRef, ...]:
+    """The images and files a message carries: an image, file, audio or media message is
+    one; a post carries its images and media. Content that does not say is no attachment."""
+    if message_type not in _ONE_ATTACHMENT and message_type != "post":
+        return ()
+    try:
+        value = _content_object(content)
+    except EventParseError:
+        return ()
+    if message_type == "post":
+        found: list[AttachmentRef] = []
+        for paragraph in _post_body(value).get("content") or []:
+            for element in paragraph if isinstance(paragraph, list) else []:
+                ref = _post_attachment(element)
+                if ref is not None:
+                    found.append(ref)
+        return tuple(found)
+    key_field = "image_key" if message_type == "image" else "file_key"
+    key = value.get(key_field)
+    if not isinstance(key, str) or not key:
+        return ()
+    name = value.get("file_name")
+    return (
+        AttachmentRef(
+            kind=message_type,
+            key=key,
+            resource_type=_ONE_ATTACHMENT[message_type],
+            name=name if isinstance(name, str) else "",
+        ),
+    )
+
+
+def _post_attachment(element: Any) -> AttachmentRef | None:
+    if not isinstance(element, Mapping):
+        return None
+    if element.get("tag") == "img" and isinstance(element.get("image_key"), str):
+        return AttachmentRef(kind="image", key=element["image_key"], resource_type="image")
+    if element.get("tag") == "media" and isinstance(element.get("file_key"), str):
+        return AttachmentRef(kind="media", key=element["file_key"], resource_type="file")
+    return None
+
+
+def is_bot(mention: Mention, bot_open_id: str | None, bot_name: str | None) -> bool:
+    if bot_open_id:
+        return mention.open_id == bot_open_id
+    if bot_name:
+        return mention.name == bot_name
+    return False
+
+
+def _content_object(content: str) -> dict[str, Any]:
+    # The same decoder as the body's: depth-checked, lone surrogates repaired.
+    return decode_json(content, "message content") if content else {}
+
+
+def _resolve_mentions(text: str, mentions: Iterable[Mention], bot_keys: set[str]) -> str:
+    # Longest keys first so "@_user_1" never eats the front of "@_user_10".
+    for mention in sorted(mentions, key=lambda m: len(m.key), reverse=True):
+        if not mention.key:
+            continue
+        if mention.key in bot_keys:
+            text = text.replace(f"{mention.key} ", "").replace(mention.key, "")
+        elif mention.key == ALL_PLACEHOLDER:
+            text = text.replace(mention.key, ALL_TEXT)
+        else:
+            text = text.replace(mention.key, f"@{mention.name}" if mention.name else "@")
+    return text.replace(ALL_PLACEHOLDER, ALL_TEXT).strip()
+
+
+_LOCALE_PREFERENCE: Final = ("zh_cn", "en_us", "ja_jp")
+
+
+def _post_body(content: Mapping[str, Any]) -> Mapping[str, Any]:
+    """Received posts are usually `{"title", "content"}`; some paths wrap them in a locale
+    key (`zh_cn`, `en_us`, …) or in `post`. Pick the first body that has content."""
+    if "content" in content or "title" in content:
+        return content
+    inner = content.get("post")
+    if isinstance(inner, Mapping):
+        return _post_body(inner)
+    for locale in _LOCALE_PREFERENCE:
+        body = content.get(locale)
+        if isinstance(body, Mapping):
+            return body
+    for body in content.values():
+        if isinstance(body, Mapping) and ("content" in body or "title" in body):
+            return body
+    return {}
+
+
+def _flatten_post(
+    content: Mapping[str, Any], mentions: tuple[Mention, ...], bot_keys: set[str]
+) -> str:
+    body = _post_body(content)
+    lines: list[str] = []
+    title = body.get("title")
+    if isinstance(title, str) and title.strip():
+        lines.append(title.strip())
+    paragraphs = body.get("content") or []
+    if not isinstance(paragraphs, list):
+        raise EventParseError("post content is not a list of paragraphs")
+    by_key = {m.key: m for m in mentions}
+    by_open_id = {m.open_id: m for m in mentions if m.open_id}
+    for paragraph in paragraphs:
+        if not isinstance(paragraph, list):
+            raise EventParseError("post paragraph is not a list")
+        parts = [_post_element(el, by_key, by_open_id, bot_keys) for el in paragraph]
+        line = "".join(parts).strip()
+        if line:
+            lines.append(line)
+    return "\n".join(lines)
+
+
+def _post_element(
+    element: Any,
+    by_key: Mapping[str, Mention],
+    by_open_id: Mapping[str, Mention],
+    bot_keys: set[str],
+) -> str:
+    if not isinstance(element, Mapping):
+        return ""
+    tag = element.get("tag")
+    text = element.get("text")
+    text = text if isinstance(text, str) else ""
+    if tag in ("text", "md", "code_block"):
+        if tag == "code_block":
+            return f"\n{text}\n"
+        return text
+    if tag == "a":
+        href = element.get("href")
+        if isinstance(href, str) and href and href != text:
+            return f"{text} ({href})" if text else href
+        return text
+    if tag == "at":
+        user_id = element.get("user_id")
+        user_id = user_id if isinstance(user_id, str) else ""
+        if user_id in ("all", ALL_PLACEHOLDER):
+            return ALL_TEXT
+        mention = by_key.get(user_id) or by_open_id.get(user_id)
+        if mention is not None and mention.key in bot_keys:
+            return ""
+        name = element.get("user_name")
+        if not isinstance(name, str) or not name:
+            name = mention.name if mention is not None else ""
+        return f"@{name}" if name else ""
+    if tag == "emotion":
+        emoji = element.get("emoji_type")
+        return f"[{emoji}]" if isinstance(emoji, str) and emoji else ""
+    # img, media, hr and future tags carry no text.
+    return ""
+
+
+# --- parsing ---
 
 MESSAGE_RECEIVE: Final = "im.message.receive_v1"
 CARD_ACTION_TRIGGER: Final = "card.action.trigger"
@@ -333,19 +614,3 @@ def _int_or_zero(value: str | int | None) -> int:
         return int(value)
     except ValueError:
         return 0
-
-
-__all__ = [
-    "CARD_ACTION_TRIGGER",
-    "MAX_DEPTH",
-    "MESSAGE_RECALLED",
-    "MESSAGE_RECEIVE",
-    "URL_VERIFICATION",
-    "EventParseError",  # defined in errors.py; re-exported for the intake modules
-    "IgnoredEvent",
-    "UrlVerification",
-    "decode_json",
-    "event_token",
-    "event_type_of",
-    "parse_event",
-]
