@@ -27,6 +27,7 @@ from bridge.core.effects import (
 )
 from bridge.core.files import send_offered
 from bridge.core.presence import STOP_REASON_KEYS
+from bridge.core.snapshot import footer
 from bridge.core.state import (
     Attachment,
     Ending,
@@ -38,7 +39,6 @@ from bridge.core.state import (
     Turn,
     TurnEnd,
 )
-from bridge.core.status_lines import footer
 from bridge.core.text import NOTHING_WRITTEN, Params
 
 

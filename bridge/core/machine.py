@@ -91,6 +91,7 @@ from bridge.core.lifecycle import (
 from bridge.core.presence import Timings
 from bridge.core.recall import on_recalled
 from bridge.core.schedule_steps import on_schedule_command, on_schedule_input
+from bridge.core.snapshot import status_lines
 from bridge.core.state import (
     RECENT_IDS,
     CardStage,
@@ -101,7 +102,6 @@ from bridge.core.state import (
     Prompt,
     QueuedMessage,
 )
-from bridge.core.status_lines import status_lines
 from bridge.core.switch_lines import on_session_close, on_switch_command, switch_lines
 from bridge.core.turn_events import on_turn_event, refuse_request
 from bridge.core.voice import on_voice_heard

@@ -1,13 +1,18 @@
-"""Read-only views of a conversation: the operator snapshot and the /status line.
+"""What a conversation's status says: the operator snapshot, the /status line, /status in
+full (what the session runs on and how full its context is) and the usage footer.
 
 `revision` / `projection_epoch` numbering is added outside, by the engine.
 """
 
 from __future__ import annotations
 
+from bridge.core.context import StepContext
+from bridge.core.effects import PostText
+from bridge.core.inputs import StatusAnswered
 from bridge.core.presence import STATUS_KEYS, activity_text
 from bridge.core.state import Conversation, ExecState
-from bridge.core.text import Params, format_elapsed
+from bridge.core.text import Params, Text, format_elapsed
+from bridge.runtime.events import Usage
 
 # The run lifecycle's phase (seeds 002/004), shown statically: never guessed. `unsynced`: the
 # bridge cannot vouch for the runtime (the agent is restarting, its session reloading).
@@ -125,3 +130,53 @@ def status_line(conv: Conversation, now: float) -> tuple[str, Params]:
             return key, {"queue": queue}
         case _:  # WAITING_RESPONSE, RECOVERING
             return key, {"elapsed": elapsed, "queue": queue}
+
+
+UNKNOWN = Text("status.unknown")
+NO_SESSION = Text("status.no_session")  # the next message opens one
+
+
+def status_lines(ctx: StepContext, event: StatusAnswered) -> None:
+    mid, facts = event.message_id, event.facts
+    key, params = status_line(ctx.conv, ctx.now)
+    full = {
+        "state": Text(key, params),
+        "agent": facts.agent or UNKNOWN,
+        "folder": facts.folder or UNKNOWN,
+        "mode": facts.mode or UNKNOWN,
+        "model": facts.model or UNKNOWN,
+        "title": facts.title or (UNKNOWN if ctx.conv.session_id else NO_SESSION),
+        "usage": usage_text(facts.usage) if facts.usage else UNKNOWN,
+    }
+    ctx.emit(PostText("command.status", full, mid, f"{mid}:status"))
+
+
+def usage_text(usage: Usage, prefix: str = "usage.context") -> Text:
+    """ "12.3k / 200k (6%)", with the session's cost when the agent reports one."""
+    percent = round(100 * usage.used / usage.size) if usage.size else 0
+    params: dict[str, str | int | Text] = {
+        "used": tokens(usage.used),
+        "size": tokens(usage.size),
+        "percent": percent,
+    }
+    if usage.cost is None:
+        return Text(prefix, params)
+    params["cost"] = f"{usage.cost:.2f} {usage.currency or ''}".strip()
+    return Text(f"{prefix}_cost", params)
+
+
+def footer(ctx: StepContext) -> Text | None:
+    """The usage footer under a turn's last message (BRIDGE_USAGE_FOOTER), when the agent
+    reported its context use in this conversation."""
+    usage = ctx.conv.usage
+    if not ctx.conv.options.usage_footer or usage is None:
+        return None
+    return usage_text(usage, "usage.footer")
+
+
+def tokens(count: int) -> str:
+    if count < 1000:
+        return str(count)
+    if count < 1_000_000:
+        return f"{count / 1000:.1f}k".replace(".0k", "k")
+    return f"{count / 1_000_000:.1f}M".replace(".0M", "M")

@@ -20,8 +20,8 @@ from bridge.core.context import StepContext, evolve
 from bridge.core.delivery import Line
 from bridge.core.effects import CardPhase, CardView, PostText, RelayAgentText, ShowStatusCard
 from bridge.core.inputs import StatusCardFailed
+from bridge.core.snapshot import footer
 from bridge.core.state import CardStage, ExecState, PresenceStyle, ToolLine, Turn
-from bridge.core.status_lines import footer
 from bridge.core.text import NOTHING_WRITTEN, Params
 from bridge.runtime.events import PlanEntry
 

@@ -32,8 +32,8 @@ import httpx
 
 from bridge.feishu import speech
 from bridge.feishu.api import BotInfo
-from bridge.feishu.breaker import CircuitBreaker
 from bridge.feishu.budget import CallBudget
+from bridge.feishu.delivery import CircuitBreaker
 from bridge.feishu.errors import (
     FeishuError,
     RateLimited,

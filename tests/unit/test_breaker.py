@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bridge.feishu.breaker import MAX_COOLDOWN, MIN_COOLDOWN, BreakerState, CircuitBreaker
+from bridge.feishu.delivery import MAX_COOLDOWN, MIN_COOLDOWN, BreakerState, CircuitBreaker
 
 
 class Clock:

@@ -15,8 +15,8 @@ import pytest
 import respx
 
 from bridge.feishu.api import BotInfo, FeishuApi
-from bridge.feishu.breaker import BreakerState
 from bridge.feishu.client import UUID_MAX_LEN, FeishuClient, RetryPolicy, message_uuid
+from bridge.feishu.delivery import BreakerState
 from bridge.feishu.errors import (
     BusinessError,
     RateLimited,
