@@ -51,3 +51,60 @@ def test_no_import_cycle_between_modules() -> None:
         if (back := graph.find_shortest_chain(importer=imported, imported=importer))
     }
     assert sorted(cycles) == []
+
+
+# Where a translation key may be written: the core chooses every text; these only render
+# what it chose (cards, schedule listings, the CLI's own report and check-config's
+# problems) or the one notice the
+# Feishu client appends to a reply it had to cut.
+RENDERING = (
+    "core/",
+    "i18n.py",
+    "devtools/",
+    "feishu/cards/",
+    "engine/card_views.py",
+    "schedules/texts.py",
+    "app.py",
+    "demo.py",
+    "running.py",
+    "config/checks.py",
+    "feishu/client.py",
+    "service.py",
+)
+
+
+def _catalog_keys() -> set[str]:
+    import json
+
+    def flat(tree: dict[str, object], prefix: str = "") -> set[str]:
+        keys: set[str] = set()
+        for name, value in tree.items():
+            key = f"{prefix}{name}"
+            keys |= flat(value, f"{key}.") if isinstance(value, dict) else {key}
+        return keys
+
+    catalog = BRIDGE.parent / "translations" / "zh_CN.json"
+    return flat(json.loads(catalog.read_text(encoding="utf-8")))
+
+
+def test_no_translation_key_decides_anything_outside_the_core_and_rendering() -> None:
+    keys = _catalog_keys()
+    found = {}
+    for path in sorted(BRIDGE.rglob("*.py")):
+        where = path.relative_to(BRIDGE).as_posix()
+        if where.startswith(RENDERING):
+            continue
+        strings = {
+            node.value
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+            if isinstance(node, ast.Constant) and isinstance(node.value, str)
+        }
+        # A key, or a key's prefix such as "progress." (a family of lines chosen by it).
+        named = {
+            s
+            for s in strings
+            if s in keys or (s.endswith(".") and any(k.startswith(s) for k in keys))
+        }
+        if named:
+            found[where] = sorted(named)
+    assert found == {}
