@@ -55,8 +55,7 @@ def test_no_import_cycle_between_modules() -> None:
 
 # Where a translation key may be written: the core chooses every text; these only render
 # what it chose (cards, schedule listings, the CLI's own report and check-config's
-# problems) or the one notice the
-# Feishu client appends to a reply it had to cut.
+# problems) or the one notice the Feishu client appends to a reply it had to cut.
 RENDERING = (
     "core/",
     "i18n.py",
