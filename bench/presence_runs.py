@@ -146,9 +146,13 @@ class Screen:
         self._add(mid, Seen(call.at, kind, text))
 
     def _card_change(self, mid: str, call: Any, element: str | None) -> None:
-        if element is not None:  # streamed text into one element: the answer
+        if element is not None:  # streamed text into one element: the answer, or the status
             text = str(call.body.get("content", ""))
             kind = "answer" if self.answers.get(mid, "\0") in text else "card"
+            if kind == "card" and element == "status":
+                # A refresh of the working card's status line alone (the whole-card update
+                # API was full): as much a sign of work as a whole refresh.
+                kind = "heartbeat"
             self._add(mid, Seen(call.at, kind, f"[{element}] {text}"))
             return
         raw = (call.body.get("card") or {}).get("data") or call.body.get("content") or "{}"
