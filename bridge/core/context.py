@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, TypeVar
 
 from bridge.core import presence
@@ -140,12 +141,14 @@ def terms_for(effect: Effect, key: str, ends: Outcome | None = None) -> Terms | 
     def ending(final: bool) -> Outcome | None:
         return (ends or Outcome.COMPLETED) if final else None
 
+    # A line, the agent's words and `/diff` must survive a crash (a presence line is kept
+    # too: its terms tell the next process to drop it).
     match effect:
         case PostText(line=line, final=final, turn_id=turn_id, terms=None):
-            return line_terms(line, key, turn_id, ends=ending(final))
+            return replace(line_terms(line, key, turn_id, ends=ending(final)), durable=True)
         case RelayAgentText(final=final, turn_id=turn_id, terms=None):
             lane = Lane.ENDING if final else Lane.ANSWER
-            return plain_terms(lane, key, turn_id, ends=ending(final))
+            return replace(plain_terms(lane, key, turn_id, ends=ending(final)), durable=True)
         case ShowStatusCard(final=final, terms=None):
             # The first post is the turn's hint; its refreshes take the refresh lane.
             return plain_terms(Lane.ENDING if final else Lane.HINT, key, ends=ending(final))
@@ -158,7 +161,9 @@ def terms_for(effect: Effect, key: str, ends: Outcome | None = None) -> Terms | 
             | UpdateQuestionCard(terms=None)
         ):
             return plain_terms(Lane.CARD, key)
-        case EditText(terms=None) | SendFile(terms=None) | ShowDiffs(terms=None):
+        case ShowDiffs(terms=None):
+            return replace(plain_terms(Lane.ANSWER, key), durable=True)
+        case EditText(terms=None) | SendFile(terms=None):
             return plain_terms(Lane.ANSWER, key)
     return None
 

@@ -10,6 +10,8 @@ effect, so the engine reads them and never guesses them from a text key or a pay
   an outage, a restart). A progress line (a tool's title, the plan's step) is worth a short
   budget only as the newest: anything newer of its turn makes it moot then.
 - Everything else must be delivered.
+- Whether it must survive a crash: recorded as owed before it is tried, and performed again
+  by the next process if Feishu never took it.
 """
 
 from __future__ import annotations
@@ -55,6 +57,9 @@ class Terms:
     # The end signal of its turn, which ends with this outcome (a restart that finds it owed
     # ends the turn with it when it is delivered).
     ends: Outcome | None = None
+    # Recorded as owed the moment the core decides it, so a crash before Feishu takes it
+    # cannot lose it: the next process performs it again (under its idempotency key).
+    durable: bool = False
 
     @property
     def droppable(self) -> bool:

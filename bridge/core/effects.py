@@ -336,6 +336,10 @@ class ShowDiffs:
     diffs: tuple[tuple[str, str], ...]
     terms: Terms | None = field(default=None, compare=False, repr=False)  # set by the core
 
+    @property
+    def idempotency_key(self) -> str:
+        return f"{self.message_id}:diff"
+
 
 @dataclass(frozen=True)
 class ManageSchedules:
