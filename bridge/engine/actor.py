@@ -24,14 +24,11 @@ from bridge.core.effects import (
     ClearTimer,
     Dropped,
     Effect,
-    PostText,
     React,
-    RelayAgentText,
     SetTimer,
 )
 from bridge.core.inputs import CoreEvent, TimerFired
 from bridge.engine.tasks import TaskTracker
-from bridge.store.port_owed import OwedPost
 
 log = logging.getLogger(__name__)
 
@@ -47,17 +44,20 @@ class Trace:
 
 @dataclass(frozen=True)
 class Owed:
-    """A post owed before a restart, delivered ahead of anything newer of its conversation."""
+    """An effect owed before a restart, performed by its own handler ahead of anything newer
+    of its conversation. `since`: when it was first owed (its outage window runs from then)."""
 
-    post: OwedPost
+    effect: Effect
+    since: float
 
 
 @dataclass(frozen=True)
 class Owe:
-    """Record a line or an answer as owed the moment the core decides it (on the work lane,
-    which no outage holds), so a crash while it waits for Feishu cannot lose it."""
+    """Record an effect whose terms say durable as owed the moment the core decides it (on
+    the work lane, which no outage holds), so a crash while it waits for Feishu cannot lose
+    it."""
 
-    post: PostText | RelayAgentText
+    effect: Effect
 
 
 Work = Effect | Trace | Owed | Owe
@@ -123,8 +123,8 @@ class ConversationActor:
         # which are always queued after it, so a busy chat's acks never wait behind replies.
         self._shown = _Lane("shown")
         self._work = _Lane("work")
-        # Posts the work lane has recorded as owed, and when: their post on the shown lane
-        # need not write the record again (outbox.py).
+        # Effects recorded as owed already (by the work lane, or before a restart), and when:
+        # their handler need not write the record again (outbox.py).
         self.owed_at: dict[str, float] = {}
         self._watchers: list[asyncio.Future[None]] = []  # `next_shown`'s waiters
         # Supersession (core/delivery.py): each queued work's place in the order it was fed,
@@ -164,7 +164,8 @@ class ConversationActor:
                     effect.turn_id,
                 )
             elif self._route(effect) is not Route.CALLER:
-                if isinstance(effect, PostText | RelayAgentText):
+                terms: Terms | None = getattr(effect, "terms", None)
+                if terms is not None and terms.durable:
                     self.enqueue(Owe(effect))
                 self.enqueue(effect)
         self._publish(self.key, snapshot(self.conv))

@@ -56,7 +56,7 @@ from bridge.engine.actor import ConversationActor, Owe, Owed, Route, Trace, Work
 from bridge.engine.asks import Asks
 from bridge.engine.card_views import CardViews, approval_status
 from bridge.engine.files_out import FilesOut
-from bridge.engine.outbox import Answers, Mark, Outbox, owed_terms
+from bridge.engine.outbox import Answers, Mark, Outbox, idempotency_key
 from bridge.engine.status_cards import StatusCards
 from bridge.engine.switches import Switches
 from bridge.engine.turn_runner import TurnRunner
@@ -147,7 +147,7 @@ class EffectExecutor:
 
     async def perform(self, actor: ConversationActor, work: Work) -> None:
         # Its Feishu calls take from the app's budget as its chat's, in the lane the core set.
-        terms = owed_terms(actor, work) if isinstance(work, Owed) else terms_of(actor, work)
+        terms = terms_of(actor, work.effect if isinstance(work, Owed) else work)
         with scope(terms.chat, terms.lane):
             await self._perform(actor, work)
 
@@ -186,7 +186,7 @@ class EffectExecutor:
             PostText: Handler(shown, self._post, _trace_line),
             RelayAgentText: Handler(shown, self._post, _trace_reply),
             EditText: Handler(shown, self._edit_text),
-            Owed: Handler(shown, self.outbox.deliver),
+            Owed: Handler(shown, self._replay),
             ShowStatusCard: Handler(shown, self._status_cards.show, _trace_status_card),
             PostApprovalCard: Handler(shown, self._post_card, _trace_card("approval_card")),
             PostQuestion: Handler(shown, self._post_card, _trace_card("question_card")),
@@ -229,8 +229,37 @@ class EffectExecutor:
             self._metrics.lines.labels(work.key).inc()
 
     async def _owe(self, actor: ConversationActor, work: Owe) -> None:
-        owe = partial(self.outbox.record, actor, work.post, self._text_of(work.post))
-        await self._retry.call("owe", owe)
+        await self._retry.call("owe", partial(self.outbox.record, actor, work.effect))
+
+    async def _replay(self, actor: ConversationActor, work: Owed) -> None:
+        """An effect owed before a restart, performed by its own handler. A presence line is
+        not worth saying late. An end signal ends its turn with the outcome its terms carry
+        (the process that owed it died before it could), so the turn is not reported as
+        cut; one given up leaves its turn as it was."""
+        effect, idem = work.effect, idempotency_key(work.effect)
+        terms = terms_of(actor, effect)
+        if terms.presence:
+            await self._store.settle(idem)
+            return
+        handler = self._handlers.get(type(effect))
+        if handler is None or handler.route is Route.CALLER:
+            log.error("an owed %s cannot be performed again; dropped", type(effect).__name__)
+            await self._store.settle(idem)
+            return
+        actor.owed_at[idem] = work.since  # recorded: its handler must not record it anew
+        try:
+            await handler.run(actor, effect)
+        finally:
+            actor.owed_at.pop(idem, None)
+        turn_id = getattr(effect, "turn_id", None)
+        if terms.ends is not None and isinstance(turn_id, str):
+            held = self._held.get(actor.key)
+            sent = self._held.pop(actor.key)[1] if held and held[0] == turn_id else None
+            # Its mark not held: it went out before the restart, or it was given up.
+            if sent is not None or await self._store.sent(idem) is not None:
+                outcome, now = TurnOutcome(terms.ends.value), self._clock()
+                await self._store.end_turn(turn_id, turn_id, outcome, now, sent=sent)
+        await self._store.settle(idem)  # sent before the restart after all
 
     async def _message_done(self, actor: ConversationActor, work: MarkMessageDone) -> None:
         done = partial(

@@ -77,9 +77,9 @@ class FilesOut:
     async def diffs(self, actor: ConversationActor, work: ShowDiffs) -> None:
         # Agent data, as code blocks; the rich answer keeps each diff whole where it fits.
         text = "\n\n".join(f"`{path}`\n\n```diff\n{diff}```" for path, diff in work.diffs)
-        owing = Owing(terms_of(actor, work))
+        owing = Owing(terms_of(actor, work), work)
         await self._answers.post_answer(
-            actor, work.message_id, text, f"{work.message_id}:diff", owing=owing
+            actor, work.message_id, text, work.idempotency_key, owing=owing
         )
 
 

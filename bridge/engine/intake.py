@@ -5,7 +5,6 @@ the messages a restart finds unfinished. Each becomes one core input for its con
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 
@@ -27,7 +26,7 @@ from bridge.core.inputs import (
 from bridge.core.state import Attachment
 from bridge.engine.actor import Conversations, Owed
 from bridge.engine.card_views import CardViews
-from bridge.engine.outbox import replay_order
+from bridge.engine.outbox import ends_its_turn, owed_of, replay_order
 from bridge.feishu.api import FeishuApi
 from bridge.feishu.cards.requests import APPROVAL, decode_action
 from bridge.feishu.events import (
@@ -196,8 +195,14 @@ class Intake:
     async def _replay(self, before: float, now: float) -> None:
         # Posts owed when the last process stopped go out; a turn whose end signal is among
         # them ended (its answer is on its way), it was not cut.
-        owed = await self._store.owed()
-        ended = {p.turn_id for p in owed if p.turn_id is not None and _is_final(p)}
+        all_owed = await self._store.owed()
+        effects = _decoded(all_owed)
+        owed = [p for p in all_owed if p.idempotency_key in effects]
+        ended = {
+            p.turn_id
+            for p in owed
+            if p.turn_id is not None and ends_its_turn(effects[p.idempotency_key])
+        }
         running = [t for t in await self._store.running_turns() if t.started_at < before]
         # Cut: prompted, and its end signal not owed (an unprompted turn's message runs again).
         cut = [t for t in running if t.turn_id not in ended and t.prompted_at is not None]
@@ -211,7 +216,8 @@ class Intake:
         # earlier round's "cannot recover".
         for item in replay_order(owed, cut, starts):
             if isinstance(item, OwedPost):
-                self._conversations.get(item.conversation_key).enqueue(Owed(item))
+                actor = self._conversations.get(item.conversation_key)
+                actor.enqueue(effects[item.idempotency_key])
             else:
                 await self._interrupt([item])
         fed = {t.message_id for t in cut}
@@ -277,5 +283,12 @@ class Intake:
             self._conversations.get(message.conversation_key).feed(recovered)
 
 
-def _is_final(post: OwedPost) -> bool:
-    return bool(json.loads(post.payload).get("final"))
+def _decoded(owed: list[OwedPost]) -> dict[str, Owed]:
+    """Each owed post's effect, by its key; one this version cannot read stays owed."""
+    effects: dict[str, Owed] = {}
+    for post in owed:
+        try:
+            effects[post.idempotency_key] = owed_of(post)
+        except (KeyError, TypeError, ValueError):
+            log.exception("an owed post cannot be read; left owed (%s)", post.idempotency_key)
+    return effects

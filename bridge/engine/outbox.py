@@ -1,10 +1,12 @@
-"""The outbox: every line and answer of the agent's posted once, owed in the store before
-it is tried and through an outage until Feishu takes it (`feishu/delivery.py`).
+"""The outbox: every line and answer of the agent's posted once. An effect whose terms say
+durable is owed in the store under its idempotency key from the moment the core decides it
+until Feishu takes it, through an outage (`feishu/delivery.py`) or a restart: the record
+holds the effect itself (its type and fields, terms included), and the next process
+performs it again through its own handler.
 
 `Answers` posts: mentions neutralized, an answer with Markdown as rich cards, and a reply
 whose message was recalled sent to the chat. `Outbox` is the executor's part: lines their
-terms let go are dropped once something newer made them moot, posts owed before a restart
-are delivered, and a post given up is told.
+terms let go are dropped once something newer made them moot, and a post given up is told.
 
 A `正在处理` or a heartbeat is true only while it is new: after an outage the conversation's
 owed posts go out in the order they were made, but a presence line whose turn has ended
@@ -18,13 +20,16 @@ import asyncio
 import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, replace
-from functools import partial
-from typing import Any, TypeVar
+from dataclasses import dataclass
+from functools import cache, partial
+from typing import Any, TypeVar, get_args
+
+from pydantic import TypeAdapter
 
 from bridge.core.delivery import Lane, Terms, where
-from bridge.core.effects import PostText, RelayAgentText
+from bridge.core.effects import Effect, PostText, RelayAgentText
 from bridge.core.inputs import PostGivenUp
+from bridge.core.state import Outcome
 from bridge.engine.actor import ConversationActor, Owed, terms_of
 from bridge.feishu.api import FeishuApi
 from bridge.feishu.budget import SEND, CallBudget, paid
@@ -32,7 +37,7 @@ from bridge.feishu.delivery import FeishuGate, Moot, Superseded, Undeliverable
 from bridge.feishu.errors import MESSAGE_RECALLED, BusinessError
 from bridge.feishu.text import answer_card, answer_parts, neutralize_mentions
 from bridge.ops.metrics import Metrics
-from bridge.store.port import Store, TurnOutcome, TurnRecord
+from bridge.store.port import Store, TurnRecord
 from bridge.store.port_owed import OwedPost
 
 log = logging.getLogger(__name__)
@@ -46,48 +51,85 @@ Mark = tuple[str, list[str]]
 
 @dataclass(frozen=True)
 class Owing:
-    """What the store keeps of a post until Feishu takes it: enough to make it again, with
-    the terms the core gave it (where it goes, its lane, whether it is worth saying late)."""
+    """A post and what the store keeps of it until Feishu takes it: the effect that makes it
+    (with the terms the core gave it), and when it was first owed if it is recorded already
+    (by the work lane, or before a restart)."""
 
     terms: Terms
-    turn_id: str | None = None
-    final: bool = False  # the turn's end signal
-    outcome: str = ""  # the turn's outcome, when final (a restart ends the turn with it)
-    since: float | None = None  # first owed at, when recorded already (work lane, or restart)
+    effect: Effect
+    since: float | None = None
 
-    def payload(self, op: str, reply_to: str, text: str) -> str:
-        terms = self.terms
-        return json.dumps(
-            {
-                "op": op,
-                "reply_to": reply_to,
-                "text": text,
-                "final": self.final,
-                "outcome": self.outcome,
-                "lane": int(terms.lane),
-                "chat": terms.chat,
-                "in_thread": terms.in_thread,
-                "presence": terms.presence,
-            },
-            ensure_ascii=False,
-        )
 
-    @classmethod
-    def of_payload(
-        cls, payload: dict[str, Any], turn_id: str | None, since: float, key: str
-    ) -> Owing:
-        """A post owed before a restart. A record written before the terms were kept with
-        it goes where its conversation's posts go, and must be delivered."""
-        chat, in_thread = where(key)
-        terms = Terms(
-            Lane(int(payload.get("lane", Lane.ANSWER))),
-            str(payload.get("chat", chat)),
-            bool(payload.get("in_thread", in_thread)),
-            presence=bool(payload.get("presence", False)),
-        )
-        final = bool(payload.get("final"))
-        outcome = str(payload.get("outcome") or "")
-        return cls(terms, turn_id, final, outcome, since)
+# Each process's own: a replay comes from another process, so it is never fresh.
+_NOT_KEPT = {"fresh"}
+
+
+_ADAPTERS: dict[type, TypeAdapter[Any]] = {}
+
+
+def _adapter(kind: type) -> TypeAdapter[Any]:
+    adapter = _ADAPTERS.get(kind)
+    if adapter is None:
+        adapter = _ADAPTERS[kind] = TypeAdapter(kind)
+    return adapter
+
+
+@cache
+def _effect_types() -> dict[str, type]:
+    return {kind.__name__: kind for kind in get_args(Effect)}
+
+
+def idempotency_key(effect: Effect) -> str:
+    """A durable effect's key: its outbox record's, and Feishu's for each of its tries."""
+    key = getattr(effect, "idempotency_key", None)
+    if not isinstance(key, str):
+        raise TypeError(f"{type(effect).__name__} has no idempotency key to be owed under")
+    return key
+
+
+def owed_payload(effect: Effect) -> str:
+    """The outbox record of an effect: its type and its fields, terms included."""
+    fields = _adapter(type(effect)).dump_python(effect, mode="json", exclude=_NOT_KEPT)
+    return json.dumps({"effect": type(effect).__name__, "fields": fields}, ensure_ascii=False)
+
+
+def owed_of(post: OwedPost) -> Owed:
+    """The effect an outbox record holds, to be performed again."""
+    payload = json.loads(post.payload)
+    if "op" in payload:
+        return Owed(_legacy(payload, post), post.owed_at)
+    kind = _effect_types()[payload["effect"]]
+    return Owed(_adapter(kind).validate_python(payload["fields"]), post.owed_at)
+
+
+def _legacy(payload: dict[str, Any], post: OwedPost) -> RelayAgentText:
+    """A record of the text-only outbox: the post as rendered then, with its terms (or,
+    older still, none: it goes where its conversation's posts go, and must be delivered).
+    It is said as it was written; an "answer" and a line alike go as the agent's words."""
+    chat, in_thread = where(post.conversation_key)
+    final = bool(payload.get("final")) and post.turn_id is not None
+    ends = Outcome(payload.get("outcome") or Outcome.COMPLETED.value) if final else None
+    terms = Terms(
+        Lane(int(payload.get("lane", Lane.ANSWER))),
+        str(payload.get("chat", chat)),
+        bool(payload.get("in_thread", in_thread)),
+        presence=bool(payload.get("presence", False)),
+        ends=ends,
+        durable=True,
+    )
+    reply_to, text = str(payload["reply_to"]), str(payload["text"])
+    return RelayAgentText(text, reply_to, post.idempotency_key, final, post.turn_id, terms=terms)
+
+
+def ends_its_turn(owed: Owed) -> bool:
+    """Whether the owed effect is its turn's end signal."""
+    terms: Terms | None = getattr(owed.effect, "terms", None)
+    return terms is not None and terms.ends is not None and _turn_of(owed.effect) is not None
+
+
+def _turn_of(effect: Effect) -> str | None:
+    turn_id = getattr(effect, "turn_id", None)
+    return turn_id if isinstance(turn_id, str) else None
 
 
 class Answers:
@@ -117,7 +159,7 @@ class Answers:
         written; the caller writes it (with the turn's end, in one transaction). `moot`:
         asked before each try; a post it finds moot raises `Superseded`."""
         if fresh or not await self._already_sent(idem):
-            since = await self.owe(actor, idem, owing, "text", reply_to, text)
+            since = await self.owe(actor, idem, owing)
             terms = owing.terms
 
             def send() -> Awaitable[list[str]]:
@@ -127,21 +169,15 @@ class Answers:
             return await self._marked(idem, ids, hold)
         return None
 
-    async def owe(
-        self,
-        actor: ConversationActor,
-        idem: str,
-        owing: Owing,
-        op: str,
-        reply_to: str,
-        text: str,
-    ) -> float:
-        """Record the post before its first try; when it was first owed."""
-        if owing.since is not None:
-            return owing.since  # owed before a restart: the record is there
+    async def owe(self, actor: ConversationActor, idem: str, owing: Owing) -> float:
+        """Record the post before its first try, unless it is recorded already; when it was
+        first owed."""
+        since = owing.since if owing.since is not None else actor.owed_at.pop(idem, None)
+        if since is not None:
+            return since
         now = self._clock()
-        payload = owing.payload(op, reply_to, text)
-        await self._store.owe(idem, actor.key, owing.turn_id, payload, now)
+        effect = owing.effect
+        await self._store.owe(idem, actor.key, _turn_of(effect), owed_payload(effect), now)
         return now
 
     async def _delivered(self, send: Callable[[], Awaitable[_T]], since: float) -> _T:
@@ -181,7 +217,7 @@ class Answers:
         `owing`, `moot`: as in `post_text`)."""
         if not fresh and await self._already_sent(idem):
             return None
-        since = await self.owe(actor, idem, owing, "answer", reply_to, text)
+        since = await self.owe(actor, idem, owing)
         terms = owing.terms
 
         def as_text() -> Awaitable[list[str]]:
@@ -221,22 +257,6 @@ class Answers:
 
 
 ACK_WAIT = 2.0  # seconds a chat's next post waits for its ack reaction, at most
-
-
-def owing_of(actor: ConversationActor, work: PostText | RelayAgentText) -> Owing:
-    """What to keep of a post: its turn and its terms; for an end signal, the outcome its
-    turn ends with (the core put it in the terms)."""
-    terms = terms_of(actor, work)
-    if not work.final or work.turn_id is None:
-        return Owing(terms, work.turn_id)
-    outcome = (terms.ends or TurnOutcome.COMPLETED).value
-    return Owing(terms, work.turn_id, final=True, outcome=outcome)
-
-
-def owed_terms(actor: ConversationActor, work: Owed) -> Terms:
-    """The terms a post owed before a restart was recorded with."""
-    post = work.post
-    return Owing.of_payload(json.loads(post.payload), post.turn_id, post.owed_at, actor.key).terms
 
 
 def replay_order(
@@ -289,14 +309,11 @@ class Outbox:
         if ack in done and not ack.cancelled():
             gate.heard_back(ack.result() is not None)
 
-    async def record(
-        self, actor: ConversationActor, work: PostText | RelayAgentText, text: str
-    ) -> None:
-        """The post is owed from now on (the work lane, as the core decides it)."""
-        op = "text" if isinstance(work, PostText) else "answer"
-        owing = owing_of(actor, work)
-        since = await self._answers.owe(actor, work.idempotency_key, owing, op, work.reply_to, text)
-        actor.owed_at[work.idempotency_key] = since
+    async def record(self, actor: ConversationActor, effect: Effect) -> None:
+        """The effect is owed from now on (the work lane, as the core decides it)."""
+        idem = idempotency_key(effect)
+        since = await self._answers.owe(actor, idem, Owing(terms_of(actor, effect), effect))
+        actor.owed_at[idem] = since
 
     async def post(
         self, actor: ConversationActor, work: PostText | RelayAgentText, text: str, *, fresh: bool
@@ -336,7 +353,7 @@ class Outbox:
         since: float | None,
     ) -> Mark | None:
         hold = work.final and work.turn_id is not None
-        owing = replace(owing_of(actor, work), since=since)
+        owing = Owing(terms_of(actor, work), work, since)
         send = self._answers.post_text if isinstance(work, PostText) else self._answers.post_answer
         moot = partial(actor.superseded, work, short=False)
         try:
@@ -357,32 +374,3 @@ class Outbox:
         if self._metrics:
             self._metrics.posts_given_up.inc()
         actor.feed(PostGivenUp(reply_to, idem))
-
-    async def deliver(self, actor: ConversationActor, work: Owed) -> None:
-        """A post owed before a restart. An end signal ends its turn with it (the process
-        that owed it died before it could), so the turn is not reported as cut."""
-        post = work.post
-        payload = json.loads(post.payload)
-        owing = Owing.of_payload(payload, post.turn_id, post.owed_at, actor.key)
-        if owing.terms.presence:
-            await self._store.settle(post.idempotency_key)  # not worth saying late
-            return
-        post_it = (
-            self._answers.post_answer if payload["op"] == "answer" else self._answers.post_text
-        )
-        reply_to, idem = str(payload["reply_to"]), post.idempotency_key
-        try:
-            mark = await post_it(
-                actor, reply_to, str(payload["text"]), idem, hold=True, owing=owing
-            )
-        except Undeliverable:
-            await self.given_up(actor, idem, reply_to)
-            return
-        now = self._clock()
-        if owing.final and post.turn_id is not None:
-            outcome = TurnOutcome(owing.outcome or TurnOutcome.COMPLETED.value)
-            await self._store.end_turn(post.turn_id, post.turn_id, outcome, now, sent=mark)
-        elif mark is not None:
-            await self._store.mark_sent(mark[0], mark[1], now)
-        if mark is None:
-            await self._store.settle(idem)  # sent before the restart after all
