@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any, TypeVar
 
 from bridge.core import presence
@@ -145,10 +144,10 @@ def terms_for(effect: Effect, key: str, ends: Outcome | None = None) -> Terms | 
     # too: its terms tell the next process to drop it).
     match effect:
         case PostText(line=line, final=final, turn_id=turn_id, terms=None):
-            return replace(line_terms(line, key, turn_id, ends=ending(final)), durable=True)
+            return line_terms(line, key, turn_id, ends=ending(final))
         case RelayAgentText(final=final, turn_id=turn_id, terms=None):
             lane = Lane.ENDING if final else Lane.ANSWER
-            return replace(plain_terms(lane, key, turn_id, ends=ending(final)), durable=True)
+            return plain_terms(lane, key, turn_id, ends=ending(final), durable=True)
         case ShowStatusCard(final=final, terms=None):
             # The first post is the turn's hint; its refreshes take the refresh lane.
             return plain_terms(Lane.ENDING if final else Lane.HINT, key, ends=ending(final))
@@ -162,7 +161,7 @@ def terms_for(effect: Effect, key: str, ends: Outcome | None = None) -> Terms | 
         ):
             return plain_terms(Lane.CARD, key)
         case ShowDiffs(terms=None):
-            return replace(plain_terms(Lane.ANSWER, key), durable=True)
+            return plain_terms(Lane.ANSWER, key, durable=True)
         case EditText(terms=None) | SendFile(terms=None):
             return plain_terms(Lane.ANSWER, key)
     return None

@@ -99,35 +99,45 @@ def where(conversation_key: str) -> tuple[str, bool]:
     return chat_of(conversation_key), ":" in conversation_key
 
 
+_LINE_LANES = {
+    Line.SYSTEM: Lane.ANSWER,
+    Line.RECEIVED: Lane.HINT,
+    Line.HINT: Lane.HINT,
+    Line.PAUSE: Lane.CARD,
+    Line.PROGRESS: Lane.REFRESH,
+}
+
+
 def line_terms(
     line: Line, conversation_key: str, turn_id: str | None, *, ends: Outcome | None
 ) -> Terms:
-    """`ends`: the line is its turn's end signal, and the turn ends with that outcome."""
+    """A status line's terms (every line is durable). `ends`: the line is its turn's end
+    signal, and the turn ends with that outcome."""
     chat, in_thread = where(conversation_key)
     if ends is not None:
-        return Terms(Lane.ENDING, chat, in_thread, news_for=turn_news(turn_id), ends=ends)
+        news = turn_news(turn_id)
+        return Terms(Lane.ENDING, chat, in_thread, news_for=news, ends=ends, durable=True)
+    lane = _LINE_LANES[line]
     if turn_id is not None and line in (Line.HINT, Line.PAUSE):
-        lane = Lane.HINT if line is Line.HINT else Lane.CARD
-        group = presence_group(turn_id)
-        news = (progress_group(turn_id),)
-        return Terms(lane, chat, in_thread, group=group, presence=True, news_for=news)
-    if turn_id is not None and line is Line.PROGRESS:
+        group, news = presence_group(turn_id), (progress_group(turn_id),)
+        presence = True  # "still working" or "your turn": untrue once the turn has ended
         return Terms(
-            Lane.REFRESH,
-            chat,
-            in_thread,
-            group=progress_group(turn_id),
-            news_for=turn_news(turn_id),
+            lane, chat, in_thread, group=group, presence=presence, news_for=news, durable=True
         )
-    lane = Lane.HINT if line in (Line.HINT, Line.RECEIVED) else Lane.ANSWER
-    if line is Line.PAUSE:
-        lane = Lane.CARD
-    return Terms(lane, chat, in_thread)
+    if turn_id is not None and line is Line.PROGRESS:
+        group, news = progress_group(turn_id), turn_news(turn_id)
+        return Terms(lane, chat, in_thread, group=group, news_for=news, durable=True)
+    return Terms(lane, chat, in_thread, durable=True)
 
 
 def plain_terms(
-    lane: Lane, conversation_key: str, turn_id: str | None = None, ends: Outcome | None = None
+    lane: Lane,
+    conversation_key: str,
+    turn_id: str | None = None,
+    ends: Outcome | None = None,
+    *,
+    durable: bool = False,
 ) -> Terms:
     """Terms of an effect that must be delivered; the agent's words are news of their turn."""
     chat, in_thread = where(conversation_key)
-    return Terms(lane, chat, in_thread, news_for=turn_news(turn_id), ends=ends)
+    return Terms(lane, chat, in_thread, news_for=turn_news(turn_id), ends=ends, durable=durable)
