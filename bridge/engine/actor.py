@@ -176,7 +176,7 @@ class ConversationActor:
 
     def enqueue(self, work: Work) -> None:
         terms: Terms | None = getattr(work, "terms", None)
-        if terms is not None and not isinstance(work, Owe):
+        if terms is not None:
             self._place_of(work, terms)
         lane = self._shown if self._route(work) is Route.SHOWN else self._work
         (lane.acks if isinstance(work, React) else lane.queue).append(work)

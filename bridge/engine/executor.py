@@ -56,7 +56,7 @@ from bridge.engine.actor import ConversationActor, Owe, Owed, Route, Trace, Work
 from bridge.engine.asks import Asks
 from bridge.engine.card_views import CardViews, approval_status
 from bridge.engine.files_out import FilesOut
-from bridge.engine.outbox import Answers, Mark, Outbox, idempotency_key
+from bridge.engine.outbox import Answers, Mark, Outbox, idempotency_key, turn_of
 from bridge.engine.status_cards import StatusCards
 from bridge.engine.switches import Switches
 from bridge.engine.turn_runner import TurnRunner
@@ -251,8 +251,8 @@ class EffectExecutor:
             await handler.run(actor, effect)
         finally:
             actor.owed_at.pop(idem, None)
-        turn_id = getattr(effect, "turn_id", None)
-        if terms.ends is not None and isinstance(turn_id, str):
+        turn_id = turn_of(effect)
+        if terms.ends is not None and turn_id is not None:
             held = self._held.get(actor.key)
             sent = self._held.pop(actor.key)[1] if held and held[0] == turn_id else None
             # Its mark not held: it went out before the restart, or it was given up.

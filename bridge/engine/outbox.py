@@ -109,8 +109,10 @@ def _legacy(payload: dict[str, Any], post: OwedPost) -> RelayAgentText:
     chat, in_thread = where(post.conversation_key)
     final = bool(payload.get("final")) and post.turn_id is not None
     ends = Outcome(payload.get("outcome") or Outcome.COMPLETED.value) if final else None
+    # Without a lane of its own, an end signal is still the turn's ending.
+    default_lane = Lane.ENDING if payload.get("final") else Lane.ANSWER
     terms = Terms(
-        Lane(int(payload.get("lane", Lane.ANSWER))),
+        Lane(int(payload.get("lane", default_lane))),
         str(payload.get("chat", chat)),
         bool(payload.get("in_thread", in_thread)),
         presence=bool(payload.get("presence", False)),
@@ -124,10 +126,10 @@ def _legacy(payload: dict[str, Any], post: OwedPost) -> RelayAgentText:
 def ends_its_turn(owed: Owed) -> bool:
     """Whether the owed effect is its turn's end signal."""
     terms: Terms | None = getattr(owed.effect, "terms", None)
-    return terms is not None and terms.ends is not None and _turn_of(owed.effect) is not None
+    return terms is not None and terms.ends is not None and turn_of(owed.effect) is not None
 
 
-def _turn_of(effect: Effect) -> str | None:
+def turn_of(effect: Effect) -> str | None:
     turn_id = getattr(effect, "turn_id", None)
     return turn_id if isinstance(turn_id, str) else None
 
@@ -177,7 +179,7 @@ class Answers:
             return since
         now = self._clock()
         effect = owing.effect
-        await self._store.owe(idem, actor.key, _turn_of(effect), owed_payload(effect), now)
+        await self._store.owe(idem, actor.key, turn_of(effect), owed_payload(effect), now)
         return now
 
     async def _delivered(self, send: Callable[[], Awaitable[_T]], since: float) -> _T:

@@ -25,7 +25,7 @@ from zoneinfo import ZoneInfo
 
 from bridge.clock import Cancellable, Clock
 from bridge.config.schedules import SchedulesSection
-from bridge.core.delivery import where
+from bridge.core.delivery import chat_of, where
 from bridge.core.effects import AnnounceSchedule, Effect, ManageSchedules, ScheduleSkipped
 from bridge.core.inputs import (
     CommandName,
@@ -361,7 +361,7 @@ class Scheduler:
             return ScheduleResult.TOO_MANY, {"limit": MAX_PER_CONVERSATION}
         made = await self._store.add_schedule(
             actor.key,
-            actor.key.split(":", 1)[0],
+            chat_of(actor.key),
             work.sender,
             kind,
             every,

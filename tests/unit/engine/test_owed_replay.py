@@ -28,6 +28,19 @@ def test_a_record_gives_back_the_effect_with_its_terms_and_never_fresh() -> None
     assert owed.since == 12.5
 
 
+def test_an_end_signal_recorded_without_terms_is_still_the_turns_ending() -> None:
+    payload = {"op": "text", "reply_to": "om_1", "text": "over", "final": True, "outcome": ""}
+    post = OwedPost(1, "t1:end", CHAT, "t1", json.dumps(payload), 3.0)
+    terms = owed_of(post).effect.terms
+    assert terms is not None
+    assert terms.lane is Lane.ENDING
+    assert terms.ends is Outcome.COMPLETED
+    line = {**payload, "final": False, "text": "a line"}
+    line_terms_ = owed_of(OwedPost(2, "t1:l", CHAT, "t1", json.dumps(line), 3.0)).effect.terms
+    assert line_terms_ is not None
+    assert line_terms_.lane is Lane.ANSWER
+
+
 async def test_records_of_the_text_only_outbox_still_replay(harness: Harness) -> None:
     mid = await harness.say("a long job")
     await harness.runtime.turn(1)
