@@ -148,6 +148,7 @@ def answer_question(
         by,
         dict(answers),
         patch=patch,
+        message_id=question.message_id,
     )
     ctx.emit(AnswerQuestion(question.request_id, dict(answers)), closed)
     ctx.update(question=None)

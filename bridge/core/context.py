@@ -87,16 +87,7 @@ class StepContext:
             made = effect if terms is None else _with(effect, "terms", terms)
             if turn is not None and turn.begun_here:
                 made = _of_this_process(made, turn)
-            if isinstance(made, UpdateApprovalCard | UpdateQuestionCard) and made.patch:
-                made = self._card_message(made)
             self.out.append(made)
-
-    def _card_message(self, close: UpdateApprovalCard | UpdateQuestionCard) -> Effect:
-        """The closed card carries its message, if Feishu confirmed the card by now."""
-        conv = self.conv
-        asking = (*conv.approvals, *((conv.question,) if conv.question else ()))
-        found = next((r.message_id for r in asking if r.card_key == close.card_key), None)
-        return close if found is None else _with(close, "message_id", found)
 
     def drop(self, event: object, reason: str) -> None:
         self.drop_input(type(event).__name__, reason)

@@ -145,6 +145,7 @@ def close_pending(ctx: StepContext, status: CardStatus, *, answer: bool) -> None
                 status,
                 approval.title,
                 approval.detail,
+                message_id=approval.message_id,
             )
         )
         if answer:
@@ -153,7 +154,12 @@ def close_pending(ctx: StepContext, status: CardStatus, *, answer: bool) -> None
     if question is not None:
         ctx.emit(
             UpdateQuestionCard(
-                turn_id, question.card_key, question.request_id, status, question.text
+                turn_id,
+                question.card_key,
+                question.request_id,
+                status,
+                question.text,
+                message_id=question.message_id,
             )
         )
         if answer:
