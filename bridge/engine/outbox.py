@@ -167,8 +167,7 @@ class Answers:
             def send() -> Awaitable[list[str]]:
                 return self._send_text(terms, reply_to, text, idem)
 
-            ids = await self.gate.attempt(send, owed_since=since, moot=moot)
-            return await self._marked(idem, ids, hold)
+            return await self._marked(idem, await self._delivered(send, since, moot), hold)
         return None
 
     async def owe(self, actor: ConversationActor, idem: str, owing: Owing) -> float:
@@ -182,8 +181,10 @@ class Answers:
         await self._store.owe(idem, actor.key, turn_of(effect), owed_payload(effect), now)
         return now
 
-    async def _delivered(self, send: Callable[[], Awaitable[_T]], since: float) -> _T:
-        return await self.gate.attempt(send, owed_since=since)
+    async def _delivered(
+        self, send: Callable[[], Awaitable[_T]], since: float, moot: Moot | None
+    ) -> _T:
+        return await self.gate.attempt(send, owed_since=since, moot=moot)
 
     async def _marked(self, idem: str, ids: list[str], hold: bool) -> Mark | None:
         if hold:
@@ -223,7 +224,8 @@ class Answers:
         terms = owing.terms
 
         def as_text() -> Awaitable[list[str]]:
-            return self._delivered(lambda: self._send_text(terms, reply_to, text, idem), since)
+            send = partial(self._send_text, terms, reply_to, text, idem)
+            return self._delivered(send, since, moot)
 
         parts = answer_parts(text)
         if parts is None or len(parts) > MAX_CARDS:
@@ -233,7 +235,7 @@ class Answers:
             for number, part in enumerate(parts):
                 # Each part its own idempotency key: a retry after a crash sends only the rest.
                 send = partial(self._card, terms, reply_to, answer_card(part), f"{idem}:md{number}")
-                ids.append(await self._delivered(send, since))
+                ids.append(await self._delivered(send, since, moot))
         except BusinessError as exc:
             if ids:
                 raise  # some parts are out: a text copy would say them twice
