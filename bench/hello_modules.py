@@ -1,6 +1,6 @@
 """How many of the bridge's own modules one warm `hello` turn executes, and which.
 
-    python bench/hello_modules.py [--json] [--quiet 0.5] [--settle-max 2.0]   (about 10 s)
+    python bench/hello_modules.py [--json] [--lines] [--quiet 0.5] [--settle-max 2.0]  (10 s)
 
 The figure of the issue: files under bridge/ with any line run by coverage.py between the
 answer to one `hello` and the answer to the next, in a new chat, background included.
@@ -184,6 +184,7 @@ def group_of(module: str) -> str:
 def report(measured: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
     bridge_dir = ROOT / "bridge"
     modules: dict[str, int] = {}
+    ran: dict[str, list[int]] = {}
     devtools: list[str] = []
     for path, lines in measured["files"].items():
         module = Path(path).relative_to(bridge_dir).as_posix()
@@ -191,6 +192,7 @@ def report(measured: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]
             devtools.append(module)  # not the bridge (and not expected: nothing traces them)
         else:
             modules[module] = len(lines)
+            ran[module] = lines
     groups: dict[str, dict[str, int]] = {g: {} for g in (*PACKAGES, "other")}
     for module in sorted(modules):
         groups[group_of(module)][module] = modules[module]
@@ -198,6 +200,7 @@ def report(measured: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]
         "count": len(modules),
         "lines": sum(modules.values()),
         "groups": groups,
+        "ran": {m: ran[m] for m in sorted(ran)} if args.lines else {},
         "devtools_excluded": sorted(devtools),
         "quiet_s": args.quiet,
         "settle_max_s": args.settle_max,
@@ -226,6 +229,8 @@ def print_text(out: dict[str, Any]) -> None:
         print(f"{label} ({len(modules)})")
         for module, lines in modules.items():
             print(f"  bridge/{module:<44} {lines:>4} lines")
+            if module in out["ran"]:
+                print(f"      {' '.join(map(str, out['ran'][module]))}")
     if out["heartbeat_in_window"]:
         print("note: the 5 s instance heartbeat fell inside the window (it should not)")
     if out["devtools_excluded"]:
@@ -236,6 +241,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--json", action="store_true", help="one JSON object on stdout")
     parser.add_argument("--quiet", type=float, default=0.5, help="seconds of quiet that settle")
+    parser.add_argument(
+        "--lines", action="store_true", help="also print the line numbers each module ran"
+    )
     parser.add_argument("--settle-max", type=float, default=2.0, help="longest settle, seconds")
     args = parser.parse_args()
     out = report(asyncio.run(measure(args)), args)

@@ -16,6 +16,7 @@ from typing import Protocol
 from bridge.feishu.errors import FeishuError
 from bridge.feishu.events import (
     AttachmentRef,
+    BotIdentity,
     CardAction,
     CardActionReply,
     InboundMessage,
@@ -35,6 +36,17 @@ QuotedContent = Callable[[str], Awaitable[tuple[str, str] | None]]
 
 Next = Callable[[InboundMessage], Awaitable[None]]
 Middleware = Callable[[InboundMessage, Next], Awaitable[None]]
+
+
+class Tally(Protocol):
+    def inc(self) -> None: ...
+
+
+class Fates(Protocol):
+    """Counts of what became of each inbound event, by fate (`accepted`, `duplicate`, …): the
+    metrics' labelled counter."""
+
+    def labels(self, fate: str) -> Tally: ...
 
 
 class MessageSink(Protocol):
@@ -92,9 +104,9 @@ class Receiver:
         store: Store,
         sink: MessageSink,
         policy: AccessPolicy,
-        bot_open_id: Callable[[], str | None],
+        bot: BotIdentity,
         clock: Callable[[], float],
-        count: Callable[[str], None] = lambda fate: None,
+        fates: Fates | None = None,
         app_id: str | None = None,
         max_event_age: float = 0.0,
         quoted_content: QuotedContent | None = None,
@@ -102,13 +114,13 @@ class Receiver:
     ) -> None:
         self._voice_kind = voice_kind
         self._quoted_content = quoted_content
-        self._count = count
+        self._fates = fates
         self._app_id = app_id
         self._max_event_age = max_event_age
         self._store = store
         self._sink = sink
         self._policy = policy
-        self._bot_open_id = bot_open_id
+        self._bot = bot
         self._clock = clock
         self._handle = chain(
             [
@@ -121,6 +133,10 @@ class Receiver:
             ],
             self.dispatch,
         )
+
+    def _count(self, fate: str) -> None:
+        if self._fates is not None:
+            self._fates.labels(fate).inc()
 
     async def on_message(self, message: InboundMessage) -> None:
         await self._handle(message)
@@ -160,7 +176,7 @@ class Receiver:
         await nxt(message)
 
     async def ignore_own(self, message: InboundMessage, nxt: Next) -> None:
-        bot = self._bot_open_id()
+        bot = self._bot.open_id
         if message.sender_type == "app" or (bot is not None and message.sender_open_id == bot):
             log.debug("ignored own/app message %s", message.message_id)
             self._count("ignored")
@@ -168,7 +184,7 @@ class Receiver:
         await nxt(message)
 
     async def require_mention_in_groups(self, message: InboundMessage, nxt: Next) -> None:
-        if message.chat_type != "p2p" and message.mentions and self._bot_open_id() is None:
+        if message.chat_type != "p2p" and message.mentions and self._bot.open_id is None:
             # Any of these mentions may be the bot; answering 200 would drop it for good.
             self._count("retry_later")
             raise RetryLater("the bot's identity is not known yet")

@@ -35,6 +35,7 @@ from bridge.feishu.api import FeishuApi
 from bridge.feishu.budget import BudgetPolicy, CallBudget
 from bridge.feishu.client import FeishuClient
 from bridge.feishu.delivery import DeliveryPolicy
+from bridge.feishu.events import BotIdentity
 from bridge.feishu.longconn import ConnectionState, LongConnection
 from bridge.i18n import Translator
 from bridge.listener import Listener
@@ -42,8 +43,7 @@ from bridge.ops.access import ops_middlewares
 from bridge.ops.cluster_routes import cluster_routes
 from bridge.ops.housekeeping import Housekeeping, reachable_url
 from bridge.ops.metrics import Metrics
-from bridge.ops.processes import ProcessWatch
-from bridge.ops.projection import Projection
+from bridge.ops.projection import ProcessWatch, Projection
 from bridge.ops.routes import health_routes, ops_routes
 from bridge.ops.sessions import SessionDirectory
 from bridge.ops.turns import turn_view
@@ -55,12 +55,6 @@ from bridge.store.port import Store
 from bridge.stores import ownership_for, secret, store_for
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class BotIdentity:
-    open_id: str | None = None
-    name: str | None = None
 
 
 @dataclass
@@ -278,7 +272,7 @@ def build_service(
             ),
         ),
         clock=clock,
-        publish=watch.publish,
+        publish=projection.publish,
         metrics=metrics,
         session_ended=projection.session_ended,
         budget=budget,
@@ -287,15 +281,15 @@ def build_service(
     ownership = ownership_for(settings, store, engine, wall)
     receiver = Receiver(
         store=store,
-        sink=engine if ownership is None else ownership,
+        sink=engine.intake if ownership is None else ownership,
         policy=AccessPolicy(
             frozenset(access.bridge_allowed_users),
             frozenset(access.bridge_allowed_chats),
             allow_all=access.bridge_allow_all,
         ),
-        bot_open_id=lambda: bot.open_id,
+        bot=bot,
         clock=wall,
-        count=lambda fate: metrics.inbound.labels(fate).inc(),
+        fates=metrics.inbound,
         app_id=settings.feishu.feishu_app_id,
         max_event_age=settings.feishu.bridge_max_event_age_seconds,
         quoted_content=feishu.message_content,
@@ -361,8 +355,7 @@ def _feishu_app(
                 receiver,
                 encrypt_key=secret(settings.feishu_encrypt_key),
                 verification_token=secret(settings.feishu_verification_token),
-                bot_open_id_provider=lambda: bot.open_id,
-                bot_name_provider=lambda: bot.name,
+                bot=bot,
             )
         )
     else:
@@ -372,8 +365,7 @@ def _feishu_app(
             settings.feishu_domain,
             receiver,
             asyncio.get_running_loop(),
-            bot_open_id_provider=lambda: bot.open_id,
-            bot_name_provider=lambda: bot.name,
+            bot=bot,
         )
     app.add_routes(health_routes(readiness.healthy))
     return app

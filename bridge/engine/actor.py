@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
@@ -31,6 +31,10 @@ from bridge.core.inputs import CoreEvent, TimerFired
 from bridge.engine.tasks import TaskTracker
 
 log = logging.getLogger(__name__)
+
+# Told each conversation's new snapshot after every step, in order (the operator's projection,
+# the scheduler: a conversation that just went idle may owe a scheduled prompt).
+Watcher = Callable[[str, dict[str, object]], object]
 
 
 @dataclass(frozen=True)
@@ -106,7 +110,7 @@ class ConversationActor:
         clock: Clock,
         perform: Callable[[ConversationActor, Work], Any],
         route: Callable[[Work], Route],
-        publish: Callable[[str, dict[str, object]], object],
+        watchers: Sequence[Watcher],
         tasks: TaskTracker,
     ) -> None:
         self.key = key
@@ -115,7 +119,7 @@ class ConversationActor:
         self._clock = clock
         self._perform = perform
         self._route = route
-        self._publish = publish
+        self._snapshot_watchers = watchers
         # Two lanes, each performed in order by its own task. What the user is shown goes
         # through Feishu and may wait out an outage (delivery.py); the agent's work (a prompt,
         # a cancel, an answer to the agent, the store's records) never waits behind it.
@@ -168,7 +172,9 @@ class ConversationActor:
                 if terms is not None and terms.durable:
                     self.enqueue(Owe(effect))
                 self.enqueue(effect)
-        self._publish(self.key, snapshot(self.conv))
+        shown = snapshot(self.conv)
+        for watch in self._snapshot_watchers:
+            watch(self.key, shown)
         return effects
 
     def _timer_fired(self, name: str) -> None:
@@ -261,7 +267,7 @@ class Conversations:
         clock: Clock,
         perform: Callable[[ConversationActor, Work], Any],
         route: Callable[[Work], Route],
-        publish: Callable[[str, dict[str, object]], object],
+        watchers: Sequence[Watcher],
         tasks: TaskTracker,
     ) -> None:
         self._options = options
@@ -269,7 +275,7 @@ class Conversations:
         self._clock = clock
         self._perform = perform
         self._route = route
-        self._publish = publish
+        self._watchers = watchers
         self._tasks = tasks
         self._actors: dict[str, ConversationActor] = {}
 
@@ -283,7 +289,7 @@ class Conversations:
                 clock=self._clock,
                 perform=self._perform,
                 route=self._route,
-                publish=self._publish,
+                watchers=self._watchers,
                 tasks=self._tasks,
             )
             self._actors[key] = found

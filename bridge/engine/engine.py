@@ -85,7 +85,6 @@ class Engine:
         self.gate = FeishuGate(now, rng or system_random(), config.delivery)
         if metrics is not None:
             metrics.watch_feishu(self.gate.state)
-        self._publish = publish
         cards = CardViews(translator, requester_may_approve=config.options.requester_may_approve)
         speech = self._speech = feishu if isinstance(feishu, SpeechApi) else None
         self.voice_mode = VoiceMode(config.voice if speech is not None else "file")
@@ -161,7 +160,7 @@ class Engine:
             clock=clock,
             perform=self.executor.perform,
             route=self.executor.route,
-            publish=self._published,
+            watchers=(publish, self.schedules.on_snapshot),
             tasks=self._tasks,
         )
         self.schedules.bind(self._conversations)
@@ -174,11 +173,6 @@ class Engine:
             cards=cards,
             clock=now,
         )
-
-    def _published(self, key: str, snapshot: dict[str, object]) -> None:
-        # A conversation that just went idle may owe a scheduled prompt.
-        self._publish(key, snapshot)
-        self.schedules.on_snapshot(key, snapshot)
 
     @property
     def conversations(self) -> dict[str, ConversationActor]:

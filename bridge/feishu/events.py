@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any, Final, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -204,6 +205,15 @@ def _post_attachment(element: Any) -> AttachmentRef | None:
     if element.get("tag") == "media" and isinstance(element.get("file_key"), str):
         return AttachmentRef(kind="media", key=element["file_key"], resource_type="file")
     return None
+
+
+@dataclass
+class BotIdentity:
+    """Who the bot is, as Feishu knows it: unknown at first, filled in once the bot-info API
+    answers. The listeners and the receiver read it for every event (who was @-mentioned)."""
+
+    open_id: str | None = None
+    name: str | None = None
 
 
 def is_bot(mention: Mention, bot_open_id: str | None, bot_name: str | None) -> bool:

@@ -36,11 +36,12 @@ import contextlib
 import enum
 import logging
 import threading
-from collections.abc import Callable, Coroutine
+from collections.abc import Coroutine
 from typing import Any, Final, TypeVar
 
 from bridge.feishu.errors import EventParseError
 from bridge.feishu.events import (
+    BotIdentity,
     CardAction,
     CardActionReply,
     IgnoredEvent,
@@ -105,8 +106,7 @@ class LongConnection:
         handler: InboundHandler,
         main_loop: asyncio.AbstractEventLoop,
         *,
-        bot_open_id_provider: Callable[[], str | None] = lambda: None,
-        bot_name_provider: Callable[[], str | None] = lambda: None,
+        bot: BotIdentity | None = None,
         deadline: float = DEFAULT_DEADLINE,
         sdk_log_level: int = logging.WARNING,
         auto_reconnect: bool = True,
@@ -117,8 +117,7 @@ class LongConnection:
         self._domain = domain.rstrip("/")
         self._handler = handler
         self._main_loop = main_loop
-        self._bot_open_id = bot_open_id_provider
-        self._bot_name = bot_name_provider
+        self._bot = bot if bot is not None else BotIdentity()
         self._deadline = deadline
         self._sdk_log_level = sdk_log_level
         self._auto_reconnect = auto_reconnect
@@ -376,7 +375,7 @@ class LongConnection:
     def _parse(self, data: Any) -> InboundMessage | CardAction | MessageRecall | None:
         try:
             event = parse_event(
-                sdk_to_payload(data), bot_open_id=self._bot_open_id(), bot_name=self._bot_name()
+                sdk_to_payload(data), bot_open_id=self._bot.open_id, bot_name=self._bot.name
             )
         except EventParseError as exc:
             log.warning("feishu long connection: rejected event, %s", exc.reason)

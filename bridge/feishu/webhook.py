@@ -36,7 +36,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Callable
 from typing import Any, Final
 
 from aiohttp import web
@@ -44,6 +43,7 @@ from aiohttp import web
 from bridge.feishu import crypto
 from bridge.feishu.errors import EventParseError
 from bridge.feishu.events import (
+    BotIdentity,
     CardAction,
     IgnoredEvent,
     InboundMessage,
@@ -79,15 +79,13 @@ class FeishuEventEndpoint:
         *,
         encrypt_key: str | None,
         verification_token: str | None,
-        bot_open_id_provider: Callable[[], str | None],
-        bot_name_provider: Callable[[], str | None] | None = None,
+        bot: BotIdentity,
         deadline: float = DEFAULT_DEADLINE,
     ) -> None:
         self._handler = handler
         self._encrypt_key = encrypt_key or None
         self._token = verification_token or None
-        self._bot_open_id = bot_open_id_provider
-        self._bot_name = bot_name_provider or (lambda: None)
+        self._bot = bot
         self._deadline = deadline
         # Hand-overs that outlived the deadline, kept referenced until they finish.
         self._late: set[asyncio.Task[None]] = set()
@@ -139,7 +137,7 @@ class FeishuEventEndpoint:
                 return _error(403, "bad_token")
 
         try:
-            event = parse_event(payload, bot_open_id=self._bot_open_id(), bot_name=self._bot_name())
+            event = parse_event(payload, bot_open_id=self._bot.open_id, bot_name=self._bot.name)
         except EventParseError as exc:
             log.warning("feishu webhook: rejected %s, %s", event_type, exc.reason)
             return _error(400, "malformed")
@@ -241,8 +239,7 @@ def webhook_routes(
     *,
     encrypt_key: str | None,
     verification_token: str | None,
-    bot_open_id_provider: Callable[[], str | None],
-    bot_name_provider: Callable[[], str | None] | None = None,
+    bot: BotIdentity,
     deadline: float = DEFAULT_DEADLINE,
     path: str = EVENTS_PATH,
 ) -> list[web.RouteDef]:
@@ -251,8 +248,7 @@ def webhook_routes(
         handler,
         encrypt_key=encrypt_key,
         verification_token=verification_token,
-        bot_open_id_provider=bot_open_id_provider,
-        bot_name_provider=bot_name_provider,
+        bot=bot,
         deadline=deadline,
     )
     return [web.post(path, endpoint.handle)]

@@ -30,6 +30,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from bridge.runtime.port import AgentRuntime
+
 # Frames that end one subscriber's stream.
 STREAM_TERMINALS: Final = frozenset({"end", "client_evicted"})
 # A conversation's agent session ended: closed on purpose, or lost with its agent.
@@ -123,7 +125,7 @@ class Projection:
         return frame.data
 
     def processes(self, view: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
-        """The agent processes' view (`bridge.ops.processes`); published when it changed.
+        """The agent processes' view (`ProcessWatch`); published when it changed.
         A process seen alive and now gone (or replaced) is a fault."""
         shown = [dict(p) for p in view]
         if shown == self._processes:
@@ -292,3 +294,55 @@ def _ages(frame: Mapping[str, Any], now: float) -> dict[str, float | None]:
         "elapsed": None if started is None else now - started,
         "silent_for": None if last is None else now - last,
     }
+
+
+# The agent processes as the operator sees them: one row per process slot, whichever agent
+# profile and workspace it serves, read from the runtime's `snapshot()` (never a stderr line).
+_FIELDS = (
+    "slot",
+    "pid",
+    "state",
+    "alive",
+    "started_at",
+    "restarts",
+    "returncode",
+    "sessions",
+    "running_turns",
+)
+
+
+def process_view(runtime: Mapping[str, Any], agent: str, workspace: str) -> list[dict[str, Any]]:
+    """Flatten the runtime's view: with several routes each route's agents, else the one
+    runtime's, named after the default `agent` profile and `workspace`. Slots never started
+    are left out (capacity, not processes)."""
+    routes = runtime.get("routes")
+    groups = routes if routes else [{"agent": agent, "workspace": workspace, **runtime}]
+    return [
+        {
+            "agent": group.get("agent", agent),
+            "workspace": group.get("workspace", workspace),
+            "command": group.get("command"),
+            **{name: row.get(name) for name in _FIELDS},
+        }
+        for group in groups
+        for row in group.get("agents", [])
+        if row.get("state") != "not_started"
+    ]
+
+
+class ProcessWatch:
+    """Pushes the agent processes' view onto the projection when it changed (never polled):
+    told by the runtime when a process starts or exits, a session opens or is let go, and a
+    turn begins or ends (not at each of a turn's updates: a streamed answer's every chunk
+    recomputed the view). `runtime` is set once it is built."""
+
+    def __init__(self, projection: Projection, agent: str, workspace: str) -> None:
+        self._projection = projection
+        self._agent = agent
+        self._workspace = workspace
+        self.runtime: AgentRuntime | None = None
+
+    def changed(self) -> None:
+        if self.runtime is not None:
+            view = process_view(self.runtime.snapshot(), self._agent, self._workspace)
+            self._projection.processes(view)

@@ -17,7 +17,7 @@ from typing import Any
 from bridge.core import Options, Timings
 from bridge.core.state import PresenceStyle
 from bridge.engine.engine import Engine, EngineConfig
-from bridge.feishu.events import CardAction, CardActionReply, InboundMessage
+from bridge.feishu.events import BotIdentity, CardAction, CardActionReply, InboundMessage
 from bridge.i18n import Translator
 from bridge.receiver import AccessPolicy, Receiver
 from bridge.schedules.scheduler import ScheduleSettings
@@ -192,7 +192,7 @@ async def _world(seed: int, loop: SimLoop, jitter: bool, storms: bool) -> Run:
         store=store,
         sink=bridge,
         policy=AccessPolicy(allow_all=True),
-        bot_open_id=lambda: "ou_bot",
+        bot=BotIdentity("ou_bot"),
         clock=clock.now,
     )
     users = [

@@ -1,4 +1,4 @@
-"""An in-process fake of the receiver's `MessageSink` (the engine), for receiver tests."""
+"""In-process fakes of what the receiver talks to: the engine and the inbound counter."""
 
 from __future__ import annotations
 
@@ -23,3 +23,14 @@ class AcceptingSink:
 
     def recall(self, conversation_key: str, message_id: str) -> None:
         self.recalled.append((conversation_key, message_id))
+
+
+class FateList(list[str]):
+    """The inbound counter's fates, in the order counted."""
+
+    def labels(self, fate: str) -> FateList:
+        self.append(fate)
+        return self
+
+    def inc(self) -> None:
+        pass

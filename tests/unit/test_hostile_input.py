@@ -16,6 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bridge.feishu.errors import EventParseError
+from bridge.feishu.events import BotIdentity
 from bridge.feishu.json_codec import MAX_DEPTH, decode_json
 from bridge.feishu.webhook import EVENTS_PATH, webhook_routes
 from tests.unit.test_webhook import BOT, TOKEN, RecordingHandler, card_payload, message_payload
@@ -89,9 +90,7 @@ def server(
     handler = RecordingHandler()
     app = web.Application()
     app.add_routes(
-        webhook_routes(
-            handler, encrypt_key=None, verification_token=TOKEN, bot_open_id_provider=lambda: BOT
-        )
+        webhook_routes(handler, encrypt_key=None, verification_token=TOKEN, bot=BotIdentity(BOT))
     )
 
     async def start() -> TestClient[web.Request, web.Application]:

@@ -20,7 +20,13 @@ from aiohttp.test_utils import TestClient, TestServer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bridge.feishu.events import CardAction, CardActionReply, InboundMessage, refs_from_journal
+from bridge.feishu.events import (
+    BotIdentity,
+    CardAction,
+    CardActionReply,
+    InboundMessage,
+    refs_from_journal,
+)
 from bridge.feishu.longconn import LongConnection
 from bridge.feishu.webhook import EVENTS_PATH, webhook_routes
 from bridge.receiver import AccessPolicy, Receiver
@@ -108,14 +114,12 @@ async def start(store: SqliteStore) -> Bridge:
         store=store,
         sink=sink,
         policy=AccessPolicy(allow_all=True),
-        bot_open_id=lambda: BOT,
+        bot=BotIdentity(BOT),
         clock=lambda: NOW,
     )
     app = web.Application()
     app.add_routes(
-        webhook_routes(
-            receiver, encrypt_key=None, verification_token=None, bot_open_id_provider=lambda: BOT
-        )
+        webhook_routes(receiver, encrypt_key=None, verification_token=None, bot=BotIdentity(BOT))
     )
     client = TestClient(TestServer(app, host="127.0.0.1", port=0))
     await client.start_server()
@@ -191,7 +195,7 @@ async def test_the_long_connection_journals_the_repaired_text_too(bridge: Bridge
         "http://127.0.0.1:9",
         bridge.receiver,
         asyncio.get_running_loop(),
-        bot_open_id_provider=lambda: BOT,
+        bot=BotIdentity(BOT),
     )
     await asyncio.to_thread(connection.on_sdk_message, sdk_message(payload))
     assert await journaled_text(bridge, "om_1") == f"hello {FFFD} there"

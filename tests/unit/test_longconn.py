@@ -17,6 +17,8 @@ from aiohttp import WSMsgType, web
 from aiohttp.test_utils import TestServer
 
 # Imported first: it loads lark-oapi without leaving a stray event loop behind.
+from bridge.feishu.events import BotIdentity
+
 from bridge.feishu import sdk_import  # noqa: F401  # isort: skip
 import lark_oapi  # isort: skip
 from lark_oapi.api.im.v1 import P2ImMessageReceiveV1  # isort: skip
@@ -147,7 +149,7 @@ def connection(handler: RecordingHandler, **kwargs: Any) -> LongConnection:
         "http://127.0.0.1:9",
         handler,
         asyncio.get_running_loop(),
-        bot_open_id_provider=lambda: BOT,
+        bot=BotIdentity(BOT),
         **kwargs,
     )
 
@@ -383,7 +385,7 @@ async def test_long_connection_end_to_end(
         f"http://127.0.0.1:{fake_lark.server.port}",
         handler,
         asyncio.get_running_loop(),
-        bot_open_id_provider=lambda: BOT,
+        bot=BotIdentity(BOT),
         stop_timeout=5.0,
     )
     caplog.set_level(logging.DEBUG)

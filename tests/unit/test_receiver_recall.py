@@ -3,24 +3,24 @@ recall of a message the bridge never took, or a redelivered recall, changes noth
 
 from __future__ import annotations
 
-from bridge.feishu.events import InboundMessage, MessageRecall, parse_event
+from bridge.feishu.events import BotIdentity, InboundMessage, MessageRecall, parse_event
 from bridge.receiver import AccessPolicy, Receiver
 from bridge.store import MemoryStore
-from tests.unit.receiver_fakes import AcceptingSink
+from tests.unit.receiver_fakes import AcceptingSink, FateList
 
 NOW = 1_800_000_000.0
 
 
 async def test_a_recall_reaches_the_conversation_of_the_journaled_message_once() -> None:
-    sink, fates = AcceptingSink(), []
+    sink, fates = AcceptingSink(), FateList()
     async with MemoryStore() as store:
         receiver = Receiver(
             store=store,
             sink=sink,
             policy=AccessPolicy(allow_all=True),
-            bot_open_id=lambda: "ou_bot",
+            bot=BotIdentity("ou_bot"),
             clock=lambda: NOW,
-            count=fates.append,
+            fates=fates,
         )
         await receiver.on_message(
             InboundMessage(

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from bridge.feishu.events import InboundMessage
+from bridge.feishu.events import BotIdentity, InboundMessage
 from bridge.receiver import AccessPolicy, Receiver
-from tests.unit.receiver_fakes import AcceptingSink
+from tests.unit.receiver_fakes import AcceptingSink, FateList
 
 NOW = 1_800_000_000.0
 APP = "cli_ours"
@@ -37,21 +37,21 @@ def message(message_id: str, *, age: float, app_id: str | None = APP) -> Inbound
     )
 
 
-def receiver(sink: AcceptingSink, fates: list[str], max_age: float = 43200.0) -> Receiver:
+def receiver(sink: AcceptingSink, fates: FateList, max_age: float = 43200.0) -> Receiver:
     return Receiver(
         store=Journal(),  # type: ignore[arg-type]
         sink=sink,
         policy=AccessPolicy(frozenset(), frozenset(), allow_all=True),
-        bot_open_id=lambda: "ou_bot",
+        bot=BotIdentity("ou_bot"),
         clock=lambda: NOW,
-        count=fates.append,
+        fates=fates,
         app_id=APP,
         max_event_age=max_age,
     )
 
 
 async def test_an_event_older_than_the_limit_is_dropped_and_counted() -> None:
-    sink, fates = AcceptingSink(), []
+    sink, fates = AcceptingSink(), FateList()
     handler = receiver(sink, fates)
     await handler.on_message(message("om_recent", age=43000))
     await handler.on_message(message("om_replayed", age=43300))
@@ -60,13 +60,13 @@ async def test_an_event_older_than_the_limit_is_dropped_and_counted() -> None:
 
 
 async def test_zero_turns_the_age_check_off() -> None:
-    sink, fates = AcceptingSink(), []
+    sink, fates = AcceptingSink(), FateList()
     await receiver(sink, fates, max_age=0).on_message(message("om_old", age=10 * 86400))
     assert sink.accepted == ["om_old"]
 
 
 async def test_an_event_for_another_app_is_dropped() -> None:
-    sink, fates = AcceptingSink(), []
+    sink, fates = AcceptingSink(), FateList()
     handler = receiver(sink, fates)
     await handler.on_message(message("om_other", age=1, app_id="cli_someone_else"))
     await handler.on_message(message("om_ours", age=1))

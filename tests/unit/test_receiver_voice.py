@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from bridge.engine.intake import journaled_input
-from bridge.feishu.events import AttachmentRef, InboundMessage
+from bridge.feishu.events import AttachmentRef, BotIdentity, InboundMessage
 from bridge.receiver import AccessPolicy, Receiver
 from bridge.store import MemoryStore
 from tests.unit.receiver_fakes import AcceptingSink
@@ -50,7 +50,7 @@ async def test_an_audio_message_gets_the_mode_s_kind_in_the_journal_too(
             store=store,
             sink=sink,
             policy=AccessPolicy(allow_all=True),
-            bot_open_id=lambda: "ou_bot",
+            bot=BotIdentity("ou_bot"),
             clock=lambda: NOW,
             voice_kind=lambda: kind,
         )

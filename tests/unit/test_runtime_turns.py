@@ -1,4 +1,4 @@
-"""A permission request completed from the tool call it names (runtime/acp/turns.py)."""
+"""A permission request completed from the tool call it names (runtime/acp/sessions.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from acp.schema import (
 )
 
 from bridge.runtime.acp.normalize import permission_detail
-from bridge.runtime.acp.turns import AcpTurn
+from bridge.runtime.acp.sessions import AcpTurn
 
 PATH = "/work/notes.txt"
 

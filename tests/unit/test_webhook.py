@@ -14,7 +14,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
 from bridge.feishu import crypto
-from bridge.feishu.events import CardAction, CardActionReply, InboundMessage
+from bridge.feishu.events import BotIdentity, CardAction, CardActionReply, InboundMessage
 from bridge.feishu.webhook import EVENTS_PATH, webhook_routes
 
 ENCRYPT_KEY = "enc-key-for-tests"
@@ -119,7 +119,7 @@ async def make_client() -> AsyncIterator[Callable[..., Any]]:
                 handler,
                 encrypt_key=encrypt_key,
                 verification_token=verification_token,
-                bot_open_id_provider=lambda: BOT,
+                bot=BotIdentity(BOT),
                 deadline=deadline,
             )
         )

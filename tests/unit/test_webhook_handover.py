@@ -14,10 +14,11 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
+from bridge.feishu.events import BotIdentity
 from bridge.feishu.webhook import EVENTS_PATH, webhook_routes
 from bridge.receiver import AccessPolicy, Receiver
 from bridge.store import SqliteStore
-from tests.unit.receiver_fakes import AcceptingSink
+from tests.unit.receiver_fakes import AcceptingSink, FateList
 
 NOW = 1_700_000_000.0
 BOT = "ou_bot"
@@ -65,15 +66,15 @@ def payload(*, chat_type: str = "p2p", mentions: list[dict[str, Any]] | None = N
 
 class Bridge:
     def __init__(self, store: SqliteStore, bot: str | None) -> None:
-        self.store, self.sink, self.fates = store, AcceptingSink(), list[str]()
-        self.bot = bot
+        self.store, self.sink, self.fates = store, AcceptingSink(), FateList()
+        self.bot = BotIdentity(bot)
         self.receiver = Receiver(
             store=store,
             sink=self.sink,
             policy=AccessPolicy(allow_all=True),
-            bot_open_id=lambda: self.bot,
+            bot=self.bot,
             clock=lambda: NOW,
-            count=self.fates.append,
+            fates=self.fates,
         )
 
     async def post(self, client: TestClient[Any, Any], body: bytes) -> tuple[int, Any]:
@@ -92,7 +93,7 @@ async def served(tmp_path: Path) -> AsyncIterator[tuple[Bridge, TestClient[Any, 
             bridge.receiver,
             encrypt_key=None,
             verification_token=None,
-            bot_open_id_provider=lambda: bridge.bot,
+            bot=bridge.bot,
             deadline=0.05,
         )
     )
@@ -127,12 +128,12 @@ async def test_a_group_mention_while_the_bot_is_unknown_is_503_then_runs_once_kn
     served: tuple[Bridge, TestClient[Any, Any]],
 ) -> None:
     bridge, client = served
-    bridge.bot = None
+    bridge.bot.open_id = None
     mention = [{"key": "@_user_1", "id": {"open_id": BOT}, "name": "Bot"}]
     body = payload(chat_type="group", mentions=mention)
     assert await bridge.post(client, body) == (503, {"error": "retry_later"})
     assert bridge.sink.accepted == []
-    bridge.bot = BOT  # the bot-info call succeeded meanwhile
+    bridge.bot.open_id = BOT  # the bot-info call succeeded meanwhile
     assert await bridge.post(client, body) == (200, {})
     assert bridge.sink.accepted == ["om_1"]
     assert bridge.fates == ["retry_later", "accepted"]
@@ -142,7 +143,7 @@ async def test_a_group_message_without_any_mention_needs_no_identity(
     served: tuple[Bridge, TestClient[Any, Any]],
 ) -> None:
     bridge, client = served
-    bridge.bot = None
+    bridge.bot.open_id = None
     assert await bridge.post(client, payload(chat_type="group")) == (200, {})
     assert bridge.sink.accepted == []
     assert bridge.fates == ["ignored"]

@@ -31,18 +31,20 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from acp.exceptions import RequestError
 from acp.schema import (
     AudioContentBlock,
     ImageContentBlock,
     ResourceContentBlock,
     TextContentBlock,
 )
+from pydantic import ValidationError
 
 from bridge.paths import safe_name, within
 from bridge.runtime.acp.client import PendingRequests
+from bridge.runtime.acp.pool import describe_error
 from bridge.runtime.acp.process import AgentProcess
-from bridge.runtime.acp.sessions import AcpSession, SessionLost, Sessions
-from bridge.runtime.acp.turns import AcpTurn, absorb_tail, run_prompt
+from bridge.runtime.acp.sessions import AcpSession, AcpTurn, SessionLost, Sessions
 from bridge.runtime.events import PromptSent, RuntimeExited, RuntimeFailed, StopReason, TurnEnded
 from bridge.runtime.port import EventSink, PromptFile, RuntimeUnavailable
 
@@ -236,3 +238,79 @@ def _inbox_path(cwd: Path, file: PromptFile) -> Path:
     if target == root or not within(target, root):
         raise ValueError("an attachment would land outside the workspace")
     return target
+
+
+async def run_prompt(
+    process: AgentProcess,
+    turn: AcpTurn,
+    blocks: list[Any],
+    *,
+    exited: Callable[[AgentProcess, str], RuntimeExited],
+    shutdown_timeout: float,
+) -> bool:
+    """Send `session/prompt` and end the turn by its answer, or by the process's death.
+    Returns True, the turn left open, when the answer was a tail (`AcpTurn.suspect_tail`):
+    the caller recovers.
+
+    An error answer to a cancelled prompt counts as the `cancelled` stop reason (the spec
+    asks agents not to do that, but some do)."""
+    request = asyncio.ensure_future(process.prompt(turn.session_id, blocks))
+    try:
+        watched: list[asyncio.Future[Any]] = [request, process.exited]
+        await asyncio.wait(watched, return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.CancelledError:
+        request.cancel()
+        raise
+    if request.done() and _is_stale_tail(turn, request):
+        return True
+    if not request.done():
+        # The process died first; the exit callback already ended the turn.
+        request.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await request
+        turn.finish(exited(process, turn.session_id))
+        return False
+    try:
+        response = request.result()
+    except RequestError as exc:
+        if turn.cancel_requested:
+            turn.finish(TurnEnded(turn.session_id, StopReason.CANCELLED))
+        else:
+            turn.finish(RuntimeFailed(turn.session_id, reason=describe_error(exc)))
+    except ConnectionError:
+        # stdout closed: the exit code follows shortly (or we kill a lingering process).
+        await process.wait_exit(shutdown_timeout)
+        turn.finish(exited(process, turn.session_id))
+    except ValidationError:
+        turn.finish(RuntimeFailed(turn.session_id, reason="invalid session/prompt answer"))
+    else:
+        turn.finish(TurnEnded(turn.session_id, StopReason(response.stop_reason)))
+    return False
+
+
+async def absorb_tail(
+    process: AgentProcess,
+    turn: AcpTurn,
+    *,
+    exited: Callable[[AgentProcess, str], RuntimeExited],
+) -> None:
+    """A tail on a process that cannot be restarted: keep the turn open (its updates still
+    count) until the user or the bridge cancels it, or the process dies; the core's stall
+    rules apply."""
+    released = asyncio.get_running_loop().create_future()
+    turn.released = released
+    if turn.cancel_requested:
+        released.set_result(None)
+    await asyncio.wait([released, process.exited], return_when=asyncio.FIRST_COMPLETED)
+    if released.done():
+        turn.finish(TurnEnded(turn.session_id, StopReason.CANCELLED))
+    else:
+        turn.finish(exited(process, turn.session_id))
+
+
+def _is_stale_tail(turn: AcpTurn, request: asyncio.Future[Any]) -> bool:
+    if not turn.suspect_tail or turn.updates or turn.cancel_requested:
+        return False
+    if request.cancelled() or request.exception() is not None:
+        return False
+    return bool(request.result().stop_reason == StopReason.END_TURN.value)

@@ -63,8 +63,7 @@ from bridge.runtime.acp.normalize import (
 from bridge.runtime.acp.pool import AgentPool, PoolLimits
 from bridge.runtime.acp.process import AgentProcess
 from bridge.runtime.acp.prompting import Prompting
-from bridge.runtime.acp.sessions import AcpSession, SessionInfo, SessionLost, Sessions
-from bridge.runtime.acp.turns import AcpTurn
+from bridge.runtime.acp.sessions import AcpSession, AcpTurn, SessionInfo, SessionLost, Sessions
 from bridge.runtime.events import (
     ConfigOption,
     RuntimeExited,

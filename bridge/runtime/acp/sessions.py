@@ -31,24 +31,97 @@ from acp.schema import (
     CurrentModeUpdate,
     SessionInfoUpdate,
     SessionModeState,
+    ToolCallProgress,
+    ToolCallStart,
+    ToolCallUpdate,
     UsageUpdate,
 )
 
 from bridge.runtime.acp.cancel_tails import CancelTails
 from bridge.runtime.acp.pool import AgentPool, describe_error
 from bridge.runtime.acp.process import AgentProcess
-from bridge.runtime.acp.turns import AcpTurn
-from bridge.runtime.events import ConfigOption, ModeOption, SessionModes, Usage, config_from_wire
+from bridge.runtime.events import (
+    ConfigOption,
+    ModeOption,
+    SessionModes,
+    TurnEvent,
+    Usage,
+    config_from_wire,
+)
 from bridge.runtime.port import (
     CONFIG_CHOICE,
     MODE_CHOICE,
     WORKSPACE_CHOICE,
     AgentRefused,
+    EventSink,
     RuntimeUnavailable,
     SessionHandle,
 )
 
 logger = logging.getLogger(__name__)
+
+
+# One prompt on one session: its events go to the engine's sink, and exactly one terminal
+# event ends it (the first wins; later ones are dropped).
+@dataclass
+class AcpTurn:
+    session_id: str
+    sink: EventSink
+    done: bool = False
+    cancel_requested: bool = False
+    updates: int = 0  # session updates relayed for this prompt
+    # The first prompt after a cancel (on the same process): an empty `end_turn` before any
+    # update is the cancelled turn's leftover (a tail), not this prompt's answer.
+    suspect_tail: bool = False
+    moving: bool = False  # its process is being replaced after a tail; its exit ends nothing
+    released: asyncio.Future[None] | None = None  # set by cancel(): stop waiting
+    ended: asyncio.Event = field(default_factory=asyncio.Event)  # its prompt call returned
+    # What each tool call of this prompt said it will do (content, raw input), for a
+    # permission request that names the call but leaves that out (Codex).
+    tool_calls: dict[str, ToolCallUpdate] = field(default_factory=dict)
+
+    def note_tool_call(self, update: Any) -> None:
+        if not isinstance(update, ToolCallStart | ToolCallProgress):
+            return
+        said = _filled(update, self.tool_calls.get(update.tool_call_id))
+        if said["content"] or said["raw_input"] is not None:
+            self.tool_calls[update.tool_call_id] = ToolCallUpdate(
+                tool_call_id=update.tool_call_id, **said
+            )
+
+    def completed(self, tool_call: ToolCallUpdate) -> ToolCallUpdate:
+        """The request's tool call, with what the call itself said where the request is
+        silent (ACP: a request's tool call is an update of the call announced before)."""
+        known = self.tool_calls.get(tool_call.tool_call_id)
+        if known is None:
+            return tool_call
+        return tool_call.model_copy(update=_filled(tool_call, known))
+
+    def emit(self, event: TurnEvent) -> None:
+        if self.done:
+            return
+        try:
+            self.sink(event)
+        except Exception:
+            logger.exception("turn event sink failed (session %s)", self.session_id)
+
+    def finish(self, event: TurnEvent) -> None:
+        """Emit the terminal event; the first one wins, later ones are dropped."""
+        if not self.done:
+            self.emit(event)
+            self.done = True
+
+
+def _filled(
+    update: ToolCallStart | ToolCallProgress | ToolCallUpdate, known: ToolCallUpdate | None
+) -> dict[str, Any]:
+    """A tool call's content and raw input: the update's where it has them, else the known."""
+    if known is None:
+        return {"content": update.content, "raw_input": update.raw_input}
+    return {
+        "content": update.content or known.content,
+        "raw_input": known.raw_input if update.raw_input is None else update.raw_input,
+    }
 
 
 @dataclass
