@@ -137,11 +137,12 @@ class CardView:
     elapsed: float  # seconds of work; frozen while the turn waits on a person
     tools: tuple[ToolLine, ...] = ()
     plan: tuple[PlanEntry, ...] = ()
-    text: str = ""  # the answer as written so far (its head when `cut`)
-    cut: bool = False  # the answer is longer than a card: the rest follows as messages
+    text: str = ""  # this card's page of the answer as written so far
+    cut: bool = False  # the answer outgrew the cards: the rest follows as messages
     end_key: str | None = None  # the ended line (translation key) when phase is ENDED
     end_params: Params = field(default_factory=dict)
     footer: Text | None = None  # the usage footer, on the final view
+    page: int = 0  # 0: the status card; 1 on: a continuation card, the answer only
 
 
 @dataclass(frozen=True)

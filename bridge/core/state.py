@@ -156,7 +156,11 @@ class LiveCard:
 
     stage: CardStage = CardStage.NONE
     text: str = ""  # agent text already moved into the card (commentary)
-    cut: bool = False  # the card already shows the head of an answer longer than it
+    # Where each continuation page starts in the answer (`answer_of`): page 1 on. A page
+    # before the last is closed; the last is the one being written.
+    pages: tuple[int, ...] = ()
+    spill: int | None = None  # from here on the answer follows as messages, at the end
+    weigh_at: int = 0  # the page being written is weighed again once this long
     tools: tuple[ToolLine, ...] = ()  # the last few tool calls, newest last
     plan: tuple[PlanEntry, ...] = ()
 

@@ -21,14 +21,20 @@ from bridge.core.delivery import Line
 from bridge.core.effects import CardPhase, CardView, PostText, RelayAgentText, ShowStatusCard
 from bridge.core.inputs import StatusCardFailed
 from bridge.core.snapshot import footer
-from bridge.core.state import CardStage, ExecState, PresenceStyle, ToolLine, Turn
+from bridge.core.state import CardStage, ExecState, LiveCard, PresenceStyle, ToolLine, Turn
 from bridge.core.text import NOTHING_WRITTEN, Params
 from bridge.runtime.events import PlanEntry
 
-# Answer characters a card shows; a longer answer shows its head and follows as messages.
-# 3,000 CJK characters are 9 KB, far inside a card's 30 KB with the rest of the card.
-CARD_TEXT_LIMIT = 3000
+# A card's JSON may hold 30 KB (Feishu's limit for a card). The answer is paged: each card
+# carries at most PAGE_WEIGHT of it, counted as `weight` counts (the bytes it takes once
+# escaped for card Markdown and JSON, over-counted), which leaves the status card's own lines
+# room. A page that fills is closed and never changes again; the answer continues on a
+# continuation card posted right below, streamed the same way.
+PAGE_WEIGHT = 12_000
+MAX_PAGES = 8  # cards one answer may fill; what outgrows them follows as messages
 MAX_TOOLS = 5  # tool calls listed, newest last
+# Characters escaped on the way (a backslash for Markdown, another for JSON): 3 bytes each.
+_ESCAPED = frozenset("\\`*_~[]()<>#+-=|{}.!\"'\n\t")
 
 _PHASES: Mapping[ExecState, CardPhase] = {
     ExecState.WAITING_APPROVAL: CardPhase.WAITING_APPROVAL,
@@ -37,8 +43,46 @@ _PHASES: Mapping[ExecState, CardPhase] = {
 }
 
 
-def card_key(turn_id: str) -> str:
-    return f"{turn_id}:status"
+def card_key(turn_id: str, page: int = 0) -> str:
+    """The status card's key; a continuation card's for page 1 on."""
+    return f"{turn_id}:status" if page == 0 else f"{turn_id}:status:{page + 1}"
+
+
+def weight(text: str) -> int:
+    """At least the bytes `text` takes in a card: its UTF-8 length, plus two for each
+    character that card Markdown or JSON escapes."""
+    escaped = sum(text.count(c) for c in _ESCAPED)
+    return len(text.encode("utf-8", "surrogatepass")) + 2 * escaped
+
+
+def page_end(text: str) -> int:
+    """Where a page of `text` that outgrew PAGE_WEIGHT closes: after a paragraph outside a
+    code block if one ends in the page's last half, else after a line, else where it fills."""
+    filled, total = 0, 0
+    for i, c in enumerate(text):
+        total += len(c.encode("utf-8", "surrogatepass")) + (2 if c in _ESCAPED else 0)
+        if total > PAGE_WEIGHT:
+            filled = i
+            break
+    else:
+        return len(text)
+    head = text[:filled]
+    fence = False
+    paragraph = line = -1
+    at = 0
+    for row in head.split("\n")[:-1]:  # complete lines only
+        at += len(row) + 1
+        if row.lstrip().startswith("```"):
+            fence = not fence
+        elif not fence and not row.strip():
+            paragraph = at
+        if not fence:
+            line = at
+    for end in (paragraph, line):
+        if end >= filled // 2:
+            return end
+    newline = head.rfind("\n")
+    return newline + 1 if newline >= filled // 2 else max(filled, 1)
 
 
 def in_card_style(ctx: StepContext) -> bool:
@@ -57,33 +101,47 @@ def answer_of(turn: Turn) -> str:
     return f"{moved}\n\n{held}" if moved and held else moved or held
 
 
+def page_text(card: LiveCard, answer: str, page: int) -> str:
+    """The part of `answer` that card `page` shows."""
+    bounds = (0, *card.pages)
+    if page >= len(bounds):
+        return ""
+    end = bounds[page + 1] if page + 1 < len(bounds) else None
+    if end is None and card.spill is not None and card.spill >= bounds[page]:
+        end = card.spill
+    return answer[bounds[page] : end]
+
+
 def view(
     ctx: StepContext,
     *,
     phase: CardPhase | None = None,
     end_key: str | None = None,
     end_params: Params | None = None,
+    page: int = 0,
+    answer: str | None = None,
 ) -> CardView:
     turn = ctx.turn
-    answer = answer_of(turn)
+    card = turn.card
+    text = page_text(card, answer_of(turn) if answer is None else answer, page)
+    last = page == len(card.pages)
     return CardView(
         phase=phase or _PHASES.get(ctx.conv.state, CardPhase.WORKING),
         elapsed=ctx.now - turn.started_at,
-        tools=turn.card.tools,
-        plan=turn.card.plan,
-        text=answer[:CARD_TEXT_LIMIT],
-        cut=len(answer) > CARD_TEXT_LIMIT,
+        tools=card.tools,
+        plan=card.plan,
+        text=text,
+        cut=last and card.spill is not None,
         end_key=end_key,
         end_params=dict(end_params or {}),
+        page=page,
     )
 
 
 def show(ctx: StepContext) -> None:
     """Post the card, or bring it up to date (the engine coalesces and throttles)."""
-    turn = ctx.turn
-    shown = view(ctx)
-    ctx.emit(ShowStatusCard(turn.turn_id, turn.message_id, card_key(turn.turn_id), shown))
-    card = evolve(turn.card, {"stage": CardStage.SHOWN, "cut": shown.cut})
+    _render(ctx, status=True)
+    card = evolve(ctx.turn.card, {"stage": CardStage.SHOWN})
     ctx.update_turn(card=card, announced=True, last_posted_at=ctx.now)
 
 
@@ -94,13 +152,63 @@ def refresh(ctx: StepContext) -> None:
 
 
 def typed(ctx: StepContext) -> None:
-    """The agent wrote more (the typewriter). Once the card shows the head of an answer too
-    long for it, more text changes nothing there: no view, and no copy of a growing text
-    per chunk (the whole answer is read once, at the end)."""
+    """The agent wrote more (the typewriter): the page being written grows, and only its
+    card changes. Past MAX_PAGES the rest waits for the end, as messages, and the cards
+    change no more."""
+    if in_card_style(ctx) and ctx.turn.card.stage is CardStage.SHOWN:
+        _render(ctx, status=False)
+
+
+def _render(ctx: StepContext, *, status: bool) -> None:
+    """The views the answer's growth calls for: pages that filled close (each card's last
+    view), the page being written, and the status card when asked or when it is that page."""
+    answer = answer_of(ctx.turn)
+    closed = _paginate(ctx, answer)
+    card = ctx.turn.card
+    live = len(card.pages) if card.spill is None else None
+    if status or live == 0 or 0 in closed:
+        _page(ctx, 0, answer)
+    for page in closed:
+        if page > 0:
+            _page(ctx, page, answer, final=True)
+    if live:
+        _page(ctx, live, answer)
+
+
+def _paginate(ctx: StepContext, answer: str) -> list[int]:
+    """Close every page `answer` has filled (a long chunk may fill several); the pages closed.
+    A page is weighed only once it may have filled: after a weighing it may grow by a quarter
+    of its room (no character weighs more than 4) before the next."""
+    closed: list[int] = []
+    while True:
+        card = ctx.turn.card
+        start = card.pages[-1] if card.pages else 0
+        if card.spill is not None or len(answer) - start < card.weigh_at:
+            return closed
+        room = PAGE_WEIGHT - weight(answer[start:])
+        if room >= 0:
+            ctx.update_card(weigh_at=len(answer) - start + max(1, room // 4))
+            return closed
+        end = start + page_end(answer[start:])
+        closed.append(len(card.pages))
+        if len(card.pages) + 1 < MAX_PAGES:
+            ctx.update_card(pages=(*card.pages, end), weigh_at=0)
+        else:
+            ctx.update_card(spill=end)
+
+
+def _page(
+    ctx: StepContext,
+    page: int,
+    answer: str,
+    *,
+    final: bool = False,
+    phase: CardPhase | None = None,
+) -> None:
     turn = ctx.turn
-    if turn.card.cut and len(turn.card.text) + turn.text.size > CARD_TEXT_LIMIT:
-        return
-    refresh(ctx)
+    shown = view(ctx, page=page, answer=answer, phase=phase)
+    key = card_key(turn.turn_id, page)
+    ctx.emit(ShowStatusCard(turn.turn_id, turn.message_id, key, shown, final=final))
 
 
 def take_commentary(ctx: StepContext) -> None:
@@ -140,19 +248,26 @@ def finalize(ctx: StepContext, key: str | None, params: Params | None, end_id: s
     False when the turn has no card: `finish` posts its end in lines as usual."""
     if not (in_card_style(ctx) and ctx.turn.card.stage is CardStage.SHOWN):
         return False
+    answer = answer_of(ctx.turn)
+    for page in _paginate(ctx, answer):
+        if page > 0:
+            _page(ctx, page, answer, final=True)
     turn = ctx.turn
-    answer = answer_of(turn)
     ended_key = key if key is not None or answer else "presence.ended_empty"
-    last = view(ctx, phase=CardPhase.ENDED, end_key=ended_key, end_params=params)
+    last = view(ctx, phase=CardPhase.ENDED, end_key=ended_key, end_params=params, answer=answer)
     last = replace(last, footer=footer(ctx))
     tid, reply_to = turn.turn_id, turn.message_id
     ctx.emit(ShowStatusCard(tid, reply_to, card_key(tid), last, final=True))
+    spill = turn.card.spill
+    if turn.card.pages and spill is None:  # the page being written ends too
+        _page(ctx, len(turn.card.pages), answer, final=True, phase=CardPhase.ENDED)
     card = evolve(turn.card, {"text": ""})
     ctx.update_turn(text=NOTHING_WRITTEN, card=card)
     ctx.update_progress(pending=None)
-    if last.cut:  # the card shows the head and says the rest follows
+    rest = answer[spill:].strip() if spill is not None else ""
+    if rest:  # what the cards could not carry, and only that
         idem = end_id if key is None else ctx.post_key("reply")
-        ctx.emit(RelayAgentText(answer, reply_to, idem, final=key is None, turn_id=tid))
+        ctx.emit(RelayAgentText(rest, reply_to, idem, final=key is None, turn_id=tid))
     if ended_key is not None:
         # A system line stays a message too: stopped, failed, or nothing to say.
         ctx.emit(PostText(ended_key, dict(params or {}), reply_to, end_id, True, tid))
@@ -171,12 +286,20 @@ def on_card_failed(ctx: StepContext, event: StatusCardFailed) -> None:
     """Feishu refused the card in every form: nothing it was to show may be lost."""
     turn = ctx.conv.turn
     current = turn is not None and turn.turn_id == event.turn_id and not turn.terminal
+    page = event.view.page
     if event.final or not current:
-        if event.view.text and not event.view.cut:  # a cut answer already followed in full
-            idem = f"{event.turn_id}:card-text"
+        if event.view.text:
+            idem = f"{event.turn_id}:card-text" + (f":{page + 1}" if page else "")
             ctx.emit(RelayAgentText(event.view.text, event.reply_to, idem, turn_id=event.turn_id))
         return
     assert turn is not None
+    if page > 0:
+        # A continuation refused: the cards before it stand, and from its first word on the
+        # answer follows as messages at the end.
+        start = turn.card.pages[page - 1] if page - 1 < len(turn.card.pages) else None
+        if start is not None and turn.card.spill is None:
+            ctx.update_card(pages=turn.card.pages[: page - 1], spill=start)
+        return
     ctx.update_card(stage=CardStage.FAILED)
     moved = turn.card.text.strip()
     if moved:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 
 @dataclass(frozen=True)
@@ -43,21 +44,34 @@ def format_elapsed(seconds: float, prefix: str = "time", *, round_up: bool = Fal
 @dataclass(frozen=True)
 class Written:
     """Agent text held for a turn, as an immutable chain of chunks: appending is O(1), so a
-    long answer streamed in tiny chunks costs linear time, not a copy per chunk."""
+    long answer streamed in tiny chunks costs linear time, not a copy per chunk. Every
+    `CHECKPOINT` chunks a link also keeps the whole text so far, so reading it (a live card
+    reads it at every chunk) walks a few links, never the whole chain."""
 
     prev: Written | None = None
     chunk: str = ""
     size: int = 0  # characters held, this chunk included
+    depth: int = 0  # links since the last checkpoint
+    whole: str | None = None  # the whole text so far, on a checkpoint
+
+    CHECKPOINT: ClassVar[int] = 64
 
     def add(self, chunk: str) -> Written:
         if not chunk:
             return self
-        return Written(self, chunk, self.size + len(chunk))
+        if self.depth + 1 >= self.CHECKPOINT:
+            return Written(None, chunk, self.size + len(chunk), 0, str(self) + chunk)
+        return Written(self, chunk, self.size + len(chunk), self.depth + 1)
 
     def __str__(self) -> str:
+        if self.whole is not None:
+            return self.whole
         parts: list[str] = []
         node: Written | None = self
         while node is not None:
+            if node.whole is not None:
+                parts.append(node.whole)
+                break
             parts.append(node.chunk)
             node = node.prev
         return "".join(reversed(parts))

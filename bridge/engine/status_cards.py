@@ -57,6 +57,7 @@ REFRESH_SHARE = 1.5
 
 @dataclass
 class _Card:
+    key: str  # the card's key: the status card's, or a continuation's
     turn_id: str
     reply_to: str
     message_id: str
@@ -95,12 +96,12 @@ class StatusCards:
         self._cards: dict[str, _Card] = {}
 
     async def show(self, actor: ConversationActor, work: ShowStatusCard) -> None:
-        card = self._cards.get(work.turn_id)
+        card = self._cards.get(work.card_key)
         if card is None:
             card = await self._find(work) if work.existing_only else await self._post(actor, work)
             if card is None:
                 return
-            self._cards[work.turn_id] = card
+            self._cards[work.card_key] = card
             if card.shown == work.view and not work.final:
                 return  # just posted with this very view
         if work.final:
@@ -115,7 +116,7 @@ class StatusCards:
                     await self._flush(actor, card, api)
                 wait = self._spacing()
         if card.pending is not None and (card.flusher is None or card.flusher.done()):
-            name = f"status-card:{work.turn_id}"
+            name = f"status-card:{work.card_key}"
             card.flusher = self._tasks.spawn(self._flush_later(actor, card, wait), name=name)
 
     # -- posting ---------------------------------------------------------------------------
@@ -138,7 +139,7 @@ class StatusCards:
                 )
             )
             self._count("create")
-            card = _Card(work.turn_id, work.reply_to, message_id, card_id)
+            card = _Card(work.card_key, work.turn_id, work.reply_to, message_id, card_id)
         except FeishuError as exc:
             log.warning("status card via CardKit refused (%s); trying a patched card", exc)
             self._count("fallback_patch")
@@ -151,7 +152,7 @@ class StatusCards:
             except FeishuError as again:
                 self._give_up(actor, work.turn_id, work.reply_to, work.view, work.final, again)
                 return None
-            card = _Card(work.turn_id, work.reply_to, message_id, None)
+            card = _Card(work.card_key, work.turn_id, work.reply_to, message_id, None)
         ids = [card.message_id] + ([_CARDKIT + card.card_id] if card.card_id else [])
         await self._store.mark_sent(work.card_key, ids, self._clock())
         card.shown = work.view
@@ -163,7 +164,7 @@ class StatusCards:
         if not ids:
             return None
         card_id = next((i[len(_CARDKIT) :] for i in ids if i.startswith(_CARDKIT)), None)
-        return _Card(work.turn_id, work.reply_to, ids[0], card_id)
+        return _Card(work.card_key, work.turn_id, work.reply_to, ids[0], card_id)
 
     # -- changing --------------------------------------------------------------------------
 
@@ -185,7 +186,7 @@ class StatusCards:
                     now = asyncio.get_running_loop().time()
                     if now >= card.pushed_at + self._spacing():
                         await self._flush(actor, card, api)
-            if card.pending is None or self._cards.get(card.turn_id) is not card:
+            if card.pending is None or self._cards.get(card.key) is not card:
                 return
             wait = card.pushed_at + self._spacing() - asyncio.get_running_loop().time()
 
@@ -212,7 +213,7 @@ class StatusCards:
     async def _flush(self, actor: ConversationActor, card: _Card, api: str) -> None:
         async with card.lock:
             view, card.pending = card.pending, None
-            if view is None or self._cards.get(card.turn_id) is not card:
+            if view is None or self._cards.get(card.key) is not card:
                 return
             if card.card_id is not None and api == STREAM_API and await self._part(card, view):
                 return
@@ -317,8 +318,8 @@ class StatusCards:
         return card.sequence
 
     def _forget(self, card: _Card) -> None:
-        if self._cards.get(card.turn_id) is card:
-            del self._cards[card.turn_id]
+        if self._cards.get(card.key) is card:
+            del self._cards[card.key]
 
     def _give_up(
         self,

@@ -143,14 +143,20 @@ async def test_waiting_for_approval_pauses_the_card_and_expiry_ends_it(tmp_path:
         assert plain_texts(stack)[0] == waiting
 
 
-async def test_a_long_answer_shows_its_head_and_follows_in_messages(stack: Stack) -> None:
-    words = "word " * 800  # 4,000 characters: over the card's 3,000
+async def test_a_long_answer_continues_on_cards_below_and_is_shown_once(stack: Stack) -> None:
+    words = "word " * 6000  # 30,000 characters: three cards' worth
     await stack.say(f"tool Write\nsay {words.strip()}")
     await stack.settled()
-    card = final_card(stack)
-    assert element(card, "note") == T("card.status.cut")
-    assert len(element(card, "answer")) == 3000
-    assert "".join(plain_texts(stack)).strip() == words.strip()
+    shown = status_cards(stack)
+    assert len(shown) == 3
+    assert [title(c.data) for c in shown[1:]] == [
+        T("card.status.continued", page=2),
+        T("card.status.continued", page=3),
+    ]
+    assert all(c.data["config"]["streaming_mode"] is False for c in shown)
+    assert "".join(element(c.data, "answer") for c in shown) == words.strip()
+    assert all(len(json.dumps(c.data, ensure_ascii=False).encode()) < 30 * 1024 for c in shown)
+    assert plain_texts(stack) == []  # the answer once: nothing follows as messages
 
 
 async def test_a_burst_of_500_chunks_makes_a_bounded_number_of_updates(stack: Stack) -> None:

@@ -45,7 +45,10 @@ def _markdown(element_id: str, content: str) -> dict[str, Any]:
 
 
 def live_card(t: Translator, view: CardView, *, streaming: bool) -> dict[str, Any]:
-    title = t(_TITLES[view.phase])
+    if view.page > 0:
+        title = t("card.status.continued", page=view.page + 1)
+    else:
+        title = t(_TITLES[view.phase])
     elements = [_markdown(element, content) for element, content in elements_of(t, view)]
     if view.cut:
         elements.append(_markdown("note", t("card.status.cut")))
@@ -69,7 +72,10 @@ def live_card(t: Translator, view: CardView, *, streaming: bool) -> dict[str, An
 
 def elements_of(t: Translator, view: CardView) -> list[tuple[str, str]]:
     """The card's changing elements, in order, with their content: the status line, the
-    tools and the plan (when there are any), and the answer. Each may be streamed alone."""
+    tools and the plan (when there are any), and the answer. Each may be streamed alone. A
+    continuation card is its page of the answer only."""
+    if view.page > 0:
+        return [(ANSWER, answer_markdown(view.text))]
     out = [("status", _status(t, view))]
     if view.tools:
         lines = [f"**{t('card.status.tools')}**"]

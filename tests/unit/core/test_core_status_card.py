@@ -6,7 +6,7 @@ from __future__ import annotations
 from bridge.core.effects import CardPhase, PostText, RelayAgentText, ShowStatusCard
 from bridge.core.inputs import Command, CommandName, StatusCardFailed, TurnInterruptedByRestart
 from bridge.core.state import Conversation, Options, PresenceStyle
-from bridge.core.status_card import CARD_TEXT_LIMIT
+from bridge.core.status_card import MAX_PAGES, PAGE_WEIGHT, page_end, weight
 from bridge.runtime.events import (
     MessageChunk,
     PermissionKind,
@@ -90,18 +90,121 @@ def test_the_answer_streams_into_the_card_and_ends_there() -> None:
     assert of_type(out, PostText) == []
 
 
-def test_a_long_answer_shows_its_head_and_follows_in_full_as_messages() -> None:
+def on_cards(effects: list[object]) -> tuple[list[str], dict[str, ShowStatusCard]]:
+    """The cards in the order they first appeared, and each one's last view."""
+    order: list[str] = []
+    last: dict[str, ShowStatusCard] = {}
+    for card in cards(effects):
+        if card.card_key not in last:
+            order.append(card.card_key)
+        last[card.card_key] = card
+    return order, last
+
+
+def words(n: int) -> str:
+    return " ".join(f"w{i}" for i in range(n))
+
+
+def test_a_long_answer_continues_on_cards_below_and_is_shown_once() -> None:
     d = driver()
     d.start()
     d.advance(5.0)
-    answer = "x" * (CARD_TEXT_LIMIT + 10)
+    answer = words(9000)  # 50,000 characters: five pages
+    chunks = [answer[i : i + 40] for i in range(0, len(answer), 40)]
+    for n, chunk in enumerate(chunks):
+        out = d.feed(MessageChunk(SID, chunk), at=6.0 + n / 100)
+        assert cards(out), "every chunk changes the page being written"
+    out = d.feed(TurnEnded(SID, StopReason.END_TURN), at=30.0)
+    order, last = on_cards(d.effects)
+    assert order == ["m1:status", *(f"m1:status:{n}" for n in range(2, len(order) + 1))]
+    assert 4 <= len(order) <= MAX_PAGES
+    assert all(last[key].final for key in order)
+    assert "".join(last[key].view.text for key in order) == answer
+    assert all(weight(last[key].view.text) <= PAGE_WEIGHT for key in order)
+    assert [last[key].view.page for key in order] == list(range(len(order)))
+    assert not any(last[key].view.cut for key in order)
+    assert of_type(out, RelayAgentText) == []  # nothing shown twice
+
+
+def test_a_closed_page_never_changes_again() -> None:
+    d = driver()
+    d.start()
+    d.advance(5.0)
+    answer = words(4000)
+    for n in range(0, len(answer), 40):
+        d.feed(MessageChunk(SID, answer[n : n + 40]), at=6.0 + n / 4000)
+        d.advance(d.now)  # heartbeats and the like refresh the status card meanwhile
+    shown = cards(d.effects)
+    opened = next(i for i, c in enumerate(shown) if c.card_key == "m1:status:2")
+    status_after = {c.view.text for c in shown[opened:] if c.card_key == "m1:status"}
+    assert len(status_after) == 1  # its page closed: only its own lines may change
+    (head,) = status_after
+    assert answer.startswith(head)
+    assert answer[len(head) :].startswith(shown[opened].view.text)
+    later = [c.card_key for c in shown[opened:]]
+    assert later.count("m1:status:2") > 100  # the chunks after it change the card below
+
+
+def test_one_huge_chunk_fills_several_pages_at_once() -> None:
+    d = driver()
+    d.start()
+    d.advance(5.0)
+    answer = words(7000)
     d.feed(MessageChunk(SID, answer), at=6.0)
-    out = d.feed(TurnEnded(SID, StopReason.END_TURN), at=7.0)
-    (last,) = cards(out)
-    assert last.view.cut
-    assert len(last.view.text) == CARD_TEXT_LIMIT
+    d.feed(TurnEnded(SID, StopReason.END_TURN), at=7.0)
+    order, last = on_cards(d.effects)
+    assert len(order) >= 3
+    assert "".join(last[key].view.text for key in order) == answer
+
+
+def test_past_the_last_card_only_the_rest_follows_as_messages() -> None:
+    d = driver()
+    d.start()
+    d.advance(5.0)
+    answer = "字" * (PAGE_WEIGHT // 3 * (MAX_PAGES + 2))
+    for n in range(0, len(answer), 500):
+        d.feed(MessageChunk(SID, answer[n : n + 500]), at=6.0 + n / 10_000)
+    out = d.feed(TurnEnded(SID, StopReason.END_TURN), at=30.0)
+    order, last = on_cards(d.effects)
+    assert len(order) == MAX_PAGES
+    assert last[order[-1]].view.cut
+    shown = "".join(last[key].view.text for key in order)
     (reply,) = of_type(out, RelayAgentText)
-    assert (reply.text, reply.final, reply.idempotency_key) == (answer, True, "m1:end")
+    assert (reply.final, reply.idempotency_key) == (True, "m1:end")
+    assert shown + reply.text == answer  # the rest, once, and nothing the cards show
+
+
+def test_a_page_closes_after_a_paragraph_outside_a_code_block() -> None:
+    para = "a sentence of prose.\n" * 100 + "\n"
+    code = "```python\n" + "x = 1\n" * 2000 + "```\n"
+    text = para * 3 + code
+    end = page_end(text)
+    assert text[:end].endswith("\n\n")
+    assert "```" not in text[:end]
+    assert weight(text[:end]) <= PAGE_WEIGHT
+
+
+def test_a_page_of_one_endless_line_is_cut_where_it_fills() -> None:
+    text = "z" * (PAGE_WEIGHT * 2)
+    assert page_end(text) == PAGE_WEIGHT
+
+
+def test_a_refused_continuation_card_hands_the_rest_to_messages() -> None:
+    d = driver()
+    d.start()
+    d.advance(5.0)
+    answer = words(4000)
+    d.feed(MessageChunk(SID, answer[:30000]), at=6.0)
+    live = cards(d.effects)[-1]
+    assert live.card_key == "m1:status:2"
+    d.feed(StatusCardFailed("m1", "m1", live.view, final=False), at=6.5)
+    d.feed(MessageChunk(SID, answer[30000:]), at=7.0)
+    out = d.feed(TurnEnded(SID, StopReason.END_TURN), at=8.0)
+    status = [c for c in cards(out) if c.card_key == "m1:status"][-1]
+    assert status.final
+    assert status.view.cut
+    (reply,) = of_type(out, RelayAgentText)
+    assert status.view.text + reply.text == answer
 
 
 def test_stop_and_faults_finalize_the_card_and_still_say_so_as_a_message() -> None:
@@ -181,21 +284,6 @@ def test_a_refused_final_card_posts_the_answer_it_carried() -> None:
     last = cards(out)[0]
     out = d.feed(StatusCardFailed("m1", "m1", last.view, final=True), at=7.1)
     assert [(e.text, e.reply_to) for e in of_type(out, RelayAgentText)] == [("the answer", "m1")]
-
-
-def test_past_the_card_limit_more_chunks_change_nothing_on_the_card() -> None:
-    d = driver()
-    d.start()
-    d.advance(5.0)
-    d.feed(MessageChunk(SID, "y" * (CARD_TEXT_LIMIT + 1)), at=6.0)
-    assert cards(d.effects)[-1].view.cut
-    before = len(cards(d.effects))
-    for i in range(100):
-        d.feed(MessageChunk(SID, f" more {i}"), at=6.0 + i / 100)
-    assert len(cards(d.effects)) == before  # the head it shows cannot change any more
-    out = d.feed(TurnEnded(SID, StopReason.END_TURN), at=8.0)
-    (reply,) = of_type(out, RelayAgentText)
-    assert reply.text.endswith("more 99")
 
 
 def test_while_the_agent_only_thinks_the_cards_elapsed_time_moves_on_every_tick() -> None:
