@@ -130,6 +130,11 @@ class ConversationActor:
         # Effects recorded as owed already (by the work lane, or before a restart), and when:
         # their handler need not write the record again (outbox.py).
         self.owed_at: dict[str, float] = {}
+        # Its end signal just posted, the outbox mark (idempotency key, message ids) not yet
+        # written: the effect after it is its turn's RecordTerminal (core/lifecycle.py
+        # `finish`), which writes it with the turn's end in one transaction. Written on its
+        # own first if anything else comes.
+        self.end_mark: tuple[str, tuple[str, list[str]]] | None = None
         self._watchers: list[asyncio.Future[None]] = []  # `next_shown`'s waiters
         # Supersession (core/delivery.py): each queued work's place in the order it was fed,
         # and the latest place at which each group was superseded, always (`_moot`) or

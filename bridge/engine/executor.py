@@ -131,11 +131,6 @@ class EffectExecutor:
         self._files = FilesOut(
             feishu=feishu, store=store, routes=routes, answers=self._answers, clock=clock
         )
-        # A conversation's end signal just posted, its outbox mark not yet written: the
-        # effect after it is its turn's RecordTerminal (core/lifecycle.py `finish`), which
-        # writes it with the turn's end in one transaction. Written on its own first if
-        # anything else comes.
-        self._held: dict[str, tuple[str, Mark]] = {}
         self._clock = clock
         self._metrics = metrics
         # Several instances: whether this one holds the conversation's lease (a turn starts
@@ -152,12 +147,12 @@ class EffectExecutor:
             await self._perform(actor, work)
 
     async def _perform(self, actor: ConversationActor, work: Work) -> None:
-        held = self._held.get(actor.key)
+        held = actor.end_mark
         # Only what follows the end signal on its own lane comes between it and its turn's
         # end record; the work lane runs beside it (the next turn's start, an Owe).
         its_end = isinstance(work, RecordTerminal) and held is not None and work.turn_id == held[0]
         if held is not None and self.route(work) is Route.SHOWN and not its_end:
-            await self._write_held(actor.key)
+            await self._write_held(actor)
         handler = self._handlers.get(type(work))
         if handler is None:
             log.warning("no handler for %s", type(work).__name__)
@@ -253,8 +248,9 @@ class EffectExecutor:
             actor.owed_at.pop(idem, None)
         turn_id = turn_of(effect)
         if terms.ends is not None and turn_id is not None:
-            held = self._held.get(actor.key)
-            sent = self._held.pop(actor.key)[1] if held and held[0] == turn_id else None
+            held, sent = actor.end_mark, None
+            if held is not None and held[0] == turn_id:
+                actor.end_mark, sent = None, held[1]
             # Its mark not held: it went out before the restart, or it was given up.
             if sent is not None or await self._store.sent(idem) is not None:
                 outcome, now = TurnOutcome(terms.ends.value), self._clock()
@@ -273,17 +269,17 @@ class EffectExecutor:
             await self._runtime.cancel(work.session_id)
 
     async def _end_round(self, actor: ConversationActor, work: RecordTerminal) -> None:
-        held = self._held.pop(actor.key, None)
+        held, actor.end_mark = actor.end_mark, None
         sent = held[1] if held is not None else None
         await self._record_terminal(work, sent)
         await self._after_round(actor)
 
     def _hold(self, actor: ConversationActor, turn_id: str | None, mark: Mark | None) -> None:
         if mark is not None and turn_id is not None:
-            self._held[actor.key] = (turn_id, mark)
+            actor.end_mark = (turn_id, mark)
 
-    async def _write_held(self, key: str) -> None:
-        held = self._held.pop(key, None)
+    async def _write_held(self, actor: ConversationActor) -> None:
+        held, actor.end_mark = actor.end_mark, None
         if held is not None:
             idem, ids = held[1]
             mark = partial(self._store.mark_sent, idem, ids, self._clock())
