@@ -429,10 +429,12 @@ def _on_card_not_shown(ctx: StepContext, event: CardNotShown) -> None:
         return
     # Nobody can answer a card nobody sees: the request is refused and the round ends. A
     # card never shown has no timeout running, so this is also how a card given up ends.
+    question = ctx.conv.question
+    asked = question is not None and question.request_id == event.request_id
     cancel(
         ctx,
         Outcome.FAILED,
-        "presence.card_failed",
+        "presence.question_card_failed" if asked else "presence.card_failed",
         detail="Feishu never took the card" if event.given_up else "Feishu refused the card",
         ending=Ending.FEISHU_REFUSED,
     )

@@ -28,6 +28,7 @@ _ENDING_KEYS = (
     "presence.stop_forced",
     "presence.stalled_ended",
     "presence.card_failed",
+    "presence.question_card_failed",
     "presence.unrecoverable",
     "presence.unrecoverable_context_lost",
     "presence.runtime_unavailable",

@@ -142,3 +142,12 @@ def test_a_second_card_shown_later_is_reminded_from_its_own_showing() -> None:
     assert [a.reminder_sent for a in d.conv.approvals] == [True, False]
     assert keys(d.advance(38.9)) == []
     assert keys(d.advance(39.0)) == ["presence.approval_reminder"]  # the second, at 39 s
+
+
+def test_a_question_card_never_shown_says_the_question_could_not_be_shown() -> None:
+    d, _ = asked(QUESTION)
+    out = d.feed(CardNotShown("m1", "q1", given_up=True), at=3600.0)
+    assert of_type(out, AnswerQuestion) == [AnswerQuestion("q1", None)]
+    assert [(p.key, p.final) for p in of_type(out, PostText)] == [
+        ("presence.question_card_failed", True)
+    ]
