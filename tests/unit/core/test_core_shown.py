@@ -21,6 +21,7 @@ from bridge.core.effects import (
     UpdateQuestionCard,
 )
 from bridge.core.inputs import CardNotShown, Command, CommandName, CoreEvent, Posted
+from bridge.core.snapshot import snapshot
 from bridge.core.state import Ending, ExecState, Outcome
 from bridge.core.text import Text
 from bridge.runtime.events import PermissionRequested
@@ -151,3 +152,16 @@ def test_a_question_card_never_shown_says_the_question_could_not_be_shown() -> N
     assert [(p.key, p.final) for p in of_type(out, PostText)] == [
         ("presence.question_card_failed", True)
     ]
+
+
+def test_the_operator_sees_whether_the_card_is_shown_yet() -> None:
+    d, card = asked()
+    assert _shown_at(d) is None
+    d.shown([card], at=40.0)
+    assert _shown_at(d) == 40.0
+
+
+def _shown_at(d: Driver) -> object:
+    pending = snapshot(d.conv)["pending_approval"]
+    assert isinstance(pending, dict)
+    return pending["shown_at"]
