@@ -154,8 +154,10 @@ NOTES = {
         "restarted, so it cannot keep working on a round nobody waits for."
     ),
     "bridge_approval_timeout_seconds": (
-        "One reminder at half the time; at the timeout the round is cancelled and the card "
-        "shows it expired. Also applies to questions."
+        "Counted from when the card is on the chat, not from the agent's request: a card "
+        "waiting for its turn (the call budget, an outage) is never timed out unseen. One "
+        "reminder at half the time; at the timeout the round is cancelled and the card shows "
+        "it expired. Also applies to questions."
     ),
     "bridge_finish_grace_seconds": "Stop reasons `max_tokens`, `max_turn_requests`, `refusal`.",
     "bridge_allowed_users": (

@@ -19,6 +19,7 @@ from bridge.core.state import (
     Ending,
     ExecState,
     Outcome,
+    PendingApproval,
     StopRequest,
 )
 from bridge.core.text import format_elapsed
@@ -88,7 +89,9 @@ def _recovery_timeout(ctx: StepContext) -> None:
 
 
 def _approval_timeout(ctx: StepContext) -> None:
-    waited = format_elapsed(ctx.now - min(a.asked_at for a in ctx.conv.approvals))
+    first = presence.first_shown(ctx.conv.approvals)
+    assert first is not None, "due only once a card was shown"
+    waited = format_elapsed(ctx.now - first)  # how long the user has had the card
     cancel(
         ctx,
         Outcome.TIMED_OUT,
@@ -103,7 +106,9 @@ def _approval_timeout(ctx: StepContext) -> None:
 def _reply_timeout(ctx: StepContext) -> None:
     question = ctx.conv.question
     assert question is not None
-    waited = format_elapsed(ctx.now - question.asked_at)
+    since = presence.waiting_since(question)
+    assert since is not None, "due only once the card was shown"
+    waited = format_elapsed(ctx.now - since)
     cancel(
         ctx,
         Outcome.TIMED_OUT,
@@ -117,9 +122,10 @@ def _reply_timeout(ctx: StepContext) -> None:
 
 def _approval_reminder(ctx: StepContext) -> None:
     half = ctx.timings.approval_timeout / 2
-    first = min(a.asked_at for a in ctx.conv.approvals)
+    first = presence.first_shown(ctx.conv.approvals)
+    assert first is not None, "due only once a card was shown"
     approvals = tuple(
-        replace(a, reminder_sent=True) if a.asked_at + half <= ctx.now else a
+        replace(a, reminder_sent=True) if _shown_by(a, ctx.now - half) else a
         for a in ctx.conv.approvals
     )
     ctx.update(approvals=approvals)
@@ -130,10 +136,17 @@ def _approval_reminder(ctx: StepContext) -> None:
 def _reply_reminder(ctx: StepContext) -> None:
     question = ctx.conv.question
     assert question is not None
+    since = presence.waiting_since(question)
+    assert since is not None, "due only once the card was shown"
     ctx.update(question=replace(question, reminder_sent=True))
-    left = question.asked_at + ctx.timings.approval_timeout - ctx.now
+    left = since + ctx.timings.approval_timeout - ctx.now
     remaining = format_elapsed(left, round_up=True)
     ctx.say("presence.reply_reminder", {"remaining": remaining}, kind="remind", line=Line.PAUSE)
+
+
+def _shown_by(approval: PendingApproval, at: float) -> bool:
+    since = presence.waiting_since(approval)
+    return since is not None and since <= at
 
 
 def _drain_timeout(ctx: StepContext) -> None:

@@ -90,7 +90,9 @@ class PostGivenUp:
 @dataclass(frozen=True)
 class Posted:
     """Feishu took a post: an approval or question card (`idempotency_key` is its card
-    key), as `message_ids`. The core keeps which message the card is, to close it."""
+    key), as `message_ids`. The core keeps which message the card is, to close it, and
+    counts the user's wait (reminder, timeout) from the step's `now`: fed the moment
+    Feishu answers."""
 
     idempotency_key: str
     turn_id: str | None
@@ -276,11 +278,13 @@ class StartFailed:
 
 @dataclass(frozen=True)
 class CardNotShown:
-    """Feishu refused an approval or question card (and its plain fallback): nobody can
-    answer it, so the request must not wait on it."""
+    """Feishu refused an approval or question card (and its plain fallback), or never took
+    it within its de-duplication window (`given_up`: a longer outage): nobody can answer
+    it, so the request must not wait on it."""
 
     turn_id: str
     request_id: str
+    given_up: bool = False
 
 
 @dataclass(frozen=True)

@@ -382,18 +382,20 @@ def _on_unavailable_at_start(
 
 
 def _on_posted(ctx: StepContext, event: Posted) -> None:
-    """A card Feishu took: its message is kept on the request, to close the card later."""
+    """A card Feishu took: its message is kept on the request, to close the card later, and
+    the user is waited on from now (its reminder and timeout count from here)."""
     key, ids = event.idempotency_key, event.message_ids
     conv = ctx.conv
     if not ids:
         ctx.drop(event, "no message")
     elif any(a.card_key == key for a in conv.approvals):
         approvals = tuple(
-            replace(a, message_id=ids[0]) if a.card_key == key else a for a in conv.approvals
+            replace(a, message_id=ids[0], shown_at=ctx.now) if a.card_key == key else a
+            for a in conv.approvals
         )
         ctx.update(approvals=approvals)
     elif conv.question is not None and conv.question.card_key == key:
-        ctx.update(question=replace(conv.question, message_id=ids[0]))
+        ctx.update(question=replace(conv.question, message_id=ids[0], shown_at=ctx.now))
     else:
         ctx.drop(event, "card no longer open")
 
@@ -425,12 +427,15 @@ def _on_card_not_shown(ctx: StepContext, event: CardNotShown) -> None:
     if not any(r.request_id == event.request_id for r in asking):
         ctx.drop(event, "request no longer pending")
         return
-    # Nobody can answer a card nobody sees: the request is refused and the round ends.
+    # Nobody can answer a card nobody sees: the request is refused and the round ends. A
+    # card never shown has no timeout running, so this is also how a card given up ends.
+    question = ctx.conv.question
+    asked = question is not None and question.request_id == event.request_id
     cancel(
         ctx,
         Outcome.FAILED,
-        "presence.card_failed",
-        detail="Feishu refused the card",
+        "presence.question_card_failed" if asked else "presence.card_failed",
+        detail="Feishu never took the card" if event.given_up else "Feishu refused the card",
         ending=Ending.FEISHU_REFUSED,
     )
 

@@ -6,6 +6,7 @@ timing on its own. All times are float seconds on the caller's clock.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -16,6 +17,8 @@ from bridge.core.state import (
     CardStage,
     Conversation,
     ExecState,
+    PendingApproval,
+    PendingQuestion,
     ProgressLine,
     Prompt,
 )
@@ -127,15 +130,20 @@ def deadlines(conv: Conversation, timings: Timings) -> dict[str, float]:
         if waiting and progress.last_at is not None:
             found[PROGRESS] = progress.last_at + timings.progress_interval
     elif state is ExecState.WAITING_APPROVAL and conv.approvals:
-        first = min(a.asked_at for a in conv.approvals)
-        found[APPROVAL_TIMEOUT] = first + timings.approval_timeout
-        unreminded = [a.asked_at for a in conv.approvals if not a.reminder_sent]
-        if unreminded:
-            found[APPROVAL_REMINDER] = min(unreminded) + timings.approval_timeout / 2
+        # Only a card on the chat is waited on: one still waiting for its turn to be posted
+        # has asked nobody yet, so no reminder or timeout runs for it.
+        first = first_shown(conv.approvals)
+        if first is not None:
+            found[APPROVAL_TIMEOUT] = first + timings.approval_timeout
+        unreminded = first_shown(a for a in conv.approvals if not a.reminder_sent)
+        if unreminded is not None:
+            found[APPROVAL_REMINDER] = unreminded + timings.approval_timeout / 2
     elif state is ExecState.WAITING_REPLY and conv.question is not None:
-        found[REPLY_TIMEOUT] = conv.question.asked_at + timings.approval_timeout
-        if not conv.question.reminder_sent:
-            found[REPLY_REMINDER] = conv.question.asked_at + timings.approval_timeout / 2
+        since = waiting_since(conv.question)
+        if since is not None:
+            found[REPLY_TIMEOUT] = since + timings.approval_timeout
+            if not conv.question.reminder_sent:
+                found[REPLY_REMINDER] = since + timings.approval_timeout / 2
     elif state is ExecState.STALE:
         # Silent for a second window: the bridge ends the round itself (never "running"
         # forever, e.g. a prompt whose result never comes after a complete answer).
@@ -153,6 +161,18 @@ def deadlines(conv: Conversation, timings: Timings) -> dict[str, float]:
     elif state is ExecState.RECOVERING and turn.recovering_since is not None:
         found[RECOVERY] = turn.recovering_since + timings.stale
     return found
+
+
+def waiting_since(request: PendingApproval | PendingQuestion) -> float | None:
+    """When the user began to be waited on for `request`: the moment its card was on the
+    chat, None while it has not been shown."""
+    return request.shown_at
+
+
+def first_shown(requests: Iterable[PendingApproval]) -> float | None:
+    """The earliest moment one of `requests` was shown, None when none has been."""
+    shown = [at for request in requests if (at := waiting_since(request)) is not None]
+    return min(shown, default=None)
 
 
 def activity_text(activity: Activity | None) -> str | Text:

@@ -72,6 +72,7 @@ def snapshot(conv: Conversation) -> dict[str, object]:
                 "request_id": approval.request_id,
                 "title": approval.title,
                 "asked_at": approval.asked_at,
+                "shown_at": approval.shown_at,  # None while its card waits for Feishu
                 "reminder_sent": approval.reminder_sent,
                 "count": len(conv.approvals),
             }
@@ -79,7 +80,11 @@ def snapshot(conv: Conversation) -> dict[str, object]:
             else None
         ),
         "pending_question": (
-            {"request_id": conv.question.request_id, "asked_at": conv.question.asked_at}
+            {
+                "request_id": conv.question.request_id,
+                "asked_at": conv.question.asked_at,
+                "shown_at": conv.question.shown_at,
+            }
             if conv.question
             else None
         ),

@@ -96,6 +96,9 @@ class PendingApproval:
     detail: str | None = None
     reminder_sent: bool = False
     message_id: str | None = None  # the card's message, once Feishu took it (`Posted`)
+    # When Feishu took the card: the user is waited on from then, not from `asked_at` (a
+    # card waiting for its turn, behind the call budget or an outage, is not yet seen).
+    shown_at: float | None = None
 
 
 @dataclass(frozen=True)
@@ -109,6 +112,7 @@ class PendingQuestion:
     asked_at: float
     reminder_sent: bool = False
     message_id: str | None = None  # the card's message, once Feishu took it (`Posted`)
+    shown_at: float | None = None  # when Feishu took the card: the wait counts from then
 
 
 @dataclass(frozen=True)

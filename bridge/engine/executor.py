@@ -62,7 +62,7 @@ from bridge.engine.switches import Switches
 from bridge.engine.turn_runner import TurnRunner
 from bridge.feishu.api import FeishuApi
 from bridge.feishu.budget import CallBudget, scope
-from bridge.feishu.delivery import FeishuGate
+from bridge.feishu.delivery import FeishuGate, Undeliverable
 from bridge.feishu.errors import BusinessError, FeishuError
 from bridge.i18n import Translator, render, render_text
 from bridge.ops.metrics import Metrics
@@ -322,12 +322,26 @@ class EffectExecutor:
     async def _post_card(
         self, actor: ConversationActor, work: PostApprovalCard | PostQuestion
     ) -> None:
-        message_id = await self._show_card(actor, work)
+        # The core times a request out only once its card is shown (`Posted`), so it must
+        # hear of a card that failed in any way, or the round would wait on it for ever.
+        try:
+            message_id = await self._show_card(actor, work)
+        except Undeliverable:
+            log.error("Feishu never took a card within its window; the request is cancelled")
+            self._count("not_shown")
+            actor.feed(CardNotShown(work.turn_id, work.request_id, given_up=True))
+            return
+        except Exception:
+            log.exception("a card could not be posted; the request is cancelled")
+            self._count("not_shown")
+            actor.feed(CardNotShown(work.turn_id, work.request_id))
+            return
         if message_id is None:
             actor.feed(CardNotShown(work.turn_id, work.request_id))
             return
-        await self._store.mark_sent(work.idempotency_key, [message_id], self._clock())
+        # Told first: the user's wait for the card counts from the step this feeds.
         actor.feed(Posted(work.idempotency_key, work.turn_id, (message_id,)))
+        await self._store.mark_sent(work.idempotency_key, [message_id], self._clock())
         if isinstance(work, PostApprovalCard):
             await self._store.save_approval(
                 work.request_id,
@@ -342,7 +356,8 @@ class EffectExecutor:
     async def _show_card(
         self, actor: ConversationActor, work: PostApprovalCard | PostQuestion
     ) -> str | None:
-        """The card, or the plain fallback when Feishu refuses it; None when both fail."""
+        """The card, or the plain fallback when Feishu refuses it; None when both fail.
+        Raises `Undeliverable` when Feishu never took it within its de-duplication window."""
         reply_to, uuid = work.reply_to, work.idempotency_key
         in_thread = terms_of(actor, work).in_thread
         since = self._clock()  # an outage is waited out (delivery.py), a refusal is not
@@ -360,6 +375,8 @@ class EffectExecutor:
                 self._feishu.reply_card, reply_to, card, uuid=fallback, in_thread=in_thread
             )
             return await self._answers.gate.attempt(post, owed_since=since)
+        except Undeliverable:
+            raise  # its window is over too: given up, not refused
         except FeishuError as exc:
             log.error("Feishu refused the plain card too (%s); the request is cancelled", exc)
             self._count("not_shown")

@@ -74,12 +74,25 @@ class PromptRecord:
 
 
 @dataclass
+class Ask:
+    """A permission the agent asked for, and the bridge's answer (None: refused unasked,
+    cancelled or timed out)."""
+
+    request_id: str
+    prompt: str
+    asked: float
+    answered: float | None = None
+    option: str | None = None
+
+
+@dataclass
 class SimRuntime:
     rng: random.Random
     now: Callable[[], float]
     plans: dict[str, Plan]
     prompts: list[PromptRecord] = field(default_factory=list)
     overlaps: list[str] = field(default_factory=list)  # prompts sent into a busy session
+    asks: dict[str, Ask] = field(default_factory=dict)  # by request id, in order
     _sessions: Any = field(default_factory=lambda: itertools.count(1))
     _cancels: dict[str, asyncio.Event] = field(default_factory=dict)
     _abandoned: dict[str, asyncio.Event] = field(default_factory=dict)
@@ -133,6 +146,7 @@ class SimRuntime:
                 elif step.kind == "permission":
                     request_id = f"perm_{len(self._asks) + 1}"
                     answer = self._asks[request_id] = asyncio.get_running_loop().create_future()
+                    self.asks[request_id] = Ask(request_id, text, self.now())
                     sink(
                         PermissionRequested(
                             session_id, request_id=request_id, title=step.text, options=OPTIONS
@@ -183,6 +197,8 @@ class SimRuntime:
         found = self._asks.get(request_id)
         if found is not None and not found.done():
             found.set_result(option_id)
+            ask = self.asks[request_id]
+            ask.answered, ask.option = self.now(), option_id
 
     async def answer_question(self, request_id: str, answers: Mapping[str, str] | None) -> None:
         return None

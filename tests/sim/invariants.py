@@ -14,7 +14,7 @@ from bridge.core.state import PresenceStyle
 from bridge.i18n import Translator
 
 from .agent import answer_for
-from .feishu import Post
+from .feishu import Post, buttons
 from .loop import EPOCH
 from .world import Run, Sent
 
@@ -28,6 +28,7 @@ _ENDING_KEYS = (
     "presence.stop_forced",
     "presence.stalled_ended",
     "presence.card_failed",
+    "presence.question_card_failed",
     "presence.unrecoverable",
     "presence.unrecoverable_context_lost",
     "presence.runtime_unavailable",
@@ -332,6 +333,31 @@ def few_calls_while_down(run: Run, seen: dict[str, list[Seen]]) -> list[str]:
     return []
 
 
+def no_approval_timed_out_unseen(run: Run, seen: dict[str, list[Seen]]) -> list[str]:
+    """An approval times out only once its card was on the chat for the whole timeout: a
+    card still waiting for its turn (an outage, the call budget) has asked nobody yet."""
+    timed_out = T("presence.approval_timed_out").split("{")[0]
+    by_text = {s.text: s for s in run.sent if s.plan is not None}
+    shown: dict[str, float] = {}  # request id -> when Feishu first took its card
+    for post in run.posts:
+        if post.op == "reply_card" and post.ok:
+            for value in buttons(post.card or {}):
+                shown.setdefault(str(value.get("request_id")), _t(post.start))
+    out = []
+    for ask in run.runtime.asks.values():
+        sent = by_text.get(ask.prompt)
+        if ask.answered is None or ask.option is not None or sent is None:
+            continue
+        if not any(s.text.startswith(timed_out) for s in seen[sent.message_id]):
+            continue  # refused for another reason: a /stop, a recall, a card Feishu refused
+        at, since = _t(ask.answered), shown.get(ask.request_id)
+        if since is None:
+            out.append(f"{sent.message_id}: {ask.request_id} timed out at {at}, never shown")
+        elif at < since + run.timings.approval_timeout - TOLERANCE:
+            out.append(f"{sent.message_id}: {ask.request_id} timed out at {at}, shown at {since}")
+    return out
+
+
 def no_overlapping_prompts(run: Run, seen: dict[str, list[Seen]]) -> list[str]:
     return list(run.runtime.overlaps)
 
@@ -353,6 +379,7 @@ RULES: tuple[Callable[[Run, dict[str, list[Seen]]], list[str]], ...] = (
     hint_and_heartbeat,
     answers_in_order,
     quiet_while_waiting,
+    no_approval_timed_out_unseen,
     few_calls_while_down,
     no_overlapping_prompts,
     nothing_posted_twice,

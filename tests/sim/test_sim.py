@@ -109,6 +109,19 @@ def test_the_sweep_finds_a_heartbeat_while_waiting_for_an_approval(
     assert "while waiting" in found[1][0]
 
 
+def test_the_sweep_finds_an_approval_timed_out_before_its_card_was_shown(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A deadline the user is given starts when they are shown it. Put back the wait counted
+    from the agent's request, and the sweep must find a card timed out before it was on the
+    chat for the whole timeout: one that waited out an outage, or a slow call ahead of it
+    (it did at seed 5; 18 of the first 200 seeds)."""
+    monkeypatch.setattr(presence, "waiting_since", lambda request: request.asked_at)
+    found = _sweep(range(40))
+    assert found is not None
+    assert any("timed out at" in problem for problem in found[1]), found[1]
+
+
 # Seeds that found bugs, kept: each failed before its fix. (`storms`: the worlds drawn before
 # Feishu outages were, which those seeds found their bugs in.)
 @pytest.mark.parametrize(

@@ -5,13 +5,15 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-from bridge.core.effects import Effect, OpenSession, StartTurn
+from bridge.core.effects import Effect, OpenSession, PostApprovalCard, PostQuestion, StartTurn
 from bridge.core.inputs import (
     ApprovalClicked,
+    CardNotShown,
     Command,
     CommandName,
     CoreEvent,
     NotStartedReason,
+    Posted,
     QuestionAnswered,
     RuntimeRestarted,
     RuntimeRestartFailed,
@@ -73,12 +75,24 @@ class ChaosRun:
     session: str = ""
     messages: list[str] = field(default_factory=list)
     n: int = 0
+    # Feishu's answers to cards, drawn from their own stream (the walk keeps its draws):
+    # mostly taken at once, sometimes later (behind the budget or an outage), sometimes never.
+    feishu: random.Random = field(default_factory=lambda: random.Random("cards"))
+    waiting_cards: list[PostApprovalCard | PostQuestion] = field(default_factory=list)
 
     def feed(self, event: CoreEvent, dt: float = 0.0) -> list[Effect]:
         before, at = self.driver.conv, self.driver.now + dt
         out = self.driver.feed(event, at)
         self.steps.append(Step(before, event, at, self.driver.conv, out))
         for effect in out:
+            if isinstance(effect, PostApprovalCard | PostQuestion):
+                fate = self.feishu.random()
+                if fate < 0.7:
+                    self.shown(effect)
+                elif fate < 0.93:
+                    self.waiting_cards.append(effect)
+                else:
+                    self.feed(CardNotShown(effect.turn_id, effect.request_id, fate < 0.96))
             if isinstance(effect, OpenSession):
                 # Asked after a session was not reloaded: a new one, prompted at once.
                 self.sessions += 1
@@ -103,6 +117,16 @@ class ChaosRun:
                     reason = self.rng.choice(list(NotStartedReason))
                     self.feed(TurnNotStarted(effect.turn_id, reason))
         return out
+
+    def shown(self, card: PostApprovalCard | PostQuestion) -> None:
+        self.feed(Posted(card.idempotency_key, card.turn_id, (f"om_{card.card_key}",)))
+
+    def cards_taken(self) -> None:
+        """Feishu takes some of the cards still waiting for their turn."""
+        for card in list(self.waiting_cards):
+            if self.feishu.random() < 0.3:
+                self.waiting_cards.remove(card)
+                self.shown(card)
 
     def fire_timers(self, until: float) -> None:
         for _ in range(100):
@@ -158,6 +182,7 @@ class ChaosRun:
                 self.messages.append(event.message_id)
             # Time moves like a chat does: mostly seconds, sometimes many minutes.
             dt = self.rng.choice([0.0, 0.5, 1.0, 2.0, 4.0, 10.0, 61.0, 300.0, 700.0, 1000.0])
+            self.cards_taken()
             self.fire_timers(self.driver.now + dt)
             self.feed(event)
         self.wind_down()

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TypeVar
 
-from bridge.core.effects import Effect, PostText, RelayAgentText
-from bridge.core.inputs import CoreEvent, TimerFired, UserMessage
+from bridge.core.effects import Effect, PostApprovalCard, PostQuestion, PostText, RelayAgentText
+from bridge.core.inputs import CoreEvent, Posted, TimerFired, UserMessage
 from bridge.core.machine import step
 from bridge.core.presence import Timings
 from bridge.core.state import Conversation
@@ -51,6 +51,21 @@ class Driver:
             out += self.feed(TimerFired(name), at=max(at, self.now))
         self.now = max(self.now, to)
         return out
+
+    def shown(self, effects: Iterable[Effect], at: float | None = None) -> list[Effect]:
+        """Feishu takes the approval and question cards among `effects`, as the executor
+        reports it (`Posted`): the user's wait for each starts then."""
+        out: list[Effect] = []
+        for card in effects:
+            if isinstance(card, PostApprovalCard | PostQuestion):
+                ids = (f"om_{card.card_key}",)
+                out += self.feed(Posted(card.idempotency_key, card.turn_id, ids), at)
+        return out
+
+    def ask(self, event: CoreEvent, at: float | None = None) -> list[Effect]:
+        """The agent asks (an approval, a question) and its card is shown at once."""
+        out = self.feed(event, at)
+        return out + self.shown(out)
 
     def message(
         self, mid: str, text: str = "hello", sender: str = ALICE, at: float | None = None

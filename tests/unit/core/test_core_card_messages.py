@@ -7,6 +7,7 @@ from bridge.core.effects import (
     Dropped,
     PostApprovalCard,
     PostQuestion,
+    SetTimer,
     UpdateApprovalCard,
     UpdateQuestionCard,
 )
@@ -33,7 +34,8 @@ def test_an_approval_card_closed_after_feishu_took_it_carries_its_message() -> N
     d = Driver()
     d.start()
     (card,) = of_type(d.feed(ASK, at=1.0), PostApprovalCard)
-    assert d.feed(Posted(card.idempotency_key, "m1", ("om_card",)), at=1.5) == []
+    posted = d.feed(Posted(card.idempotency_key, "m1", ("om_card",)), at=1.5)
+    assert [type(e) for e in posted] == [SetTimer, SetTimer]  # its wait starts: nothing else
     (closed,) = of_type(d.feed(STOP, at=2.0), UpdateApprovalCard)
     assert closed.message_id == "om_card"
 

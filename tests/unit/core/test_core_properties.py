@@ -16,7 +16,7 @@ from bridge.core.effects import (
     RecordTerminal,
     RelayAgentText,
 )
-from bridge.core.inputs import TurnNotStarted, UserMessage
+from bridge.core.inputs import Posted, TurnNotStarted, UserMessage
 from bridge.core.state import RUNNING_STATES
 from tests.unit.core.core_chaos import ChaosRun
 from tests.unit.core.core_driver import T
@@ -115,3 +115,31 @@ def test_a_turn_is_either_running_waiting_recovering_stale_or_finishing(
             if conv.approvals:
                 assert conv.state.value == "waiting_approval"
             assert not conv.queue or conv.turn is not None
+
+
+def test_no_request_times_out_before_its_card_was_shown_for_the_whole_timeout(
+    runs: list[ChaosRun],
+) -> None:
+    """A card waiting for its turn (the budget, an outage) has asked nobody yet: the
+    reminder comes half the timeout after a card was shown, the timeout a whole one after."""
+    half, whole = T.approval_timeout / 2, T.approval_timeout
+    waits = {
+        "presence.approval_reminder": half,
+        "presence.reply_reminder": half,
+        "presence.approval_timed_out": whole,
+        "presence.reply_timed_out": whole,
+    }
+    checked = 0
+    for run in runs:
+        shown: dict[str, float] = {}  # card key -> when Feishu took it
+        for s in run.steps:
+            if isinstance(s.event, Posted):
+                shown.setdefault(s.event.idempotency_key, s.now)
+            for e in s.effects:
+                if isinstance(e, PostText) and e.key in waits:
+                    asking = [*s.before.approvals, *filter(None, [s.before.question])]
+                    since = [shown[r.card_key] for r in asking if r.card_key in shown]
+                    assert since, (e.key, "no card shown", s.event)
+                    assert s.now >= min(since) + waits[e.key], (e.key, s.now, since)
+                    checked += 1
+    assert checked > 0  # the runs do reach reminders and timeouts

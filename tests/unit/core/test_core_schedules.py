@@ -11,6 +11,7 @@ from bridge.core.effects import (
     AnnounceSchedule,
     CancelTurn,
     ManageSchedules,
+    PostApprovalCard,
     React,
     ScheduleSkipped,
     StartTurn,
@@ -83,7 +84,7 @@ def test_due_during_a_running_turn_is_skipped_as_running() -> None:
 def test_due_during_an_approval_is_skipped_until_the_wait_is_stale() -> None:
     d = Driver()
     d.start()
-    d.feed(ASK, at=10.0)
+    d.ask(ASK, at=10.0)
     assert d.conv.state is ExecState.WAITING_APPROVAL
     assert skipped(due(d, 20.0)) == ["waiting_on_user"]
     assert skipped(due(d, 10.0 + T.approval_timeout - 1)) == ["waiting_on_user"]
@@ -106,9 +107,20 @@ def test_due_during_a_question_past_its_timeout_is_allowed_too() -> None:
     d = Driver()
     d.start()
     assert gate(d.conv, 1.0, T) is Gate.RUNNING
-    d.feed(QUESTION, at=10.0)
+    d.ask(QUESTION, at=10.0)
     assert gate(d.conv, 11.0, T) is Gate.WAITING_ON_USER
     assert gate(d.conv, 10.0 + T.approval_timeout, T) is Gate.STALE_WAIT
+
+
+def test_a_wait_whose_card_is_not_shown_yet_is_never_stale() -> None:
+    # The person has not been asked yet (the card waits for Feishu): the wait is young.
+    d = Driver()
+    d.start()
+    (card,) = of_type(d.feed(ASK, at=10.0), PostApprovalCard)
+    assert gate(d.conv, 10.0 + 2 * T.approval_timeout, T) is Gate.WAITING_ON_USER
+    d.shown([card], at=10.0 + 2 * T.approval_timeout)
+    assert gate(d.conv, 10.0 + 3 * T.approval_timeout - 1, T) is Gate.WAITING_ON_USER
+    assert gate(d.conv, 10.0 + 3 * T.approval_timeout, T) is Gate.STALE_WAIT
 
 
 def test_due_during_the_grace_window_waits_for_the_round_to_end() -> None:

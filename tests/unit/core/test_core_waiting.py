@@ -50,7 +50,7 @@ QUESTION = QuestionAsked(
 def approval_pending(conv: Conversation | None = None) -> Driver:
     d = Driver(conv)
     d.start()
-    d.feed(ASK, at=10.0)
+    d.ask(ASK, at=10.0)  # its card shown at once
     return d
 
 
@@ -188,7 +188,7 @@ def test_a_second_request_gets_its_own_card_but_no_second_pause_line() -> None:
 def question_pending() -> Driver:
     d = Driver()
     d.start()
-    d.feed(QUESTION, at=10.0)
+    d.ask(QUESTION, at=10.0)
     return d
 
 
