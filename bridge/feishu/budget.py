@@ -13,7 +13,7 @@ Feishu meters each API of an app on its own ("每个 API、每个应用、每个
 second for most, the send API also 1,000 a minute), and message sends to one chat (5 a
 second); past a limit it answers 429 with a reset header (docs/scaling.md cites the
 figures). Buckets mirror those limits, set below them by a margin: one per API
-a call is metered under (`Waiter.api`), a sliding minute for sends, one per chat, and an
+a call is metered under (`Waiter.api`), one for the minute's sends, one per chat, and an
 optional cap on all calls together for a tenant or gateway that meters the app as a
 whole. When calls wait, the next to go is chosen by:
 
@@ -31,6 +31,21 @@ Feishu's reset, and halves that API's rate; the rate then grows back by a fixed 
 second while no 429 comes (additive increase, multiplicative decrease), so the budget
 settles just under whatever limit Feishu really applies.
 
+The minute's sends are paced, not spent in a burst: each API's 50 a second would let the
+whole minute go in its first 20 s, and then every chat would see nothing for 40 s, cards
+waiting for an approval among them. A user waits on their own chat, not on the minute's
+total, so the sends go at a steady rate with a small burst on top (`Bucket.paced`): a
+bucket holding `capacity` sends, refilled at `rate`, lets through at most
+`capacity + 60 × rate` in any 60 s, and the rate is what is left of the minute once the
+burst is set aside (`rate = (sends_per_minute - capacity) / 60`). So the configured figure
+is never exceeded in any minute, and Feishu's 1,000 keeps the whole margin for the calls
+the bridge does not see. The burst is three seconds of the minute's rate (40 of the 800):
+the ends of a few turns at once go together, and the rate is 5% below the minute's
+average. A lane's share (`SEND_SHARE`) is of the burst: a lane takes a send only while it
+leaves `(1 - share)` of the burst in the bucket for the lanes above it (`Bucket.reserve`),
+so a flood of progress lines goes at the steady rate but never spends the answers'
+reserve, and an answer or an ending that comes finds sends there at once.
+
 Not `aiolimiter` or `limits`: both read the loop's or the wall clock themselves (tests
 could not inject time), neither can pass over a call whose chat is spent to grant the
 next one, and neither changes its rate at run time; the arithmetic of a token bucket is
@@ -45,7 +60,7 @@ import heapq
 import itertools
 import math
 import time
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -53,8 +68,8 @@ from typing import Any, Protocol
 
 from bridge.core.delivery import Lane
 
-# The share of the sends a minute each lane may fill: a burst of progress lines or hints
-# never spends the minute the answers and endings behind them need.
+# The share of the sends' burst each lane may spend: a flood of progress lines or hints
+# never empties what the answers and endings behind them need.
 SEND_SHARE = (1.0, 1.0, 0.9, 0.75, 0.5)  # by lane: ending, answer, card, hint, refresh
 
 
@@ -70,6 +85,8 @@ class BudgetPolicy:
     # Tokens a bucket holds at most, in seconds of its rate (at least one call): a burst
     # plus a second at the full rate must stay under a limit counted per second.
     burst_seconds: float = 0.05
+    # The sends the minute's bucket holds at most, in seconds of the minute's rate.
+    send_burst_seconds: float = 3.0
     shrink: float = 0.5  # the app rate × this at a 429
     floor: float = 0.1  # the app rate never below this share of its setting
     recover_per_second: float = 2.0  # calls a second the rate regains each second
@@ -114,44 +131,33 @@ class Bucket:
         capacity = max(1.0, rate * burst_seconds)
         return cls(rate, capacity, capacity, now)
 
+    @classmethod
+    def paced(cls, per_minute: float, burst_seconds: float, now: float) -> Bucket:
+        """At most `per_minute` in any 60 s: a burst set aside (half the minute at most),
+        the rest spread over the minute (capacity + 60 × rate = per_minute). Under two a
+        minute, the burst is the one call a bucket holds at least, and the rate half the
+        minute's."""
+        capacity = min(max(1.0, per_minute * burst_seconds / 60.0), max(1.0, per_minute / 2))
+        rate = max(per_minute - capacity, per_minute / 2) / 60.0
+        return cls(rate, capacity, capacity, now)
+
     def refill(self, now: float) -> None:
         if now > self.at:
             self.tokens = min(self.capacity, self.tokens + (now - self.at) * self.rate)
             self.at = now
 
-    def ready(self, now: float) -> bool:
-        return now >= self.paused_until and self.tokens >= 1.0 - 1e-9
+    def ready(self, now: float, keep: float = 0.0) -> bool:
+        """A whole token there beyond the `keep` held back (and any pause over)."""
+        return now >= self.paused_until and self.tokens >= 1.0 + keep - 1e-9
 
-    def ready_at(self, now: float) -> float:
-        """When the next whole token is there (and any pause over)."""
-        short = max(0.0, 1.0 - self.tokens)
+    def ready_at(self, now: float, keep: float = 0.0) -> float:
+        """When the next whole token beyond `keep` is there (and any pause over)."""
+        short = max(0.0, 1.0 + keep - self.tokens)
         return max(self.paused_until, now + short / self.rate if self.rate > 0 else math.inf)
 
-
-@dataclass
-class Window:
-    """At most `limit` calls in any `seconds`: Feishu's minute for sends, whose 1,000 may go
-    in a burst (each API's own second still paces it), which a bucket that smooths them
-    over the minute would hold back."""
-
-    limit: float
-    seconds: float
-    times: deque[float] = field(default_factory=deque)
-
-    def ready(self, now: float, share: float = 1.0) -> bool:
-        """Room for one more, counting only up to `share` of the limit."""
-        while self.times and self.times[0] <= now - self.seconds:
-            self.times.popleft()
-        return len(self.times) < self.limit * share
-
-    def ready_at(self, now: float, share: float = 1.0) -> float:
-        if self.ready(now, share):
-            return now
-        leave = math.floor(len(self.times) - self.limit * share)  # the oldest to leave first
-        return self.times[min(leave, len(self.times) - 1)] + self.seconds
-
-    def take(self, now: float) -> None:
-        self.times.append(now)
+    def reserve(self, share: float) -> float:
+        """The tokens a lane with `share` of the burst leaves to the lanes above it."""
+        return (1.0 - share) * (self.capacity - 1.0)
 
 
 @dataclass(eq=False)
@@ -187,7 +193,8 @@ class CallQueue:
             if policy.total_per_second > 0
             else None
         )
-        self._sends = Window(policy.sends_per_minute, 60.0)
+        self._sends = Bucket.paced(policy.sends_per_minute, policy.send_burst_seconds, now)
+        self._send_keep = tuple(map(self._sends.reserve, SEND_SHARE))  # by lane
         self._chats: dict[str, Bucket] = {}
         self._served: dict[str, float] = {}  # chat -> when it was last granted a call
         # The waiting calls by API, in arrival order: under load most wait on an API with
@@ -283,7 +290,8 @@ class CallQueue:
         """Take tokens for every waiter that may go now, in the order of the module doc."""
         if not self._waiting or not self._total_ready(now):
             return []
-        total = self._total
+        total, sends = self._total, self._sends
+        sends.refill(now)
         # Only waiters whose API has a token can go: under load most wait on an empty
         # bucket, and only the few that can are ranked, best first, as far as tokens last.
         ready: dict[str, Bucket] = {}
@@ -319,7 +327,7 @@ class CallQueue:
             if not api.ready(now):
                 del ready[waiter.api]
                 continue
-            if waiter.send and not self._sends.ready(now, SEND_SHARE[waiter.lane]):
+            if waiter.send and not sends.ready(now, self._send_keep[waiter.lane]):
                 continue
             # Feishu's 5 a second to one user or group is its send-message limit: only a
             # send takes from the chat's bucket (a card entity's change, a reaction, an edit
@@ -331,7 +339,7 @@ class CallQueue:
             if total is not None:
                 total.tokens -= 1.0
             if waiter.send:
-                self._sends.take(now)
+                sends.tokens -= 1.0
             if chat is not None:
                 chat.tokens -= 1.0
             if waiter.chat is not None:
@@ -367,6 +375,7 @@ class CallQueue:
         if self._total is not None:
             self._total.refill(now)
             total_at = self._total.ready_at(now)
+        self._sends.refill(now)
         best = math.inf
         for name, queue in self._waiting.items():
             api_at = max(total_at, self._api(name, now).ready_at(now))
@@ -374,7 +383,7 @@ class CallQueue:
                 if not waiter.send:
                     best = min(best, api_at)  # as soon as any of the API's waiters
                     break
-                at = max(api_at, self._sends.ready_at(now, SEND_SHARE[waiter.lane]))
+                at = max(api_at, self._sends.ready_at(now, self._send_keep[waiter.lane]))
                 if waiter.chat is not None:
                     at = max(at, self._chat(waiter.chat, now).ready_at(now))
                 best = min(best, at)
@@ -397,6 +406,7 @@ class CallQueue:
             self._api(api, now)
         waiting = Counter(w.lane.name.lower() for q in self._waiting.values() for w in q)
         recent = [t for t in self.usage.recent if t >= now - self.WINDOW]
+        self._sends.refill(now)
         return {
             "rate": round(self.app_rate, 3),
             "limit": self.policy.app_per_second,
@@ -404,6 +414,8 @@ class CallQueue:
             "apis": {api: round(bucket.rate, 3) for api, bucket in sorted(self._apis.items())},
             "chat_limit": self.policy.chat_per_second,
             "sends_per_minute": self.policy.sends_per_minute,
+            "sends_per_second": round(self._sends.rate, 3),  # the steady pace
+            "sends_ready": round(self._sends.tokens, 3),  # the burst left (its capacity at most)
             "calls_per_second": round(len(recent) / self.WINDOW, 3),
             "waiting": {lane.name.lower(): waiting.get(lane.name.lower(), 0) for lane in Lane},
             "granted": {lane.name.lower(): self.usage.granted[lane.name.lower()] for lane in Lane},

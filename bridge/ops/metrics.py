@@ -125,6 +125,12 @@ class _CallBudget(Collector):
             "Feishu calls a second over the last 10 seconds.",
             value=state["calls_per_second"],
         )
+        yield GaugeMetricFamily(
+            "bridge_feishu_budget_sends_ready",
+            "Message sends the bridge may make at once now: the minute's burst left (under"
+            " load near 0, and sends go at the steady pace, sends_per_minute less the burst).",
+            value=state["sends_ready"],
+        )
         yield CounterMetricFamily(
             "bridge_feishu_budget_rate_limited",
             "429s Feishu answered (each halves the pace until they stop).",

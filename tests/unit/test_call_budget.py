@@ -1,11 +1,16 @@
 """The app's Feishu call budget (bridge/feishu/budget.py), on injected time: the
 lanes' order, each chat's fair share, a hint never starved past its deadline, a chat at its
-limit never holding the others, and a 429's pause, shrink and recovery."""
+limit never holding the others, a 429's pause, shrink and recovery, and the minute's sends
+paced: never past the minute's figure in any 60 s, and no chat kept seconds from its turn
+while the minute has room."""
 
 from __future__ import annotations
 
 import asyncio
+import itertools
+import math
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import replace
 
 import pytest
@@ -13,6 +18,7 @@ import pytest
 from bridge.core.delivery import Lane
 from bridge.feishu.budget import (
     SEND,
+    Bucket,
     BudgetPolicy,
     CallBudget,
     CallQueue,
@@ -122,19 +128,23 @@ def test_a_chat_at_its_limit_does_not_hold_the_other_chats() -> None:
     assert sched.next_wake(2.0) == pytest.approx(2.5)
 
 
-def test_message_sends_are_counted_against_the_sends_a_minute_limit() -> None:
-    """Feishu's sends a minute may go in a burst (each API's second still paces them); past
-    the minute's count, the next send waits for the oldest to leave the minute."""
-    policy = BudgetPolicy(app_per_second=100.0, sends_per_minute=3.0, chat_per_second=100.0)
+def test_message_sends_are_paced_over_the_minute_after_a_small_burst() -> None:
+    """Sixty sends a minute: three seconds' worth go at once, the rest at 57 a minute, so no
+    60 s ever holds more than sixty; a call that is not a send is not held by them."""
+    policy = BudgetPolicy(app_per_second=100.0, sends_per_minute=60.0, chat_per_second=100.0)
     sched = CallQueue(policy, now=0.0)
     sends = [sched.waiter(Lane.ANSWER, f"c{n}", True, 0.0, SEND) for n in range(5)]
     granted = [w for send in sends for w in sched.offer(send, 0.0)]
     assert granted == sends[:3]
     edit = sched.waiter(Lane.REFRESH, "c9", False, 0.0, "PATCH im/v1/messages/:id")
     assert sched.offer(edit, 0.0) == [edit]  # not a send: not held by the sends
-    assert drain(sched, 0.0, 59.9, step=0.5) == []
-    assert sched.next_wake(59.9) == pytest.approx(60.0)
-    assert sched.grant(60.0) == sends[3:]
+    step = 60.0 / 57.0
+    assert sched.next_wake(0.0) == pytest.approx(step)
+    assert sched.grant(step - 0.01) == []
+    assert sched.grant(step) == sends[3:4]
+    assert sched.next_wake(step) == pytest.approx(2 * step)
+    assert sched.grant(2 * step) == sends[4:]
+    assert sched.state(2 * step)["sends_per_second"] == pytest.approx(0.95)
 
 
 def test_each_api_is_metered_on_its_own_and_a_total_cap_meters_them_together() -> None:
@@ -346,16 +356,157 @@ async def test_a_token_paid_for_another_api_goes_back_to_it() -> None:
         assert not budget.try_take(Lane.REFRESH, CARD)  # the whole update's, spent
 
 
-def test_progress_lines_and_hints_leave_the_minutes_sends_to_the_answers() -> None:
-    """Progress lines may fill half the minute's sends (hints three quarters): a burst of
-    them never spends what the answers and endings behind them need."""
+def test_progress_lines_and_hints_leave_the_sends_burst_to_the_answers() -> None:
+    """A burst of nine sends: progress lines leave half of it (four) to the lanes above,
+    hints a quarter, cards a tenth, so a flood of lines never spends what an answer that
+    comes needs; then the sends go at the steady rate, the highest lane first."""
     policy = BudgetPolicy(
-        app_per_second=100.0, sends_per_minute=8.0, chat_per_second=100.0, burst_seconds=1.0
+        app_per_second=100.0,
+        sends_per_minute=60.0,
+        chat_per_second=100.0,
+        burst_seconds=1.0,
+        send_burst_seconds=9.0,
     )
     sched = CallQueue(policy, now=0.0)
-    lines = [sched.waiter(Lane.REFRESH, f"c{n}", True, 0.0, SEND) for n in range(6)]
-    assert [w for line in lines for w in sched.offer(line, 0.0)] == lines[:4]
-    answers = [sched.waiter(Lane.ENDING, f"c{n}", True, 0.0, SEND) for n in range(6)]
-    assert [w for answer in answers for w in sched.offer(answer, 0.0)] == answers[:4]
-    assert sched.next_wake(0.0) == pytest.approx(60.0)
-    assert sched.grant(60.0) == [*answers[4:], *lines[4:]]  # the minute over: answers first
+
+    def flood(lane: Lane) -> list[Waiter]:
+        waiters = [sched.waiter(lane, f"{lane.name}{n}", True, 0.0, SEND) for n in range(4)]
+        return [w for waiter in waiters for w in sched.offer(waiter, 0.0)]
+
+    assert [w.lane for w in flood(Lane.REFRESH) + flood(Lane.REFRESH)] == [Lane.REFRESH] * 5
+    assert [w.lane for w in flood(Lane.HINT)] == [Lane.HINT] * 2
+    assert [w.lane for w in flood(Lane.CARD)] == [Lane.CARD]
+    assert [w.lane for w in flood(Lane.ANSWER)] == [Lane.ANSWER]
+    assert sched.next_wake(0.0) == pytest.approx(60.0 / 51.0)  # (60 - 9) a minute
+    later = drain(sched, 0.0, 30.0)
+    assert [w.lane for w in later] == [Lane.ANSWER] * 3 + [Lane.CARD] * 3 + [Lane.HINT] * 2 + [
+        Lane.REFRESH
+    ] * 3
+
+
+def test_the_minutes_bucket_sets_its_burst_aside_from_the_minute() -> None:
+    """capacity + 60 × rate is the minute's figure: the burst is taken from the rate, and is
+    half the minute at most. Under two a minute, the one call a bucket holds and half the
+    minute's rate (at most one whole call in any 60 s)."""
+    cases = [(800.0, 3.0, 40.0, 800.0), (60.0, 50.0, 30.0, 60.0), (1.5, 3.0, 1.0, 1.75)]
+    for per_minute, burst, capacity, most in cases:
+        bucket = Bucket.paced(per_minute, burst, now=0.0)
+        assert bucket.capacity == capacity
+        assert bucket.capacity + 60 * bucket.rate == pytest.approx(most)
+    assert Bucket.paced(800.0, 3.0, now=0.0).reserve(0.5) == pytest.approx(19.5)
+
+
+# -- the minute's sends under load, in simulated minutes -----------------------------------
+
+
+def run(
+    sched: CallQueue,
+    offers: list[Waiter],
+    again: Callable[[Waiter, float], Waiter | None],
+    until: float,
+    start: float = 0.0,
+) -> list[tuple[float, Waiter]]:
+    """Every grant from `start` up to `until`, each when the queue's next wake-up says:
+    `offers` come at `start`, and `again` answers each grant with the chat's next call (or
+    None)."""
+    grants: list[tuple[float, Waiter]] = []
+    pending = offers
+    now: float | None = start
+    while now is not None and now <= until:
+        granted = [w for waiter in pending for w in sched.offer(waiter, now)]
+        granted += sched.grant(now)
+        grants += [(now, w) for w in granted]
+        pending = [n for w in granted if (n := again(w, now)) is not None]
+        if not pending:
+            wake = sched.next_wake(now)
+            assert granted or wake is None or wake > now, "woken for nothing"
+            now = wake
+    return grants
+
+
+def most_in_a_minute(times: list[float]) -> int:
+    """The most grants in any 60 s, both its ends counted."""
+    most, first = 0, 0
+    for last, at in enumerate(times):
+        while times[first] < at - 60.0:
+            first += 1
+        most = max(most, last - first + 1)
+    return most
+
+
+def test_a_flood_of_sends_never_exceeds_the_minutes_figure_in_any_60_seconds() -> None:
+    """Sixty chats offering sends of every lane as fast as they are granted for two
+    minutes, then, after a quiet half minute that fills the bucket to its burst again,
+    answers and endings for three more: no 60 s holds more than the configured 800 (the
+    answers spend the whole burst, and reach it), and no second passes without a send."""
+    sched = CallQueue(BudgetPolicy(), now=0.0)
+
+    def flood(lanes: list[Lane], start: float, until: float) -> list[tuple[float, Waiter]]:
+        def again(waiter: Waiter, now: float) -> Waiter | None:
+            lane = lanes[(waiter.seq + 1) % len(lanes)]
+            return sched.waiter(lane, waiter.chat, True, now, SEND) if now < until else None
+
+        first = [
+            sched.waiter(lanes[n % len(lanes)], f"oc_{n}", True, start, SEND) for n in range(60)
+        ]
+        return run(sched, first, again, math.inf, start)
+
+    mixed = flood(list(Lane), 0.0, 120.0)
+    answers = flood([Lane.ENDING, Lane.ANSWER], 150.0, 330.0)
+    times = [at for at, _ in mixed + answers]
+    assert most_in_a_minute(times) == 800
+    # Lines and hints waiting leave the answers' reserve in the bucket; answers spend it.
+    assert sum(t < 60.0 for t in times) >= 775
+    assert sum(150.0 <= t < 210.0 for t in times) >= 799
+    for busy in ([t for t, _ in mixed], [t for t, _ in answers]):
+        assert max(b - a for a, b in itertools.pairwise(busy)) < 1.0
+        minutes = [sum(m <= t < m + 60 for t in busy) for m in (busy[0] + 30, busy[0] + 60)]
+        assert minutes == [pytest.approx(760, abs=1)] * 2, minutes
+
+
+def test_two_dozen_chats_each_see_their_next_send_within_seconds() -> None:
+    """Twenty-four chats, each offering its next send (mostly progress lines, some answers,
+    cards and hints) the moment its last is granted, for eight minutes: the sends go at the
+    bucket's rate, none waits 5 s, and no chat goes 5 s with nothing shown. Answers and
+    cards find the burst the lines leave them, and go at once."""
+    sched = CallQueue(BudgetPolicy(), now=0.0)
+    cycle = [Lane.REFRESH, Lane.REFRESH, Lane.ANSWER, Lane.REFRESH, Lane.CARD, Lane.HINT]
+    turn: Counter[str] = Counter()
+
+    def next_send(chat: str, now: float) -> Waiter:
+        lane = cycle[(int(chat.removeprefix("oc_")) + turn[chat]) % len(cycle)]
+        turn[chat] += 1
+        return sched.waiter(lane, chat, True, now, SEND)
+
+    first = [next_send(f"oc_{n}", 0.0) for n in range(24)]
+    grants = run(sched, first, lambda w, now: next_send(w.chat or "", now), 480.0)
+    waits = [at - w.since for at, w in grants]
+    assert max(waits) < 5.0
+    # (at most the quarter second between two sends to one chat)
+    assert max(at - w.since for at, w in grants if w.lane <= Lane.CARD) <= 0.25 + 1e-9
+    by_chat: dict[str, list[float]] = {}
+    for at, w in grants:
+        by_chat.setdefault(w.chat or "", []).append(at)
+    assert len(by_chat) == 24
+    assert max(b - a for times in by_chat.values() for a, b in itertools.pairwise(times)) < 5.0
+    assert all(times[-1] > 475.0 for times in by_chat.values())
+    assert len(grants) >= 480 * 760 / 60  # the rate throughout (the lines leave the reserve)
+
+
+def test_two_hundred_answers_at_once_go_steadily_and_fairly() -> None:
+    """Two hundred chats with two answers each, all at once: the burst goes at each API's
+    pace, then one send every 1/12.7 s, the first of every chat before any chat's second,
+    and the seconds in the same order as the firsts."""
+    sched = CallQueue(BudgetPolicy(), now=0.0)
+    offers = [sched.waiter(Lane.ANSWER, f"oc_{n}", True, 0.0, SEND) for n in range(200)]
+    offers += [sched.waiter(Lane.ANSWER, f"oc_{n}", True, 0.0, SEND) for n in range(200)]
+    grants = run(sched, offers, lambda w, now: None, 60.0)
+    chats = [w.chat for _, w in grants]
+    assert chats == [f"oc_{n}" for n in range(200)] * 2
+    times = [at for at, _ in grants]
+    rate = 760.0 / 60
+    for count, at in enumerate(times, 1):
+        assert count <= 40 + 2 + at * rate + 1e-6  # the burst and the API's two, then the rate
+    steady = times[60:]
+    assert max(b - a for a, b in itertools.pairwise(steady)) == pytest.approx(1.0 / rate)
+    assert times[-1] == pytest.approx((400 - 40) / rate, abs=0.2)

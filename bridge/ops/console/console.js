@@ -306,7 +306,8 @@ async function showFeishu() {
       text += " · calls " + budget.calls_per_second + "/s, each API at most " + budget.rate +
         "/s now (limit " + budget.limit + "/s" +
         (budget.total_limit ? ", all together " + budget.total_limit + "/s" : "") +
-        ") · waiting: " + waiting + " · 429s " + budget.rate_limited;
+        ") · sends " + budget.sends_per_second + "/s, " + Math.floor(budget.sends_ready) +
+        " ready · waiting: " + waiting + " · 429s " + budget.rate_limited;
     }
     line.textContent = text;
     line.className = api.down ? "proc-exited" : "";
