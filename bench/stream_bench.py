@@ -42,7 +42,8 @@ included):
 - **429**: calls the emulator refused past a limit (50/s to each API, sends 1,000/min, sends
   to one chat 5/s: Feishu's documented figures, docs/scaling.md; with `--total` also that
   many a second to all APIs together, the bridge told so);
-- **exact x/N** as above (with how many were repeated / missing / garbled), **code x/M**;
+- **exact x/N** as above (with how many were repeated / missing / garbled), **code x/M**,
+  and (after the row) status or continuation cards still in streaming mode at the end;
 - **silent**: the longest a streaming chat saw nothing new (any call Feishu took that
   changes the chat: a card update, a message, a reaction), from `FIRST_HINT` after the
   message (the product's first-hint promise) to the agent's last chunk; max over chats, and
@@ -219,20 +220,22 @@ class Shown:
 
     pages: list[str]
     parts: list[str]
+    streaming: int = 0  # cards still in streaming mode (at the end: left open)
 
     @classmethod
     def of(cls, messages: Iterable[Any]) -> Shown:
-        pages, parts = [], []
+        pages, parts, streaming = [], [], 0
         for message in messages:
             if message.msg_type == "interactive":
                 page = _card_answer(message.data)
                 if page is not None:
                     pages.append(page)
+                    streaming += bool(message.data.get("config", {}).get("streaming_mode"))
                 else:
                     parts.append(_card_markdown(message.data))
             elif message.msg_type == "text" and not BRIDGE_LINES.fullmatch(message.text or ""):
                 parts.append(message.text or "")
-        return cls(pages, parts)
+        return cls(pages, parts, streaming)
 
     def judge(self, answer: Answer) -> str:
         """exact, repeated, missing or garbled (the module's docstring)."""
@@ -626,6 +629,7 @@ def turn_figures(
         "code_intact": shown.code_intact(answer),
         "code_difference": shown.code_difference(answer) if answer.code else None,
         "cards": len(shown.pages),
+        "cards_open": shown.streaming,
         "messages": len(shown.parts),
         "first_sign_s": first[0] - asked if first else None,
         "first_sign": first[1] if first else None,
@@ -710,6 +714,7 @@ def measure(
         "garbled": judged["garbled"],
         "code_turns": len(with_code),
         "code_intact": sum(bool(t["code_intact"]) for t in with_code),
+        "cards_open": sum(t["cards_open"] for t in turns),
         "silent_max_s": max(silent, default=float("nan")),
         "silent_over_5s": sum(s > SILENT for s in silent),
         "chunk_p50_s": pct(latencies, 0.5),
@@ -822,7 +827,8 @@ COLUMNS: list[tuple[str, Callable[[dict[str, Any]], str]]] = [
     ("calls, sends /turn", lambda r: f"{r['calls_per_turn']:.1f}, {r['sends_per_turn']:.1f}"),
     ("idle budget, ≥2s", lambda r: f"{_s(r['idle_budget_max_s'])}, {r['idle_budget_stalls']}"),
 ]
-WIDTHS = [max(len(h), 8) for h, _ in COLUMNS]
+WIDTHS = [max(len(h), 4) for h, _ in COLUMNS]
+WIDTHS[0], WIDTHS[3] = 8, 8  # a style's name; "200/200"
 
 
 def heading() -> str:
@@ -831,8 +837,9 @@ def heading() -> str:
 
 def show(r: dict[str, Any]) -> str:
     cells = " | ".join(cell(r).ljust(w) for (_, cell), w in zip(COLUMNS, WIDTHS, strict=True))
+    open_cards = f"{r['cards_open']} cards left streaming, " if r["cards_open"] else ""
     return (
-        f"{cells} | {'TIMED OUT ' if r['timed_out'] else ''}{r['turns_done']} turns,"
+        f"{cells} | {'TIMED OUT ' if r['timed_out'] else ''}{open_cards}{r['turns_done']} turns,"
         f" {r['updates']} updates, bridge {r['core_pct']:.0f}% of a core, agents"
         f" {r['agents_core_pct']:.0f}%, emulator lag max {r['emulator_lag_max_s']:.2f}s"
     )
