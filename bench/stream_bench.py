@@ -798,7 +798,8 @@ async def floor_row(n: int, turns: Turns, ramp: float) -> dict[str, float]:
 
 
 def _s(*values: float) -> str:
-    return " / ".join("-" if v != v else f"{v:.1f}" for v in values) + "s"  # nan: -
+    cells = ("-" if v != v else f"{v:.2f}" if v < 1 else f"{v:.1f}" for v in values)  # nan: -
+    return " / ".join(cells) + "s"
 
 
 # The table: each column's heading and its cell for a row.
@@ -827,8 +828,7 @@ COLUMNS: list[tuple[str, Callable[[dict[str, Any]], str]]] = [
     ("calls, sends /turn", lambda r: f"{r['calls_per_turn']:.1f}, {r['sends_per_turn']:.1f}"),
     ("idle budget, ≥2s", lambda r: f"{_s(r['idle_budget_max_s'])}, {r['idle_budget_stalls']}"),
 ]
-WIDTHS = [max(len(h), 4) for h, _ in COLUMNS]
-WIDTHS[0], WIDTHS[3] = 8, 8  # a style's name; "200/200"
+WIDTHS = [8, 4, 4, 8, 11, 15, 21, 18, 20, 22, 18, 16]
 
 
 def heading() -> str:
