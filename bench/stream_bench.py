@@ -341,16 +341,18 @@ class Replay:
             return
         message = _MESSAGE_PATH.match(call.path)
         if message is not None:  # a reaction, a patched card, an edited text
-            with contextlib.suppress(KeyError):
+            try:
                 chat = emu.message(message.group(1)).chat_id
-                what = "reaction" if message.group(2) else "edit"
-                if what == "edit" and call.method == "PATCH":
-                    page = _card_answer(_json(body.get("content")))
-                    if page is not None:
-                        self._cards[message.group(1)] = words(page)
-                        self._changed(chat, call.at, what, message.group(1))
-                        return
-                self._changed(chat, call.at, what)
+            except KeyError:  # a message the emulator never had
+                return
+            what = "reaction" if message.group(2) else "edit"
+            if what == "edit" and call.method == "PATCH":
+                page = _card_answer(_json(body.get("content")))
+                if page is not None:
+                    self._cards[message.group(1)] = words(page)
+                    self._changed(chat, call.at, what, message.group(1))
+                    return
+            self._changed(chat, call.at, what)
 
     def _posted(self, call: Any, body: dict[str, Any], data: dict[str, Any]) -> None:
         chat, message_id = str(data.get("chat_id")), str(data.get("message_id"))
@@ -382,7 +384,9 @@ class Replay:
 
     def _changed(self, chat: str, at: float, what: str, card: str | None = None) -> None:
         """The chat changed; `card` not None: maybe its answer too (a card's id, or "")."""
-        timeline = self.chats[chat]
+        timeline = self.chats.get(chat)
+        if timeline is None:  # a chat whose agent never finished: not measured
+            return
         timeline.changes.append((at, what))
         if card is None:
             return
