@@ -1,51 +1,116 @@
-"""Streaming turns at scale (issue 33): `feishu-bridge run` as its own process against the
-emulator enforcing Feishu's rate limits, N chats each running a realistic coding-agent turn
-at once (the scripted agent's `realistic`: 30–80 updates a second of 5–40 characters,
-thoughts and a tool call every 2–5 s, then a 2,000–6,000 character answer).
+"""Streaming turns at scale (issues 33 and 43): `feishu-bridge run` as its own process against
+the emulator enforcing Feishu's rate limits, N chats each running a realistic coding-agent
+turn (the scripted agent's `realistic`: 30–80 updates a second of 5–40 characters, thoughts
+and a tool call every 2–5 s, then the answer, streamed at the same pace). Answers are drawn
+(seeded) from `--sizes` characters in paragraphs; a share `--code` of them is Markdown with
+```python blocks of up to a few hundred lines, inline code, bold words and bullet lists.
 
-    python bench/stream_bench.py                          # N = 1, 50, 100, 200; both styles
-    python bench/stream_bench.py --n 1,50 --seconds 10    # a quick run
-    python bench/stream_bench.py --n 200 --ramp 10        # arrivals spread over 10 s
+    python bench/stream_bench.py                             # N = 1, 50, 200; both styles
+    python bench/stream_bench.py --n 1,20 --seconds 5        # a quick run
+    python bench/stream_bench.py --n 200 --ramp 10           # arrivals spread over 10 s
+    python bench/stream_bench.py --sizes 2000,6000 --code 0  # issue 33's plain answers
 
-Per style and N it prints:
-- cpu: the bridge process's own CPU (from /proc; the agents are other processes) per agent
-  update, and as % of one core over the run;
-- 429: calls the emulator refused past a limit (50/s to each API, sends 1,000/min, sends
-  to one chat 5/s: Feishu's documented figures, docs/scaling.md; with `--total 50` also
-  50/s to all APIs together, and the bridge told so);
-- exact: turns whose final answer is byte for byte the agent's;
-- gap: the longest time a running turn's chat saw nothing new from the bridge (status card
-  refresh, or a line), max over chats;
-- hint: the latest first sign of work (hint line or card) after the message, max over
-  chats; end: the latest final answer after the agent's last chunk, max over chats;
-- chunk→visible p50 / p95: from the agent writing a chunk of the answer to Feishu showing it;
-- calls/s: Feishu calls a second in all over the run, and per chat (mean over the turn, and
-  the most in any one second).
+Everything is read from the emulator's record of the calls Feishu took (a call answered
+200 with code 0), replayed in order into what each chat showed: the cards posted in it
+(their `answer` element as each update left it) and the messages of the answer.
+
+**The visible answer** of a turn is the concatenation, in posting order, of the `answer`
+elements of its cards (the status card first, then the continuation cards titled
+"回答（续 2）"… posted below it), followed by the answer's messages: text messages that are
+not one of the bridge's own lines (any text of translations/*.json: the hint, heartbeats)
+and the rich answer cards (one markdown element, no element_id). In messages style that is
+the messages alone; in card style normally the cards alone (only what outgrew 8 cards
+follows as messages).
+
+**How exactness is judged.** Cards show the answer as card Markdown
+(bridge/feishu/cards/status.py `answer_markdown`, bridge/feishu/text.py): `[]<>` become
+fullwidth lookalikes in words, mentions get a zero-width space, a Markdown answer is parsed
+and written again (blocks joined by blank lines, emphasis and list markers redrawn, fences
+redrawn or, in messages, reopened in the next part). So both the agent's answer and the
+visible answer are compared as their *words*: fence lines (```lang) dropped whole,
+`［］＜＞` read as `[]<>`, and whitespace, zero-width spaces and the characters
+`` ` * _ # > + ~ | \\ - `` dropped. **exact** = those words are equal: every word of the
+answer shown, once, in order. A turn that is not exact is *repeated* (the visible words are
+longer than the answer's, or a message repeats text a card shows), *missing* (shorter) or
+*garbled* (as long, different). Separately, **code intact** checks what the words cannot:
+the lines of the answer's code blocks (a CommonMark parse) against the code lines the
+chat's pieces show when each is parsed alone as Feishu renders it (same lines, same
+indentation, same characters, in order), for turns whose answer has code.
+
+Per style and N it prints one row (and with `--json` that row as JSON, per turn details
+included):
+- **429**: calls the emulator refused past a limit (50/s to each API, sends 1,000/min, sends
+  to one chat 5/s: Feishu's documented figures, docs/scaling.md; with `--total` also that
+  many a second to all APIs together, the bridge told so);
+- **exact x/N** as above (with how many were repeated / missing / garbled), **code x/M**,
+  and (after the row) status or continuation cards still in streaming mode at the end;
+- **silent**: the longest a streaming chat saw nothing new (any call Feishu took that
+  changes the chat: a card update, a message, a reaction), from `FIRST_HINT` after the
+  message (the product's first-hint promise) to the agent's last chunk; max over chats, and
+  how many chats went silent over 5 s;
+- **chunk→visible p50 / p95**: from the agent writing a chunk of the answer (its log's wall
+  clock) to the chat first showing the answer's words up to that chunk's end;
+- **first sign p50 / max**: from the message to the first thing the chat shows (the ack
+  reaction, the hint line or the status card);
+- **end p50 / p95 / max**: from the agent's last chunk to the chat showing the whole answer
+  (its words complete); turns never complete are left out (they are not exact);
+- **cpu**: the bridge process's own CPU (from /proc; the agents are other processes) per
+  agent update, beside a bare ACP reader's (`floor`: the same prompts to the same scripted
+  agent, two processes as the bridge has, read by a client that does nothing; run right
+  after the styles of each N, alone, so the two never share the cores);
+- **calls/turn, sends/turn**: every call the bridge made from the first message on (refused
+  ones too), divided by N; by API path (ids as `:id`) in the JSON;
+- **idle budget**: the longest stretch with no send taken while some chat had an answer
+  pending (from the agent's last chunk until its answer showed whole) and the last minute's
+  sends were under the bridge's pace (`SENDS_PER_MINUTE`), and how many such stretches
+  reached 2 s: sends that waited while the budget had room (approximate: a continuation
+  card waiting to be posted mid-answer is not seen as pending).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import bisect
+import contextlib
+import functools
 import itertools
 import json
-import statistics
+import os
+import re
+import string
 import subprocess
 import sys
 import tempfile
 import time
-from collections import defaultdict
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from markdown_it import MarkdownIt  # noqa: E402
+
 from bench.spawned import BRIDGE, bridge_env, cpu_s, free_port, wait_healthy  # noqa: E402
+from bridge.config.budget import BUDGET_MARGIN, FEISHU_SENDS_PER_MINUTE  # noqa: E402
 from bridge.devtools.emulator import FeishuEmulator  # noqa: E402
+from bridge.i18n import LOCALES, load_catalog  # noqa: E402
 
 FEISHU = {"app_per_second": 50, "sends_per_minute": 1000, "chat_per_second": 5}
 FIRST_HINT = 5.0  # the product's default BRIDGE_FIRST_HINT_SECONDS
+SILENT = 5.0  # a streaming chat silent longer than this is counted
+STALL = 2.0  # an idle-budget stretch this long is counted
+SENDS_PER_MINUTE = FEISHU_SENDS_PER_MINUTE * BUDGET_MARGIN  # the bridge's pace by default
+AGENTS = 2  # agent processes, for the bridge (BRIDGE_MAX_AGENTS) and the floor alike
+AGENT = [sys.executable, "-m", "bridge.devtools.scripted_agent"]
+
+
+def python_path() -> str:
+    """This checkout first: the bridge and the agents it starts run the code measured."""
+    return os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
 
 
 def pct(values: list[float], q: float) -> float:
@@ -55,46 +120,349 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def _answer_of_card(body: Any) -> str | None:
-    card = body.get("card") if isinstance(body, dict) else None
-    data = card.get("data") if isinstance(card, dict) else None
-    try:
-        parsed = json.loads(data) if isinstance(data, str) else data
-    except ValueError:
-        return None
-    for element in (parsed or {}).get("body", {}).get("elements", []):
-        if element.get("element_id") == "answer":
+# --- words: the answer as compared --------------------------------------------------------
+
+_FENCE_LINE = re.compile(r"^[ \t]*(?:`{3,}|~{3,}).*$", re.MULTILINE)
+_MARKUP = re.compile(r"[\s\u200b`*_#>+~|\\-]")
+_LOOKALIKES = str.maketrans("［］＜＞", "[]<>")
+_GONE = "\0"
+
+
+def _masked(text: str) -> str:
+    """`text` with what the comparison ignores replaced by _GONE, character for character."""
+    text = _FENCE_LINE.sub(lambda m: _GONE * len(m.group()), text.translate(_LOOKALIKES))
+    return _MARKUP.sub(_GONE, text)
+
+
+def words(text: str) -> str:
+    """What exactness compares (the module's docstring): rendering-proof, order-keeping."""
+    return _masked(text).replace(_GONE, "")
+
+
+_PARSER = MarkdownIt("commonmark", {"html": False}).enable(["table", "strikethrough"])
+
+
+def code_lines(pieces: Iterable[str]) -> list[str]:
+    """The lines of the code blocks each piece shows, parsed alone, in order (blank lines
+    and trailing spaces dropped: a block cut in two loses nothing to them)."""
+    out: list[str] = []
+    for piece in pieces:
+        for token in _PARSER.parse(piece):
+            if token.type in ("fence", "code_block"):
+                out += [line.rstrip() for line in token.content.splitlines() if line.strip()]
+    return out
+
+
+@dataclass
+class Answer:
+    """One turn's answer as the agent wrote it (its log record)."""
+
+    text: str
+    sent: list[tuple[float, int]]  # (wall time, characters written by then) per chunk
+    updates: int
+    words: str = ""
+    ends: list[int] = field(default_factory=list)  # words[i] comes from text[ends[i]]
+
+    def __post_init__(self) -> None:
+        masked = _masked(self.text)
+        self.words = masked.replace(_GONE, "")
+        self.ends = [i for i, c in enumerate(masked) if c != _GONE]
+
+    @functools.cached_property
+    def code(self) -> list[str]:
+        return code_lines([self.text])
+
+    def covered(self, shown: str) -> int:
+        """Characters of the answer the shown words cover: up to its first word not shown."""
+        low, high = 0, min(len(shown), len(self.words))
+        while low < high:  # the longest common prefix, compared in C
+            mid = (low + high + 1) // 2
+            if shown[:mid] == self.words[:mid]:
+                low = mid
+            else:
+                high = mid - 1
+        return self.ends[low] if low < len(self.ends) else len(self.text)
+
+
+def _templates() -> re.Pattern[str]:
+    """Any of the bridge's own texts (every locale), placeholders matching anything."""
+    patterns = set()
+    for locale in LOCALES:
+        for template in load_catalog(locale).values():
+            parsed = list(string.Formatter().parse(template))
+            literal = "".join(text for text, *_ in parsed)
+            if len(literal.strip()) >= 4:
+                patterns.add("".join(re.escape(t) + (".*?" if f else "") for t, f, *_ in parsed))
+    return re.compile("|".join(sorted(patterns)), re.DOTALL)
+
+
+BRIDGE_LINES = _templates()
+
+
+def _card_answer(card: Any) -> str | None:
+    """The `answer` element of a status or continuation card; None for any other card."""
+    for element in (card or {}).get("body", {}).get("elements", []):
+        if isinstance(element, dict) and element.get("element_id") == "answer":
             return str(element.get("content", ""))
     return None
 
 
-def _prefix(shown: str, answer: str) -> int:
-    size = min(len(shown), len(answer))
-    return next((i for i in range(size) if shown[i] != answer[i]), size)
+def _card_markdown(card: Any) -> str:
+    """A rich answer card's text: its markdown elements."""
+    elements = (card or {}).get("body", {}).get("elements", [])
+    return "".join(str(e.get("content", "")) for e in elements if e.get("tag") == "markdown")
+
+
+@dataclass
+class Shown:
+    """What a chat shows of its turn's answer: its cards' answer elements, in posting order,
+    and the answer's messages after them."""
+
+    pages: list[str]
+    parts: list[str]
+    streaming: int = 0  # cards still in streaming mode (at the end: left open)
+
+    @classmethod
+    def of(cls, messages: Iterable[Any]) -> Shown:
+        pages, parts, streaming = [], [], 0
+        for message in messages:
+            if message.msg_type == "interactive":
+                page = _card_answer(message.data)
+                if page is not None:
+                    pages.append(page)
+                    streaming += bool(message.data.get("config", {}).get("streaming_mode"))
+                else:
+                    parts.append(_card_markdown(message.data))
+            elif message.msg_type == "text" and not BRIDGE_LINES.fullmatch(message.text or ""):
+                parts.append(message.text or "")
+        return cls(pages, parts, streaming)
+
+    def judge(self, answer: Answer) -> str:
+        """exact, repeated, missing or garbled (the module's docstring)."""
+        cards = "".join(words(p) for p in self.pages)
+        shown = cards + "".join(words(p) for p in self.parts)
+        if shown == answer.words:
+            return "exact"
+        repeats = any(len(words(p)) >= 20 and words(p) in cards for p in self.parts)
+        if repeats or len(shown) > len(answer.words):
+            return "repeated"
+        return "missing" if len(shown) < len(answer.words) else "garbled"
+
+    def code_intact(self, answer: Answer) -> bool | None:
+        if not answer.code:
+            return None
+        return code_lines([*self.pages, *self.parts]) == answer.code
+
+    def code_difference(self, answer: Answer) -> str | None:
+        """Where the code shown first differs from the answer's (the line, each side), and
+        where it does once lookalikes are read back (`［］＜＞` as `[]<>`)."""
+        shown = code_lines([*self.pages, *self.parts])
+        first = _first_difference(answer.code, shown)
+        if first is None:
+            return None
+        back = _first_difference(answer.code, [line.translate(_LOOKALIKES) for line in shown])
+        return f"{first}; with ［］＜＞ read as []<>: {back or 'intact'}"
+
+
+def _first_difference(wrote: list[str], shown: list[str]) -> str | None:
+    for i, (line, seen) in enumerate(itertools.zip_longest(wrote, shown)):
+        if line != seen:
+            return f"code line {i + 1}: agent {line!r}, chat {seen!r}"
+    return None
+
+
+# --- the replay: what each chat showed, when ----------------------------------------------
+
+_CARD_PATH = re.compile(
+    r"/open-apis/cardkit/v1/cards/([^/]+)(?:/elements/([^/]+)/content|/settings)?$"
+)
+_MESSAGE_PATH = re.compile(r"/open-apis/im/v1/messages/([^/]+)(/reactions.*)?$")
+_SEND_PATH = re.compile(r"/open-apis/im/v1/messages(?:/[^/]+/reply)?$")
+_ID = re.compile(r"^(?:[a-z]{2}_\w+|\d{6,})$")
+
+
+def is_send(call: Any) -> bool:
+    return call.method == "POST" and _SEND_PATH.fullmatch(call.path) is not None
+
+
+def api_of(call: Any) -> str:
+    """The call's method and path, ids as `:id`."""
+    parts = [":id" if _ID.match(part) else part for part in call.path.split("/")]
+    return f"{call.method} {'/'.join(parts).removeprefix('/open-apis')}"
+
+
+@dataclass
+class Timeline:
+    """One chat as the calls changed it: every visible change, and the answer's coverage."""
+
+    changes: list[tuple[float, str]] = field(default_factory=list)  # (time, what)
+    growth: list[tuple[float, int, bool]] = field(default_factory=list)  # (time, covered, whole)
+    pages: dict[str, str] = field(default_factory=dict)  # card (id) → its answer's words
+    parts: dict[str, str] = field(default_factory=dict)  # message id → its words
+
+
+class Replay:
+    """The chats of `answers` as the calls Feishu took since `since` left them, in order."""
+
+    def __init__(self, emu: FeishuEmulator, answers: dict[str, Answer], since: float) -> None:
+        self.answers = answers
+        self.chats: dict[str, Timeline] = {chat: Timeline() for chat in answers}
+        self._cards: dict[str, str] = {}  # card id → its answer's words, posted or not
+        self._card_chat: dict[str, str] = {}
+        for call in emu.calls():
+            if call.at >= since and call.ok:
+                self._apply(emu, call)
+
+    def _apply(self, emu: FeishuEmulator, call: Any) -> None:
+        if call.method == "GET":
+            return
+        body = call.body if isinstance(call.body, dict) else {}
+        data = call.response.get("data") or {} if isinstance(call.response, dict) else {}
+        if call.method == "POST" and call.path == "/open-apis/cardkit/v1/cards":
+            page = _card_answer(_json(body.get("data")))
+            self._cards[str(data.get("card_id"))] = words(page or "")
+            return
+        card = _CARD_PATH.match(call.path)
+        if card is not None:
+            card_id, element = card.groups()
+            page = None
+            if element == "answer":
+                page = str(body.get("content", ""))
+            elif element is None and call.method == "PUT":
+                page = _card_answer(_json((body.get("card") or {}).get("data")))
+            if page is not None:
+                self._cards[card_id] = words(page)
+            chat = self._card_chat.get(card_id)
+            if chat is not None:  # a card not posted yet shows nothing
+                self._changed(chat, call.at, "card", card_id if page is not None else None)
+            return
+        if is_send(call):
+            self._posted(call, body, data)
+            return
+        message = _MESSAGE_PATH.match(call.path)
+        if message is not None:  # a reaction, a patched card, an edited text
+            try:
+                chat = emu.message(message.group(1)).chat_id
+            except KeyError:  # a message the emulator never had
+                return
+            what = "reaction" if message.group(2) else "edit"
+            if what == "edit" and call.method == "PATCH":
+                page = _card_answer(_json(body.get("content")))
+                if page is not None:
+                    self._cards[message.group(1)] = words(page)
+                    self._changed(chat, call.at, what, message.group(1))
+                    return
+            self._changed(chat, call.at, what)
+
+    def _posted(self, call: Any, body: dict[str, Any], data: dict[str, Any]) -> None:
+        chat, message_id = str(data.get("chat_id")), str(data.get("message_id"))
+        timeline = self.chats.get(chat)
+        if timeline is None:
+            return
+        content = _json(body.get("content"))
+        if body.get("msg_type") == "interactive" and isinstance(content, dict):
+            if content.get("type") == "card":  # a CardKit card, shown from now on
+                card_id = str((content.get("data") or {}).get("card_id"))
+                self._card_chat[card_id] = chat
+                timeline.pages.setdefault(card_id, "")
+                self._changed(chat, call.at, "card", card_id)
+                return
+            page = _card_answer(content)
+            if page is not None:  # a status card posted whole (CardKit refused)
+                self._cards[message_id] = words(page)
+                timeline.pages.setdefault(message_id, "")
+                self._changed(chat, call.at, "card", message_id)
+                return
+            timeline.parts[message_id] = words(_card_markdown(content))
+        elif body.get("msg_type") == "text" and isinstance(content, dict):
+            text = str(content.get("text", ""))
+            if BRIDGE_LINES.fullmatch(text):
+                self._changed(chat, call.at, "line")
+                return
+            timeline.parts[message_id] = words(text)
+        self._changed(chat, call.at, "answer", "")
+
+    def _changed(self, chat: str, at: float, what: str, card: str | None = None) -> None:
+        """The chat changed; `card` not None: maybe its answer too (a card's id, or "")."""
+        timeline = self.chats.get(chat)
+        if timeline is None:  # a chat whose agent never finished: not measured
+            return
+        timeline.changes.append((at, what))
+        if card is None:
+            return
+        if card:
+            timeline.pages[card] = self._cards.get(card, "")
+        answer = self.answers[chat]
+        shown = "".join(timeline.pages.values()) + "".join(timeline.parts.values())
+        whole = shown == answer.words
+        covered = answer.covered(shown)
+        if not timeline.growth or timeline.growth[-1][1:] != (covered, whole):
+            timeline.growth.append((at, covered, whole))
+
+
+def _json(text: Any) -> Any:
+    if isinstance(text, dict):
+        return text
+    try:
+        return json.loads(text) if isinstance(text, str) else None
+    except ValueError:
+        return None
+
+
+# --- a run --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Turns:
+    """What each chat's message asks the scripted agent for."""
+
+    seconds: float
+    sizes: tuple[int, int]
+    code: float
+    seed: int = 0
+    stream: float | None = None
+
+    def seed_of(self, i: int) -> int:
+        return self.seed * 1_000_000 + i + 1
+
+    def prompt(self, i: int, log: Path) -> str:
+        low, high = self.sizes
+        text = f"realistic {self.seed_of(i)} {self.seconds} {log} sizes={low}-{high}"
+        text += f" code={self.code}"
+        return text + (f" stream={self.stream}" if self.stream is not None else "")
+
+    @property
+    def longest(self) -> float:
+        """A turn's length at most: SECONDS, or its answer at the slowest pace (30 chunks
+        of 22.5 characters a second on average), or its stream."""
+        return max(self.seconds, self.stream or 0.0, self.sizes[1] / (30 * 22.5))
 
 
 class Run:
-    def __init__(self, emu: FeishuEmulator, style: str, n: int, seconds: float, log: Path):
-        self.emu, self.style, self.n, self.seconds, self.log = emu, style, n, seconds, log
-        self.offset = time.time() - time.monotonic()  # the emulator's clock → wall clock
+    def __init__(self, emu: FeishuEmulator, style: str, n: int, turns: Turns, log: Path):
+        self.emu, self.style, self.n, self.turns, self.log = emu, style, n, turns, log
         self.chats: list[str] = []
         self.asked: dict[str, float] = {}  # chat -> when the message was pushed (wall)
+        self.began = 0.0
         # The emulator shares this process's loop: the poll reads only what is new, so the
         # bench's own bookkeeping never delays Feishu's answers to the bridge.
         self._records: dict[int, dict[str, Any]] = {}
         self._read = 0
         self._ended: set[str] = set()
+        self._looked: dict[str, tuple[int, int]] = {}
+        self._answers: dict[str, Answer] = {}
 
     async def start(self, ramp: float = 0.0) -> None:
         """Every chat's message, all at once, or spread evenly over `ramp` seconds."""
         self.chats = [self.emu.open_chat("p2p", user_open_id=f"ou_u{i}") for i in range(self.n)]
         pushes = []
         begin = time.monotonic()
+        self.began = time.time()
         for i, chat in enumerate(self.chats):
             if ramp > 0:
                 await asyncio.sleep(max(0.0, begin + ramp * i / self.n - time.monotonic()))
             self.asked[chat] = time.time()
-            text = f"realistic {i + 1} {self.seconds} {self.log}"
+            text = self.turns.prompt(i, self.log)
             pushes.append(asyncio.create_task(self.emu.send_user_message(text, chat_id=chat)))
         await asyncio.gather(*pushes)
 
@@ -111,70 +479,51 @@ class Run:
                     self._records[record["seed"]] = record
         return self._records
 
-    def shown(self, chat: str, answer: str) -> list[tuple[float, int, bool]]:
-        """(wall time, characters of the answer visible, whole) for each change in `chat`."""
-        out: list[tuple[float, int, bool]] = []
-        cards: dict[str, str] = {}
-        for call in self.emu.calls():
-            if call.status != 200 or not isinstance(call.body, dict):
-                continue
-            text: str | None = None
-            if call.path.endswith("/elements/answer/content"):
-                text = str(call.body.get("content", ""))
-                card_id = call.path.split("/cards/")[1].split("/")[0]
-            elif "/cardkit/v1/cards/" in call.path and call.method == "PUT":
-                text = _answer_of_card(call.body)
-                card_id = call.path.split("/cards/")[1].split("/")[0]
-            elif call.body.get("msg_type") == "text":
-                card_id = ""
-                content = json.loads(str(call.body.get("content", "{}")))
-                text = str(content.get("text", ""))
-            if text is None or self._chat_of(call, card_id, cards) != chat:
-                continue
-            out.append((call.at, _prefix(text, answer), text == answer))
-        return out
-
-    def _chat_of(self, call: Any, card_id: str, cards: dict[str, str]) -> str | None:
-        if card_id:
-            if card_id not in cards:
-                entity = self.emu.cardkit.entities.get(card_id)
-                ids = entity.message_ids if entity is not None else []
-                cards[card_id] = self.emu.message(ids[0]).chat_id if ids else ""
-            return cards[card_id]
-        parts = call.path.split("/messages/")
-        if len(parts) == 2:
-            message_id = parts[1].split("/")[0]
-            try:
-                return self.emu.message(message_id).chat_id
-            except KeyError:
-                return None
-        return None
-
-    def done(self) -> bool:
+    def answers(self) -> dict[str, Answer]:
+        """Each chat's answer, once its agent is done."""
         records = self.records()
         for i, chat in enumerate(self.chats):
-            record = records.get(i + 1)
-            if chat not in self._ended and record and self.exact(chat, record["answer"]):
+            record = records.get(self.turns.seed_of(i))
+            if record is not None and chat not in self._answers:
+                self._answers[chat] = Answer(record["answer"], record["sent"], record["updates"])
+        return dict(self._answers)
+
+    def by_chat(self) -> dict[str, list[Any]]:
+        out: dict[str, list[Any]] = {chat: [] for chat in self.chats}
+        for message in self.emu.bot_messages():
+            if message.chat_id in out:
+                out[message.chat_id].append(message)
+        return out
+
+    def done(self) -> bool:
+        """Every agent done and its chat showing the answer exactly (a chat is looked at
+        again only when its messages changed)."""
+        answers = self.answers()
+        messages = self.by_chat()
+        for chat, answer in answers.items():
+            if chat in self._ended:
+                continue
+            shown = messages[chat]
+            look = (len(shown), max((m.update_time_ms for m in shown), default=0))
+            if self._looked.get(chat) == look:
+                continue
+            self._looked[chat] = look
+            if Shown.of(shown).judge(answer) == "exact":
                 self._ended.add(chat)
         return len(self._ended) == self.n
 
-    def exact(self, chat: str, answer: str) -> bool:
-        """The answer, byte for byte: one message, the parts that follow a card's head, or
-        the finished card's answer."""
-        messages = self.emu.bot_messages(chat)
-        texts = [m.text or "" for m in messages if m.msg_type == "text"]
-        cards = [m.data for m in messages if m.msg_type == "interactive"]
-        finished = [c for c in cards if (c or {}).get("config", {}).get("streaming_mode") is False]
-        return (
-            answer in texts
-            or "".join(texts).strip() == answer
-            or any(_answer_of_card({"card": {"data": c}}) == answer for c in finished)
-        )
-
 
 async def one(
-    style: str, n: int, seconds: float, settle: float, total: int = 0, ramp: float = 0.0
+    style: str,
+    n: int,
+    turns: Turns,
+    settle: float,
+    total: int = 0,
+    ramp: float = 0.0,
+    *,
+    detail: bool = False,
 ) -> dict[str, Any]:
+    """One row: N turns in one style; `detail` keeps each turn's growth and changes."""
     folder = Path(tempfile.mkdtemp(prefix="stream-bench-"))
     log = folder / "turns.jsonl"
     (folder / "work").mkdir()
@@ -189,9 +538,10 @@ async def one(
             BRIDGE_ALLOW_ALL="true",
             BRIDGE_PRESENCE_STYLE=style,
             BRIDGE_MAX_RUNNING_TURNS=str(n + 10),
-            BRIDGE_MAX_AGENTS="2",
+            BRIDGE_MAX_AGENTS=str(AGENTS),
             BRIDGE_LOG_LEVEL="WARNING",
             BRIDGE_FEISHU_TOTAL_CALLS_PER_SECOND=str(total),
+            PYTHONPATH=python_path(),
         )
         with (folder / "bridge.log").open("wb") as out:
             process = subprocess.Popen(  # noqa: ASYNC220 - once per run
@@ -201,20 +551,21 @@ async def one(
         probe = asyncio.create_task(_lag(lags))
         try:
             await wait_healthy(port, process)
-            run = Run(emu, style, n, seconds, log)
+            run = Run(emu, style, n, turns, log)
             cpu0, t0 = cpu_s(process.pid), time.time()
             agents0 = _children_cpu(process.pid)
             await run.start(ramp)
-            deadline = t0 + ramp + seconds * 1.5 + settle
+            deadline = t0 + ramp + turns.longest * 1.5 + settle
             while not run.done() and time.time() < deadline:
-                await asyncio.sleep(0.5)
+                await asyncio.sleep(1.0)
                 agents0 = {**_children_cpu(process.pid), **agents0}
             cpu, wall = cpu_s(process.pid) - cpu0, time.time() - t0
             agents = _children_cpu(process.pid)
             agents_cpu = sum(agents.values()) - sum(agents0.get(pid, 0.0) for pid in agents)
-            result = measure(run, cpu, wall, timed_out=not run.done())
+            result = measure(run, cpu, wall, timed_out=not run.done(), detail=detail)
             result["agents_core_pct"] = 100 * agents_cpu / wall
             result["emulator_lag_max_s"] = max(lags, default=0.0)
+            result["folder"] = str(folder)
             return result
         finally:
             probe.cancel()
@@ -239,92 +590,311 @@ def _children_cpu(pid: int) -> dict[int, float]:
     return {int(child): cpu_s(int(child)) for child in children}
 
 
-def measure(run: Run, cpu: float, wall: float, *, timed_out: bool) -> dict[str, Any]:
-    records = run.records()
-    limits = run.emu.limits
-    updates = sum(r["updates"] for r in records.values())
-    exact, gaps, hints, ends, latencies = 0, [], [], [], []
-    per_chat_rate, per_chat_peak = [], []
-    by_chat: dict[str | None, list[float]] = defaultdict(list)
-    for counted in limits.counted:
-        if counted.limited is None:
-            by_chat[counted.chat].append(counted.at + run.offset)
-    for i, chat in enumerate(run.chats):
-        record = records.get(i + 1)
-        if record is None:
-            continue
-        answer, sent = record["answer"], record["sent"]
-        shown = run.shown(chat, answer)
-        exact += run.exact(chat, answer)
-        asked, last_chunk = run.asked[chat], sent[-1][0]
-        times = [t for t in by_chat.get(chat, []) if t >= asked]
-        visible = [t for t in times[1:]]  # the first call to the chat is the ack reaction
-        if visible:
-            hints.append(visible[0] - asked)
-            ends.append(times[-1] - last_chunk)  # the ending: the chat's last call
-            running = [asked + FIRST_HINT] + [t for t in visible if t <= last_chunk] + [last_chunk]
-            gaps.append(max(b - a for a, b in itertools.pairwise(running)))
-            span = max(1.0, times[-1] - asked)
-            per_chat_rate.append(len(times) / span)
-            per_chat_peak.append(max(sum(1 for u in times if t <= u < t + 1.0) for t in times))
-        for at, chars in sent:
-            seen = next((t for t, c, _ in shown if c >= chars), None)
-            if seen is not None:
-                latencies.append(seen - at)
-    total = sum(len(v) for v in by_chat.values())
+# --- the figures --------------------------------------------------------------------------
+
+
+def turn_figures(
+    chat: str, asked: float, answer: Answer, timeline: Timeline, shown: Shown
+) -> dict[str, Any]:
+    """One turn's figures (the module's docstring says how each is measured)."""
+    first_chunk, last_chunk = answer.sent[0][0], answer.sent[-1][0]
+    changes = [t for t, _ in timeline.changes if t >= asked]
+    first = next(((t, what) for t, what in timeline.changes if t >= asked), None)
+    quiet_from = asked + FIRST_HINT
+    points = sorted({quiet_from, last_chunk, *(t for t in changes if quiet_from < t < last_chunk)})
+    silent = max((b - a for a, b in itertools.pairwise(points)), default=0.0)
+    # The answer's coverage as it grew: (time, most characters shown so far).
+    growth: list[tuple[float, int]] = []
+    for at, covered, _ in timeline.growth:
+        if covered > (growth[-1][1] if growth else 0):
+            growth.append((at, covered))
+    # Whole at the agent's end (its last chunk only closed a fence: 0), or when it became so.
+    before = [whole for at, _, whole in timeline.growth if at <= last_chunk]
+    if before and before[-1]:
+        whole_at: float | None = last_chunk
+    else:
+        after = (at for at, _, whole in timeline.growth if at > last_chunk and whole)
+        whole_at = next(after, None)
+    reached = [c for _, c in growth]
+    latencies = []
+    for at, chars in answer.sent:
+        i = bisect.bisect_left(reached, chars)
+        if i < len(growth):
+            latencies.append(growth[i][0] - at)
+    # From the first chunk until the answer is whole: the longest wait for the next growth.
+    until = whole_at if whole_at is not None else (growth[-1][0] if growth else first_chunk)
+    grew = [first_chunk, *(at for at, _ in growth if first_chunk < at <= until), until]
+    return {
+        "chat": chat,
+        "size": len(answer.text),
+        "has_code": bool(answer.code),
+        "updates": answer.updates,
+        "judged": shown.judge(answer),
+        "code_intact": shown.code_intact(answer),
+        "code_difference": shown.code_difference(answer) if answer.code else None,
+        "cards": len(shown.pages),
+        "cards_open": shown.streaming,
+        "messages": len(shown.parts),
+        "first_sign_s": first[0] - asked if first else None,
+        "first_sign": first[1] if first else None,
+        "silent_s": silent,
+        "latencies": latencies,
+        "end_s": whole_at - last_chunk if whole_at is not None else None,
+        "growth_max_s": max((b - a for a, b in itertools.pairwise(grew)), default=0.0),
+        "growth": [(at - first_chunk, chars) for at, chars in growth],
+        "changes": [(at - first_chunk, what) for at, what in timeline.changes],
+        "first_chunk_s": first_chunk - asked,
+        "last_chunk_s": last_chunk - first_chunk,
+        "pending": (last_chunk, whole_at),
+    }
+
+
+def idle_budget(
+    sends: list[float], pending: list[tuple[float, float]], limit: float
+) -> tuple[float, int]:
+    """The longest stretch with no send while an answer was pending and the last minute's
+    sends were under `limit`, and how many such stretches reached STALL."""
+    stretches = []
+    merged: list[list[float]] = []
+    for a, b in sorted(pending):
+        if merged and a <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], b)
+        else:
+            merged.append([a, b])
+    for a, b in merged:
+        inside = sends[bisect.bisect_right(sends, a) : bisect.bisect_left(sends, b)]
+        for x, y in itertools.pairwise([a, *inside, b]):
+            minute = bisect.bisect_right(sends, x) - bisect.bisect_right(sends, x - 60.0)
+            if minute < limit:
+                stretches.append(y - x)
+    return max(stretches, default=0.0), sum(s >= STALL for s in stretches)
+
+
+def measure(
+    run: Run, cpu: float, wall: float, *, timed_out: bool, detail: bool = False
+) -> dict[str, Any]:
+    answers = run.answers()
+    replay = Replay(run.emu, answers, run.began)
+    messages = run.by_chat()
+    end = time.time()
+    turns = [
+        turn_figures(chat, run.asked[chat], answer, replay.chats[chat], Shown.of(messages[chat]))
+        for chat, answer in answers.items()
+    ]
+    updates = sum(a.updates for a in answers.values())
+    calls = [
+        c
+        for c in run.emu.calls()
+        if c.at >= run.began and not c.path.startswith("/open-apis/auth/")
+    ]
+    sends = sorted(c.at for c in calls if is_send(c) and c.ok)
+    pending = [(a, b if b is not None else end) for a, b in (t["pending"] for t in turns)]
+    idle, stalls = idle_budget(sends, pending, SENDS_PER_MINUTE)
+    judged = Counter(t["judged"] for t in turns)
+    with_code = [t for t in turns if t["code_intact"] is not None]
+    latencies = [x for t in turns for x in t["latencies"]]
+    first = [t["first_sign_s"] for t in turns if t["first_sign_s"] is not None]
+    ends = [t["end_s"] for t in turns if t["end_s"] is not None]
+    silent = [t["silent_s"] for t in turns]
+    n = run.n
+    for t in turns:
+        t["chunk_p95_s"] = pct(t.pop("latencies"), 0.95)
+        del t["pending"]
+        if not detail:
+            del t["growth"], t["changes"]
     return {
         "style": run.style,
-        "n": run.n,
-        "turns_done": len(records),
+        "n": n,
+        "turns_done": len(answers),
         "timed_out": timed_out,
         "updates": updates,
         "cpu_s": cpu,
         "us_per_update": cpu / updates * 1e6 if updates else float("nan"),
         "core_pct": 100 * cpu / wall,
-        "rate_limited": len(limits.refused()),
-        "exact": exact,
-        "gap_max_s": max(gaps, default=float("nan")),
-        "hint_max_s": max(hints, default=float("nan")),
-        "end_max_s": max(ends, default=float("nan")),
+        "rate_limited": len(run.emu.limits.refused()),
+        "exact": judged["exact"],
+        "repeated": judged["repeated"],
+        "missing": judged["missing"],
+        "garbled": judged["garbled"],
+        "code_turns": len(with_code),
+        "code_intact": sum(bool(t["code_intact"]) for t in with_code),
+        "cards_open": sum(t["cards_open"] for t in turns),
+        "silent_max_s": max(silent, default=float("nan")),
+        "silent_over_5s": sum(s > SILENT for s in silent),
         "chunk_p50_s": pct(latencies, 0.5),
         "chunk_p95_s": pct(latencies, 0.95),
-        "calls_per_s": total / wall,
-        "chat_calls_per_s": statistics.fmean(per_chat_rate) if per_chat_rate else float("nan"),
-        "chat_peak_per_s": max(per_chat_peak, default=0),
+        "first_sign_p50_s": pct(first, 0.5),
+        "first_sign_max_s": max(first, default=float("nan")),
+        "first_sign_kinds": dict(Counter(t["first_sign"] for t in turns)),
+        "end_p50_s": pct(ends, 0.5),
+        "end_p95_s": pct(ends, 0.95),
+        "end_max_s": max(ends, default=float("nan")),
+        "calls_per_turn": len(calls) / n,
+        "sends_per_turn": sum(is_send(c) for c in calls) / n,
+        "calls_per_turn_by_api": {
+            api: count / n for api, count in Counter(api_of(c) for c in calls).most_common()
+        },
+        "idle_budget_max_s": idle,
+        "idle_budget_stalls": stalls,
+        "sizes": [t["size"] for t in turns],
+        "turns": turns,
     }
 
 
+# --- the floor: a bare ACP reader ---------------------------------------------------------
+
+
+async def floor(prompts: list[str], ramp: float) -> dict[str, float]:
+    """CPU of a client that reads the agents' stream and does nothing with it (this
+    process's own CPU, from the first prompt to the last answer)."""
+    from acp import spawn_agent_process, text_block
+
+    class Client:
+        async def session_update(self, session_id: str, update: Any, **kwargs: Any) -> None:
+            pass
+
+        async def request_permission(self, *args: Any, **kwargs: Any) -> Any:
+            raise NotImplementedError
+
+        def on_connect(self, conn: Any) -> None:
+            pass
+
+    cwd = tempfile.mkdtemp(prefix="stream-floor-")
+    async with contextlib.AsyncExitStack() as stack:
+        conns = []
+        for _ in range(min(AGENTS, len(prompts))):
+            spawned = spawn_agent_process(Client(), AGENT[0], *AGENT[1:], cwd=cwd)  # type: ignore[arg-type]
+            conn, _process = await stack.enter_async_context(spawned)
+            await conn.initialize(protocol_version=1)
+            conns.append(conn)
+        sessions = []
+        for i in range(len(prompts)):
+            conn = conns[i % len(conns)]
+            sessions.append((conn, (await conn.new_session(cwd=cwd)).session_id))
+        cpu0, begin = time.process_time(), time.monotonic()
+
+        async def ask(i: int) -> None:
+            await asyncio.sleep(max(0.0, begin + ramp * i / len(prompts) - time.monotonic()))
+            conn, session_id = sessions[i]
+            await conn.prompt(session_id=session_id, prompt=[text_block(prompts[i])])
+
+        await asyncio.gather(*(ask(i) for i in range(len(prompts))))
+        return {"cpu_s": time.process_time() - cpu0}
+
+
+async def floor_row(n: int, turns: Turns, ramp: float) -> dict[str, float]:
+    """The floor for N turns in a process of its own; its CPU per agent update."""
+    log = Path(tempfile.mkdtemp(prefix="stream-floor-")) / "turns.jsonl"
+    prompts = [turns.prompt(i, log) for i in range(n)]
+    command = [sys.executable, __file__, "--floor-child", json.dumps([prompts, ramp])]
+    env = {**os.environ, "PYTHONPATH": python_path()}
+    done = await asyncio.to_thread(
+        subprocess.run, command, capture_output=True, text=True, check=False, env=env
+    )
+    if done.returncode:
+        raise RuntimeError(f"the floor failed: {done.stderr.strip()[-500:]}")
+    cpu = json.loads(done.stdout.strip().splitlines()[-1])["cpu_s"]
+    updates = sum(json.loads(line)["updates"] for line in log.read_text().splitlines() if line)
+    return {"floor_us_per_update": cpu / updates * 1e6 if updates else float("nan")}
+
+
+# --- the table ----------------------------------------------------------------------------
+
+
+def _s(*values: float) -> str:
+    cells = ("-" if v != v else f"{v:.2f}" if v < 1 else f"{v:.1f}" for v in values)  # nan: -
+    return " / ".join(cells) + "s"
+
+
+# The table: each column's heading and its cell for a row.
+COLUMNS: list[tuple[str, Callable[[dict[str, Any]], str]]] = [
+    ("style", lambda r: r["style"]),
+    ("N", lambda r: str(r["n"])),
+    ("429s", lambda r: str(r["rate_limited"])),
+    (
+        "exact",
+        lambda r: (
+            f"{r['exact']}/{r['n']}"
+            + "".join(f" {r[k]} {k}" for k in ("repeated", "missing", "garbled") if r[k])
+        ),
+    ),
+    ("code intact", lambda r: f"{r['code_intact']}/{r['code_turns']}"),
+    ("silent max, >5s", lambda r: f"{_s(r['silent_max_s'])}, {r['silent_over_5s']}"),
+    ("chunk→visible p50/p95", lambda r: _s(r["chunk_p50_s"], r["chunk_p95_s"])),
+    ("first sign p50/max", lambda r: _s(r["first_sign_p50_s"], r["first_sign_max_s"])),
+    ("end p50/p95/max", lambda r: _s(r["end_p50_s"], r["end_p95_s"], r["end_max_s"])),
+    (
+        "µs/update bridge/floor",
+        lambda r: "{:.0f} / {:.0f}".format(
+            r["us_per_update"], r.get("floor_us_per_update", float("nan"))
+        ),
+    ),
+    ("calls, sends /turn", lambda r: f"{r['calls_per_turn']:.1f}, {r['sends_per_turn']:.1f}"),
+    ("idle budget, ≥2s", lambda r: f"{_s(r['idle_budget_max_s'])}, {r['idle_budget_stalls']}"),
+]
+WIDTHS = [8, 4, 4, 8, 11, 15, 21, 18, 20, 22, 18, 16]
+
+
+def heading() -> str:
+    return " | ".join(h.ljust(w) for (h, _), w in zip(COLUMNS, WIDTHS, strict=True))
+
+
 def show(r: dict[str, Any]) -> str:
+    cells = " | ".join(cell(r).ljust(w) for (_, cell), w in zip(COLUMNS, WIDTHS, strict=True))
+    open_cards = f"{r['cards_open']} cards left streaming, " if r["cards_open"] else ""
     return (
-        f"{r['style']:8} N={r['n']:<4} cpu {r['us_per_update']:6.0f} µs/update"
-        f" {r['core_pct']:5.1f}% core | 429s {r['rate_limited']:4} | exact"
-        f" {r['exact']}/{r['n']} | gap {r['gap_max_s']:5.1f}s | hint {r['hint_max_s']:5.1f}s"
-        f" end {r['end_max_s']:5.1f}s | chunk→visible p50 {r['chunk_p50_s']:5.2f}s"
-        f" p95 {r['chunk_p95_s']:5.2f}s | calls/s {r['calls_per_s']:5.1f} all,"
-        f" {r['chat_calls_per_s']:4.2f}/chat (peak {r['chat_peak_per_s']}/s)"
-        f"{' TIMED OUT' if r['timed_out'] else ''} [{r['turns_done']} turns,"
-        f" {r['updates']} updates; agents {r['agents_core_pct']:.0f}% core,"
-        f" emulator lag max {r['emulator_lag_max_s']:.2f}s]"
+        f"{cells} | {'TIMED OUT ' if r['timed_out'] else ''}{open_cards}{r['turns_done']} turns,"
+        f" {r['updates']} updates, bridge {r['core_pct']:.0f}% of a core, agents"
+        f" {r['agents_core_pct']:.0f}%, emulator lag max {r['emulator_lag_max_s']:.2f}s"
     )
 
 
-async def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--n", default="1,50,100,200", help="turns at once, comma-separated")
-    parser.add_argument("--styles", default="messages,card")
-    parser.add_argument("--seconds", type=float, default=60.0, help="each turn's length")
+def options(parser: argparse.ArgumentParser) -> None:
+    """The options every streaming bench shares."""
+    parser.add_argument("--seconds", type=float, default=60.0, help="each turn's length at least")
     parser.add_argument("--settle", type=float, default=60.0, help="extra wait for the ends")
+    parser.add_argument("--seed", type=int, default=0, help="draws every turn (sizes, pace)")
     parser.add_argument("--json", action="store_true", help="also print each row as JSON")
     parser.add_argument(
         "--total", type=int, default=0, help="also cap all calls together (a whole-app meter)"
     )
+
+
+def sizes(text: str) -> tuple[int, int]:
+    low, _, high = text.partition(",")
+    return int(low), int(high or low)
+
+
+async def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--n", default="1,50,200", help="turns at once, comma-separated")
+    parser.add_argument("--styles", default="messages,card")
     parser.add_argument(
         "--ramp", type=float, default=0.0, help="spread the N messages over this many seconds"
     )
+    parser.add_argument(
+        "--sizes", type=sizes, default=(500, 20000), help="answer sizes, MIN,MAX characters"
+    )
+    parser.add_argument(
+        "--code", type=float, default=0.3, help="share of answers with long code blocks"
+    )
+    parser.add_argument("--no-floor", action="store_true", help="skip the bare ACP reader")
+    parser.add_argument("--floor-child", help=argparse.SUPPRESS)
+    options(parser)
     args = parser.parse_args(argv)
+    if args.floor_child:
+        prompts, ramp = json.loads(args.floor_child)
+        print(json.dumps(await floor(prompts, ramp)))
+        return
+    turns = Turns(args.seconds, args.sizes, args.code, args.seed)
+    print(heading(), flush=True)
     for n in (int(x) for x in args.n.split(",")):
+        results = []
         for style in args.styles.split(","):
-            result = await one(style, n, args.seconds, args.settle, args.total, args.ramp)
+            results.append(await one(style, n, turns, args.settle, args.total, args.ramp))
+        base = {} if args.no_floor else await floor_row(n, turns, args.ramp)
+        for result in results:
+            result.update(base)
             print(show(result), flush=True)
             if args.json:
                 print(json.dumps(result), flush=True)

@@ -10,8 +10,10 @@ SCENARIOS: dict[str, str] = {
     "md": "md TEXT — reply with TEXT, each `\\n` in it a line break (Markdown answers)",
     "think": "think TEXT — a thought chunk",
     "stream": "stream N [DELAY_MS] — N message chunks `c0 c1 …`, DELAY_MS apart",
-    "realistic": "realistic SEED SECONDS [LOG] — a coding agent's streaming turn: thoughts and"
-    " tool calls, then a 2,000–6,000 character answer (realistic.py)",
+    "realistic": "realistic SEED SECONDS [LOG] [sizes=MIN-MAX] [code=P] [stream=S] — a coding"
+    " agent's streaming turn: thoughts and tool calls, then a 2,000–6,000 character answer, or"
+    " one of MIN–MAX characters, Markdown with long code blocks for a share P, streamed over S"
+    " seconds (realistic.py)",
     "tool": "tool TITLE — a tool call: pending → in_progress → completed",
     "plan": "plan A | B | C — a plan; the first entry in progress",
     "permission": "permission TITLE — ask approval; allow → 'done', reject → 'not done'",
