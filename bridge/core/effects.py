@@ -143,6 +143,7 @@ class CardView:
     end_params: Params = field(default_factory=dict)
     footer: Text | None = None  # the usage footer, on the final view
     page: int = 0  # 0: the status card; 1 on: a continuation card, the answer only
+    code: str = ""  # the fence line of the code block this page begins inside, if any
 
 
 @dataclass(frozen=True)

@@ -50,6 +50,9 @@ class Timings:
     # changes it (a change in place, not a line: an agent that only thinks still shows it
     # is alive, and a card frozen for a minute would read as stuck).
     card_tick: float = 3.0
+    # Card style: an answer that has streamed this long gets its card (one that is done
+    # sooner needs none), so what the agent writes is seen within about a second.
+    card_after_text: float = 1.0
 
     @classmethod
     def from_settings(cls, settings: _TimingSettings) -> Timings:
@@ -120,6 +123,9 @@ def deadlines(conv: Conversation, timings: Timings) -> dict[str, float]:
                 found[FIRST_HINT] = max(
                     turn.started_at + timings.first_hint, sent + timings.first_hint / 2
                 )
+                if turn.card.text_since is not None:
+                    streamed = turn.card.text_since + timings.card_after_text
+                    found[FIRST_HINT] = min(found[FIRST_HINT], streamed)
             else:  # a heartbeat follows the hint or real progress, never comes first
                 beat = timings.heartbeat
                 if turn.card.stage is CardStage.SHOWN:

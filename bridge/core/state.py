@@ -163,8 +163,20 @@ class LiveCard:
     # Where each continuation page starts in the answer (`answer_of`): page 1 on. A page
     # before the last is closed; the last is the one being written.
     pages: tuple[int, ...] = ()
-    spill: int | None = None  # from here on the answer follows as messages, at the end
+    # The fence line of a code block each continuation page begins inside ("" if none):
+    # its card opens the block again.
+    fences: tuple[str, ...] = ()
+    spill: int | None = None  # past the last card: from here on the answer goes as messages
+    spilled: int = 0  # how far those messages have gone (a page's worth each, as it fills)
+    spill_fence: str = ""  # the code block open where those messages go on, if any
     weigh_at: int = 0  # the page being written is weighed again once this long
+    text_since: float | None = None  # when the answer began to stream (card style)
+
+    @property
+    def start(self) -> int:
+        """Where the page being written starts in the answer."""
+        return self.pages[-1] if self.pages else 0
+
     tools: tuple[ToolLine, ...] = ()  # the last few tool calls, newest last
     plan: tuple[PlanEntry, ...] = ()
 

@@ -28,13 +28,17 @@ from bridge.runtime.events import PlanEntry
 # A card's JSON may hold 30 KB (Feishu's limit for a card). The answer is paged: each card
 # carries at most PAGE_WEIGHT of it, counted as `weight` counts (the bytes it takes once
 # escaped for card Markdown and JSON, over-counted), which leaves the status card's own lines
-# room. A page that fills is closed and never changes again; the answer continues on a
-# continuation card posted right below, streamed the same way.
+# room, and at most PAGE_CHARS characters, so a page's Markdown is drawn as one part
+# (feishu/text.py cuts rendered Markdown at 7,000). A page that fills is closed and never
+# changes again; the answer continues on a continuation card posted right below, streamed the
+# same way.
 PAGE_WEIGHT = 12_000
-MAX_PAGES = 8  # cards one answer may fill; what outgrows them follows as messages
+PAGE_CHARS = 6_000
+MAX_PAGES = 8  # cards one answer may fill; what outgrows them follows as messages as it fills
 MAX_TOOLS = 5  # tool calls listed, newest last
 # Characters escaped on the way (a backslash for Markdown, another for JSON): 3 bytes each.
 _ESCAPED = frozenset("\\`*_~[]()<>#+-=|{}.!\"'\n\t")
+_FENCE = "```"
 
 _PHASES: Mapping[ExecState, CardPhase] = {
     ExecState.WAITING_APPROVAL: CardPhase.WAITING_APPROVAL,
@@ -55,24 +59,27 @@ def weight(text: str) -> int:
     return len(text.encode("utf-8", "surrogatepass")) + 2 * escaped
 
 
+def fits(text: str) -> bool:
+    return len(text) <= PAGE_CHARS and weight(text) <= PAGE_WEIGHT
+
+
 def page_end(text: str) -> int:
-    """Where a page of `text` that outgrew PAGE_WEIGHT closes: after a paragraph outside a
-    code block if one ends in the page's last half, else after a line, else where it fills."""
-    filled, total = 0, 0
-    for i, c in enumerate(text):
+    """Where a page of `text` that outgrew a card closes: after a paragraph outside a code
+    block if one ends in the page's last half, else after a line outside one, else after any
+    line (a long code block goes on in the next card), else where it fills."""
+    filled, total = min(len(text), PAGE_CHARS), 0
+    for i, c in enumerate(text[:filled]):
         total += len(c.encode("utf-8", "surrogatepass")) + (2 if c in _ESCAPED else 0)
         if total > PAGE_WEIGHT:
             filled = i
             break
-    else:
-        return len(text)
     head = text[:filled]
     fence = False
     paragraph = line = -1
     at = 0
     for row in head.split("\n")[:-1]:  # complete lines only
         at += len(row) + 1
-        if row.lstrip().startswith("```"):
+        if row.lstrip().startswith(_FENCE):
             fence = not fence
         elif not fence and not row.strip():
             paragraph = at
@@ -83,6 +90,16 @@ def page_end(text: str) -> int:
             return end
     newline = head.rfind("\n")
     return newline + 1 if newline >= filled // 2 else max(filled, 1)
+
+
+def open_fence(text: str, opened: str = "") -> str:
+    """The fence line of a code block still open at the end of `text` (which begins inside
+    the block `opened` opened, if any); "" when none is."""
+    for row in text.split("\n"):
+        stripped = row.lstrip()
+        if stripped.startswith(_FENCE):
+            opened = "" if opened else stripped
+    return opened
 
 
 def in_card_style(ctx: StepContext) -> bool:
@@ -125,6 +142,7 @@ def view(
     card = turn.card
     text = page_text(card, answer_of(turn) if answer is None else answer, page)
     last = page == len(card.pages)
+    code = card.fences[page - 1] if 0 < page <= len(card.fences) else ""
     return CardView(
         phase=phase or _PHASES.get(ctx.conv.state, CardPhase.WORKING),
         elapsed=ctx.now - turn.started_at,
@@ -135,6 +153,7 @@ def view(
         end_key=end_key,
         end_params=dict(end_params or {}),
         page=page,
+        code=code,
     )
 
 
@@ -155,8 +174,13 @@ def typed(ctx: StepContext) -> None:
     """The agent wrote more (the typewriter): the page being written grows, and only its
     card changes. Past MAX_PAGES the rest waits for the end, as messages, and the cards
     change no more."""
-    if in_card_style(ctx) and ctx.turn.card.stage is CardStage.SHOWN:
+    if not in_card_style(ctx):
+        return
+    card = ctx.turn.card
+    if card.stage is CardStage.SHOWN:
         _render(ctx, status=False)
+    elif card.text_since is None:
+        ctx.update_card(text_since=ctx.now)  # the card comes soon (presence.deadlines)
 
 
 def _render(ctx: StepContext, *, status: bool) -> None:
@@ -177,24 +201,42 @@ def _render(ctx: StepContext, *, status: bool) -> None:
 
 def _paginate(ctx: StepContext, answer: str) -> list[int]:
     """Close every page `answer` has filled (a long chunk may fill several); the pages closed.
-    A page is weighed only once it may have filled: after a weighing it may grow by a quarter
-    of its room (no character weighs more than 4) before the next."""
+    Past the last card, each page's worth that fills is posted as a message at once. A page
+    is weighed only once it may have filled: after a weighing it may grow by a quarter of its
+    room (no character weighs more than 4) before the next."""
     closed: list[int] = []
     while True:
         card = ctx.turn.card
-        start = card.pages[-1] if card.pages else 0
-        if card.spill is not None or len(answer) - start < card.weigh_at:
+        spilling = card.spill is not None
+        start = max(card.spill or 0, card.spilled) if spilling else card.start
+        size = len(answer) - start
+        if size < card.weigh_at:
             return closed
-        room = PAGE_WEIGHT - weight(answer[start:])
-        if room >= 0:
-            ctx.update_card(weigh_at=len(answer) - start + max(1, room // 4))
+        if fits(answer[start:]):
+            room = min(PAGE_WEIGHT - weight(answer[start:]), 4 * (PAGE_CHARS - size))
+            ctx.update_card(weigh_at=size + max(1, room // 4))
             return closed
         end = start + page_end(answer[start:])
+        if spilling:
+            turn = ctx.turn
+            idem = f"{turn.turn_id}:more:{start}"
+            text = _reopened(card.spill_fence, answer[start:end])
+            ctx.emit(RelayAgentText(text, turn.message_id, idem, turn_id=turn.turn_id))
+            fence = open_fence(answer[start:end], card.spill_fence)
+            ctx.update_card(spilled=end, spill_fence=fence, weigh_at=0)
+            continue
         closed.append(len(card.pages))
+        opened = card.fences[-1] if card.fences else ""
+        fence = open_fence(answer[start:end], opened)
         if len(card.pages) + 1 < MAX_PAGES:
-            ctx.update_card(pages=(*card.pages, end), weigh_at=0)
+            ctx.update_card(pages=(*card.pages, end), fences=(*card.fences, fence), weigh_at=0)
         else:
-            ctx.update_card(spill=end)
+            ctx.update_card(spill=end, spill_fence=fence, weigh_at=0)
+
+
+def _reopened(fence: str, text: str) -> str:
+    """Text that begins inside a code block, with the block opened again on top."""
+    return f"{fence}\n{text}" if fence else text
 
 
 def _page(
@@ -264,7 +306,9 @@ def finalize(ctx: StepContext, key: str | None, params: Params | None, end_id: s
     card = evolve(turn.card, {"text": ""})
     ctx.update_turn(text=NOTHING_WRITTEN, card=card)
     ctx.update_progress(pending=None)
-    rest = answer[spill:].strip() if spill is not None else ""
+    rest = answer[max(spill, turn.card.spilled) :] if spill is not None else ""
+    # Its first line's indent stays: it may be a line of code.
+    rest = _reopened(turn.card.spill_fence, rest.lstrip("\n").rstrip()) if rest.strip() else ""
     if rest:  # what the cards could not carry, and only that
         idem = end_id if key is None else ctx.post_key("reply")
         ctx.emit(RelayAgentText(rest, reply_to, idem, final=key is None, turn_id=tid))
@@ -298,7 +342,14 @@ def on_card_failed(ctx: StepContext, event: StatusCardFailed) -> None:
         # answer follows as messages at the end.
         start = turn.card.pages[page - 1] if page - 1 < len(turn.card.pages) else None
         if start is not None and turn.card.spill is None:
-            ctx.update_card(pages=turn.card.pages[: page - 1], spill=start)
+            kept = page - 1
+            fences = turn.card.fences
+            ctx.update_card(
+                pages=turn.card.pages[:kept],
+                fences=fences[:kept],
+                spill=start,
+                spill_fence=fences[kept] if kept < len(fences) else "",
+            )
         return
     ctx.update_card(stage=CardStage.FAILED)
     moved = turn.card.text.strip()

@@ -279,7 +279,9 @@ class StatusCards:
     ) -> None:
         shown = card.shown
         grew = not final and shown is not None and only_text_grew(shown, view)
-        if grew and await self._stream(card, card_id, ANSWER, answer_markdown(view.text)):
+        if grew and await self._stream(
+            card, card_id, ANSWER, answer_markdown(view.text, view.code)
+        ):
             return
         body = live_card(self._t, view, streaming=not final)
         await self._through(

@@ -31,7 +31,8 @@ _PARTS: Final = (("text", "answer"), ("tools", "tools"), ("plan", "plan"), ("ela
 
 def only_text_grew(shown: CardView, view: CardView) -> bool:
     """Nothing but the answer changed, by growing (the elapsed time as the card words it)."""
-    same_time = format_elapsed(shown.elapsed) == format_elapsed(view.elapsed)
+    # A continuation card shows no time; the status card shows it in whole units.
+    same_time = view.page > 0 or format_elapsed(shown.elapsed) == format_elapsed(view.elapsed)
     rest_same = replace(shown, text=view.text, elapsed=view.elapsed) == view
     return same_time and rest_same and view.text != shown.text and view.text.startswith(shown.text)
 

@@ -34,8 +34,11 @@ _COLOURS: Final = {
 _TOOL_STATES: Final = ("pending", "in_progress", "completed", "failed")
 
 
-def answer_markdown(text: str) -> str:
-    """The answer in the card: its Markdown as card markdown (feishu/text.py), else its words."""
+def answer_markdown(text: str, code: str = "") -> str:
+    """The answer in the card: its Markdown as card markdown (feishu/text.py), else its words.
+    `code`: the fence line of a code block the page begins inside, opened again on top."""
+    if code:
+        text = f"{code}\n{text}"
     parts = answer_parts(text)
     return parts[0] if parts is not None and len(parts) == 1 else markdown_literal(text)
 
@@ -75,7 +78,7 @@ def elements_of(t: Translator, view: CardView) -> list[tuple[str, str]]:
     tools and the plan (when there are any), and the answer. Each may be streamed alone. A
     continuation card is its page of the answer only."""
     if view.page > 0:
-        return [(ANSWER, answer_markdown(view.text))]
+        return [(ANSWER, answer_markdown(view.text, view.code))]
     out = [("status", _status(t, view))]
     if view.tools:
         lines = [f"**{t('card.status.tools')}**"]

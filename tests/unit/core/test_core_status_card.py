@@ -6,7 +6,7 @@ from __future__ import annotations
 from bridge.core.effects import CardPhase, PostText, RelayAgentText, ShowStatusCard
 from bridge.core.inputs import Command, CommandName, StatusCardFailed, TurnInterruptedByRestart
 from bridge.core.state import Conversation, Options, PresenceStyle
-from bridge.core.status_card import MAX_PAGES, PAGE_WEIGHT, page_end, weight
+from bridge.core.status_card import MAX_PAGES, PAGE_CHARS, PAGE_WEIGHT, page_end, weight
 from bridge.runtime.events import (
     MessageChunk,
     PermissionKind,
@@ -109,7 +109,7 @@ def test_a_long_answer_continues_on_cards_below_and_is_shown_once() -> None:
     d = driver()
     d.start()
     d.advance(5.0)
-    answer = words(9000)  # 50,000 characters: five pages
+    answer = words(6000)  # 33,000 characters: six pages
     chunks = [answer[i : i + 40] for i in range(0, len(answer), 40)]
     for n, chunk in enumerate(chunks):
         out = d.feed(MessageChunk(SID, chunk), at=6.0 + n / 100)
@@ -121,6 +121,7 @@ def test_a_long_answer_continues_on_cards_below_and_is_shown_once() -> None:
     assert all(last[key].final for key in order)
     assert "".join(last[key].view.text for key in order) == answer
     assert all(weight(last[key].view.text) <= PAGE_WEIGHT for key in order)
+    assert all(len(last[key].view.text) <= PAGE_CHARS for key in order)
     assert [last[key].view.page for key in order] == list(range(len(order)))
     assert not any(last[key].view.cut for key in order)
     assert of_type(out, RelayAgentText) == []  # nothing shown twice
@@ -157,21 +158,24 @@ def test_one_huge_chunk_fills_several_pages_at_once() -> None:
     assert "".join(last[key].view.text for key in order) == answer
 
 
-def test_past_the_last_card_only_the_rest_follows_as_messages() -> None:
+def test_past_the_last_card_the_rest_follows_as_messages_as_it_fills() -> None:
     d = driver()
     d.start()
     d.advance(5.0)
-    answer = "字" * (PAGE_WEIGHT // 3 * (MAX_PAGES + 2))
+    answer = "字" * (PAGE_WEIGHT // 3 * (MAX_PAGES + 2))  # two pages more than the cards hold
+    relays: list[RelayAgentText] = []
     for n in range(0, len(answer), 500):
-        d.feed(MessageChunk(SID, answer[n : n + 500]), at=6.0 + n / 10_000)
+        out = d.feed(MessageChunk(SID, answer[n : n + 500]), at=6.0 + n / 10_000)
+        relays += of_type(out, RelayAgentText)
+    assert len(relays) == 1, "a page's worth past the cards goes out before the end"
     out = d.feed(TurnEnded(SID, StopReason.END_TURN), at=30.0)
     order, last = on_cards(d.effects)
     assert len(order) == MAX_PAGES
     assert last[order[-1]].view.cut
     shown = "".join(last[key].view.text for key in order)
-    (reply,) = of_type(out, RelayAgentText)
-    assert (reply.final, reply.idempotency_key) == (True, "m1:end")
-    assert shown + reply.text == answer  # the rest, once, and nothing the cards show
+    (end,) = of_type(out, RelayAgentText)
+    assert (end.final, end.idempotency_key) == (True, "m1:end")
+    assert shown + relays[0].text + end.text == answer  # the rest, once, in order
 
 
 def test_a_page_closes_after_a_paragraph_outside_a_code_block() -> None:
@@ -185,8 +189,8 @@ def test_a_page_closes_after_a_paragraph_outside_a_code_block() -> None:
 
 
 def test_a_page_of_one_endless_line_is_cut_where_it_fills() -> None:
-    text = "z" * (PAGE_WEIGHT * 2)
-    assert page_end(text) == PAGE_WEIGHT
+    assert page_end("z" * PAGE_WEIGHT * 2) == PAGE_CHARS
+    assert page_end("字" * PAGE_WEIGHT) == PAGE_WEIGHT // 3
 
 
 def test_a_refused_continuation_card_hands_the_rest_to_messages() -> None:
@@ -194,17 +198,17 @@ def test_a_refused_continuation_card_hands_the_rest_to_messages() -> None:
     d.start()
     d.advance(5.0)
     answer = words(4000)
-    d.feed(MessageChunk(SID, answer[:30000]), at=6.0)
+    d.feed(MessageChunk(SID, answer[:7000]), at=6.0)
     live = cards(d.effects)[-1]
     assert live.card_key == "m1:status:2"
     d.feed(StatusCardFailed("m1", "m1", live.view, final=False), at=6.5)
-    d.feed(MessageChunk(SID, answer[30000:]), at=7.0)
+    d.feed(MessageChunk(SID, answer[7000:]), at=7.0)
     out = d.feed(TurnEnded(SID, StopReason.END_TURN), at=8.0)
     status = [c for c in cards(out) if c.card_key == "m1:status"][-1]
     assert status.final
     assert status.view.cut
-    (reply,) = of_type(out, RelayAgentText)
-    assert status.view.text + reply.text == answer
+    relayed = "".join(r.text for r in of_type(d.effects, RelayAgentText))
+    assert status.view.text + relayed == answer
 
 
 def test_stop_and_faults_finalize_the_card_and_still_say_so_as_a_message() -> None:
@@ -300,3 +304,30 @@ def test_while_the_agent_only_thinks_the_cards_elapsed_time_moves_on_every_tick(
     ask = PermissionRequested(SID, "r1", "Run tests", ALLOW)
     d.feed(ask, at=15.0)
     assert [c.view.phase for c in cards(d.advance(30.0))] == []
+
+
+def test_an_answer_that_streams_gets_its_card_a_second_after_its_first_words() -> None:
+    d = driver()
+    d.start()
+    d.feed(MessageChunk(SID, "Let me explain"), at=0.5)
+    out = d.advance(1.6)
+    (card,) = cards(out)
+    assert d.now == 1.6
+    assert card.view.text == "Let me explain"
+    assert card.view.elapsed == 1.5  # shown at 0.5 + 1 s, not at the 5-s first hint
+
+
+def test_a_page_that_begins_inside_a_code_block_opens_it_again() -> None:
+    d = driver()
+    d.start()
+    d.advance(5.0)
+    answer = (
+        "Here it is:\n\n```python\n" + "".join(f"x{i} = [{i}]\n" for i in range(2000)) + "```\n"
+    )
+    d.feed(MessageChunk(SID, answer), at=6.0)
+    d.feed(TurnEnded(SID, StopReason.END_TURN), at=7.0)
+    order, last = on_cards(d.effects)
+    assert len(order) >= 3
+    assert last[order[0]].view.code == ""
+    assert all(last[key].view.code == "```python" for key in order[1:])
+    assert "".join(last[key].view.text for key in order) == answer.strip()
