@@ -195,6 +195,9 @@ class CallQueue:
         )
         self._sends = Bucket.paced(policy.sends_per_minute, policy.send_burst_seconds, now)
         self._send_keep = tuple(map(self._sends.reserve, SEND_SHARE))  # by lane
+        # Every other API's minute (Feishu meters each at 1,000 a minute, as it does sends),
+        # paced the same way and shared by the lanes the same way.
+        self._minutes: dict[str, Bucket] = {SEND: self._sends}
         self._chats: dict[str, Bucket] = {}
         self._served: dict[str, float] = {}  # chat -> when it was last granted a call
         # The waiting calls by API, in arrival order: under load most wait on an API with
@@ -247,6 +250,19 @@ class CallQueue:
             bucket.refill(now)
         return bucket
 
+    def _minute(self, api: str, now: float) -> Bucket:
+        bucket = self._minutes.get(api)
+        if bucket is None:
+            policy = self.policy
+            bucket = Bucket.paced(policy.sends_per_minute, policy.send_burst_seconds, now)
+            self._minutes[api] = bucket
+        bucket.refill(now)
+        return bucket
+
+    def minute_rate(self) -> float:
+        """Calls a second one API takes at its steady pace (its minute, spread)."""
+        return self._sends.rate
+
     def _chat(self, chat: str, now: float) -> Bucket:
         bucket = self._chats.get(chat)
         if bucket is None:
@@ -265,7 +281,11 @@ class CallQueue:
 
     def may_go(self, api: str, now: float) -> bool:
         """Whether a call of `api` could have a token now (cheap: no waiter is looked at)."""
-        return self._total_ready(now) and self._api(api, now).ready(now)
+        return (
+            self._total_ready(now)
+            and self._api(api, now).ready(now)
+            and self._minute(api, now).ready(now)
+        )
 
     def _total_ready(self, now: float) -> bool:
         """The cap on all calls together has a token (or there is none)."""
@@ -327,7 +347,8 @@ class CallQueue:
             if not api.ready(now):
                 del ready[waiter.api]
                 continue
-            if waiter.send and not sends.ready(now, self._send_keep[waiter.lane]):
+            minute = sends if waiter.send else self._minute(waiter.api, now)
+            if not minute.ready(now, self._send_keep[waiter.lane]):
                 continue
             # Feishu's 5 a second to one user or group is its send-message limit: only a
             # send takes from the chat's bucket (a card entity's change, a reaction, an edit
@@ -336,10 +357,9 @@ class CallQueue:
             if chat is not None and not chat.ready(now):
                 continue
             api.tokens -= 1.0
+            minute.tokens -= 1.0
             if total is not None:
                 total.tokens -= 1.0
-            if waiter.send:
-                sends.tokens -= 1.0
             if chat is not None:
                 chat.tokens -= 1.0
             if waiter.chat is not None:
@@ -379,11 +399,18 @@ class CallQueue:
         best = math.inf
         for name, queue in self._waiting.items():
             api_at = max(total_at, self._api(name, now).ready_at(now))
+            minute = self._minute(name, now)
+            lanes: set[Lane] = set()
             for waiter in queue:
+                at = max(api_at, minute.ready_at(now, self._send_keep[waiter.lane]))
                 if not waiter.send:
-                    best = min(best, api_at)  # as soon as any of the API's waiters
-                    break
-                at = max(api_at, self._sends.ready_at(now, self._send_keep[waiter.lane]))
+                    # The first of each lane stands for the rest of it (the chat is no limit).
+                    if waiter.lane not in lanes:
+                        lanes.add(waiter.lane)
+                        best = min(best, at)
+                    if len(lanes) == len(Lane):
+                        break
+                    continue
                 if waiter.chat is not None:
                     at = max(at, self._chat(waiter.chat, now).ready_at(now))
                 best = min(best, at)
