@@ -239,7 +239,7 @@ def build_service(
     watch = ProcessWatch(projection, routes.agents[0][0], routes.workspaces[0][0])
     if runtime is None:
         options = {"env": runtime_env, "on_change": watch.changed}
-        runtime = acp_routed(settings, routes, options)
+        runtime = acp_routed(settings, routes, clock, options)
     watch.runtime = runtime
     metrics = Metrics(projection, runtime_snapshot=runtime.snapshot)
     metrics.watch_budget(budget.state)
