@@ -17,7 +17,7 @@ from typing import Any
 from aiohttp import web
 
 import bridge.feishu.webhook as webhook
-from bridge.clock import Clock, LoopClock
+from bridge.clock import Clock, LoopClock, new_id
 from bridge.cluster.identity import check_alone
 from bridge.cluster.ownership import Ownership
 from bridge.config import Settings, Tuning
@@ -221,7 +221,7 @@ def build_service(
         )
     presence, agent, access, ops = settings.presence, settings.agent, settings.access, settings.ops
     translator = Translator(presence.bridge_locale)
-    projection = Projection(clock=wall, instance_id=settings.cluster.bridge_instance_id)
+    projection = Projection(new_id(), wall, instance_id=settings.cluster.bridge_instance_id)
     store = store_for(settings)
     policy = BudgetPolicy.of(tuning.limits(settings.budget))
     budget = CallBudget(policy, now=clock.now, call_at=clock.call_at)
