@@ -230,6 +230,7 @@ def build_service(
             settings.feishu.feishu_app_id or "",
             secret(settings.feishu.feishu_app_secret) or "",
             settings.feishu.feishu_domain,
+            clock=clock.now,
             cut_notice=lambda kept, total: translator("reply.cut", kept=kept, total=total),
             budget=budget,
         )
