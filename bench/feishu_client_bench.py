@@ -38,6 +38,7 @@ from lark_oapi.api.im.v1 import (  # noqa: E402
     CreateMessageRequestBody,
 )
 
+from bridge.clock import LoopClock  # noqa: E402
 from bridge.feishu.client import FeishuClient  # noqa: E402
 
 APP_ID = "cli_bench0000000001"
@@ -149,7 +150,7 @@ async def measure(
 
 async def run(n: int, concurrency: int) -> None:
     with EmulatorProcess() as emu:
-        ours = FeishuClient(APP_ID, APP_SECRET, emu.url)
+        ours = FeishuClient(APP_ID, APP_SECRET, emu.url, clock=LoopClock().now)
         theirs = (
             lark.Client.builder()
             .app_id(APP_ID)

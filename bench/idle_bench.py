@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from bridge.clock import new_id
 from bridge.core import Options, Timings
 from bridge.engine.engine import Engine, EngineConfig
 from bridge.feishu.events import InboundMessage
@@ -90,7 +91,7 @@ class EchoAgent:
 async def run(n: int, folder: Path) -> None:
     store = SqliteStore(folder / "bridge.sqlite3")
     await store.open()
-    projection = Projection(clock=time.time)
+    projection = Projection(new_id(), time.time)
     quiet = Timings(first_hint=600, heartbeat=600, stale=3600, approval_timeout=3600)
     engine = Engine(
         feishu=QuietFeishu(),  # type: ignore[arg-type]

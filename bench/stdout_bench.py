@@ -21,6 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bridge.clock import LoopClock
 from bridge.runtime.acp.transport import READ_BYTES, BatchedTransport, CappedLines
 
 WORDS = ("the", "parser", "reads", "each", "token", "and", "checks", "the", "cache")
@@ -48,7 +49,8 @@ def stream(lines: int, sessions: int) -> bytes:
 
 async def read_all(data: bytes, window: float) -> tuple[int, float]:
     reader = asyncio.StreamReader(limit=READ_BYTES)
-    transport = BatchedTransport(CappedLines(reader, label="bench"), _Writer(), window=window)  # type: ignore[arg-type]
+    lines = CappedLines(reader, label="bench")
+    transport = BatchedTransport(lines, _Writer(), now=LoopClock().now, window=window)  # type: ignore[arg-type]
 
     async def feed() -> None:
         for at in range(0, len(data), 64 * 1024):  # a pipe's worth at a time

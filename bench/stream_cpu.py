@@ -50,11 +50,13 @@ def updates_written(args: argparse.Namespace, sessions: list[str]) -> int:
 
 
 async def run_bridge(args: argparse.Namespace) -> dict[str, Any]:
+    from bridge.clock import LoopClock
     from bridge.runtime.acp.runtime import AcpRuntime
     from bridge.runtime.events import MessageChunk
 
     n = args.n[0]
-    runtime = AcpRuntime(agent_argv(args), Path(tempfile.mkdtemp()), max_agents=args.agents)
+    folder = Path(tempfile.mkdtemp())
+    runtime = AcpRuntime(agent_argv(args), folder, clock=LoopClock(), max_agents=args.agents)
     limits = runtime._pool._limits
     if args.window is not None and hasattr(limits, "batch_window"):
         runtime._pool._limits = dataclasses.replace(limits, batch_window=args.window)

@@ -137,12 +137,13 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def _status_all() -> int:
+    from bridge.clock import LoopClock
     from bridge.ops.cluster_view import instances_view
 
     settings = settings_for_run(sys.stderr)
     if settings is None:
         return EXIT_CONFIG
-    view = asyncio.run(instances_view(settings))
+    view = asyncio.run(instances_view(settings, LoopClock().wall()))
     print(json.dumps(view, ensure_ascii=False, indent=2))
     return 0
 

@@ -17,7 +17,7 @@ from typing import Any
 from aiohttp import web
 
 import bridge.feishu.webhook as webhook
-from bridge.clock import Clock, LoopClock
+from bridge.clock import Clock, LoopClock, new_id
 from bridge.cluster.identity import check_alone
 from bridge.cluster.ownership import Ownership
 from bridge.config import Settings, Tuning
@@ -221,7 +221,7 @@ def build_service(
         )
     presence, agent, access, ops = settings.presence, settings.agent, settings.access, settings.ops
     translator = Translator(presence.bridge_locale)
-    projection = Projection(clock=wall, instance_id=settings.cluster.bridge_instance_id)
+    projection = Projection(new_id(), wall, instance_id=settings.cluster.bridge_instance_id)
     store = store_for(settings)
     policy = BudgetPolicy.of(tuning.limits(settings.budget))
     budget = CallBudget(policy, now=clock.now, call_at=clock.call_at)
@@ -230,6 +230,7 @@ def build_service(
             settings.feishu.feishu_app_id or "",
             secret(settings.feishu.feishu_app_secret) or "",
             settings.feishu.feishu_domain,
+            clock=clock.now,
             cut_notice=lambda kept, total: translator("reply.cut", kept=kept, total=total),
             budget=budget,
         )
@@ -239,7 +240,7 @@ def build_service(
     watch = ProcessWatch(projection, routes.agents[0][0], routes.workspaces[0][0])
     if runtime is None:
         options = {"env": runtime_env, "on_change": watch.changed}
-        runtime = acp_routed(settings, routes, options)
+        runtime = acp_routed(settings, routes, clock, options)
     watch.runtime = runtime
     metrics = Metrics(projection, runtime_snapshot=runtime.snapshot)
     metrics.watch_budget(budget.state)

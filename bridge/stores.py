@@ -44,7 +44,9 @@ def ownership_for(
 
     ttl = settings.cluster.bridge_lease_seconds
     me = settings.cluster.bridge_instance_id
-    keeper = LeaseKeeper(store, me, ttl, on_lost=lambda key, why: ownership.lost(key, why))
+    keeper = LeaseKeeper(
+        store, me, ttl, clock=clock, on_lost=lambda key, why: ownership.lost(key, why)
+    )
     forwarder = Forwarder(
         store, me, token=secret(settings.ops.bridge_ops_token), stale_after=ttl, clock=clock
     )

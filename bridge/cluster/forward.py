@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -47,8 +46,8 @@ class Forwarder:
         *,
         token: str | None,
         stale_after: float,
+        clock: Callable[[], float],
         timeout: float = 2.0,  # inside Feishu's 3 s, with room for our own answer
-        clock: Callable[[], float] = time.time,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         self._store = store

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
@@ -69,8 +68,8 @@ class LeaseKeeper:
         instance_id: str,
         ttl: float,
         *,
+        clock: Callable[[], float],
         on_lost: OnLost = _ignore,
-        clock: Callable[[], float] = time.time,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         renew_every: float | None = None,
         takeover_grace: float | None = None,

@@ -65,7 +65,7 @@ class _Card:
     sequence: int = 0
     shown: CardView | None = None
     pending: CardView | None = None
-    pushed_at: float = float("-inf")  # loop time of the last change
+    pushed_at: float = float("-inf")  # clock time (Clock.now) of the last change
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     flusher: asyncio.Task[None] | None = None
 
@@ -108,7 +108,7 @@ class StatusCards:
             await self._finish(actor, card, work.view)
             return
         card.pending = work.view
-        wait = card.pushed_at + self._spacing() - asyncio.get_running_loop().time()
+        wait = card.pushed_at + self._spacing() - self._clock()
         if wait <= 0 and not card.lock.locked():
             api = self._api_for(card)
             if self._may_now(api):
@@ -156,7 +156,7 @@ class StatusCards:
         ids = [card.message_id] + ([_CARDKIT + card.card_id] if card.card_id else [])
         await self._store.mark_sent(work.card_key, ids, self._clock())
         card.shown = work.view
-        card.pushed_at = asyncio.get_running_loop().time()
+        card.pushed_at = self._clock()
         return card
 
     async def _find(self, work: ShowStatusCard) -> _Card | None:
@@ -172,8 +172,13 @@ class StatusCards:
         # A view that arrives while this flush is in flight is this task's to carry too: no
         # second flusher is started meanwhile, so leaving it would strand it until the next
         # change (a heartbeat lost behind a slow call).
+        due = self._clock() + wait
         while True:
             await asyncio.sleep(max(0.0, wait))
+            if self._budget is not None and (wait := due - self._clock()) > 0:
+                # The loop's timer fired before the clock reached `due` (uvloop counts from
+                # a time cached at the start of its iteration): a token now buys no change.
+                continue
             api = self._api_for(card)
             if self._budget is None:
                 await self._flush(actor, card, api)
@@ -183,12 +188,13 @@ class StatusCards:
                 async with self._budget.ahead(Lane.REFRESH, api):
                     # A view that came meanwhile may have changed the card inline (show)
                     # while this waited for its token: the spacing runs from that change.
-                    now = asyncio.get_running_loop().time()
+                    now = self._clock()
                     if now >= card.pushed_at + self._spacing():
                         await self._flush(actor, card, api)
             if card.pending is None or self._cards.get(card.key) is not card:
                 return
-            wait = card.pushed_at + self._spacing() - asyncio.get_running_loop().time()
+            due = card.pushed_at + self._spacing()
+            wait = due - self._clock()
 
     def _spacing(self) -> float:
         """Least seconds between two changes of one card: the setting, or longer when so
@@ -312,7 +318,7 @@ class StatusCards:
 
     def _shown(self, card: _Card, view: CardView) -> bool:
         card.shown = view
-        card.pushed_at = asyncio.get_running_loop().time()
+        card.pushed_at = self._clock()
         return True
 
     def _next(self, card: _Card) -> int:

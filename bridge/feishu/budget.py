@@ -59,7 +59,6 @@ import contextlib
 import heapq
 import itertools
 import math
-import time
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextvars import ContextVar
@@ -546,7 +545,7 @@ class CallBudget:
         self,
         policy: BudgetPolicy | None = None,
         *,
-        now: Callable[[], float] = time.monotonic,
+        now: Callable[[], float],
         call_at: CallAt | None = None,
     ) -> None:
         self._now = now

@@ -21,7 +21,6 @@ import asyncio
 import hashlib
 import json
 import logging
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -121,7 +120,7 @@ class TenantTokenManager:
         app_id: str,
         app_secret: str,
         *,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Callable[[], float],
         refresh_margin: float = DEFAULT_REFRESH_MARGIN,
     ) -> None:
         self._http = http
@@ -201,10 +200,10 @@ class FeishuClient:
         app_secret: str,
         domain: str,
         *,
+        clock: Callable[[], float],
         http: httpx.AsyncClient | None = None,
         retry: RetryPolicy | None = None,
         timeout: float | httpx.Timeout = DEFAULT_TIMEOUT,
-        clock: Callable[[], float] = time.monotonic,
         sleep: Sleep = asyncio.sleep,
         breaker: CircuitBreaker | None = None,
         token_refresh_margin: float = DEFAULT_REFRESH_MARGIN,
@@ -214,6 +213,7 @@ class FeishuClient:
         cut_notice: Callable[[int, int], str] | None = None,
         budget: CallBudget | None = None,
     ) -> None:
+        """`clock`: the bridge's (`Clock.now`), on which tokens expire and the breaker cools."""
         self._domain = domain.rstrip("/")
         self._owns_http = http is None
         self._http = http or FeishuHttp(base_url=self._domain, timeout=timeout)

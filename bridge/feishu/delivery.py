@@ -27,7 +27,6 @@ import contextlib
 import enum
 import logging
 import random
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TypeVar
@@ -205,7 +204,7 @@ class CircuitBreaker:
         self,
         *,
         cooldown: float = DEFAULT_COOLDOWN,
-        now: Callable[[], float] = time.monotonic,
+        now: Callable[[], float],
     ) -> None:
         self._cooldown = cooldown
         self._now = now

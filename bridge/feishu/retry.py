@@ -19,6 +19,7 @@ from typing import TypeVar
 
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 
+from bridge.clock import system_random
 from bridge.feishu.errors import FeishuError, RateLimited, ServerError, TransportError
 from bridge.retry_from import retry_from
 
@@ -40,8 +41,9 @@ class RetryPolicy:
     max_rate_limit_wait: float = 60.0
     # Reactions are best-effort: one retry at most, so an ack never holds up a turn.
     best_effort_attempts: int = 2
-    # The jitter's source: passed in (the simulator seeds it), never the global one.
-    rng: random.Random = field(default_factory=random.Random, compare=False, repr=False)
+    # The jitter's source: a seeded one where a run must repeat, else the OS-seeded port
+    # (bridge/clock.py), never the global one.
+    rng: random.Random = field(default_factory=system_random, compare=False, repr=False)
 
     def backoff(self, retry_number: int) -> float:
         """Delay before retry `retry_number` (1-based): half fixed, half random."""

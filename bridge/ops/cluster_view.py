@@ -3,19 +3,17 @@ the database (the heartbeats of bridge/ops/housekeeping.py), not from one instan
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from bridge.config import Settings
 
 
-async def instances_view(settings: Settings, now: float | None = None) -> dict[str, Any]:
+async def instances_view(settings: Settings, now: float) -> dict[str, Any]:
     """Each instance with its epoch, when it started, how long since its last heartbeat,
     whether it counts as alive (a heartbeat within BRIDGE_LEASE_SECONDS), where its operator
-    API answers, and its counts."""
+    API answers, and its counts; `now` on the wall clock, which the heartbeats are on."""
     from bridge.stores import store_for  # the store the bridge itself would open
 
-    now = time.time() if now is None else now
     ttl = settings.cluster.bridge_lease_seconds
     async with store_for(settings) as store:
         records = await store.instances(now)

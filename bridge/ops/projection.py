@@ -23,8 +23,6 @@ The stream (`open` then `next`):
 from __future__ import annotations
 
 import asyncio
-import time
-import uuid
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -61,12 +59,12 @@ class Subscription:
 
 @dataclass
 class Projection:
-    epoch: str = field(default_factory=lambda: uuid.uuid4().hex)
+    epoch: str  # a new id at each start (the bridge's `Ids`): observers see the restart
+    clock: Callable[[], float]  # the wall clock: a fault's time, a conversation's ages
     instance_id: str = ""  # BRIDGE_INSTANCE_ID: which of several instances this view is of
     queue_size: int = 256
     ring_size: int = 1024
     fault_limit: int = 50
-    clock: Callable[[], float] = time.time
     revision: int = 0
     _states: dict[str, dict[str, Any]] = field(default_factory=dict)
     _raw: dict[str, dict[str, Any]] = field(default_factory=dict)  # as published, no name

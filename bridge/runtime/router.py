@@ -26,6 +26,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
+from bridge.clock import Clock
 from bridge.paths import within
 from bridge.runtime.events import (
     ConfigOption,
@@ -267,7 +268,9 @@ class RoutedRuntime:
         return merged
 
 
-def acp_routed(settings: Settings, routes: Routes, options: Mapping[str, Any]) -> RoutedRuntime:
+def acp_routed(
+    settings: Settings, routes: Routes, clock: Clock, options: Mapping[str, Any]
+) -> RoutedRuntime:
     """One ACP runtime per agent profile and workspace, built as conversations need them
     (`options`: the agent's extra environment, the process-change hook)."""
 
@@ -275,6 +278,6 @@ def acp_routed(settings: Settings, routes: Routes, options: Mapping[str, Any]) -
         # The ACP SDK is imported here, at the first build, never at start-up (see above).
         from bridge.runtime.acp.runtime import AcpRuntime
 
-        return AcpRuntime.from_settings(settings, argv=argv, workdir=folder, **options)
+        return AcpRuntime.from_settings(settings, clock=clock, argv=argv, workdir=folder, **options)
 
     return RoutedRuntime(routes, build)

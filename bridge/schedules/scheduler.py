@@ -143,7 +143,7 @@ class Scheduler:
         self._store = store
         self._feishu = feishu
         self._t = translator
-        self._texts = ScheduleTexts(translator, settings.zone)
+        self._texts = ScheduleTexts(translator, settings.zone, clock.wall)
         # Slots are wall-clock times (/at 09:30); the wake-up is asked of the clock port,
         # and `check` re-arms a wake-up that comes before its slot.
         self._clock = clock.wall

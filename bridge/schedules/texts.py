@@ -4,6 +4,7 @@ host's)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime, tzinfo
 
 from bridge.core.inputs import ScheduleResult
@@ -14,9 +15,14 @@ from bridge.store.port import Schedule
 
 
 class ScheduleTexts:
-    def __init__(self, translator: Translator, zone: tzinfo | None) -> None:
+    def __init__(
+        self, translator: Translator, zone: tzinfo | None, wall: Callable[[], float]
+    ) -> None:
+        """`wall`: the wall clock, whose present moment picks the host zone's offset (summer
+        time or not) when no zone is set."""
         self._t = translator
         self._zone_setting = zone
+        self._wall = wall
 
     def listing(
         self, schedules: list[Schedule], now: float
@@ -51,7 +57,9 @@ class ScheduleTexts:
 
     def zone(self) -> tzinfo:
         zone = self._zone_setting
-        return zone if zone is not None else datetime.now().astimezone().tzinfo or UTC
+        if zone is not None:
+            return zone
+        return datetime.fromtimestamp(self._wall(), UTC).astimezone().tzinfo or UTC
 
     def zone_name(self) -> str:
         return str(self.zone())

@@ -16,6 +16,7 @@ from typing import Any
 
 import httpx
 
+from bridge.clock import LoopClock
 from bridge.config import Tuning
 from bridge.demo import Demo, start_demo
 from bridge.devtools.emulator import FeishuEmulator
@@ -151,6 +152,7 @@ def unhurried_client(emu: FeishuEmulator, waits: list[float] | None = None) -> F
         emu.app_id,
         emu.app_secret,
         emu.url,
+        clock=LoopClock().now,
         retry=RetryPolicy(base_delay=0.0, max_delay=0.0),
         sleep=no_sleep,
     )

@@ -15,6 +15,7 @@ import pytest_asyncio
 from tenacity import RetryCallState, wait_none
 from tenacity.wait import wait_base
 
+from bridge.clock import LoopClock
 from bridge.config import Settings
 from bridge.runtime.acp.client import client_capabilities
 from bridge.runtime.acp.runtime import AcpRuntime, SessionLost
@@ -110,7 +111,9 @@ pytestmark = pytest.mark.asyncio(loop_scope="module")
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def runtime(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[AcpRuntime]:
     folder = tmp_path_factory.mktemp("shared-runtime")
-    rt = AcpRuntime(AGENT, folder, env=agent_env(folder / "state"), restart_wait=wait_none())
+    rt = AcpRuntime(
+        AGENT, folder, clock=LoopClock(), env=agent_env(folder / "state"), restart_wait=wait_none()
+    )
     await rt.start()
     yield rt
     await rt.close()
@@ -121,7 +124,12 @@ async def asking_runtime(tmp_path_factory: pytest.TempPathFactory) -> AsyncItera
     """A runtime that declares elicitation (the shared one does not)."""
     folder = tmp_path_factory.mktemp("asking-runtime")
     rt = AcpRuntime(
-        AGENT, folder, env=agent_env(folder / "state"), elicitation=True, restart_wait=wait_none()
+        AGENT,
+        folder,
+        clock=LoopClock(),
+        env=agent_env(folder / "state"),
+        elicitation=True,
+        restart_wait=wait_none(),
     )
     yield rt
     await rt.close()
@@ -136,7 +144,7 @@ async def make_runtime(tmp_path: Path) -> AsyncIterator[Callable[..., AcpRuntime
         options.setdefault("restart_wait", wait_none())
         options.setdefault("argv", AGENT)
         environment = {**agent_env(tmp_path / "agent-state"), **(env or {})}
-        runtime = AcpRuntime(workdir=tmp_path, env=environment, **options)
+        runtime = AcpRuntime(workdir=tmp_path, clock=LoopClock(), env=environment, **options)
         made.append(runtime)
         return runtime
 
@@ -668,7 +676,7 @@ async def test_built_from_settings(tmp_path: Path) -> None:
         bridge_max_agents=3,
         bridge_elicitation=True,
     )
-    rt = AcpRuntime.from_settings(settings, env=agent_env(tmp_path / "state"))
+    rt = AcpRuntime.from_settings(settings, clock=LoopClock(), env=agent_env(tmp_path / "state"))
     try:
         assert len(rt.snapshot()["agents"]) == 3
         session = await rt.open_session("chat-1")

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from bridge.clock import LoopClock
 from bridge.runtime.acp.runtime import AcpRuntime
 from bridge.runtime.events import RuntimeExited, TurnEvent
 from bridge.runtime.port import RuntimeUnavailable
@@ -26,7 +27,9 @@ async def test_agent_never_sees_feishu_secrets(
     dump = tmp_path / "env.json"
     # A stand-in "agent" that records its environment, then fails to start.
     script = f"import json, os; open({str(dump)!r}, 'w').write(json.dumps(dict(os.environ)))"
-    runtime = AcpRuntime([sys.executable, "-c", script], tmp_path, restart_attempts=1)
+    runtime = AcpRuntime(
+        [sys.executable, "-c", script], tmp_path, clock=LoopClock(), restart_attempts=1
+    )
     try:
         with pytest.raises(RuntimeUnavailable):
             await runtime.open_session("chat-1")
@@ -44,7 +47,7 @@ async def test_exit_is_noticed_even_when_a_child_of_the_agent_holds_its_pipes(
     stderr, so the pipes stay open. The turn must still end as "runtime exited"."""
     agent = shlex.join([sys.executable, "-m", "bridge.devtools.scripted_agent"])
     argv = ["sh", "-c", f"sleep 60 & exec {agent}"]
-    runtime = AcpRuntime(argv, tmp_path, restart_attempts=1)
+    runtime = AcpRuntime(argv, tmp_path, clock=LoopClock(), restart_attempts=1)
     events: list[TurnEvent] = []
     try:
         session = await runtime.open_session("chat-1")

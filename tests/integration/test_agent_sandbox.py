@@ -28,6 +28,7 @@ import pytest
 import pytest_asyncio
 from tenacity import wait_none
 
+from bridge.clock import LoopClock
 from bridge.config import Settings
 from bridge.runtime.acp.runtime import AcpRuntime
 from bridge.runtime.events import MessageChunk, TurnEnded, TurnEvent
@@ -120,7 +121,11 @@ async def sandboxed(site: Site) -> AsyncIterator[AcpRuntime]:
         bridge_workdir=site.work,
     )
     runtime = AcpRuntime.from_settings(
-        settings, env={"PYTHONPATH": str(REPO)}, restart_wait=wait_none(), start_timeout=30
+        settings,
+        clock=LoopClock(),
+        env={"PYTHONPATH": str(REPO)},
+        restart_wait=wait_none(),
+        start_timeout=30,
     )
     yield runtime
     await runtime.close()
@@ -286,7 +291,7 @@ async def test_a_sandboxed_agent_sees_only_the_workspace_its_session_is_in(site:
         bridge_workspaces=f"app={site.work};docs={docs}",
     )
     routes = Routes.of(settings.agent.agent_profiles, settings.agent.workspace_roots)
-    runtime = acp_routed(settings, routes, {"env": {"PYTHONPATH": str(REPO)}})
+    runtime = acp_routed(settings, routes, LoopClock(), {"env": {"PYTHONPATH": str(REPO)}})
     routes_tried = {
         "read": [str(site.work / "app.py"), str(docs / "secret.md")],
         "write": [str(site.work / "new.py"), str(docs / "guide" / "new.md")],

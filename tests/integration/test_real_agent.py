@@ -34,6 +34,7 @@ import pytest_asyncio
 from acp.schema import AgentCapabilities, Implementation
 from tenacity import wait_none
 
+from bridge.clock import LoopClock
 from bridge.i18n import Translator
 from bridge.runtime.acp.runtime import AcpRuntime
 from bridge.runtime.events import (
@@ -282,6 +283,7 @@ async def drive(agent: RealAgent, workdir: Path) -> Drive:
     rt = AcpRuntime(
         offline(agent),
         workdir,
+        clock=LoopClock(),
         restart_attempts=1,
         restart_wait=wait_none(),
         start_timeout=WITHIN,

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from bridge.clock import LoopClock
 from bridge.runtime.acp.transport import (
     BUSY_SESSIONS,
     MAX_WINDOW_SECONDS,
@@ -48,7 +49,7 @@ def transport(
 ) -> BatchedTransport:
     on_oversize = (sizes if sizes is not None else []).append
     lines = CappedLines(reader, label="t", cap=CAP, on_oversize=on_oversize)
-    return BatchedTransport(lines, _Writer(), window=window)  # type: ignore[arg-type]
+    return BatchedTransport(lines, _Writer(), now=LoopClock().now, window=window)  # type: ignore[arg-type]
 
 
 async def received(t: BatchedTransport) -> list[Any]:
@@ -169,7 +170,7 @@ async def test_sends_reach_the_writer() -> None:
             written.append(data)
 
     lines = CappedLines(fed(), label="t", cap=CAP)
-    t = BatchedTransport(lines, Writer(), window=0.1)  # type: ignore[arg-type]
+    t = BatchedTransport(lines, Writer(), now=LoopClock().now, window=0.1)  # type: ignore[arg-type]
     await t.send({"jsonrpc": "2.0", "id": 0, "method": "initialize"})
     await t.close()
     assert [json.loads(w) for w in written] == [{"jsonrpc": "2.0", "id": 0, "method": "initialize"}]

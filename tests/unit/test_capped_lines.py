@@ -15,6 +15,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from bridge.clock import LoopClock
 from bridge.runtime.acp.transport import BatchedTransport, CappedLines, decoded
 from bridge.utf8 import utf8_safe
 
@@ -107,7 +108,7 @@ class _Writer:
 
 def transport_over(*data: bytes) -> BatchedTransport:
     lines = CappedLines(reader_with(*data), label="t", cap=1 << 20)
-    return BatchedTransport(lines, _Writer(), window=0)  # type: ignore[arg-type]
+    return BatchedTransport(lines, _Writer(), now=LoopClock().now, window=0)  # type: ignore[arg-type]
 
 
 async def test_agent_text_that_is_not_unicode_is_repaired_before_it_is_parsed() -> None:

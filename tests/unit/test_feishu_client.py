@@ -94,7 +94,7 @@ async def client(clock: Clock, sleeps: Sleeps) -> AsyncIterator[FeishuClient]:
 
 
 async def test_client_satisfies_the_port() -> None:
-    client = FeishuClient("cli_test", SECRET, DOMAIN)
+    client = FeishuClient("cli_test", SECRET, DOMAIN, clock=Clock())
     api: FeishuApi = client
     assert SECRET not in repr(api)
     assert SECRET not in repr(client.tokens)
@@ -510,7 +510,7 @@ def test_check_response_success_and_metadata() -> None:
 
 async def test_aclose_only_closes_owned_http() -> None:
     shared = httpx.AsyncClient()
-    client = FeishuClient("cli", SECRET, DOMAIN, http=shared)
+    client = FeishuClient("cli", SECRET, DOMAIN, clock=Clock(), http=shared)
     await client.aclose()
     assert not shared.is_closed
     await shared.aclose()

@@ -1,10 +1,17 @@
 from __future__ import annotations
 
+from typing import Any
+
 from bridge.ops.projection import Frame, Projection, Subscription
 
 
+def projection(**options: Any) -> Projection:
+    """A projection of the run `epoch-1`, its clock standing at 0."""
+    return Projection(**{"epoch": "epoch-1", "clock": lambda: 0.0, **options})
+
+
 def test_revision_is_monotonic_and_unchanged_snapshots_are_not_republished() -> None:
-    p = Projection()
+    p = projection()
     first = p.publish("chat-a", {"state": "idle"})
     assert first is not None
     assert p.publish("chat-a", {"state": "idle"}) is None
@@ -15,8 +22,12 @@ def test_revision_is_monotonic_and_unchanged_snapshots_are_not_republished() -> 
     assert p.snapshot()["conversations"]["chat-b"] == {"revision": 2, "state": "streaming"}
 
 
-def test_each_process_has_its_own_epoch() -> None:
-    assert Projection().epoch != Projection().epoch
+def test_every_frame_names_the_epoch_of_its_run() -> None:
+    p = projection(epoch="run-7")
+    frame = p.publish("chat", {"state": "idle"})
+    assert frame is not None
+    assert frame["projection_epoch"] == p.snapshot()["projection_epoch"] == "run-7"
+    assert [f.id for f in p.open(p.subscribe(), "run-7:0")] == ["run-7:1"]
 
 
 def _queued(sub: Subscription) -> list[Frame]:
@@ -27,7 +38,7 @@ def _queued(sub: Subscription) -> list[Frame]:
 
 
 async def test_a_subscriber_that_falls_too_far_behind_is_evicted_with_a_terminal_frame() -> None:
-    p = Projection(queue_size=2)
+    p = projection(queue_size=2)
     sub = p.subscribe("slow")
     p.open(sub)
     for n in range(5):
@@ -44,7 +55,7 @@ async def test_a_subscriber_that_falls_too_far_behind_is_evicted_with_a_terminal
 
 
 async def test_an_evicted_subscriber_reconnecting_with_its_last_id_gets_the_rest() -> None:
-    p = Projection(queue_size=2)
+    p = projection(queue_size=2)
     sub = p.subscribe()
     [snap] = p.open(sub)
     p.publish("chat", {"n": 0})
@@ -59,7 +70,7 @@ async def test_an_evicted_subscriber_reconnecting_with_its_last_id_gets_the_rest
 
 
 async def test_close_sends_an_explicit_terminal_frame() -> None:
-    p = Projection(queue_size=1)
+    p = projection(queue_size=1)
     sub = p.subscribe()
     p.publish("chat", {"n": 1})
     p.close()
@@ -71,7 +82,7 @@ async def test_close_sends_an_explicit_terminal_frame() -> None:
 async def test_a_frame_published_between_subscribe_and_snapshot_is_neither_lost_nor_doubled() -> (
     None
 ):
-    p = Projection()
+    p = projection()
     p.publish("a", {"n": 0})
     sub = p.subscribe()
     p.publish("b", {"n": 1})  # between subscribing and the opening snapshot
@@ -86,7 +97,7 @@ async def test_a_frame_published_between_subscribe_and_snapshot_is_neither_lost_
 
 
 async def test_every_ring_frame_has_an_id_and_a_replay_is_exactly_the_missed_frames() -> None:
-    p = Projection(ring_size=4)
+    p = projection(ring_size=4)
     first = p.subscribe()
     [snap] = p.open(first)
     last_read = snap.id
@@ -101,13 +112,13 @@ async def test_every_ring_frame_has_an_id_and_a_replay_is_exactly_the_missed_fra
 
 
 async def test_a_last_event_id_out_of_the_ring_or_of_another_epoch_gets_a_snapshot() -> None:
-    p = Projection(ring_size=2)
+    p = projection(ring_size=2)
     for n in range(5):
         p.publish("chat", {"n": n})
     for stale in (
         f"{p.epoch}:1",  # its next frames left the ring
         f"{p.epoch}:99",  # from the future
-        f"{Projection().epoch}:5",  # another run of the bridge: never replayed across it
+        "epoch-2:5",  # another run of the bridge: never replayed across it
         "5",
         "garbage",
     ):
@@ -117,7 +128,7 @@ async def test_a_last_event_id_out_of_the_ring_or_of_another_epoch_gets_a_snapsh
 
 
 async def test_session_terminal_frames_are_in_the_stream_and_a_death_is_a_fault() -> None:
-    p = Projection(clock=lambda: 50.0)
+    p = projection(clock=lambda: 50.0)
     sub = p.subscribe()
     p.open(sub)
     p.session_ended("session_closed", "chat", "s-1", "operator")
@@ -136,7 +147,7 @@ async def test_session_terminal_frames_are_in_the_stream_and_a_death_is_a_fault(
 
 
 def test_faults_are_read_from_snapshots_and_kept_bounded() -> None:
-    p = Projection(fault_limit=2, clock=lambda: 7.0)
+    p = projection(fault_limit=2, clock=lambda: 7.0)
     p.publish("chat", {"state": "streaming", "turn_id": "t1", "last_terminal": None})
     p.publish("chat", {"state": "recovering", "turn_id": "t1", "last_terminal": None})
     ended = {"turn_id": "t1", "outcome": "interrupted", "ending": "agent_exit", "ended_at": 7.0}
@@ -152,7 +163,7 @@ def test_faults_are_read_from_snapshots_and_kept_bounded() -> None:
 
 
 def test_a_process_seen_alive_and_then_gone_is_a_fault_and_its_view_a_frame() -> None:
-    p = Projection()
+    p = projection()
     alive = {"agent": "claude", "workspace": "w", "slot": 0, "pid": 10, "alive": True}
     assert p.processes([alive]) is not None
     assert p.processes([alive]) is None  # unchanged: not re-published
@@ -170,7 +181,7 @@ def test_a_process_seen_alive_and_then_gone_is_a_fault_and_its_view_a_frame() ->
 
 
 def test_a_display_name_shows_in_the_snapshot_and_is_republished() -> None:
-    p = Projection()
+    p = projection()
     p.publish("chat", {"state": "idle"})
     p.set_display_name("chat", "Release <b>room</b>")
     assert p.get("chat") == {"state": "idle", "display_name": "Release <b>room</b>"}
@@ -186,7 +197,7 @@ def test_a_display_name_shows_in_the_snapshot_and_is_republished() -> None:
 
 def test_ages_are_derived_when_read_and_quiet_republishing_is_deduplicated() -> None:
     now = [1000.0]
-    p = Projection(clock=lambda: now[0])
+    p = projection(clock=lambda: now[0])
     snap = {"state": "streaming", "started_at": 900.0, "last_activity_at": 990.0}
     assert p.publish("chat", snap) is not None
     assert p.publish("chat", dict(snap)) is None  # nothing changed: no new revision

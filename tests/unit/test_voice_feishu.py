@@ -16,6 +16,7 @@ import httpx
 import pytest
 import respx
 
+from bridge.clock import LoopClock
 from bridge.devtools.emulator import codes
 from bridge.devtools.emulator.clips import SPOKEN_CLIP, encode_opus, pcm_of, spoken_clip
 from bridge.devtools.emulator.speech import SpeechRecognition
@@ -34,7 +35,10 @@ async def no_sleep(_: float) -> None:
 
 
 async def recognize(pcm: bytes) -> str:
-    async with FeishuClient("cli_x", "s", DOMAIN, retry=RetryPolicy(0, 0), sleep=no_sleep) as c:
+    clock = LoopClock().now
+    async with FeishuClient(
+        "cli_x", "s", DOMAIN, clock=clock, retry=RetryPolicy(0, 0), sleep=no_sleep
+    ) as c:
         return await c.recognize_speech(pcm)
 
 

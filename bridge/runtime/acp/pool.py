@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +29,7 @@ from pydantic import ValidationError
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt
 from tenacity.wait import wait_base
 
+from bridge.clock import Clock
 from bridge.runtime.acp.process import AgentProcess, SpawnError, spawn_agent
 from bridge.runtime.acp.transport import DEFAULT_WINDOW_SECONDS, MAX_LINE_BYTES
 from bridge.runtime.events import RuntimeExited
@@ -105,9 +105,11 @@ class AgentPool:
         capabilities: ClientCapabilities,
         handler_for: Callable[[int], MethodHandler],
         on_exit: Callable[[AgentProcess], None],
+        clock: Clock,
         on_change: Callable[[], None] | None = None,
     ) -> None:
         self._on_change = on_change or (lambda: None)
+        self._clock = clock
         self.argv = list(argv)
         self._program = Path(self.argv[0]).name
         self.workdir = workdir
@@ -161,7 +163,7 @@ class AgentPool:
             try:
                 slot.process = await self._start_with_retry(slot.index)
                 slot.starts += 1
-                slot.started_at = time.time()
+                slot.started_at = self._clock.wall()
             finally:
                 slot.starting = False
                 self._on_change()
@@ -218,6 +220,7 @@ class AgentPool:
             env=self._env,
             handler=self._handler_for(generation),
             on_exit=self._on_exit,
+            now=self._clock.now,
             stderr_lines=self._limits.stderr_lines,
             sandbox=self._limits.sandbox,
             max_line_bytes=self._limits.max_line_bytes,

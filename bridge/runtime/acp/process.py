@@ -14,7 +14,6 @@ import contextlib
 import logging
 import os
 import signal
-import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -66,10 +65,10 @@ class StderrTail:
     """
 
     label: str
+    clock: Callable[[], float]  # the log's rate limit is timed on it (the bridge's Clock.now)
     max_lines: int = 200
     max_line_chars: int = 500
     log_lines_per_second: int = 20
-    clock: Callable[[], float] = time.monotonic
     lines: deque[str] = field(init=False)
     total_bytes: int = 0
     total_lines: int = 0
@@ -336,6 +335,7 @@ async def spawn_agent(
     env: Mapping[str, str] | None,
     handler: MethodHandler,
     on_exit: Callable[[AgentProcess], None],
+    now: Callable[[], float],
     stderr_lines: int = 200,
     sandbox: SandboxPolicy | None = None,
     max_line_bytes: int = MAX_LINE_BYTES,
@@ -344,7 +344,7 @@ async def spawn_agent(
 ) -> AgentProcess:
     """Start the agent command (inside `sandbox` when given) and wire its stdio; raises
     SpawnError when it cannot run. `batch_window`: how long streaming updates are held to
-    be merged (`transport.py`; 0 merges nothing)."""
+    be merged (`transport.py`; 0 merges nothing); `now`: the bridge's clock (`Clock.now`)."""
     command = sandbox.wrap(argv) if sandbox is not None else list(argv)
     try:
         process = await asyncio.create_subprocess_exec(
@@ -368,7 +368,7 @@ async def spawn_agent(
     assert process.stderr is not None
     label = f"agent[{slot}] pid {process.pid}"
     stdout = CappedLines(process.stdout, label=label, cap=max_line_bytes, on_oversize=on_oversize)
-    transport = BatchedTransport(stdout, process.stdin, window=batch_window, label=label)
+    transport = BatchedTransport(stdout, process.stdin, now=now, window=batch_window, label=label)
     conn = Connection(handler, transport)
     loop = asyncio.get_running_loop()
     agent = AgentProcess(
@@ -376,7 +376,7 @@ async def spawn_agent(
         generation=generation,
         process=process,
         conn=conn,
-        stderr=StderrTail(label=label, max_lines=stderr_lines),
+        stderr=StderrTail(label=label, clock=now, max_lines=stderr_lines),
         exited=loop.create_future(),
     )
     drain = asyncio.create_task(_drain(process.stderr, agent.stderr), name=f"{label} stderr")

@@ -38,7 +38,7 @@ from acp.schema import (
 from tenacity import wait_exponential
 from tenacity.wait import wait_base
 
-from bridge.clock import Ids, new_id
+from bridge.clock import Clock, Ids, new_id
 from bridge.runtime.acp.client import (
     BridgeClient,
     ElicitationRequest,
@@ -96,6 +96,7 @@ class AcpRuntime:
         argv: Sequence[str],
         workdir: Path,
         *,
+        clock: Clock,
         max_agents: int = 2,
         elicitation: bool = False,
         env: Mapping[str, str] | None = None,
@@ -111,7 +112,8 @@ class AcpRuntime:
     ) -> None:
         """`on_change`: told (synchronously) when an agent process starts or exits, a
         session opens or is let go, or a turn begins or ends, so the operator view of the
-        processes is pushed, never polled."""
+        processes is pushed, never polled. `clock`: the bridge's (when a process became
+        ready; how its output is timed)."""
         if not argv:
             raise ValueError("argv must name a program")
         if max_agents < 1:
@@ -141,6 +143,7 @@ class AcpRuntime:
             capabilities=client_capabilities(elicitation),
             handler_for=lambda generation: build_handler(BridgeClient(self, generation)),
             on_exit=self._on_process_exit,
+            clock=clock,
             on_change=on_change,
         )
         self._on_change = on_change or (lambda: None)
@@ -161,6 +164,7 @@ class AcpRuntime:
         cls,
         settings: Settings,
         *,
+        clock: Clock,
         argv: Sequence[str] | None = None,
         workdir: Path | None = None,
         **overrides: Any,
@@ -177,7 +181,7 @@ class AcpRuntime:
             "sandbox": SandboxPolicy.from_settings(settings, workdir=workdir),
         }
         options.update(overrides)
-        return cls(argv, workdir, **options)
+        return cls(argv, workdir, clock=clock, **options)
 
     # --- the AgentRuntime port ----------------------------------------------------------------
 

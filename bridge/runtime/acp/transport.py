@@ -391,11 +391,15 @@ class BatchedTransport:
         lines: CappedLines,
         writer: asyncio.StreamWriter,
         *,
+        now: Callable[[], float],
         window: float = DEFAULT_WINDOW_SECONDS,
         label: str = "agent",
     ) -> None:
+        """`now`: the bridge's clock (`Clock.now`), on which a session's quiet spell is
+        measured."""
         self._lines = lines
         self._loop = asyncio.get_running_loop()  # made by the spawning coroutine
+        self._now = now
         self._window = window
         self.hold = window  # the window now, grown with the sessions streaming (window_for)
         self._tasks = TaskSupervisor(source=f"{label} transport")
@@ -481,18 +485,17 @@ class BatchedTransport:
             self._ready.append(message)
             self._wake()
             return
-        loop = self._loop
         if session not in self._holding and session not in self._recent:
             # The first word after a quiet spell goes on at once (a sign of life is never
             # late); other sessions' held updates may stay behind it, as in `merge`.
-            self._recent[session] = loop.time()
+            self._recent[session] = self._now()
             self._ready.append(message)
             self._wake()
             return
         self._held.add(key, message)
         self._holding.add(session)
         if self._flush_at is None:
-            self._flush_at = loop.call_later(self.hold, self._flush)
+            self._flush_at = self._loop.call_later(self.hold, self._flush)
 
     def _owner(self, message: Any) -> str | None:
         """The session a request from the agent or a response to the bridge belongs to,
@@ -508,7 +511,7 @@ class BatchedTransport:
 
     def _flush(self) -> None:
         self._cancel_flush()
-        now = self._loop.time()
+        now = self._now()
         self._recent = {s: at for s, at in self._recent.items() if now - at < self.hold}
         self._recent.update(dict.fromkeys(self._holding, now))
         self._holding.clear()

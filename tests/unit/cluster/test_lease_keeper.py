@@ -264,7 +264,7 @@ async def test_a_claim_landing_before_a_renewal_is_not_released_as_a_stray() -> 
 
 def test_the_lease_time_must_be_positive(store: MemoryStore) -> None:
     with pytest.raises(ValueError, match="positive"):
-        LeaseKeeper(store, "me", 0)
+        LeaseKeeper(store, "me", 0, clock=lambda: T0)
 
 
 async def test_a_failing_callback_does_not_stop_the_keeper(store: MemoryStore) -> None:
