@@ -142,18 +142,21 @@ def view(
     card = turn.card
     text = page_text(card, answer_of(turn) if answer is None else answer, page)
     last = page == len(card.pages)
-    code = card.fences[page - 1] if 0 < page <= len(card.fences) else ""
+    cut = last and card.spill is not None
+    if page > 0:
+        # A continuation shows its page of the answer only: nothing else of the turn's
+        # moves it, so a view whose text did not change is the view it already shows.
+        code = card.fences[page - 1] if page <= len(card.fences) else ""
+        return CardView(CardPhase.WORKING, 0.0, text=text, cut=cut, page=page, code=code)
     return CardView(
         phase=phase or _PHASES.get(ctx.conv.state, CardPhase.WORKING),
         elapsed=ctx.now - turn.started_at,
         tools=card.tools,
         plan=card.plan,
         text=text,
-        cut=last and card.spill is not None,
+        cut=cut,
         end_key=end_key,
         end_params=dict(end_params or {}),
-        page=page,
-        code=code,
     )
 
 
@@ -239,16 +242,9 @@ def _reopened(fence: str, text: str) -> str:
     return f"{fence}\n{text}" if fence else text
 
 
-def _page(
-    ctx: StepContext,
-    page: int,
-    answer: str,
-    *,
-    final: bool = False,
-    phase: CardPhase | None = None,
-) -> None:
+def _page(ctx: StepContext, page: int, answer: str, *, final: bool = False) -> None:
     turn = ctx.turn
-    shown = view(ctx, page=page, answer=answer, phase=phase)
+    shown = view(ctx, page=page, answer=answer)
     key = card_key(turn.turn_id, page)
     ctx.emit(ShowStatusCard(turn.turn_id, turn.message_id, key, shown, final=final))
 
@@ -302,7 +298,7 @@ def finalize(ctx: StepContext, key: str | None, params: Params | None, end_id: s
     ctx.emit(ShowStatusCard(tid, reply_to, card_key(tid), last, final=True))
     spill = turn.card.spill
     if turn.card.pages and spill is None:  # the page being written ends too
-        _page(ctx, len(turn.card.pages), answer, final=True, phase=CardPhase.ENDED)
+        _page(ctx, len(turn.card.pages), answer, final=True)  # as shown: no change to make
     card = evolve(turn.card, {"text": ""})
     ctx.update_turn(text=NOTHING_WRITTEN, card=card)
     ctx.update_progress(pending=None)

@@ -233,8 +233,12 @@ class StatusCards:
             card.flusher.cancel()
         async with card.lock:
             card.pending = None
-            changed = card.shown == view or await self._change(card, view, final=True)
-            if changed and card.card_id is not None:
+            # A final change is a whole update with streaming off (Feishu's full update
+            # replaces the card's config too): the settings call is needed only when the
+            # card already showed its last view and so was not changed again.
+            unchanged = card.shown == view
+            changed = unchanged or await self._change(card, view, final=True)
+            if unchanged and card.card_id is not None:
                 settings = {"config": {"streaming_mode": False}}
                 with contextlib.suppress(FeishuError):  # the card already says it ended
                     await self._feishu.card_settings(

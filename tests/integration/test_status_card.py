@@ -81,7 +81,9 @@ async def test_a_long_turn_is_one_card_that_ends_with_the_answer(stack: Stack) -
     assert plain_texts(stack) == []  # no "正在处理…", no progress line, no separate answer
     kinds = [(c.method, c.path.removeprefix(CARDS)) for c in stack.emu.calls(CARDS)]
     assert kinds[0] == ("POST", "")
-    assert kinds[-1][1].endswith("/settings")
+    # The last change is the whole final view, streaming off with it: no settings call.
+    assert kinds[-1][0] == "PUT"
+    assert not any(path.endswith("/settings") for _, path in kinds)
     assert any(path.endswith("/elements/answer/content") for _, path in kinds)
     seq = sequences(stack)
     assert seq == sorted(set(seq)), "sequences must strictly increase"
