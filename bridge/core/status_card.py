@@ -28,12 +28,11 @@ from bridge.runtime.events import PlanEntry
 # A card's JSON may hold 30 KB (Feishu's limit for a card). The answer is paged: each card
 # carries at most PAGE_WEIGHT of it, counted as `weight` counts (the bytes it takes once
 # escaped for card Markdown and JSON, over-counted), which leaves the status card's own lines
-# room, and at most PAGE_CHARS characters, so a page's Markdown is drawn as one part
-# (feishu/text.py cuts rendered Markdown at 7,000). A page that fills is closed and never
-# changes again; the answer continues on a continuation card posted right below, streamed the
-# same way.
+# room, and at most PAGE_CHARS characters (a CJK page fills by weight first, an English one
+# by characters about as soon). A page that fills is closed and never changes again; the
+# answer continues on a continuation card posted right below, streamed the same way.
 PAGE_WEIGHT = 12_000
-PAGE_CHARS = 6_000
+PAGE_CHARS = 10_000
 MAX_PAGES = 8  # cards one answer may fill; what outgrows them follows as messages as it fills
 MAX_TOOLS = 5  # tool calls listed, newest last
 # Characters escaped on the way (a backslash for Markdown, another for JSON): 3 bytes each.

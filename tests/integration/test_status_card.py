@@ -146,7 +146,7 @@ async def test_waiting_for_approval_pauses_the_card_and_expiry_ends_it(tmp_path:
 
 
 async def test_a_long_answer_continues_on_cards_below_and_is_shown_once(stack: Stack) -> None:
-    words = "word " * 3000  # 15,000 characters: three cards' worth (6,000 each at most)
+    words = "word " * 5000  # 25,000 characters: three cards' worth (10,000 each at most)
     await stack.say(f"tool Write\nsay {words.strip()}")
     await stack.settled()
     shown = status_cards(stack)

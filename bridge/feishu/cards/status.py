@@ -40,7 +40,9 @@ def answer_markdown(text: str, code: str = "") -> str:
     if code:
         text = f"{code}\n{text}"
     parts = answer_parts(text)
-    return parts[0] if parts is not None and len(parts) == 1 else markdown_literal(text)
+    # Parts are cut for messages; in one element they read as one (the core's page bounds
+    # the element's size).
+    return "\n\n".join(parts) if parts is not None else markdown_literal(text)
 
 
 def _markdown(element_id: str, content: str) -> dict[str, Any]:

@@ -198,11 +198,11 @@ def test_a_refused_continuation_card_hands_the_rest_to_messages() -> None:
     d.start()
     d.advance(5.0)
     answer = words(4000)
-    d.feed(MessageChunk(SID, answer[:7000]), at=6.0)
+    d.feed(MessageChunk(SID, answer[:11000]), at=6.0)
     live = cards(d.effects)[-1]
     assert live.card_key == "m1:status:2"
     d.feed(StatusCardFailed("m1", "m1", live.view, final=False), at=6.5)
-    d.feed(MessageChunk(SID, answer[7000:]), at=7.0)
+    d.feed(MessageChunk(SID, answer[11000:]), at=7.0)
     out = d.feed(TurnEnded(SID, StopReason.END_TURN), at=8.0)
     status = [c for c in cards(out) if c.card_key == "m1:status"][-1]
     assert status.final
