@@ -27,6 +27,7 @@ from typing import TypeVar
 from bridge.core.delivery import Lane
 from bridge.core.effects import CardView, ShowStatusCard
 from bridge.core.inputs import StatusCardFailed
+from bridge.core.status_card import card_key
 from bridge.engine.actor import ConversationActor, terms_of
 from bridge.engine.tasks import TaskTracker
 from bridge.feishu.api import FeishuApi
@@ -53,6 +54,7 @@ _SEQUENCE_EPOCH = 1_767_225_600  # 2026-01-01; tenths of a second since then fit
 # All live cards' changes together ask for at most this share of one API's budget (a card
 # change goes through the whole-update API or, under load, the element stream: two APIs).
 REFRESH_SHARE = 1.5
+_REFUSED_KEPT = 256  # cards handed back to lines, remembered
 
 
 @dataclass
@@ -94,10 +96,16 @@ class StatusCards:
         self._gate = gate
         self._metrics = metrics
         self._cards: dict[str, _Card] = {}
+        # Cards handed back to lines: a view the core made before it heard so (still queued)
+        # must not post the card after all. The last few are enough: the core sends none
+        # after it heard.
+        self._refused: dict[str, None] = {}
 
     async def show(self, actor: ConversationActor, work: ShowStatusCard) -> None:
         card = self._cards.get(work.card_key)
         if card is None:
+            if work.card_key in self._refused:
+                return
             card = await self._find(work) if work.existing_only else await self._post(actor, work)
             if card is None:
                 return
@@ -345,6 +353,9 @@ class StatusCards:
     ) -> None:
         log.warning("status card of turn %s not shown (%s); back to lines", turn_id, exc)
         self._count("fallback_messages")
+        self._refused[card_key(turn_id, view.page)] = None
+        if len(self._refused) > _REFUSED_KEPT:
+            del self._refused[next(iter(self._refused))]
         actor.feed(StatusCardFailed(turn_id, reply_to, view, final))
 
     def _count(self, call: str) -> None:

@@ -117,7 +117,10 @@ class Stack:
                 while True:
                     await engine.wait_idle()
                     states = projection.snapshot()["conversations"].values()
-                    if all(s["state"] == "idle" and not s["queue_length"] for s in states):
+                    # No conversation yet: the message said last is still being handed over.
+                    if states and all(
+                        s["state"] == "idle" and not s["queue_length"] for s in states
+                    ):
                         await engine.wait_idle()
                         return
                     frame = await watch.queue.get()
