@@ -50,6 +50,7 @@ FAST_TUNING = Tuning(
 class Stack:
     demo: Demo
     waits: list[float] = field(default_factory=list)  # backoffs the Feishu client asked for
+    said: int = 0  # messages sent through `say`
 
     @property
     def emu(self) -> FeishuEmulator:
@@ -70,6 +71,7 @@ class Stack:
         return self.emu.p2p_chat_id
 
     async def say(self, text: str, **kwargs: Any) -> Any:
+        self.said += 1
         return await self.emu.send_user_message(text, **kwargs)
 
     def bot(self, chat_id: str | None = None) -> list[ChatMessage]:
@@ -117,8 +119,8 @@ class Stack:
                 while True:
                     await engine.wait_idle()
                     states = projection.snapshot()["conversations"].values()
-                    # No conversation yet: the message said last is still being handed over.
-                    if states and all(
+                    # Said something, no conversation yet: it is still being handed over.
+                    if (states or not self.said) and all(
                         s["state"] == "idle" and not s["queue_length"] for s in states
                     ):
                         await engine.wait_idle()
