@@ -127,9 +127,11 @@ class ConversationActor:
         # which are always queued after it, so a busy chat's acks never wait behind replies.
         self._shown = _Lane("shown")
         self._work = _Lane("work")
-        # Effects recorded as owed already (by the work lane, or before a restart), and when:
-        # their handler need not write the record again (outbox.py).
-        self.owed_at: dict[str, float] = {}
+        # Durable effects fed and not yet performed, by idempotency key: when their record was
+        # written (by the work lane, or before a restart), so that their handler need not
+        # write it again (outbox.py); None while it is not. Held only until the handler is
+        # done: a record that lands after its post was made is not kept.
+        self.owed_at: dict[str, float | None] = {}
         self._watchers: list[asyncio.Future[None]] = []  # `next_shown`'s waiters
         # Supersession (core/delivery.py): each queued work's place in the order it was fed,
         # and the latest place at which each group was superseded, always (`_moot`) or
@@ -170,6 +172,7 @@ class ConversationActor:
             elif self._route(effect) is not Route.CALLER:
                 terms: Terms | None = getattr(effect, "terms", None)
                 if terms is not None and terms.durable:
+                    self.owed_at.setdefault(getattr(effect, "idempotency_key", ""), None)
                     self.enqueue(Owe(effect))
                 self.enqueue(effect)
         shown = snapshot(self.conv)
@@ -206,6 +209,12 @@ class ConversationActor:
         for group in terms.news_for:
             self._news[group] = self._fed
 
+    def recorded(self, key: str, since: float) -> None:
+        """The durable effect under `key` is recorded as owed since `since`: its handler, if it
+        has not taken it yet, need not record it again."""
+        if key in self.owed_at:
+            self.owed_at[key] = since
+
     def superseded(self, work: Work, *, short: bool) -> bool:
         """Whether something fed after `work` made it moot (its terms say what may): always,
         or (`short`) while the call budget is short."""
@@ -236,8 +245,10 @@ class ConversationActor:
                 log.exception("effect %s failed in %s", type(work).__name__, self.key)
             finally:
                 self._performing -= 1
-                if self._place:
-                    self._place.pop(getattr(work, "idempotency_key", ""), None)
+                if self._place or self.owed_at:
+                    key = getattr(work, "idempotency_key", "")
+                    self._place.pop(key, None)
+                    self.owed_at.pop(key, None)
         if not (self._shown or self._work):
             if not self._performing:
                 self._moot.clear()
