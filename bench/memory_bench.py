@@ -12,9 +12,10 @@ Each chat cycles through the scripted agent's turns: an echo, a short stream, an
 hint, then the answer). Every message carries a token its answer repeats; a message counts
 as answered when the token reaches Feishu.
 
-Every `--every` seconds it prints the bridge's resident memory (VmRSS from /proc) and the
-messages answered; at the end the growth after the first `--warmup` minutes, in MiB and in
-KiB per message answered (the endpoints, and the slope of a least-squares line through the
+Every `--every` seconds it prints the bridge's resident memory (VmRSS from /proc; in
+brackets its anonymous part, the heaps without mapped files) and the messages answered; at
+the end the growth after the first `--warmup` minutes, in MiB and in KiB per message
+answered (the endpoints, and the slope of a least-squares line through the
 samples after the warm-up, which a single noisy sample moves less).
 
 The bridge runs as `feishu-bridge run` does (bridge.app's `run`: secrets taken, heap
@@ -273,6 +274,16 @@ def _allow_once(value: Any) -> dict[str, Any] | None:
     return None
 
 
+def anon_mib(pid: int) -> float:
+    """The process's anonymous resident memory (its heaps, not mapped files), MiB."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return float("nan")
+    line = next((x for x in status.splitlines() if x.startswith("RssAnon:")), "")
+    return int(line.split()[1]) / 1024 if line else float("nan")
+
+
 def slope(points: list[tuple[float, float]]) -> float:
     """Least-squares slope of y over x."""
     if len(points) < 2:
@@ -333,7 +344,7 @@ async def run(args: argparse.Namespace) -> None:
             start = time.monotonic()
             samples: list[tuple[float, int, float]] = []  # (seconds, answered, MiB)
             cpu0 = cpu_s(process.pid)
-            print("   time      RSS  answered    msg/s  bridge cpu", flush=True)
+            print("   time      RSS  (anon)  answered    msg/s  bridge cpu", flush=True)
             at, last = 0.0, (0.0, 0, cpu0)
             while at <= args.minutes * 60 + 1e-6:
                 await asyncio.sleep(max(0.0, start + at - time.monotonic()))
@@ -345,7 +356,8 @@ async def run(args: argparse.Namespace) -> None:
                 rate = (answered - last[1]) / max(1e-9, now - last[0])
                 core = 100 * (cpu - last[2]) / max(1e-9, now - last[0])
                 print(
-                    f"{int(now // 60):4d}:{int(now % 60):02d} {rss:7.1f} MiB {answered:8d}"
+                    f"{int(now // 60):4d}:{int(now % 60):02d} {rss:7.1f} MiB"
+                    f" ({anon_mib(process.pid):5.1f}) {answered:8d}"
                     f" {rate:8.1f} {core:9.0f}%",
                     flush=True,
                 )
