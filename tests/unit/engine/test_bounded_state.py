@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from bridge.engine.turn_runner import NOTED_KEPT
 from bridge.runtime.events import MessageChunk
 from bridge.store import MemoryStore
 from tests.unit.engine.engine_fakes import CHAT, Harness
@@ -51,3 +52,15 @@ async def test_owed_marks_do_not_outlive_their_posts(harness: Harness) -> None:
     actor = harness.engine.conversations[CHAT]
     assert actor.owed_at == {}
     assert await harness.store.owed() == []  # every record settled, late ones included
+
+
+async def test_notes_of_sessions_lost_with_their_agent_do_not_pile_up(harness: Harness) -> None:
+    for number in range(1, NOTED_KEPT * 2):
+        await harness.say(f"question {number}")
+        turn = await harness.runtime.turn(number)
+        turn.end()
+        await harness.idle()
+        harness.runtime.lost.add(turn.session_id)  # its agent restarted without it
+        harness.clock += 30.0
+    assert len({t.session_id for t in harness.runtime.turns}) == NOTED_KEPT * 2 - 1
+    assert len(harness.engine.runner._noted) <= NOTED_KEPT  # the bound is the point
