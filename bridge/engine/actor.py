@@ -36,6 +36,10 @@ log = logging.getLogger(__name__)
 # the scheduler: a conversation that just went idle may owe a scheduled prompt).
 Watcher = Callable[[str, dict[str, object]], object]
 
+# Superseded groups an actor that is never idle keeps before it forgets those older than
+# anything still queued (then twice as many as it kept): each turn adds two or three.
+GROUPS_KEPT = 64
+
 
 @dataclass(frozen=True)
 class Trace:
@@ -135,11 +139,13 @@ class ConversationActor:
         self._watchers: list[asyncio.Future[None]] = []  # `next_shown`'s waiters
         # Supersession (core/delivery.py): each queued work's place in the order it was fed,
         # and the latest place at which each group was superseded, always (`_moot`) or
-        # while the budget is short (`_news`). Forgotten when nothing is left to perform.
+        # while the budget is short (`_news`). Forgotten when nothing is left to perform, or
+        # once older than every queued work (a conversation that is never idle).
         self._fed = 0
         self._place: dict[str, int] = {}  # a droppable work's idempotency key -> its place
         self._moot: dict[str, int] = {}
         self._news: dict[str, int] = {}
+        self._groups_kept = GROUPS_KEPT
         self._performing = 0
         self._timers = Timers(clock, self._timer_fired)
         self._tasks = tasks
@@ -249,11 +255,21 @@ class ConversationActor:
                     key = getattr(work, "idempotency_key", "")
                     self._place.pop(key, None)
                     self.owed_at.pop(key, None)
+                if len(self._moot) + len(self._news) > self._groups_kept:
+                    self._forget_groups()
         if not (self._shown or self._work):
             if not self._performing:
                 self._moot.clear()
                 self._news.clear()
             self._idle.set()
+
+    def _forget_groups(self) -> None:
+        """A group superseded at a place no queued work is older than can make nothing moot
+        any more (what is fed later comes after it)."""
+        oldest = min(self._place.values(), default=self._fed)
+        self._moot = {group: at for group, at in self._moot.items() if at > oldest}
+        self._news = {group: at for group, at in self._news.items() if at > oldest}
+        self._groups_kept = max(GROUPS_KEPT, 2 * (len(self._moot) + len(self._news)))
 
     def next_shown(self) -> asyncio.Future[None]:
         """Done when the next work is queued on the shown lane (a line waiting for its turn

@@ -5,13 +5,19 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 
 import pytest
 
+from bridge.clock import LoopClock
+from bridge.core import Conversation
+from bridge.core.delivery import Lane, Terms, presence_group, turn_news
+from bridge.engine.actor import GROUPS_KEPT, ConversationActor, Route, Work
+from bridge.engine.tasks import TaskTracker
 from bridge.engine.turn_runner import NOTED_KEPT
 from bridge.runtime.events import MessageChunk
 from bridge.store import MemoryStore
-from tests.unit.engine.engine_fakes import CHAT, Harness
+from tests.unit.engine.engine_fakes import CHAT, QUIET, Harness
 
 TURNS = 20
 
@@ -64,3 +70,55 @@ async def test_notes_of_sessions_lost_with_their_agent_do_not_pile_up(harness: H
         harness.clock += 30.0
     assert len({t.session_id for t in harness.runtime.turns}) == NOTED_KEPT * 2 - 1
     assert len(harness.engine.runner._noted) <= NOTED_KEPT  # the bound is the point
+
+
+@dataclass(frozen=True)
+class Hint:
+    idempotency_key: str
+    terms: Terms
+
+
+class Busy:
+    """Work that holds the actor's work lane until released."""
+
+
+async def test_a_conversation_never_idle_forgets_the_groups_nothing_queued_is_in() -> None:
+    busy, released, all_shown = Busy(), asyncio.Event(), asyncio.Event()
+    performed: list[str] = []
+
+    async def perform(actor: ConversationActor, work: Work) -> None:
+        if work is busy:
+            await released.wait()
+            return
+        performed.append(getattr(work, "idempotency_key", ""))
+        if len(performed) == 500:
+            all_shown.set()
+
+    tasks = TaskTracker("test")
+    actor = ConversationActor(
+        CHAT,
+        conv=Conversation(key=CHAT),
+        timings=QUIET,
+        clock=LoopClock(),
+        perform=perform,
+        route=lambda work: Route.WORK if work is busy else Route.SHOWN,
+        watchers=(),
+        tasks=tasks,
+    )
+    actor.enqueue(busy)  # type: ignore[arg-type]  # the actor is never idle from now on
+    for number in range(500):
+        turn = f"t{number}"
+        terms = Terms(
+            Lane.HINT,
+            CHAT,
+            False,
+            group=presence_group(turn),
+            presence=True,
+            news_for=turn_news(turn),
+        )
+        actor.enqueue(Hint(f"{turn}:hint", terms))  # type: ignore[arg-type]
+        await asyncio.sleep(0)
+    await asyncio.wait_for(all_shown.wait(), 5)
+    assert len(actor._moot) + len(actor._news) <= GROUPS_KEPT  # the bound is the point
+    released.set()
+    await actor.wait_idle()
