@@ -36,6 +36,10 @@ log = logging.getLogger(__name__)
 # the scheduler: a conversation that just went idle may owe a scheduled prompt).
 Watcher = Callable[[str, dict[str, object]], object]
 
+# Superseded groups an actor that is never idle keeps before it forgets those older than
+# anything still queued (then twice as many as it kept): each turn adds two or three.
+GROUPS_KEPT = 64
+
 
 @dataclass(frozen=True)
 class Trace:
@@ -127,9 +131,11 @@ class ConversationActor:
         # which are always queued after it, so a busy chat's acks never wait behind replies.
         self._shown = _Lane("shown")
         self._work = _Lane("work")
-        # Effects recorded as owed already (by the work lane, or before a restart), and when:
-        # their handler need not write the record again (outbox.py).
-        self.owed_at: dict[str, float] = {}
+        # Durable effects fed and not yet performed, by idempotency key: when their record was
+        # written (by the work lane, or before a restart), so that their handler need not
+        # write it again (outbox.py); None while it is not. Held only until the handler is
+        # done: a record that lands after its post was made is not kept.
+        self.owed_at: dict[str, float | None] = {}
         # Its end signal just posted, the outbox mark (idempotency key, message ids) not yet
         # written: the effect after it is its turn's RecordTerminal (core/lifecycle.py
         # `finish`), which writes it with the turn's end in one transaction. Written on its
@@ -138,11 +144,13 @@ class ConversationActor:
         self._watchers: list[asyncio.Future[None]] = []  # `next_shown`'s waiters
         # Supersession (core/delivery.py): each queued work's place in the order it was fed,
         # and the latest place at which each group was superseded, always (`_moot`) or
-        # while the budget is short (`_news`). Forgotten when nothing is left to perform.
+        # while the budget is short (`_news`). Forgotten when nothing is left to perform, or
+        # once older than every queued work (a conversation that is never idle).
         self._fed = 0
         self._place: dict[str, int] = {}  # a droppable work's idempotency key -> its place
         self._moot: dict[str, int] = {}
         self._news: dict[str, int] = {}
+        self._groups_kept = GROUPS_KEPT
         self._performing = 0
         self._timers = Timers(clock, self._timer_fired)
         self._tasks = tasks
@@ -175,6 +183,7 @@ class ConversationActor:
             elif self._route(effect) is not Route.CALLER:
                 terms: Terms | None = getattr(effect, "terms", None)
                 if terms is not None and terms.durable:
+                    self.owed_at.setdefault(getattr(effect, "idempotency_key", ""), None)
                     self.enqueue(Owe(effect))
                 self.enqueue(effect)
         shown = snapshot(self.conv)
@@ -211,6 +220,12 @@ class ConversationActor:
         for group in terms.news_for:
             self._news[group] = self._fed
 
+    def recorded(self, key: str, since: float) -> None:
+        """The durable effect under `key` is recorded as owed since `since`: its handler, if it
+        has not taken it yet, need not record it again."""
+        if key in self.owed_at:
+            self.owed_at[key] = since
+
     def superseded(self, work: Work, *, short: bool) -> bool:
         """Whether something fed after `work` made it moot (its terms say what may): always,
         or (`short`) while the call budget is short."""
@@ -241,13 +256,25 @@ class ConversationActor:
                 log.exception("effect %s failed in %s", type(work).__name__, self.key)
             finally:
                 self._performing -= 1
-                if self._place:
-                    self._place.pop(getattr(work, "idempotency_key", ""), None)
+                if self._place or self.owed_at:
+                    key = getattr(work, "idempotency_key", "")
+                    self._place.pop(key, None)
+                    self.owed_at.pop(key, None)
+                if len(self._moot) + len(self._news) > self._groups_kept:
+                    self._forget_groups()
         if not (self._shown or self._work):
             if not self._performing:
                 self._moot.clear()
                 self._news.clear()
             self._idle.set()
+
+    def _forget_groups(self) -> None:
+        """A group superseded at a place no queued work is older than can make nothing moot
+        any more (what is fed later comes after it)."""
+        oldest = min(self._place.values(), default=self._fed)
+        self._moot = {group: at for group, at in self._moot.items() if at > oldest}
+        self._news = {group: at for group, at in self._news.items() if at > oldest}
+        self._groups_kept = max(GROUPS_KEPT, 2 * (len(self._moot) + len(self._news)))
 
     def next_shown(self) -> asyncio.Future[None]:
         """Done when the next work is queued on the shown lane (a line waiting for its turn

@@ -315,9 +315,9 @@ class Outbox:
 
     async def record(self, actor: ConversationActor, effect: Effect) -> None:
         """The effect is owed from now on (the work lane, as the core decides it)."""
-        idem = idempotency_key(effect)
-        since = await self._answers.owe(actor, idem, Owing(terms_of(actor, effect), effect))
-        actor.owed_at[idem] = since
+        idem, now = idempotency_key(effect), self._clock()
+        await self._store.owe(idem, actor.key, turn_of(effect), owed_payload(effect), now)
+        actor.recorded(idem, now)
 
     async def post(
         self, actor: ConversationActor, work: PostText | RelayAgentText, text: str, *, fresh: bool

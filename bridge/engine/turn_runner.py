@@ -49,6 +49,9 @@ log = logging.getLogger(__name__)
 _ENDINGS = (TurnEnded, RuntimeFailed, RuntimeExited)
 # A session's last activity is written at most this often (and whenever its title changes).
 NOTE_EVERY_SECONDS = 60.0
+# Sessions noted before the notes older than NOTE_EVERY_SECONDS (they save no write) are
+# dropped: those of sessions gone with a lost agent or another instance stay no longer.
+NOTED_KEPT = 64
 
 # Told when a conversation's agent session ends: (kind, conversation key, session id, reason),
 # kind `session_closed` (let go: /new, a move, the operator) or `session_died` (lost with its
@@ -79,6 +82,7 @@ class TurnRunner:
         self._session_ended = session_ended or _nobody
         self._attachments = attachments
         self._noted: dict[str, tuple[str, float]] = {}  # session id -> (title, when) noted
+        self._noted_kept = NOTED_KEPT
         self._runtime = runtime
         self._store = store
         # The store's calls of a turn wait out a database restart (bridge/store/steady.py).
@@ -229,6 +233,9 @@ class TurnRunner:
         if noted is not None and noted[0] == title and now - noted[1] < NOTE_EVERY_SECONDS:
             return facts  # /sessions shows minutes: a write a turn would buy nothing
         self._noted[session_id] = (title, now)
+        if len(self._noted) > self._noted_kept:
+            fresh = {s: n for s, n in self._noted.items() if now - n[1] < NOTE_EVERY_SECONDS}
+            self._noted, self._noted_kept = fresh, max(NOTED_KEPT, 2 * len(fresh))
         record = SessionRecord(key, session_id, facts.agent, facts.folder, title, now, now)
         await self._retry.call("note_session", partial(self._store.note_session, record))
         return facts

@@ -51,6 +51,9 @@ if TYPE_CHECKING:
     from bridge.runtime.acp.sessions import SessionInfo
 
 ACP_MODULE: Final = "bridge.runtime.acp.runtime"
+# Sessions whose runtime is remembered before those no runtime holds any more are forgotten
+# (every /new, move or lost agent leaves one); then twice as many as are still held.
+OWNERS_KEPT: Final = 256
 
 
 @dataclass(frozen=True)
@@ -126,6 +129,7 @@ class RoutedRuntime:
         self._build = build
         self._runtimes: dict[tuple[str, Path], RouteRuntime] = {}
         self._owner: dict[str, RouteRuntime] = {}  # session id -> its runtime
+        self._owners_kept = OWNERS_KEPT
         self._requests: dict[str, RouteRuntime] = {}  # pending request id -> its runtime
         self._placed: dict[str, RouteRuntime] = {}  # conversation key -> its runtime now
 
@@ -168,7 +172,16 @@ class RoutedRuntime:
         )
         self._owner[handle.session_id] = runtime
         self._placed[conversation_key] = runtime
+        if len(self._owner) > self._owners_kept:
+            self._forget_gone()
         return handle
+
+    def _forget_gone(self) -> None:
+        """Sessions no runtime holds any more (a conversation's earlier ones) are forgotten,
+        as a restart forgets them all: resuming one asks the runtime it would open on."""
+        held = {s: rt for s, rt in self._owner.items() if rt.session_info(s) is not None}
+        self._owner = held
+        self._owners_kept = max(OWNERS_KEPT, 2 * len(held))
 
     def _of(self, session_id: str) -> RouteRuntime:
         return self._owner.get(session_id) or self.default

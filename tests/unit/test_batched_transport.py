@@ -231,3 +231,18 @@ async def test_a_response_to_no_sessions_request_lets_everything_held_go_first()
         assert [await t.receive() for _ in range(3)] == [chunk("1", "a"), chunk("2", "a"), answer]
     reader.feed_eof()
     assert await received(t) == []
+
+
+@pytest.mark.parametrize("window", [0.0, 60.0])
+async def test_a_sessions_requests_are_forgotten_once_answered(window: float) -> None:
+    reader = fed(eof=False)
+    t = transport(reader, window=window)
+    for request_id in range(50):
+        await t.send(_prompt(request_id, "a"))
+        answer = {"jsonrpc": "2.0", "id": request_id, "result": {"stopReason": "end_turn"}}
+        reader.feed_data(line(answer))
+        async with asyncio.timeout(5):
+            assert await t.receive() == answer
+    assert t._asked == {}  # the bound is the point
+    reader.feed_eof()
+    assert await received(t) == []

@@ -418,7 +418,9 @@ class BatchedTransport:
         self._reader = self._tasks.create(self._read(), name=f"{label} stdout")
 
     async def send(self, message: dict[str, Any]) -> None:
-        asked = _session_asked(message)
+        # Read back only by an answer that takes its session's held updates: with no window
+        # nothing is held, and nothing would take the entry.
+        asked = _session_asked(message) if self._window > 0 else None
         if asked is not None:
             self._asked[message["id"]] = asked
         await self._sender.send(message)
