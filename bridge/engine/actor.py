@@ -28,7 +28,7 @@ from bridge.core.effects import (
     SetTimer,
 )
 from bridge.core.inputs import CoreEvent, TimerFired
-from bridge.engine.tasks import TaskTracker
+from bridge.tasks import TaskTracker
 
 log = logging.getLogger(__name__)
 

@@ -25,7 +25,6 @@ from bridge.engine.executor import EffectExecutor
 from bridge.engine.intake import Intake
 from bridge.engine.status_cards import StatusCards
 from bridge.engine.switches import Switches
-from bridge.engine.tasks import TaskTracker
 from bridge.engine.turn_runner import SessionEnded, TurnRunner
 from bridge.feishu.api import FeishuApi
 from bridge.feishu.budget import CallBudget
@@ -40,6 +39,7 @@ from bridge.runtime.router import Routes
 from bridge.schedules.scheduler import Claims, Scheduler, ScheduleSettings
 from bridge.store.port import JournaledMessage, Store
 from bridge.store.steady import StoreRetry
+from bridge.tasks import TaskTracker
 
 log = logging.getLogger(__name__)
 

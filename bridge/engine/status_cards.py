@@ -29,7 +29,6 @@ from bridge.core.effects import CardView, ShowStatusCard
 from bridge.core.inputs import StatusCardFailed
 from bridge.core.status_card import card_key
 from bridge.engine.actor import ConversationActor, terms_of
-from bridge.engine.tasks import TaskTracker
 from bridge.feishu.api import FeishuApi
 from bridge.feishu.budget import CallBudget, paid
 from bridge.feishu.cards.parts import (
@@ -45,6 +44,7 @@ from bridge.feishu.errors import FeishuError
 from bridge.i18n import Translator
 from bridge.ops.metrics import Metrics
 from bridge.store.port import Store
+from bridge.tasks import TaskTracker
 
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")

@@ -24,7 +24,6 @@ from bridge.core.inputs import (
     TurnNotStarted,
 )
 from bridge.engine.actor import ConversationActor, Trace
-from bridge.engine.tasks import TaskTracker
 from bridge.media.attachments import Attachments
 from bridge.media.voice import Voice
 from bridge.ops.metrics import Metrics
@@ -43,6 +42,7 @@ from bridge.runtime.events import (
 from bridge.runtime.port import AgentRuntime, PromptFile, RuntimeUnavailable
 from bridge.store.port import SessionRecord, Store, StoreUnavailable
 from bridge.store.steady import StoreRetry
+from bridge.tasks import TaskTracker
 
 log = logging.getLogger(__name__)
 

@@ -13,10 +13,10 @@ from bridge.clock import LoopClock
 from bridge.core import Conversation
 from bridge.core.delivery import Lane, Terms, presence_group, turn_news
 from bridge.engine.actor import GROUPS_KEPT, ConversationActor, Route, Work
-from bridge.engine.tasks import TaskTracker
 from bridge.engine.turn_runner import NOTED_KEPT
 from bridge.runtime.events import MessageChunk
 from bridge.store import MemoryStore
+from bridge.tasks import TaskTracker
 from tests.unit.engine.engine_fakes import CHAT, QUIET, Harness
 
 TURNS = 20

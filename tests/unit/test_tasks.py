@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from bridge.engine.tasks import TaskTracker
+from bridge.tasks import TaskTracker
 
 
 async def test_drain_waits_for_work_started_during_the_grace_and_refuses_new_rounds() -> None:
