@@ -167,7 +167,7 @@ class LiveCard:
     # its card opens the block again.
     fences: tuple[str, ...] = ()
     spill: int | None = None  # past the last card: from here on the answer goes as messages
-    spilled: int = 0  # how far those messages have gone (a page's worth each, as it fills)
+    spilled: int = 0  # how far those messages have gone (from `spill`, a page's worth at a time)
     spill_fence: str = ""  # the code block open where those messages go on, if any
     weigh_at: int = 0  # the page being written is weighed again once this long
     text_since: float | None = None  # when the answer began to stream (card style)

@@ -58,10 +58,6 @@ def weight(text: str) -> int:
     return len(text.encode("utf-8", "surrogatepass")) + 2 * escaped
 
 
-def fits(text: str) -> bool:
-    return len(text) <= PAGE_CHARS and weight(text) <= PAGE_WEIGHT
-
-
 def page_end(text: str) -> int:
     """Where a page of `text` that outgrew a card closes: after a paragraph outside a code
     block if one ends in the page's last half, else after a line outside one, else after any
@@ -210,12 +206,12 @@ def _paginate(ctx: StepContext, answer: str) -> list[int]:
     while True:
         card = ctx.turn.card
         spilling = card.spill is not None
-        start = max(card.spill or 0, card.spilled) if spilling else card.start
+        start = card.spilled if spilling else card.start
         size = len(answer) - start
         if size < card.weigh_at:
             return closed
-        if fits(answer[start:]):
-            room = min(PAGE_WEIGHT - weight(answer[start:]), 4 * (PAGE_CHARS - size))
+        room = min(PAGE_WEIGHT - weight(answer[start:]), 4 * (PAGE_CHARS - size))
+        if room >= 0:
             ctx.update_card(weigh_at=size + max(1, room // 4))
             return closed
         end = start + page_end(answer[start:])
@@ -233,7 +229,7 @@ def _paginate(ctx: StepContext, answer: str) -> list[int]:
         if len(card.pages) + 1 < MAX_PAGES:
             ctx.update_card(pages=(*card.pages, end), fences=(*card.fences, fence), weigh_at=0)
         else:
-            ctx.update_card(spill=end, spill_fence=fence, weigh_at=0)
+            ctx.update_card(spill=end, spilled=end, spill_fence=fence, weigh_at=0)
 
 
 def _reopened(fence: str, text: str) -> str:
@@ -301,7 +297,7 @@ def finalize(ctx: StepContext, key: str | None, params: Params | None, end_id: s
     card = evolve(turn.card, {"text": ""})
     ctx.update_turn(text=NOTHING_WRITTEN, card=card)
     ctx.update_progress(pending=None)
-    rest = answer[max(spill, turn.card.spilled) :] if spill is not None else ""
+    rest = answer[turn.card.spilled :] if spill is not None else ""
     # Its first line's indent stays: it may be a line of code.
     rest = _reopened(turn.card.spill_fence, rest.lstrip("\n").rstrip()) if rest.strip() else ""
     if rest:  # what the cards could not carry, and only that
@@ -343,6 +339,7 @@ def on_card_failed(ctx: StepContext, event: StatusCardFailed) -> None:
                 pages=turn.card.pages[:kept],
                 fences=fences[:kept],
                 spill=start,
+                spilled=start,
                 spill_fence=fences[kept] if kept < len(fences) else "",
             )
         return
