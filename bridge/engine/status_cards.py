@@ -6,8 +6,9 @@ three concerns the core does not see:
 - Throttling. Views come as fast as the agent writes; the newest view wins, and one card is
   changed at most once per `interval` (Feishu allows 10 changes a second per card). A final
   view goes out at once, after any change in flight.
-- The cheapest call. When only the answer grew, its element is streamed (Feishu types out
-  the added text); anything else is a full update. Every CardKit change of a card carries a
+- The call with room. When only the answer grew, its element is streamed (Feishu types
+  out the added text); anything else is a full update; under load a change takes whichever
+  of CardKit's APIs has room (feishu/cards/parts.py). Every CardKit change of a card carries a
   strictly larger `sequence`; its floor comes from the wall clock, so a card finalized after
   a restart still goes up.
 - Fallbacks, each logged and counted: CardKit refused → a patched interactive card → lines
@@ -32,13 +33,14 @@ from bridge.engine.actor import ConversationActor, terms_of
 from bridge.feishu.api import FeishuApi
 from bridge.feishu.budget import CallBudget, paid
 from bridge.feishu.cards.parts import (
+    CARD_APIS,
+    ELEMENT_API,
     STREAM_API,
-    UPDATE_API,
     api_of_change,
     one_part,
     only_text_grew,
 )
-from bridge.feishu.cards.status import ANSWER, answer_markdown, live_card
+from bridge.feishu.cards.status import ANSWER, answer_markdown, live_card, markdown_element
 from bridge.feishu.delivery import FeishuGate
 from bridge.feishu.errors import FeishuError
 from bridge.i18n import Translator
@@ -51,9 +53,10 @@ _T = TypeVar("_T")
 
 _CARDKIT = "cardkit:"  # marks the card id among the ids the store keeps for a card key
 _SEQUENCE_EPOCH = 1_767_225_600  # 2026-01-01; tenths of a second since then fit an int32
-# All live cards' changes together ask for at most this share of one API's budget (a card
-# change goes through the whole-update API or, under load, the element stream: two APIs).
-REFRESH_SHARE = 1.5
+# All live cards' changes together ask for at most this share of one API's budget: a card
+# change takes whichever of the card APIs has room, and some of their pace goes to finals
+# (whole updates), settings calls and continuation cards.
+REFRESH_SHARE = 0.8 * len(CARD_APIS)
 _REFUSED_KEPT = 256  # cards handed back to lines, remembered
 
 
@@ -96,6 +99,9 @@ class StatusCards:
         self._gate = gate
         self._metrics = metrics
         self._cards: dict[str, _Card] = {}
+        # CardKit APIs that answered a change as unknown (a Feishu without them): not asked
+        # again by this process, the others carry the changes.
+        self._unknown: set[str] = set()
         # Cards handed back to lines: a view the core made before it heard so (still queued)
         # must not post the card after all. The last few are enough: the core sends none
         # after it heard.
@@ -206,9 +212,10 @@ class StatusCards:
 
     def _spacing(self) -> float:
         """Least seconds between two changes of one card: the setting, or longer when so
-        many cards are live that together they would ask more than REFRESH_SHARE of one
-        API's steady pace (the lower of its second's and its minute's). Each change costs
-        about half a millisecond of CPU, and beyond that share more calls only queue."""
+        many cards are live that together they would ask more than REFRESH_SHARE times one
+        API's steady pace (the lower of its second's and its minute's), the card APIs
+        together. Each change costs about half a millisecond of CPU, and beyond that share
+        more calls only queue."""
         if self._budget is None:
             return self._interval
         # An API's steady pace is its minute's (Feishu meters each at 1,000 a minute too).
@@ -222,15 +229,25 @@ class StatusCards:
         return self._budget is None or self._budget.try_take(Lane.REFRESH, api)
 
     def _api_for(self, card: _Card) -> str:
-        busy = self._budget is not None and not self._budget.may_go(UPDATE_API)
-        return api_of_change(card.card_id, card.shown, card.pending, busy=busy)
+        return api_of_change(card.card_id, card.shown, card.pending, room=self._room)
+
+    def _room(self, api: str) -> bool:
+        if api in self._unknown:
+            return False
+        return self._budget is None or self._budget.may_go(api)
 
     async def _flush(self, actor: ConversationActor, card: _Card, api: str) -> None:
         async with card.lock:
+            if self._clock() < card.pushed_at + self._spacing():
+                # A change went out while this waited for the card (the flusher passed its
+                # check while an inline change was in flight): the view stays pending for
+                # the flusher, at the spacing, instead of following a few ms behind.
+                return
             view, card.pending = card.pending, None
             if view is None or self._cards.get(card.key) is not card:
                 return
-            if card.card_id is not None and api == STREAM_API and await self._part(card, view):
+            by_element = api in (STREAM_API, ELEMENT_API)
+            if card.card_id is not None and by_element and await self._part(card, view, api):
                 return
             if not await self._change(card, view, final=False):
                 self._forget(card)
@@ -276,17 +293,26 @@ class StatusCards:
             log.warning("status card patch refused (%s)", exc)
             return False
 
-    async def _part(self, card: _Card, view: CardView) -> bool:
-        """Under load, one element streamed (feishu/cards/parts.py); the rest of `view` stays
-        pending for the next refresh. False when a whole update is needed after all."""
+    async def _part(self, card: _Card, view: CardView, api: str) -> bool:
+        """One element changed through `api` (the stream or the element's replacement): the
+        answer that grew, or else the most telling changed element, the rest of `view`
+        staying pending for the next refresh. False when a whole update is needed after
+        all (the card's shape changed, or Feishu refused the element)."""
         shown = card.shown
-        part = None
-        if shown is not None and not only_text_grew(shown, view):
-            part = one_part(self._t, shown, view)
-        if part is None or card.card_id is None:
+        if shown is None or card.card_id is None:
             return False
-        element, content, after = part
-        if not await self._stream(card, card.card_id, element, content):
+        if only_text_grew(shown, view):
+            element, content, after = ANSWER, answer_markdown(view.text, view.code), view
+        else:
+            part = one_part(self._t, shown, view)
+            if part is None:
+                return False
+            element, content, after = part
+        if api == ELEMENT_API:
+            changed = await self._replace(card, card.card_id, element, content)
+        else:
+            changed = await self._stream(card, card.card_id, element, content)
+        if not changed:
             return False
         self._shown(card, after)
         if card.pending is None and after != view:
@@ -296,12 +322,6 @@ class StatusCards:
     async def _cardkit_change(
         self, card: _Card, card_id: str, view: CardView, *, final: bool
     ) -> None:
-        shown = card.shown
-        grew = not final and shown is not None and only_text_grew(shown, view)
-        if grew and await self._stream(
-            card, card_id, ANSWER, answer_markdown(view.text, view.code)
-        ):
-            return
         body = live_card(self._t, view, streaming=not final)
         await self._through(
             partial(self._feishu.update_card_entity, card_id, body, sequence=self._next(card))
@@ -320,6 +340,25 @@ class StatusCards:
             log.info("status card stream of %s refused (%s); updating it whole", element, exc)
             return False
         self._count("stream")
+        return True
+
+    async def _replace(self, card: _Card, card_id: str, element: str, content: str) -> bool:
+        """One element replaced whole (CardKit's third API); False when Feishu refused it:
+        the caller updates the card whole. An API Feishu does not know is not asked again."""
+        call = partial(
+            self._feishu.update_card_element,
+            card_id,
+            markdown_element(element, content),
+            sequence=self._next(card),
+        )
+        try:
+            await self._through(call)
+        except FeishuError as exc:
+            if exc.http_status == 404:
+                self._unknown.add(ELEMENT_API)
+            log.info("status card element %s refused (%s); updating it whole", element, exc)
+            return False
+        self._count("element")
         return True
 
     async def _through(self, call: Callable[[], Awaitable[_T]]) -> _T:

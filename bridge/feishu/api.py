@@ -70,6 +70,11 @@ class FeishuApi(Protocol):
     ) -> None:
         """The whole text of one element; Feishu types out what was added."""
 
+    async def update_card_element(
+        self, card_id: str, element: dict[str, Any], *, sequence: int
+    ) -> None:
+        """Replace one element (found by its `element_id`) with `element`."""
+
     async def card_settings(
         self, card_id: str, settings: dict[str, Any], *, sequence: int
     ) -> None: ...

@@ -369,6 +369,18 @@ class FeishuClient:
         body = {"content": text, "sequence": sequence, "uuid": _card_change_uuid(card_id, sequence)}
         await self._request("stream_card_text", "PUT", path, body=body)
 
+    async def update_card_element(
+        self, card_id: str, element: dict[str, Any], *, sequence: int
+    ) -> None:
+        element_id = str(element["element_id"])
+        path = f"{_CARDS}/{quote(card_id, safe='')}/elements/{quote(element_id, safe='')}"
+        body = {
+            "element": dumps(element),
+            "sequence": sequence,
+            "uuid": _card_change_uuid(card_id, sequence),
+        }
+        await self._request("update_card_element", "PUT", path, body=body)
+
     async def card_settings(self, card_id: str, settings: dict[str, Any], *, sequence: int) -> None:
         path = f"{_CARDS}/{quote(card_id, safe='')}/settings"
         body = {

@@ -381,6 +381,38 @@ async def test_patch_replaces_a_card_in_the_timeline(
     assert emulator.message(card_id).updated
 
 
+async def test_a_card_entitys_element_is_replaced_whole_and_checked(
+    emulator: FeishuEmulator, emulator_http: httpx.AsyncClient
+) -> None:
+    auth = await _auth(emulator_http, emulator)
+    card = {
+        "schema": "2.0",
+        "config": {"streaming_mode": True},
+        "body": {"elements": [{"tag": "markdown", "element_id": "answer", "content": "a"}]},
+    }
+    created = await emulator_http.post(
+        "/open-apis/cardkit/v1/cards",
+        json={"type": "card_json", "data": json.dumps(card)},
+        headers=auth,
+    )
+    card_id = created.json()["data"]["card_id"]
+    element = f"/open-apis/cardkit/v1/cards/{card_id}/elements"
+
+    def replace(element_id: str, new: dict[str, Any], sequence: int) -> Any:
+        body = {"element": json.dumps(new), "sequence": sequence}
+        return emulator_http.put(f"{element}/{element_id}", json=body, headers=auth)
+
+    new = {"tag": "markdown", "element_id": "answer", "content": "ab"}
+    assert (await replace("answer", new, 1)).json()["code"] == 0
+    shown = json.loads(emulator.cardkit.rendered(card_id))
+    assert shown["body"]["elements"] == [new]
+    assert (await replace("answer", new, 1)).json()["code"] == 300317  # sequence not larger
+    assert (await replace("nothing", new, 2)).json()["code"] == 300311
+    retagged = {"tag": "plain_text", "element_id": "answer", "content": "x"}
+    assert (await replace("answer", retagged, 2)).json()["code"] == 300312
+    assert [c.kind for c in emulator.cardkit.changes] == ["create", "element"]
+
+
 # --- failure injection -----------------------------------------------------------------------
 async def test_rate_limit_fault(emulator: FeishuEmulator, emulator_http: httpx.AsyncClient) -> None:
     auth = await _auth(emulator_http, emulator)

@@ -149,6 +149,11 @@ class SimFeishu:
     ) -> None:
         await self._call("stream_card_text", card_id, text=text)
 
+    async def update_card_element(
+        self, card_id: str, element: dict[str, Any], *, sequence: int
+    ) -> None:
+        await self._call("update_card_element", card_id, text=str(element.get("content", "")))
+
     async def card_settings(self, card_id: str, settings: dict[str, Any], *, sequence: int) -> None:
         await self._call("card_settings", card_id, card=settings)
 

@@ -44,7 +44,13 @@ _ENDING_KEYS = (
 ENDINGS = tuple(T(key).split("{")[0] for key in _ENDING_KEYS)
 RUNNING = (T("presence.running_hint"), T("presence.heartbeat").split("{")[0])
 _REPLIES = ("reply_text", "reply_card", "reply_card_entity")
-_CARD_CHANGES = ("update_card", "update_card_entity", "stream_card_text", "card_settings")
+_CARD_CHANGES = (
+    "update_card",
+    "update_card_entity",
+    "stream_card_text",
+    "update_card_element",
+    "card_settings",
+)
 
 
 @dataclass(frozen=True)

@@ -4,9 +4,12 @@ first, and a whole update whenever the card's shape changed."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from bridge.core.effects import CardPhase, CardView
 from bridge.core.state import ToolLine
 from bridge.feishu.cards.parts import (
+    ELEMENT_API,
     PATCH_API,
     STREAM_API,
     UPDATE_API,
@@ -44,13 +47,28 @@ def test_a_new_element_or_another_phase_needs_a_whole_update() -> None:
     assert one_part(T, SHOWN, no_tools) is None
     waiting = CardView(CardPhase.WAITING_APPROVAL, elapsed=3.0, tools=(BUILD,), text="Hello")
     assert one_part(T, SHOWN, waiting) is None
-    assert api_of_change("c", SHOWN, waiting, busy=True) == UPDATE_API
+    assert api_of_change("c", SHOWN, waiting, room=_none) == UPDATE_API
+
+
+def _none(api: str) -> bool:
+    return False
+
+
+def _all_but(*full: str) -> Callable[[str], bool]:
+    return lambda api: api not in full
 
 
 def test_the_api_of_the_next_change() -> None:
     grown = CardView(CardPhase.WORKING, elapsed=3.2, tools=(BUILD,), text="Hello, world")
-    assert api_of_change("c", SHOWN, grown, busy=False) == STREAM_API  # typed out
+    assert api_of_change("c", SHOWN, grown, room=_all_but()) == STREAM_API  # typed out
+    # The stream's minute spent: the answer goes whole, else as its element.
+    assert api_of_change("c", SHOWN, grown, room=_all_but(STREAM_API)) == UPDATE_API
+    both = _all_but(STREAM_API, UPDATE_API)
+    assert api_of_change("c", SHOWN, grown, room=both) == ELEMENT_API
+    assert api_of_change("c", SHOWN, grown, room=_none) == STREAM_API  # waits for the stream
     later = CardView(CardPhase.WORKING, elapsed=9.0, tools=(BUILD,), text="Hello, world")
-    assert api_of_change("c", SHOWN, later, busy=False) == UPDATE_API  # room: whole
-    assert api_of_change("c", SHOWN, later, busy=True) == STREAM_API  # none: a part
-    assert api_of_change(None, SHOWN, later, busy=True) == PATCH_API  # the fallback card
+    assert api_of_change("c", SHOWN, later, room=_all_but()) == UPDATE_API  # room: whole
+    assert api_of_change("c", SHOWN, later, room=_all_but(UPDATE_API)) == STREAM_API  # a part
+    assert api_of_change("c", SHOWN, later, room=both) == ELEMENT_API
+    assert api_of_change("c", SHOWN, later, room=_none) == UPDATE_API
+    assert api_of_change(None, SHOWN, later, room=_none) == PATCH_API  # the fallback card

@@ -3,7 +3,8 @@ that name them, and changed only through CardKit with a strictly growing `sequen
 
 Checked as Feishu checks: the entity exists (200740), `sequence` is a positive int32 larger
 than the last one (300317), streaming text needs streaming mode on (300309) and a markdown
-or plain text element (300310), a card stays within 30 KB (200860) and keeps
+or plain text element (300310), a replaced element exists and keeps its tag (300311,
+300312), a card stays within 30 KB (200860) and keeps
 `update_multi` (300302). Every message showing an entity is redrawn on each change, so the
 chat (and the page) shows the card as it is now; `changes` keeps what was done, in order.
 """
@@ -25,7 +26,7 @@ _INT32_MAX = 2_147_483_647
 @dataclass(frozen=True)
 class CardChange:
     card_id: str
-    kind: str  # create, update, content, settings
+    kind: str  # create, update, content, element, settings
     sequence: int | None
     streaming: bool  # streaming mode after the change
     element_id: str | None = None
@@ -108,6 +109,30 @@ class CardKit:
         self._advance(entity, body)
         element["content"] = text
         self._changed(entity, "content", element_id)
+
+    def element(self, card_id: str, element_id: str, body: Mapping[str, Any]) -> None:
+        """`PUT …/elements/:element_id`: the element replaced whole by `body.element`."""
+        entity = self._entity(card_id)
+        try:
+            new = json.loads(body.get("element") or "")
+        except (TypeError, ValueError):
+            raise codes.FIELD_VALIDATION_FAILED.with_detail("element must be JSON") from None
+        if not isinstance(new, dict) or not isinstance(new.get("tag"), str):
+            raise codes.FIELD_VALIDATION_FAILED.with_detail("element needs a tag")
+        old = next((e for e in _elements(entity.card) if e.get("element_id") == element_id), None)
+        if old is None:
+            raise codes.CARD_ELEMENT_NOT_FOUND
+        if old.get("tag") != new["tag"]:
+            raise codes.CARD_ELEMENT_TAG
+        before = dict(old)
+        old.clear()
+        old.update(new)
+        if len(self.rendered(card_id).encode("utf-8")) > codes.CARD_LIMIT_BYTES:
+            old.clear()
+            old.update(before)
+            raise codes.CARD_TOO_LARGE
+        self._advance(entity, body)
+        self._changed(entity, "element", element_id)
 
     def settings(self, card_id: str, body: Mapping[str, Any]) -> None:
         entity = self._entity(card_id)

@@ -77,6 +77,8 @@ CARD_ONLY_TEXT = FeishuError(400, 300310, "Only update text")
 CARD_SEQUENCE = FeishuError(
     400, 300317, "The sequence number for operating on the card did not increment consecutively"
 )
+CARD_ELEMENT_NOT_FOUND = FeishuError(400, 300311, "The element does not exist in the card")
+CARD_ELEMENT_TAG = FeishuError(400, 300312, "The element's tag cannot be changed")
 CARD_TOO_LARGE = FeishuError(400, 200860, "Card content exceeds limit.")
 CARD_GENERATE_FAILED = FeishuError(400, 200220, "Failed to generate card content")
 CARD_UPDATE_MULTI = FeishuError(400, 300302, "update_multi property is false")

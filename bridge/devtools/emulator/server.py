@@ -137,6 +137,7 @@ class OpenApi:
             _Route("POST", re.compile(r"/open-apis/cardkit/v1/cards"), self._card_create),
             _Route("PUT", re.compile(card), self._card_update),
             _Route("PUT", re.compile(card + element + "/content"), self._card_content),
+            _Route("PUT", re.compile(card + element), self._card_element),
             _Route("PATCH", re.compile(card + "/settings"), self._card_settings),
             _Route("POST", re.compile(asr + "file_recognize"), self._file_recognize),
             _Route("POST", re.compile(asr + "stream_recognize"), self._stream_recognize),
@@ -347,6 +348,11 @@ class OpenApi:
     def _card_content(self, api: ApiRequest) -> Answer:
         params = api.params
         self._cardkit.content(params["card_id"], params["element_id"], self._body(api))
+        return _ok()
+
+    def _card_element(self, api: ApiRequest) -> Answer:
+        params = api.params
+        self._cardkit.element(params["card_id"], params["element_id"], self._body(api))
         return _ok()
 
     def _card_settings(self, api: ApiRequest) -> Answer:

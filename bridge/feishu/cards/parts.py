@@ -3,15 +3,18 @@ which Feishu API that call is metered (Feishu limits each API on its own).
 
 A whole update (`PUT /cardkit/v1/cards/:id`) redraws everything. Streaming one element's
 content (`PUT …/elements/:id/content`) changes one markdown element and is another API:
-when only the answer grew, it is the cheaper call and Feishu types the added text out;
-when the whole-update API has no room (many cards streaming at once), the most telling
-changed element goes this way (the answer, else the tools, the plan, the elapsed time),
-and the rest follows in the next refresh, so a card under load still changes every few
-seconds instead of waiting its turn on one API.
+when only the answer grew, it is the cheaper call and Feishu types the added text out.
+Replacing one element (`PUT …/elements/:id`) is a third. Feishu meters each API on its
+own (1,000 a minute), so with many cards streaming at once a change takes whichever of
+them has room: the answer's growth streams if it can, else goes whole or as its element;
+any other change goes whole if it can, else as its most telling changed element (the
+answer, else the tools, the plan, the elapsed time), the rest following in the next
+refresh. A card under load so changes every few seconds instead of queueing on one API.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Final
 
@@ -23,6 +26,9 @@ from bridge.i18n import Translator
 
 STREAM_API: Final = api_of("PUT", "/open-apis/cardkit/v1/cards/c/elements/e/content")
 UPDATE_API: Final = api_of("PUT", "/open-apis/cardkit/v1/cards/c")
+ELEMENT_API: Final = api_of("PUT", "/open-apis/cardkit/v1/cards/c/elements/e")
+# The APIs a live card's change may take, each metered on its own.
+CARD_APIS: Final = (STREAM_API, UPDATE_API, ELEMENT_API)
 PATCH_API: Final = api_of("PATCH", "/open-apis/im/v1/messages/m")
 
 # A view's fields each element shows, most telling first.
@@ -66,14 +72,22 @@ def _changed_part(shown: CardView, view: CardView) -> tuple[str, str] | None:
 
 
 def api_of_change(
-    card_id: str | None, shown: CardView | None, view: CardView | None, *, busy: bool
+    card_id: str | None,
+    shown: CardView | None,
+    view: CardView | None,
+    *,
+    room: Callable[[str], bool],
 ) -> str:
-    """The API the card's next change takes; `busy`: the whole-update API has no room now.
+    """The API the card's next change takes; `room(api)`: that API may take a call now.
     Asked at each view the agent's stream brings, so it draws nothing."""
     if card_id is None:
         return PATCH_API  # the fallback: an interactive card patched whole
     if shown is None or view is None:
         return UPDATE_API
-    if only_text_grew(shown, view) or (busy and _changed_part(shown, view) is not None):
-        return STREAM_API
-    return UPDATE_API
+    if only_text_grew(shown, view):
+        ways = (STREAM_API, UPDATE_API, ELEMENT_API)
+    elif _changed_part(shown, view) is not None:
+        ways = (UPDATE_API, STREAM_API, ELEMENT_API)
+    else:
+        return UPDATE_API
+    return next((api for api in ways if room(api)), ways[0])

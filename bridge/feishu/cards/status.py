@@ -45,7 +45,7 @@ def answer_markdown(text: str, code: str = "") -> str:
     return "\n\n".join(parts) if parts is not None else markdown_literal(text)
 
 
-def _markdown(element_id: str, content: str) -> dict[str, Any]:
+def markdown_element(element_id: str, content: str) -> dict[str, Any]:
     return {"tag": "markdown", "element_id": element_id, "content": content}
 
 
@@ -54,11 +54,11 @@ def live_card(t: Translator, view: CardView, *, streaming: bool) -> dict[str, An
         title = t("card.status.continued", page=view.page + 1)
     else:
         title = t(_TITLES[view.phase])
-    elements = [_markdown(element, content) for element, content in elements_of(t, view)]
+    elements = [markdown_element(element, content) for element, content in elements_of(t, view)]
     if view.cut:
-        elements.append(_markdown("note", t("card.status.cut")))
+        elements.append(markdown_element("note", t("card.status.cut")))
     if view.footer is not None:
-        elements.append(_markdown("usage", markdown_literal(render_text(t, view.footer))))
+        elements.append(markdown_element("usage", markdown_literal(render_text(t, view.footer))))
     failed = view.phase is CardPhase.ENDED and view.end_key not in (None, "presence.ended_empty")
     return {
         "schema": "2.0",
