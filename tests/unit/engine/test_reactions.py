@@ -22,6 +22,7 @@ class FakeReactions:
         self.on: dict[str, tuple[str, str]] = {}  # reaction id -> (message, emoji)
         self.hold: asyncio.Event | None = None
         self.refuse_removes = False
+        self.called = asyncio.Event()
         self._n = 0
 
     async def _wait(self) -> None:
@@ -30,6 +31,7 @@ class FakeReactions:
 
     async def add_reaction(self, message_id: str, emoji_type: str) -> str | None:
         self.calls.append(("add", message_id, emoji_type))
+        self.called.set()
         await self._wait()
         self._n += 1
         self.on[f"re_{self._n}"] = (message_id, emoji_type)
@@ -86,8 +88,7 @@ async def test_a_state_superseded_before_its_turn_is_never_shown() -> None:
     r = reactions(feishu)
     feishu.hold = asyncio.Event()
     ack = asyncio.ensure_future(r.ack("om_1", "oc"))
-    while not feishu.calls:  # the ack is on its way
-        await asyncio.sleep(0)
+    await feishu.called.wait()  # the ack is on its way
     r.show("om_1", "oc", Reaction.WAITING)  # handed over at once, made in turn
     r.show("om_1", "oc", Reaction.RECEIVED)
     r.show("om_1", "oc", Reaction.STOPPED)
