@@ -257,6 +257,7 @@ def build_service(
                 requester_may_approve=access.bridge_requester_may_approve,
                 presence_style=PresenceStyle(presence.bridge_presence_style),
                 usage_footer=presence.bridge_usage_footer,
+                state_reactions=presence.bridge_state_reactions,
             ),
             routes=routes,
             attachments_dir=settings.store.bridge_data_dir / "inbox",

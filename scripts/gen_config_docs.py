@@ -110,6 +110,10 @@ NOTES = {
         "environment only (not from `.env`)."
     ),
     "bridge_ack_emoji": "An `emoji_type` name from Feishu's emoji list, e.g. `OnIt`, `THUMBSUP`.",
+    "bridge_state_reactions": "The bot's reaction on each message is replaced as its round moves"
+    " (removed, then the next added), never two at once; best-effort and behind every answer."
+    " A message queued behind another round keeps the ack until its own round; a command's"
+    " keeps the ack. See [user-quickstart.en.md](user-quickstart.en.md).",
     "bridge_agent_command": "See [agents.md](agents.md) for each agent's command.",
     "bridge_agents": "Each profile, in each workspace, has its own agent processes and limits"
     " (`BRIDGE_MAX_AGENTS`, `BRIDGE_SESSIONS_PER_AGENT`). Names: letters, digits, `_.-`, up to 32."
@@ -217,6 +221,7 @@ MORE_EXAMPLES = {
     "BRIDGE_DATA_DIR": "/var/lib/feishu-bridge",
     "BRIDGE_LOG_LEVEL": "DEBUG",
     "BRIDGE_ACK_EMOJI": "OnIt",
+    "BRIDGE_STATE_REACTIONS": "false",
     "BRIDGE_WORKDIR": "/srv/feishu-bridge/workspace",
     "BRIDGE_MAX_AGENTS": "4",
     "BRIDGE_ALLOW_ROOT_WITHOUT_SANDBOX": "true",

@@ -38,6 +38,13 @@ class PresenceSection(Section):
         description="Feishu emoji_type of the ack reaction.",
         json_schema_extra=why("To match the team's habits, e.g. `THUMBSUP`."),
     )
+    bridge_state_reactions: bool = Field(
+        default=True,
+        description="The ack reaction follows its round: waiting (Alarm) while the round waits"
+        " for the user, then done (DONE), stopped (CrossMark) or fault (ERROR) when it ends;"
+        " one reaction at a time.",
+        json_schema_extra=why("`false` for the single ack reaction alone, as before."),
+    )
     bridge_received_text: bool = Field(
         default=False,
         description="Also post a 'received' line after the ack reaction.",

@@ -18,6 +18,7 @@ from bridge.core.effects import (
     RecordTerminal,
     RelayAgentText,
     SendFile,
+    SetReaction,
     SetTimer,
     ShowDiffs,
     ShowStatusCard,
@@ -144,6 +145,9 @@ def terms_for(effect: Effect, key: str, ends: Outcome | None = None) -> Terms | 
             return plain_terms(Lane.ENDING if final else Lane.HINT, key, ends=ending(final))
         case React(terms=None):
             return plain_terms(Lane.HINT, key)
+        case SetReaction(terms=None):
+            # Lowest: a reaction's change never holds an answer or a card.
+            return plain_terms(Lane.REFRESH, key)
         case (
             PostApprovalCard(terms=None)
             | PostQuestion(terms=None)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from bridge.core.delivery import Line, Supersede, Terms
-from bridge.core.state import Attachment, Ending, Outcome, ToolLine
+from bridge.core.state import Attachment, Ending, Outcome, Reaction, ToolLine
 from bridge.core.text import Params, Text
 from bridge.runtime.events import PermissionOption, PlanEntry, QuestionOption
 
@@ -166,6 +166,17 @@ class React:
     """The one ack reaction on a user's message; performed ahead of queued posts."""
 
     message_id: str
+    terms: Terms | None = field(default=None, compare=False, repr=False)  # set by the core
+
+
+@dataclass(frozen=True)
+class SetReaction:
+    """The reaction on a user's message now says `state` of its round: the one there is
+    replaced (one at a time). Best-effort, behind everything its chat is shown: a round's
+    end reaction follows its end signal."""
+
+    message_id: str
+    state: Reaction
     terms: Terms | None = field(default=None, compare=False, repr=False)  # set by the core
 
 
@@ -412,6 +423,7 @@ Effect = (
     | OpenSession
     | SendPrompt
     | React
+    | SetReaction
     | MarkMessageDone
     | CancelTurn
     | AbandonTurn

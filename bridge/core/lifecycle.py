@@ -7,7 +7,7 @@ replacement line reuses the end signal's idempotency key, so the user still sees
 
 from __future__ import annotations
 
-from bridge.core import status_card
+from bridge.core import reactions, status_card
 from bridge.core.context import StepContext
 from bridge.core.delivery import Line, Supersede, presence_group
 from bridge.core.effects import (
@@ -52,7 +52,17 @@ def start_turn(
     attachments: tuple[Attachment, ...] = (),
 ) -> None:
     now = ctx.now
-    turn = Turn(message_id, message_id, sender, now, last_activity_at=now, last_posted_at=now)
+    # Images and files held for this text came with messages of their own: they join it.
+    joined = tuple(dict.fromkeys(a.message_id for a in attachments if a.message_id != message_id))
+    turn = Turn(
+        message_id,
+        message_id,
+        sender,
+        now,
+        last_activity_at=now,
+        last_posted_at=now,
+        joined=joined,
+    )
     ctx.update(turn=turn, state=ExecState.WAITING_RESPONSE, diffs=())
     if announce and ctx.conv.options.received_text:
         key = f"{message_id}:received"
@@ -226,6 +236,8 @@ def finish(
     ctx.emit(RecordTerminal(turn.turn_id, final_outcome, final_ending, detail))
     # "Still working" and "your turn" of this turn are untrue from now on, wherever they wait.
     ctx.emit(Supersede((presence_group(tid),)))
+    # After the end signal: the reactions say how the round ended.
+    reactions.ended(ctx, reactions.messages_of(turn), final_outcome, final_ending)
     ended_at = first.ended_at if first else ctx.now
     ctx.update_turn(end=TurnEnd(final_outcome, final_ending, detail, ended_at))
     settle(ctx)

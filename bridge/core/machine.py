@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from bridge.core import status_card
+from bridge.core import reactions, status_card
 from bridge.core.attachments import hold, is_attachment_only, on_attachment_failed, take_held
 from bridge.core.clicks import (
     answer_question,
@@ -122,6 +122,7 @@ def step(
         ctx.drop(event, "conversation closed")
     else:
         _dispatch(ctx, event)
+        reactions.follow(ctx)
     ctx.sync_timers()
     return ctx.conv, ctx.out
 
@@ -245,7 +246,9 @@ def _on_user_message(ctx: StepContext, msg: UserMessage) -> None:
         and conv.question is not None
         and msg.sender == ctx.turn.requester
     ):
-        # While waiting for a reply, the requester's next message *is* the reply.
+        # While waiting for a reply, the requester's next message *is* the reply, and part
+        # of the round.
+        ctx.update_turn(joined=(*ctx.turn.joined, msg.message_id))
         answer_question(ctx, {conv.question.answer_key: msg.text}, by=msg.sender)
         ctx.emit(MarkMessageDone(msg.message_id))
         return
@@ -452,6 +455,7 @@ def _on_interrupted_by_restart(ctx: StepContext, event: TurnInterruptedByRestart
             event.turn_id, Outcome.INTERRUPTED, Ending.BRIDGE_SHUTDOWN, "bridge restarted"
         ),
     )
+    reactions.ended(ctx, (event.message_id,), Outcome.INTERRUPTED, Ending.BRIDGE_SHUTDOWN)
 
 
 def _on_closed(ctx: StepContext) -> None:
@@ -470,4 +474,5 @@ def _on_closed(ctx: StepContext) -> None:
                     turn.turn_id, Outcome.INTERRUPTED, Ending.CLOSED, "conversation closed"
                 )
             )
+            reactions.ended(ctx, reactions.messages_of(turn), Outcome.INTERRUPTED, Ending.CLOSED)
     ctx.update(state=ExecState.CLOSED, turn=None, queue=(), approvals=(), question=None)

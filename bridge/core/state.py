@@ -51,6 +51,21 @@ class Outcome(StrEnum):
     INTERRUPTED = "interrupted"
 
 
+class Reaction(StrEnum):
+    """What the reaction on a user's message says of the round it belongs to: taken in
+    (the ack), waiting for the user, or how it ended."""
+
+    RECEIVED = "received"
+    WAITING = "waiting"
+    DONE = "done"
+    STOPPED = "stopped"
+    FAULT = "fault"
+
+    @property
+    def final(self) -> bool:
+        return self in (Reaction.DONE, Reaction.STOPPED, Reaction.FAULT)
+
+
 class ActivityKind(StrEnum):
     THINKING = "thinking"
     WRITING = "writing"
@@ -253,6 +268,10 @@ class Turn:
     seq: int = 0  # numbers the turn's posts for idempotency keys
     card: LiveCard = NO_CARD
     files: tuple[str, ...] = ()  # files the agent's answer links (file:// URIs), to send
+    # Other user messages that became part of this round (images and files held for its
+    # text, the typed reply to its question): their reactions follow it too.
+    joined: tuple[str, ...] = ()
+    reaction: Reaction = Reaction.RECEIVED  # what its messages' reactions say (the ack)
     # Phases.
     recovering_since: float | None = None  # the agent died under it; a restart may resume it
     stop: StopRequest | None = None  # /stop sent to the agent; its answer ends the turn
@@ -305,6 +324,8 @@ class Options:
     requester_may_approve: bool = True
     presence_style: PresenceStyle = PresenceStyle.MESSAGES
     usage_footer: bool = False  # a line of context use under each turn's last message
+    # The ack reaction follows its round (waiting, done, stopped, fault); False: the ack only.
+    state_reactions: bool = False
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import random
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from bridge.clock import Clock, system_random
@@ -23,6 +23,7 @@ from bridge.engine.actor import ConversationActor, Conversations
 from bridge.engine.card_views import CardViews
 from bridge.engine.executor import EffectExecutor
 from bridge.engine.intake import Intake
+from bridge.engine.reactions import ReactionEmoji, Reactions
 from bridge.engine.status_cards import StatusCards
 from bridge.engine.switches import Switches
 from bridge.engine.turn_runner import SessionEnded, TurnRunner
@@ -48,7 +49,7 @@ log = logging.getLogger(__name__)
 class EngineConfig:
     timings: Timings
     options: Options
-    ack_emoji: str
+    ack_emoji: str  # the received state's reaction
     max_running_turns: int
     card_interval: float = 0.5  # least seconds between two changes of one status card
     # The agents and workspaces a conversation may move between (/agent, /cd).
@@ -59,6 +60,8 @@ class EngineConfig:
     voice_max_seconds: int = 300
     schedules: ScheduleSettings = field(default_factory=ScheduleSettings)
     delivery: DeliveryPolicy = field(default_factory=DeliveryPolicy)  # through an outage
+    # The other states' reactions (received: `ack_emoji`).
+    reaction_emoji: ReactionEmoji = field(default_factory=ReactionEmoji)
     store_retry: StoreRetry = field(default_factory=StoreRetry)  # a turn's store calls, likewise
 
 
@@ -148,7 +151,12 @@ class Engine:
             status_cards=status_cards,
             schedules=self.schedules,
             clock=now,
-            ack_emoji=config.ack_emoji,
+            reactions=Reactions(
+                feishu=feishu,
+                gate=self.gate,
+                emoji=replace(config.reaction_emoji, received=config.ack_emoji),
+                tasks=self._tasks,
+            ),
             gate=self.gate,
             retry=config.store_retry,
             metrics=metrics,
@@ -267,8 +275,10 @@ class Engine:
         await self.executor.traces.close()
 
     async def wait_idle(self) -> None:
-        """Until every actor has performed what it was given (tests and shutdown)."""
+        """Until every actor has performed what it was given, and every reaction change it
+        handed over is made (tests and shutdown)."""
         await self._conversations.wait_idle()
+        await self.executor.reactions.wait_idle()
 
 
 __all__ = ["Engine", "EngineConfig"]

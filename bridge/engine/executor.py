@@ -36,6 +36,7 @@ from bridge.core.effects import (
     ScheduleSkipped,
     SendFile,
     SendPrompt,
+    SetReaction,
     ShowDiffs,
     ShowStatusCard,
     StartTurn,
@@ -57,6 +58,7 @@ from bridge.engine.asks import Asks
 from bridge.engine.card_views import CardViews, approval_status
 from bridge.engine.files_out import FilesOut
 from bridge.engine.outbox import Answers, Mark, Outbox, idempotency_key, turn_of
+from bridge.engine.reactions import Reactions
 from bridge.engine.status_cards import StatusCards
 from bridge.engine.switches import Switches
 from bridge.engine.turn_runner import TurnRunner
@@ -103,7 +105,7 @@ class EffectExecutor:
         status_cards: StatusCards,
         schedules: Scheduler,
         clock: Callable[[], float],
-        ack_emoji: str,
+        reactions: Reactions,
         gate: FeishuGate,
         retry: StoreRetry,
         metrics: Metrics | None = None,
@@ -124,7 +126,6 @@ class EffectExecutor:
             answers=self._answers,
             store=store,
             clock=clock,
-            ack_emoji=ack_emoji,
             metrics=metrics,
             budget=budget,
         )
@@ -133,6 +134,7 @@ class EffectExecutor:
         )
         self._clock = clock
         self._metrics = metrics
+        self.reactions = reactions
         # Several instances: whether this one holds the conversation's lease (a turn starts
         # only then; an unconfirmed one is waited on). One instance alone holds every one.
         self.confirm: Callable[[str], Awaitable[bool]] = _always
@@ -177,7 +179,8 @@ class EffectExecutor:
         runtime = self._runtime
         return {
             # What a user sees, through Feishu, and the turn's record, in order.
-            React: Handler(shown, lambda a, w: self.outbox.ack(w.message_id)),
+            React: Handler(shown, self._ack),
+            SetReaction: Handler(shown, self._set_reaction),
             PostText: Handler(shown, self._post, _trace_line),
             RelayAgentText: Handler(shown, self._post, _trace_reply),
             EditText: Handler(shown, self._edit_text),
@@ -222,6 +225,14 @@ class EffectExecutor:
         self._hold(actor, work.turn_id, mark)
         if self._metrics and isinstance(work, PostText):
             self._metrics.lines.labels(work.key).inc()
+
+    async def _ack(self, actor: ConversationActor, work: React) -> None:
+        await self.reactions.ack(work.message_id, terms_of(actor, work).chat)
+
+    async def _set_reaction(self, actor: ConversationActor, work: SetReaction) -> None:
+        # Handed over in its place among what the chat is shown (a round's end reaction
+        # after its end signal), made on its own: nothing shown waits for it.
+        self.reactions.show(work.message_id, terms_of(actor, work).chat, work.state)
 
     async def _owe(self, actor: ConversationActor, work: Owe) -> None:
         await self._retry.call("owe", partial(self.outbox.record, actor, work.effect))

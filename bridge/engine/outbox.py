@@ -16,7 +16,6 @@ budget, the outage, a restart). What must be delivered (the core's terms say whi
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping
@@ -260,9 +259,6 @@ class Answers:
         return False
 
 
-ACK_WAIT = 2.0  # seconds a chat's next post waits for its ack reaction, at most
-
-
 def replay_order(
     owed: list[OwedPost], cut: list[TurnRecord], starts: Mapping[str, float]
 ) -> list[OwedPost | TurnRecord]:
@@ -286,7 +282,6 @@ class Outbox:
         answers: Answers,
         store: Store,
         clock: Callable[[], float],
-        ack_emoji: str,
         metrics: Metrics | None = None,
         budget: CallBudget | None = None,
     ) -> None:
@@ -294,24 +289,7 @@ class Outbox:
         self._budget = budget
         self._store = store
         self._clock = clock
-        self._ack_emoji = ack_emoji
         self._metrics = metrics
-        self._acks: set[asyncio.Future[str | None]] = set()  # acks still under way
-
-    async def ack(self, message_id: str) -> None:
-        """The ack reaction: best-effort, and never what holds a chat's posts. While Feishu
-        is down it goes only as the gate's probe (else it would only fail); the chat's next
-        post waits for it at most `ACK_WAIT` (a hanging call goes on alone, tracked)."""
-        gate = self._answers.gate
-        if not gate.probe_due():
-            return
-        react = self._answers.feishu.add_reaction(message_id, self._ack_emoji)
-        ack = asyncio.ensure_future(react)
-        self._acks.add(ack)
-        ack.add_done_callback(self._acks.discard)
-        done, _ = await asyncio.wait({ack}, timeout=ACK_WAIT)
-        if ack in done and not ack.cancelled():
-            gate.heard_back(ack.result() is not None)
 
     async def record(self, actor: ConversationActor, effect: Effect) -> None:
         """The effect is owed from now on (the work lane, as the core decides it)."""

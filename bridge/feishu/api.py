@@ -82,8 +82,9 @@ class FeishuApi(Protocol):
     async def add_reaction(self, message_id: str, emoji_type: str) -> str | None:
         """Best-effort: the reaction id, or None when skipped or failed (never raises)."""
 
-    async def remove_reaction(self, message_id: str, reaction_id: str) -> None:
-        """Best-effort, never raises."""
+    async def remove_reaction(self, message_id: str, reaction_id: str) -> bool:
+        """Best-effort, never raises: whether Feishu removed it (False when skipped or
+        failed)."""
 
     async def bot_info(self) -> BotInfo: ...
 

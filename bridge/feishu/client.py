@@ -432,9 +432,9 @@ class FeishuClient:
         reaction_id = _data(data).get("reaction_id")
         return reaction_id if isinstance(reaction_id, str) else None
 
-    async def remove_reaction(self, message_id: str, reaction_id: str) -> None:
+    async def remove_reaction(self, message_id: str, reaction_id: str) -> bool:
         path = f"{_MESSAGES}/{quote(message_id, safe='')}/reactions/{quote(reaction_id, safe='')}"
-        await self._best_effort("remove_reaction", "DELETE", path, None)
+        return await self._best_effort("remove_reaction", "DELETE", path, None) is not None
 
     # --- bot ----------------------------------------------------------------------------
 

@@ -162,6 +162,13 @@ class FeishuGate:
         ack) may go now, and serves as the probe."""
         return not self.down or (not self._probing and self._now() >= self._next_probe)
 
+    async def until_up(self) -> None:
+        """Until the bridge's calls find Feishu up: a best-effort call that would only fail
+        while it is down waits here (it is never the probe)."""
+        while self.down:
+            self._changed.clear()
+            await self._changed.wait()
+
     def heard_back(self, ok: bool) -> None:
         """What a call outside the gate (an ack) found: up again, or still down (the next
         probe waits longer, as after a failed probe)."""

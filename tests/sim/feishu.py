@@ -164,11 +164,12 @@ class SimFeishu:
             return None  # best-effort, as the real client
         return f"r_{post.result}"
 
-    async def remove_reaction(self, message_id: str, reaction_id: str) -> None:
+    async def remove_reaction(self, message_id: str, reaction_id: str) -> bool:
         try:
             await self._call("remove_reaction", message_id, text=reaction_id)
         except FeishuError:
-            return
+            return False
+        return True
 
     async def bot_info(self) -> BotInfo:
         return BotInfo(open_id="ou_bot", app_name="Sim")

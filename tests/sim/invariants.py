@@ -44,6 +44,8 @@ _ENDING_KEYS = (
 ENDINGS = tuple(T(key).split("{")[0] for key in _ENDING_KEYS)
 RUNNING = (T("presence.running_hint"), T("presence.heartbeat").split("{")[0])
 _REPLIES = ("reply_text", "reply_card", "reply_card_entity")
+ACK = "OnIt"  # the world's ack emoji; the other states' are the product's defaults
+_END_EMOJI = ("DONE", "CrossMark", "ERROR")
 _CARD_CHANGES = (
     "update_card",
     "update_card_entity",
@@ -83,12 +85,18 @@ def by_message(posts: Iterable[Post]) -> dict[str, list[Seen]]:
             target = owner.get(target, "")
         elif post.op == "create_card":  # the bridge's decision to show it
             target = owner.get(post.result, "")
-        elif post.op != "add_reaction":
+        elif post.op not in ("add_reaction", "remove_reaction"):
             continue
         text = post.text if post.card is None else repr(post.card)
         end = _t(post.end or post.start)
         seen[target].append(Seen(_t(post.start), end, post.op, text, post.ok))
     return seen
+
+
+def _state_reaction(post: Post) -> bool:
+    """A change of a message's reaction after its ack: made on the side, never by the chat's
+    performer (nothing of the chat waits for it)."""
+    return post.op == "remove_reaction" or (post.op == "add_reaction" and post.text != ACK)
 
 
 def by_chat(run: Run) -> dict[str, list[Seen]]:
@@ -104,7 +112,7 @@ def by_chat(run: Run) -> dict[str, list[Seen]]:
     calls: dict[str, list[Seen]] = defaultdict(list)
     for post in run.posts:
         chat = chat_of.get(post.target) or chat_of.get(post.result)
-        if chat is None:
+        if chat is None or _state_reaction(post):
             continue
         text = post.text if post.card is None else repr(post.card)
         end = _t(post.end or post.start)
@@ -128,10 +136,17 @@ def check(run: Run) -> list[str]:
     return problems
 
 
+def _acks(got: list[Seen]) -> list[Seen]:
+    """The ack's tries: the received reaction added before any was changed (the round
+    back from waiting on its user says received again, and that is no second ack)."""
+    changed = min((s.at for s in got if s.op == "remove_reaction"), default=float("inf"))
+    return [s for s in got if s.op == "add_reaction" and s.text == ACK and s.at < changed]
+
+
 def one_ack_each(run: Run, seen: dict[str, list[Seen]]) -> list[str]:
     out = []
     for sent in run.sent:
-        tries = [s for s in seen[sent.message_id] if s.op == "add_reaction"]
+        tries = _acks(seen[sent.message_id])
         acks = [s for s in tries if s.ok]
         # An ack is best-effort: one Feishu refused during an outage is not tried again, and
         # one still waiting its turn when the bridge was killed is not made up for.
@@ -230,7 +245,9 @@ def hint_and_heartbeat(run: Run, seen: dict[str, list[Seen]]) -> list[str]:
             continue  # nothing can be shown while Feishu is away (delivered_after_the_storm)
         silent_until = start + sent.plan.first_silence
         shown = sorted(
-            s.at for s in seen[sent.message_id] if s.op != "add_reaction" and s.ok and s.at >= start
+            s.at
+            for s in seen[sent.message_id]
+            if not s.op.endswith("_reaction") and s.ok and s.at >= start
         )
         due = start + t.first_hint
         if silent_until > due + TOLERANCE and ended > due + TOLERANCE:
@@ -246,7 +263,9 @@ def hint_and_heartbeat(run: Run, seen: dict[str, list[Seen]]) -> list[str]:
                 continue
         # After the hint, any line in the chat shows the bot alive (a queued line included).
         alive = sorted(
-            s.at for s in chat_calls[sent.chat] if s.op != "add_reaction" and s.ok and s.at >= start
+            s.at
+            for s in chat_calls[sent.chat]
+            if not s.op.endswith("_reaction") and s.ok and s.at >= start
         )
         waits = _waiting(run, seen, sent)
         last = shown[0] if shown else start
@@ -331,7 +350,8 @@ def few_calls_while_down(run: Run, seen: dict[str, list[Seen]]) -> list[str]:
         return []
     start, end = outage[0] + EPOCH, outage[1] + EPOCH
     calls = [p for p in run.posts if start <= p.start < end]
-    acks = [p for p in calls if p.op == "add_reaction"]  # one per message, never retried
+    # One ack per message, never retried; a change of a reaction waits for Feishu to be back.
+    acks = [p for p in calls if p.op == "add_reaction" and p.text == ACK]
     chats = len({s.chat for s in run.sent})
     allowed = 2 * chats + (end - start) / 4 + 3
     if len(calls) - len(acks) > allowed:
@@ -373,6 +393,38 @@ def nothing_posted_twice(run: Run, seen: dict[str, list[Seen]]) -> list[str]:
     return [f"uuid {u} posted twice" for u in sorted({u for u in uuids if uuids.count(u) > 1})]
 
 
+def one_reaction_ending_in_its_rounds_state(run: Run, seen: dict[str, list[Seen]]) -> list[str]:
+    """Never two of the bot's reactions on a message at once; and a message whose round
+    ran to its end (Feishu up and the bridge alive from it on) ends with one reaction: how
+    its round ended (done for an answer)."""
+    added: dict[str, tuple[str, str]] = {}  # reaction id -> (message, emoji)
+    on: dict[str, dict[str, str]] = defaultdict(dict)  # message -> reaction id -> emoji
+    out = []
+    for post in run.posts:  # each message's changes are made one after the other
+        if post.op == "add_reaction" and post.ok and not post.repeat:
+            added[f"r_{post.result}"] = (post.target, post.text)
+            on[post.target][f"r_{post.result}"] = post.text
+            if len(on[post.target]) > 1:
+                shown = sorted(on[post.target].values())
+                out.append(f"{post.target}: reactions {shown} at once at {_t(post.start)}")
+        elif post.op == "remove_reaction" and post.ok:
+            on[post.target].pop(post.text, None)
+    for sent in run.sent:
+        if sent.plan is None or sent.message_id in run.recalled:
+            continue
+        if _touches_outage(run, _t(sent.at), float("inf")):
+            continue  # best-effort: a change Feishu refused is not tried again
+        ends = _ends(seen[sent.message_id], sent.text)
+        if not ends:
+            continue  # in a card, or never ran
+        final = sorted(on[sent.message_id].values())
+        answered = not ends[0].text.startswith(ENDINGS)
+        want = ["DONE"] if answered else None
+        if len(final) != 1 or final[0] not in _END_EMOJI or (want and final != want):
+            out.append(f"{sent.message_id}: ends with reactions {final}")
+    return out
+
+
 def every_conversation_settles(run: Run, seen: dict[str, list[Seen]]) -> list[str]:
     return [f"{key}: still running or queued at the horizon" for key in run.stuck]
 
@@ -389,6 +441,7 @@ RULES: tuple[Callable[[Run, dict[str, list[Seen]]], list[str]], ...] = (
     few_calls_while_down,
     no_overlapping_prompts,
     nothing_posted_twice,
+    one_reaction_ending_in_its_rounds_state,
     every_conversation_settles,
 )
 

@@ -163,7 +163,7 @@ async def _world(seed: int, loop: SimLoop, jitter: bool, storms: bool) -> Run:
             translator=T,
             config=EngineConfig(
                 timings=TIMINGS,
-                options=Options(presence_style=style),
+                options=Options(presence_style=style, state_reactions=True),
                 ack_emoji="OnIt",
                 max_running_turns=8,
                 card_interval=CARD_INTERVAL,

@@ -107,8 +107,9 @@ class RecordingFeishu:
         await self._record(Call("add_reaction", message_id, emoji_type))
         return f"r_{message_id}"
 
-    async def remove_reaction(self, message_id: str, reaction_id: str) -> None:
+    async def remove_reaction(self, message_id: str, reaction_id: str) -> bool:
         await self._record(Call("remove_reaction", message_id, reaction_id))
+        return True
 
     async def download_resource(
         self, message_id: str, key: str, resource_type: str, dest: Path, *, max_bytes: int
