@@ -30,6 +30,7 @@ from bridge.config.checks import (
 )
 from bridge.config.feishu import FeishuSection
 from bridge.core import Options, PresenceStyle
+from bridge.core.state import Urgency
 from bridge.engine.engine import Engine, EngineConfig
 from bridge.feishu.api import FeishuApi
 from bridge.feishu.budget import BudgetPolicy, CallBudget
@@ -127,6 +128,7 @@ class BridgeService:
         await self.ops_listener.start()
         await self._identify()
         self.engine.probe_voice()
+        self.engine.probe_urgent()
         if self.ownership is None:
             await self.engine.recover(before=self.readiness.started_at)
         else:  # only what no live instance runs: claimed, then recovered the same way
@@ -257,6 +259,7 @@ def build_service(
                 requester_may_approve=access.bridge_requester_may_approve,
                 presence_style=PresenceStyle(presence.bridge_presence_style),
                 usage_footer=presence.bridge_usage_footer,
+                urgency=Urgency.APP if presence.bridge_urgent else Urgency.OFF,
             ),
             routes=routes,
             attachments_dir=settings.store.bridge_data_dir / "inbox",
@@ -399,6 +402,7 @@ def _status(
         "conversations": len(engine.conversations),
         "feishu_api": engine.gate.state(),
         "voice": engine.voice_mode.state(),
+        "urgent": engine.urgent_mode.state(),
         "feishu_budget": engine.budget.state() if engine.budget else None,
         "event_subscribers": projection.subscribers(),
         "runtime": runtime.snapshot(),
