@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from bridge.feishu.errors import BusinessError, FeishuError
-from bridge.feishu.urgent import PROBE_MESSAGE, SCOPE, scope_missing
+from bridge.feishu.urgent import PROBE_MESSAGE, PROBE_USER, SCOPE, scope_missing
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +36,7 @@ class UrgentMode:
         if not self.enabled:
             return
         try:
-            await feishu.urgent_app(PROBE_MESSAGE, [])
+            await feishu.urgent_app(PROBE_MESSAGE, [PROBE_USER])
         except BusinessError as exc:
             if scope_missing(exc):
                 self.missing()

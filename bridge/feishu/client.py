@@ -330,7 +330,10 @@ class FeishuClient:
         path = f"{_MESSAGES}/{quote(message_id, safe='')}/urgent_app"
         params = {"user_id_type": "open_id"}
         body = {"user_id_list": list(open_ids)}
-        data = await self._request("urgent_app", "PATCH", path, params=params, body=body)
+        # Logged by its caller (a refusal may be expected: the start-up probe, the scope).
+        data = await self._request(
+            "urgent_app", "PATCH", path, params=params, body=body, failure_level=logging.INFO
+        )
         invalid = _data(data).get("invalid_user_id_list")
         return [i for i in invalid if isinstance(i, str)] if isinstance(invalid, list) else []
 

@@ -16,6 +16,7 @@ SCOPE_MISSING: Final = 99991672  # the gateway's "Access denied. One of the foll
 # A message id no chat holds: the start-up probe urges it, to learn whether the scope is
 # granted (the gateway checks the scope before it looks for the message).
 PROBE_MESSAGE: Final = "om_bridge_urgent_probe"
+PROBE_USER: Final = "ou_bridge_urgent_probe"  # the list may not be empty
 
 
 def scope_missing(exc: FeishuError) -> bool:

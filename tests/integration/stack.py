@@ -36,6 +36,9 @@ FAST = {
     # Feishu's limits are real-time and these tests run in milliseconds: the call budget
     # (issue 33) would only slow them; test_call_budget.py sets the limits it tests.
     "bridge_feishu_app_calls_per_second": 100_000.0,
+    # Urging unanswered cards (加急, and its start-up probe) adds Feishu calls; the tests
+    # that count calls predate it, and test_urgent.py turns it on.
+    "bridge_urgent": False,
 }
 # What no operator sets, in-process (bridge/config/tuning.py); a test changes a field with
 # `running_stack(tuning={...})`.
