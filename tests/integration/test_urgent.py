@@ -162,3 +162,25 @@ async def test_without_the_scope_a_warning_at_start_and_one_mention_line_instead
         async with httpx.AsyncClient(trust_env=False) as http:
             status = (await http.get(f"{stack.ops_url}/status")).json()
         assert status["urgent"] == {"enabled": True, "scope_missing": True, "by": "mention"}
+
+
+async def test_a_refusal_at_run_time_becomes_one_mention_line(tmp_path: Path) -> None:
+    async with running_stack(tmp_path / "b", settings=URGENT) as stack:
+        await probed(stack)  # granted at start-up…
+        stack.emu.urgent.scope_granted = False  # …then revoked
+        await stack.say(APPROVAL_PROMPT)
+        await stack.wait_text(like("presence.approval_timed_out"))
+        await stack.settled()
+        [refused] = urgent_calls(stack)
+        assert refused.code == 99991672
+        assert stack.emu.urgents() == []
+        texts = stack.texts()
+        everyone = tags(stack.emu.default_user_open_id, APPROVER, ELSEWHERE)
+        mentioning = [t for t in texts if "<at " in t]
+        assert len(mentioning) == 1, texts
+        # The reminder went out with the urge; the line after the refusal mentions them.
+        assert like("presence.approval_reminder")(texts[2]), texts
+        assert texts[3].startswith(everyone), texts
+        assert like("presence.approval_reminder")(texts[3][len(everyone) :]), texts
+        assert like("presence.approval_timed_out")(texts[4]), texts
+        assert len(texts) == 5, texts
