@@ -30,6 +30,7 @@ from bridge.config.checks import (
 )
 from bridge.config.feishu import FeishuSection
 from bridge.core import Options, PresenceStyle
+from bridge.core.state import Urgency
 from bridge.engine.engine import Engine, EngineConfig
 from bridge.feishu.api import FeishuApi
 from bridge.feishu.budget import BudgetPolicy, CallBudget
@@ -127,6 +128,7 @@ class BridgeService:
         await self.ops_listener.start()
         await self._identify()
         self.engine.probe_voice()
+        self.engine.probe_urgent()
         if self.ownership is None:
             await self.engine.recover(before=self.readiness.started_at)
         else:  # only what no live instance runs: claimed, then recovered the same way
@@ -258,6 +260,7 @@ def build_service(
                 presence_style=PresenceStyle(presence.bridge_presence_style),
                 usage_footer=presence.bridge_usage_footer,
                 state_reactions=presence.bridge_state_reactions,
+                urgency=Urgency.APP if presence.bridge_urgent else Urgency.OFF,
             ),
             routes=routes,
             attachments_dir=settings.store.bridge_data_dir / "inbox",
@@ -400,6 +403,7 @@ def _status(
         "conversations": len(engine.conversations),
         "feishu_api": engine.gate.state(),
         "voice": engine.voice_mode.state(),
+        "urgent": engine.urgent_mode.state(),
         "feishu_budget": engine.budget.state() if engine.budget else None,
         "event_subscribers": projection.subscribers(),
         "runtime": runtime.snapshot(),

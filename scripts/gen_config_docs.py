@@ -163,6 +163,13 @@ NOTES = {
         "reminder at half the time; at the timeout the round is cancelled and the card shows "
         "it expired. Also applies to questions."
     ),
+    "bridge_urgent": (
+        "To the requester (unless `BRIDGE_REQUESTER_MAY_APPROVE=false` for approvals) and "
+        "`BRIDGE_APPROVERS`, never after the card was answered or expired. Needs the scope "
+        "`im:message.urgent`; the start-up log says when it is missing. See "
+        "[approvals.md](approvals.md)."
+    ),
+    "bridge_urgent_seconds": "Counted from when the card is on the chat, like the timeout.",
     "bridge_finish_grace_seconds": "Stop reasons `max_tokens`, `max_turn_requests`, `refusal`.",
     "bridge_allowed_users": (
         "Others get one refusal. With this and `BRIDGE_ALLOWED_CHATS` both empty the bridge "
@@ -232,6 +239,8 @@ MORE_EXAMPLES = {
     "BRIDGE_HEARTBEAT_SECONDS": "120",
     "BRIDGE_STALE_SECONDS": "900",
     "BRIDGE_APPROVAL_TIMEOUT_SECONDS": "3600",
+    "BRIDGE_URGENT": "false",
+    "BRIDGE_URGENT_SECONDS": "300",
     "BRIDGE_FINISH_GRACE_SECONDS": "5",
     "BRIDGE_CANCEL_NOTICE_SECONDS": "5",
     "BRIDGE_CANCEL_LIMIT_SECONDS": "60",

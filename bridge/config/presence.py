@@ -85,6 +85,23 @@ class PresenceSection(Section):
             " waiting turns sooner."
         ),
     )
+    bridge_urgent: bool = Field(
+        default=True,
+        description="A card left unanswered gets Feishu's in-app urgent notification"
+        " to who may answer it, once; without the scope im:message.urgent the reminder"
+        " @-mentions them instead.",
+        json_schema_extra=why("`false` for the reminder line alone, as before."),
+    )
+    bridge_urgent_seconds: float | None = Field(
+        default=None,
+        gt=0,
+        description="How long after a card is shown the urge goes out; unset: with the"
+        " reminder, at half the approval timeout.",
+        json_schema_extra=clock(
+            "Lower it when approvals are urgent business; an urge later than the timeout"
+            " never goes out."
+        ),
+    )
     bridge_finish_grace_seconds: float = Field(
         default=3.0,
         ge=0,

@@ -24,6 +24,7 @@ from bridge.core.effects import (
     ShowStatusCard,
     UpdateApprovalCard,
     UpdateQuestionCard,
+    Urge,
 )
 from bridge.core.presence import Timings
 from bridge.core.state import (
@@ -103,13 +104,29 @@ class StepContext:
         return f"{self.turn.turn_id}:{kind}:{seq}"
 
     def say(
-        self, key: str, params: Params | None = None, *, kind: str, line: Line = Line.SYSTEM
+        self,
+        key: str,
+        params: Params | None = None,
+        *,
+        kind: str,
+        line: Line = Line.SYSTEM,
+        mentions: tuple[str, ...] = (),
     ) -> None:
-        """A status line for the current turn, in reply to the message it answers."""
+        """A status line for the current turn, in reply to the message it answers;
+        `mentions`: open ids it @-mentions ahead of its text."""
         idem = self.post_key(kind)
         turn = self.turn
         tid = turn.turn_id
-        self.emit(PostText(key, dict(params or {}), turn.message_id, idem, turn_id=tid, line=line))
+        post = PostText(
+            key,
+            dict(params or {}),
+            turn.message_id,
+            idem,
+            turn_id=tid,
+            mentions=mentions,
+            line=line,
+        )
+        self.emit(post)
         self.update_turn(last_posted_at=self.now)
 
     def sync_timers(self) -> None:
@@ -153,6 +170,7 @@ def terms_for(effect: Effect, key: str, ends: Outcome | None = None) -> Terms | 
             | PostQuestion(terms=None)
             | UpdateApprovalCard(terms=None)
             | UpdateQuestionCard(terms=None)
+            | Urge(terms=None)
         ):
             return plain_terms(Lane.CARD, key)
         case ShowDiffs(terms=None):

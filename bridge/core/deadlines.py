@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
-from bridge.core import presence, status_card
+from bridge.core import presence, status_card, urging
 from bridge.core.context import StepContext
 from bridge.core.delivery import Line
 from bridge.core.effects import (
@@ -130,7 +130,9 @@ def _approval_reminder(ctx: StepContext) -> None:
     )
     ctx.update(approvals=approvals)
     remaining = format_elapsed(first + ctx.timings.approval_timeout - ctx.now, round_up=True)
-    ctx.say("presence.approval_reminder", {"remaining": remaining}, kind="remind", line=Line.PAUSE)
+    who = urging.reminder_mentions(ctx, approval=True)
+    params = {"remaining": remaining}
+    ctx.say("presence.approval_reminder", params, kind="remind", line=Line.PAUSE, mentions=who)
 
 
 def _reply_reminder(ctx: StepContext) -> None:
@@ -141,7 +143,9 @@ def _reply_reminder(ctx: StepContext) -> None:
     ctx.update(question=replace(question, reminder_sent=True))
     left = since + ctx.timings.approval_timeout - ctx.now
     remaining = format_elapsed(left, round_up=True)
-    ctx.say("presence.reply_reminder", {"remaining": remaining}, kind="remind", line=Line.PAUSE)
+    who = urging.reminder_mentions(ctx, approval=False)
+    params = {"remaining": remaining}
+    ctx.say("presence.reply_reminder", params, kind="remind", line=Line.PAUSE, mentions=who)
 
 
 def _shown_by(approval: PendingApproval, at: float) -> bool:
@@ -196,6 +200,8 @@ _CLOCK_HANDLERS: dict[str, Callable[[StepContext], None]] = {
     presence.DRAIN: _drain_timeout,
     presence.APPROVAL_REMINDER: _approval_reminder,
     presence.REPLY_REMINDER: _reply_reminder,
+    presence.APPROVAL_URGE: urging.approval_urge,
+    presence.REPLY_URGE: urging.reply_urge,
     presence.PROGRESS: _flush_progress,
     presence.FIRST_HINT: _first_hint,
     presence.HEARTBEAT: _heartbeat,

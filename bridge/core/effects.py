@@ -88,6 +88,9 @@ class PostText:
     final: bool = False  # this is the turn's end signal
     turn_id: str | None = None  # None: a line outside any turn (refusal, command answer)
     footer: Text | None = None  # a last line under it (the usage footer)
+    # Open ids the line @-mentions, ahead of its text: the bridge's own markup, chosen by
+    # the core (those who may answer a card), never anything the agent wrote.
+    mentions: tuple[str, ...] = ()
     line: Line = field(default=Line.SYSTEM, compare=False)  # what the line is for
     terms: Terms | None = field(default=None, compare=False, repr=False)  # set by the core
     # Set by the core: its turn was begun in the store by this process, so nothing of it
@@ -202,6 +205,20 @@ class PostApprovalCard:
     requester: str
     reply_to: str
     idempotency_key: str
+    terms: Terms | None = field(default=None, compare=False, repr=False)  # set by the core
+
+
+@dataclass(frozen=True)
+class Urge:
+    """Feishu's in-app urgent notification (加急) on each card of `request_ids` (its message
+    in `message_ids`, same order) to `open_ids`, who may answer them. Performed only for a
+    request still pending when its turn comes; a refusal for the missing scope comes back as
+    `UrgeRefused`."""
+
+    turn_id: str
+    request_ids: tuple[str, ...]
+    message_ids: tuple[str, ...]
+    open_ids: tuple[str, ...]
     terms: Terms | None = field(default=None, compare=False, repr=False)  # set by the core
 
 
@@ -435,6 +452,7 @@ Effect = (
     | ShowStatusCard
     | PostApprovalCard
     | UpdateApprovalCard
+    | Urge
     | PostQuestion
     | UpdateQuestionCard
     | AnswerCallback

@@ -18,6 +18,7 @@ class UserMessage:
     sender: str
     text: str
     attachments: tuple[Attachment, ...] = ()  # images and files it carries (text may be "")
+    in_group: bool = False  # it came from a group chat
 
 
 @dataclass(frozen=True)
@@ -27,6 +28,7 @@ class UnsupportedMessage:
 
     message_id: str
     sender: str
+    in_group: bool = False  # it came from a group chat
 
 
 @dataclass(frozen=True)
@@ -99,6 +101,22 @@ class Posted:
     message_ids: tuple[str, ...]
 
 
+@dataclass(frozen=True)
+class UrgeRefused:
+    """Feishu refused the urgent notification of `Urge` for lack of the scope
+    im:message.urgent: those who may answer these requests are @-mentioned instead (once), and
+    the conversation mentions from now on."""
+
+    turn_id: str
+    request_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class UrgentUnavailable:
+    """The app lacks the scope im:message.urgent (found at start-up, or by a refusal in
+    another conversation): cards left unanswered are urged by @-mention from now on."""
+
+
 class CommandName(StrEnum):
     NEW = "new"
     STOP = "stop"
@@ -127,6 +145,7 @@ class Command:
     sender: str
     raw: str = ""  # the command word as typed, e.g. "/foo" (shown back for unknown commands)
     arg: str = ""  # what follows the word, e.g. "plan" in "/mode plan"
+    in_group: bool = False  # it came from a group chat
 
 
 @dataclass(frozen=True)
@@ -437,6 +456,8 @@ CoreEvent = (
     | TurnBegun
     | TurnNotStarted
     | CardNotShown
+    | UrgeRefused
+    | UrgentUnavailable
     | StatusCardFailed
     | ModesAnswered
     | ConfigAnswered

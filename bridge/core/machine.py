@@ -73,6 +73,8 @@ from bridge.core.inputs import (
     TurnInterruptedByRestart,
     TurnNotStarted,
     UnsupportedMessage,
+    UrgentUnavailable,
+    UrgeRefused,
     UserMessage,
     VoiceHeard,
 )
@@ -104,6 +106,7 @@ from bridge.core.state import (
 )
 from bridge.core.switch_lines import on_session_close, on_switch_command, switch_lines
 from bridge.core.turn_events import on_turn_event, refuse_request
+from bridge.core.urging import on_urge_refused, on_urgent_unavailable
 from bridge.core.voice import on_voice_heard
 from bridge.runtime.events import RuntimeFailed, TurnEvent, UsageReported
 
@@ -113,8 +116,11 @@ def step(
 ) -> tuple[Conversation, list[Effect]]:
     """Apply one input. Returns the new state and the effects to perform, in order."""
     ctx = StepContext(conv, now, timings)
-    if isinstance(event, UserMessage | Command | UnsupportedMessage) and _acked(conv, event):
-        ctx.emit(React(event.message_id))  # every message gets its one ack, whatever follows
+    if isinstance(event, UserMessage | Command | UnsupportedMessage):
+        if _acked(conv, event):
+            ctx.emit(React(event.message_id))  # every message gets its one ack, whatever follows
+        if event.in_group and not conv.group:
+            ctx.update(group=True)  # a chat never changes its type
     if conv.state is ExecState.CLOSED:
         refuse_request(ctx, event)
         if isinstance(event, UserMessage | Command | UnsupportedMessage):
@@ -173,6 +179,10 @@ def _dispatch(ctx: StepContext, event: CoreEvent) -> None:
             on_turn_not_started(ctx, event.turn_id)
         case CardNotShown():
             _on_card_not_shown(ctx, event)
+        case UrgeRefused():
+            on_urge_refused(ctx, event)
+        case UrgentUnavailable():
+            on_urgent_unavailable(ctx)
         case StatusCardFailed():
             status_card.on_card_failed(ctx, event)
         case ModesAnswered():

@@ -21,6 +21,7 @@ from bridge.core.state import (
     PendingQuestion,
     ProgressLine,
     Prompt,
+    Urgency,
 )
 from bridge.core.text import Text
 from bridge.runtime.events import PlanEntry, StopReason
@@ -34,6 +35,7 @@ class _TimingSettings(Protocol):
     bridge_finish_grace_seconds: float
     bridge_cancel_notice_seconds: float
     bridge_cancel_limit_seconds: float
+    bridge_urgent_seconds: float | None
 
 
 @dataclass(frozen=True)
@@ -53,6 +55,13 @@ class Timings:
     # Card style: an answer that has streamed this long gets its card (one that is done
     # sooner needs none), so what the agent writes is seen within about a second.
     card_after_text: float = 1.0
+    # A card unanswered this long after it was shown urges those who may answer it, once
+    # (`Options.urgency`); None: at the reminder, half the approval timeout.
+    urge: float | None = None
+
+    @property
+    def urge_after(self) -> float:
+        return self.approval_timeout / 2 if self.urge is None else self.urge
 
     @classmethod
     def from_settings(cls, settings: _TimingSettings) -> Timings:
@@ -64,6 +73,7 @@ class Timings:
             finish_grace=settings.bridge_finish_grace_seconds,
             cancel_notice=settings.bridge_cancel_notice_seconds,
             cancel_limit=settings.bridge_cancel_limit_seconds,
+            urge=settings.bridge_urgent_seconds,
         )
 
 
@@ -83,6 +93,8 @@ DRAIN = "drain"
 CANCEL_NOTICE = "cancel_notice"
 APPROVAL_REMINDER = "approval_reminder"
 REPLY_REMINDER = "reply_reminder"
+APPROVAL_URGE = "approval_urge"
+REPLY_URGE = "reply_urge"
 PROGRESS = "progress"
 FIRST_HINT = "first_hint"
 HEARTBEAT = "heartbeat"
@@ -98,6 +110,10 @@ TIMER_ORDER = (
     CANCEL_NOTICE,
     APPROVAL_REMINDER,
     REPLY_REMINDER,
+    # After the reminders: due at the same moment, an urge by @-mention rides on the
+    # reminder line (one line), and the urgent notification follows it.
+    APPROVAL_URGE,
+    REPLY_URGE,
     PROGRESS,
     FIRST_HINT,
     HEARTBEAT,
@@ -144,12 +160,17 @@ def deadlines(conv: Conversation, timings: Timings) -> dict[str, float]:
         unreminded = first_shown(a for a in conv.approvals if not a.reminder_sent)
         if unreminded is not None:
             found[APPROVAL_REMINDER] = unreminded + timings.approval_timeout / 2
+        unurged = first_shown(a for a in conv.approvals if not a.urged)
+        if unurged is not None and conv.options.urgency is not Urgency.OFF:
+            found[APPROVAL_URGE] = unurged + timings.urge_after
     elif state is ExecState.WAITING_REPLY and conv.question is not None:
         since = waiting_since(conv.question)
         if since is not None:
             found[REPLY_TIMEOUT] = since + timings.approval_timeout
             if not conv.question.reminder_sent:
                 found[REPLY_REMINDER] = since + timings.approval_timeout / 2
+            if not conv.question.urged and conv.options.urgency is not Urgency.OFF:
+                found[REPLY_URGE] = since + timings.urge_after
     elif state is ExecState.STALE:
         # Silent for a second window: the bridge ends the round itself (never "running"
         # forever, e.g. a prompt whose result never comes after a complete answer).

@@ -74,6 +74,7 @@ def snapshot(conv: Conversation) -> dict[str, object]:
                 "asked_at": approval.asked_at,
                 "shown_at": approval.shown_at,  # None while its card waits for Feishu
                 "reminder_sent": approval.reminder_sent,
+                "urged": approval.urged,  # 加急 (or @-mention) sent to who may answer
                 "count": len(conv.approvals),
             }
             if approval
@@ -84,6 +85,7 @@ def snapshot(conv: Conversation) -> dict[str, object]:
                 "request_id": conv.question.request_id,
                 "asked_at": conv.question.asked_at,
                 "shown_at": conv.question.shown_at,
+                "urged": conv.question.urged,
             }
             if conv.question
             else None

@@ -110,6 +110,7 @@ class PendingApproval:
     asked_at: float
     detail: str | None = None
     reminder_sent: bool = False
+    urged: bool = False  # those who may answer it were urged (加急, or @-mentioned) once
     message_id: str | None = None  # the card's message, once Feishu took it (`Posted`)
     # When Feishu took the card: the user is waited on from then, not from `asked_at` (a
     # card waiting for its turn, behind the call budget or an outage, is not yet seen).
@@ -126,6 +127,7 @@ class PendingQuestion:
     answer_key: str
     asked_at: float
     reminder_sent: bool = False
+    urged: bool = False  # as on PendingApproval
     message_id: str | None = None  # the card's message, once Feishu took it (`Posted`)
     shown_at: float | None = None  # when Feishu took the card: the wait counts from then
 
@@ -197,6 +199,15 @@ class LiveCard:
 
 
 NO_CARD = LiveCard()
+
+
+class Urgency(StrEnum):
+    """How a card left unanswered reaches those who may answer it (once, at `Timings.urge`)."""
+
+    OFF = "off"  # only the reminder line
+    APP = "app"  # Feishu's in-app urgent notification (加急) on the card
+    # The app lacks the scope im:message.urgent: the reminder line @-mentions them instead.
+    MENTION = "mention"
 
 
 class PresenceStyle(StrEnum):
@@ -326,12 +337,16 @@ class Options:
     usage_footer: bool = False  # a line of context use under each turn's last message
     # The ack reaction follows its round (waiting, done, stopped, fault); False: the ack only.
     state_reactions: bool = False
+    urgency: Urgency = Urgency.OFF
 
 
 @dataclass(frozen=True)
 class Conversation:
     state: ExecState = ExecState.IDLE
     key: str = ""  # `<chat>` or `<chat>:<thread>`: where its posts go
+    # A group chat (a message said so, or it is a topic thread): its pause lines name whose
+    # turn it is. A chat never changes its type.
+    group: bool = False
     session_id: str | None = None  # the agent session bound to this conversation
     turn: Turn | None = None
     approvals: tuple[PendingApproval, ...] = ()

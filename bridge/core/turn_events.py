@@ -32,6 +32,7 @@ from bridge.core.state import (
     TurnEnd,
 )
 from bridge.core.text import NOTHING_WRITTEN, Params
+from bridge.core.urging import pause_mentions
 from bridge.runtime.events import (
     DiffReported,
     FileOffered,
@@ -291,7 +292,8 @@ def _on_permission(ctx: StepContext, event: PermissionRequested) -> None:
         full: Params = {"length": len(command), "command": command}
         ctx.say("card.approval.full_command", full, kind="command")
     if entering:
-        ctx.say("presence.waiting_approval", kind="wait", line=Line.PAUSE)
+        who = pause_mentions(ctx, approval=True)
+        ctx.say("presence.waiting_approval", kind="wait", line=Line.PAUSE, mentions=who)
     status_card.refresh(ctx)
 
 
@@ -332,7 +334,8 @@ def _on_question(ctx: StepContext, event: QuestionAsked) -> None:
     ctx.update(question=question, state=state)
     ctx.update_turn(last_activity_at=ctx.now, announced=True)
     ctx.update_progress(pending=None)
-    ctx.say("presence.waiting_reply", kind="wait", line=Line.PAUSE)
+    who = pause_mentions(ctx, approval=False)
+    ctx.say("presence.waiting_reply", kind="wait", line=Line.PAUSE, mentions=who)
     status_card.refresh(ctx)
 
 

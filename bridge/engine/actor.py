@@ -302,7 +302,7 @@ class Conversations:
         watchers: Sequence[Watcher],
         tasks: TaskTracker,
     ) -> None:
-        self._options = options
+        self.options = options  # of each conversation made from now on
         self._timings = timings
         self._clock = clock
         self._perform = perform
@@ -316,7 +316,7 @@ class Conversations:
         if found is None:
             found = ConversationActor(
                 key,
-                conv=Conversation(options=self._options, key=key),
+                conv=Conversation(options=self.options, key=key),
                 timings=self._timings,
                 clock=self._clock,
                 perform=self._perform,

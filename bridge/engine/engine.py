@@ -17,8 +17,8 @@ from pathlib import Path
 
 from bridge.clock import Clock, system_random
 from bridge.core import Options, Timings
-from bridge.core.inputs import SessionCloseRequested
-from bridge.core.state import WAITING_USER_STATES, ExecState
+from bridge.core.inputs import SessionCloseRequested, UrgentUnavailable
+from bridge.core.state import WAITING_USER_STATES, ExecState, Urgency
 from bridge.engine.actor import ConversationActor, Conversations
 from bridge.engine.card_views import CardViews
 from bridge.engine.executor import EffectExecutor
@@ -27,6 +27,7 @@ from bridge.engine.reactions import ReactionEmoji, Reactions
 from bridge.engine.status_cards import StatusCards
 from bridge.engine.switches import Switches
 from bridge.engine.turn_runner import SessionEnded, TurnRunner
+from bridge.engine.urgency import UrgentMode
 from bridge.feishu.api import FeishuApi
 from bridge.feishu.budget import CallBudget
 from bridge.feishu.delivery import DeliveryPolicy, FeishuGate
@@ -89,6 +90,10 @@ class Engine:
         if metrics is not None:
             metrics.watch_feishu(self.gate.state)
         cards = CardViews(translator, requester_may_approve=config.options.requester_may_approve)
+        self._feishu = feishu
+        self.urgent_mode = UrgentMode(
+            config.options.urgency is not Urgency.OFF, on_missing=self._urgent_unavailable
+        )
         speech = self._speech = feishu if isinstance(feishu, SpeechApi) else None
         self.voice_mode = VoiceMode(config.voice if speech is not None else "file")
         attachments = (
@@ -159,6 +164,7 @@ class Engine:
             ),
             gate=self.gate,
             retry=config.store_retry,
+            urgent=self.urgent_mode,
             metrics=metrics,
             budget=budget,
         )
@@ -254,6 +260,19 @@ class Engine:
         plainly in the log); a voice that comes before the answer is heard (the default)."""
         if self._speech is not None:
             self._tasks.spawn(self.voice_mode.probe(self._speech), name="voice-probe")
+
+    def probe_urgent(self) -> None:
+        """Asks Feishu, in the background, whether it will send urgent notifications
+        (start-up; said plainly in the log when the scope is missing)."""
+        self._tasks.spawn(self.urgent_mode.probe(self._feishu), name="urgent-probe")
+
+    def _urgent_unavailable(self) -> None:
+        # Every conversation, and each one made from now on, urges by @-mention.
+        options = self._conversations.options
+        if options.urgency is Urgency.APP:
+            self._conversations.options = replace(options, urgency=Urgency.MENTION)
+        for actor in self._conversations:
+            actor.feed(UrgentUnavailable())
 
     async def start_schedules(self) -> None:
         """Load the scheduled prompts and start their clock (after `recover`)."""

@@ -42,6 +42,7 @@ from bridge.core.effects import (
     StartTurn,
     UpdateApprovalCard,
     UpdateQuestionCard,
+    Urge,
 )
 from bridge.core.inputs import (
     AgentCommands,
@@ -51,6 +52,7 @@ from bridge.core.inputs import (
     StartFailed,
     TurnBegun,
     TurnNotStarted,
+    UrgeRefused,
 )
 from bridge.core.text import Text
 from bridge.engine.actor import ConversationActor, Owe, Owed, Route, Trace, Work, terms_of
@@ -62,10 +64,12 @@ from bridge.engine.reactions import Reactions
 from bridge.engine.status_cards import StatusCards
 from bridge.engine.switches import Switches
 from bridge.engine.turn_runner import TurnRunner
+from bridge.engine.urgency import UrgentMode
 from bridge.feishu.api import FeishuApi
 from bridge.feishu.budget import CallBudget, scope
-from bridge.feishu.delivery import FeishuGate, Undeliverable
+from bridge.feishu.delivery import FeishuGate, Superseded, Undeliverable
 from bridge.feishu.errors import BusinessError, FeishuError
+from bridge.feishu.urgent import scope_missing
 from bridge.i18n import Translator, render, render_text
 from bridge.ops.metrics import Metrics
 from bridge.runtime.port import (
@@ -108,9 +112,11 @@ class EffectExecutor:
         reactions: Reactions,
         gate: FeishuGate,
         retry: StoreRetry,
+        urgent: UrgentMode | None = None,
         metrics: Metrics | None = None,
         budget: CallBudget | None = None,
     ) -> None:
+        self._urgent = urgent or UrgentMode(enabled=True)
         self._schedules = schedules
         self._feishu = feishu
         self._runtime = runtime
@@ -190,6 +196,7 @@ class EffectExecutor:
             PostQuestion: Handler(shown, self._post_card, _trace_card("question_card")),
             UpdateApprovalCard: Handler(shown, self._update_card),
             UpdateQuestionCard: Handler(shown, self._update_card),
+            Urge: Handler(shown, self._urge, _trace_urge),
             SendFile: Handler(shown, self._files.send),
             ShowDiffs: Handler(shown, self._files.diffs),
             RecordTerminal: Handler(shown, self._end_round),
@@ -416,6 +423,49 @@ class EffectExecutor:
             patch = partial(self._feishu.update_card, message_id, self._cards.closed_card(work))
             await self._answers.gate.attempt(patch, owed_since=self._clock())
 
+    async def _urge(self, actor: ConversationActor, work: Urge) -> None:
+        """Feishu's urgent notification on each card still waiting for an answer when its
+        turn comes (one answered since the core decided is left alone: the actor's state is
+        read again before each call). Best effort: a failure is logged, never retried, except
+        a refusal for the scope, which the core hears (`UrgeRefused`: it @-mentions them)."""
+
+        def answered(request_id: str) -> bool:
+            conv = actor.conv
+            asking = [a.request_id for a in conv.approvals]
+            if conv.question is not None:
+                asking.append(conv.question.request_id)
+            return request_id not in asking
+
+        waiting = tuple(r for r in work.request_ids if not answered(r))
+        if not waiting:
+            log.info("urge skipped in %s: the cards were answered meanwhile", actor.key)
+            return
+        if self._urgent.scope_missing:
+            actor.feed(UrgeRefused(work.turn_id, waiting))
+            return
+        for request_id, message_id in zip(work.request_ids, work.message_ids, strict=True):
+            call = partial(self._feishu.urgent_app, message_id, work.open_ids)
+            moot = partial(answered, request_id)
+            try:
+                invalid = await self._answers.gate.attempt(
+                    call, owed_since=self._clock(), moot=moot
+                )
+            except (Superseded, Undeliverable):
+                continue  # answered while Feishu was away, or never reached in time
+            except FeishuError as exc:
+                if scope_missing(exc):
+                    self._urgent.missing()  # said once; every conversation mentions now
+                    actor.feed(UrgeRefused(work.turn_id, waiting))
+                    return
+                log.warning("Feishu refused an urgent notification (%s)", exc)
+                continue
+            if invalid:
+                log.info(
+                    "%d of %d could not be urged (not in the chat)",
+                    len(invalid),
+                    len(work.open_ids),
+                )
+
     async def _record_terminal(self, work: RecordTerminal, sent: Mark | None) -> None:
         now = self._clock()
         turn_id, outcome, ending = work.turn_id, work.outcome.value, work.ending.value
@@ -493,6 +543,10 @@ def _trace_status_card(work: ShowStatusCard) -> tuple[str, str, str] | None:
 
 def _trace_card(kind: str) -> Callable[[PostApprovalCard | PostQuestion], tuple[str, str, str]]:
     return lambda work: (work.turn_id, kind, work.request_id)
+
+
+def _trace_urge(work: Urge) -> tuple[str, str, str]:
+    return work.turn_id, "urge", f"{len(work.open_ids)} people"
 
 
 def _trace_cancel(work: CancelTurn) -> tuple[str, str, str]:

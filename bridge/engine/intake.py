@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import replace
 
 from bridge.cluster.forward import PeersUnreachable
 from bridge.core.clicks import Unheard, unheard_click
@@ -54,16 +55,23 @@ _COMMANDS = {name.value: name for name in CommandName if name is not CommandName
 
 
 def classify(
-    message_id: str, sender: str, text: str, attachments: tuple[Attachment, ...] = ()
+    message_id: str,
+    sender: str,
+    text: str,
+    attachments: tuple[Attachment, ...] = (),
+    *,
+    in_group: bool = False,
 ) -> UserMessage | Command | UnsupportedMessage:
     """What a message is to the core: a text for the agent (with any images and files it
-    carries), a command, or neither."""
+    carries), a command, or neither. `in_group`: it came from a group chat."""
     if attachments and not text.strip().startswith("/"):
-        return UserMessage(message_id, sender, text, attachments)
+        return UserMessage(message_id, sender, text, attachments, in_group=in_group)
     if not text.strip():  # sticker, card… (or a text that was only an @-mention)
-        return UnsupportedMessage(message_id, sender)
+        return UnsupportedMessage(message_id, sender, in_group=in_group)
     command = parse_command(text, message_id=message_id, sender=sender)
-    return command or UserMessage(message_id=message_id, sender=sender, text=text)
+    if command is not None:
+        return replace(command, in_group=in_group) if in_group else command
+    return UserMessage(message_id=message_id, sender=sender, text=text, in_group=in_group)
 
 
 def parse_command(text: str, *, message_id: str, sender: str) -> Command | None:
@@ -129,7 +137,9 @@ class Intake:
         actor = self._conversations.get(message.conversation_key)
         text = message.text if message.message_type in TEXT_TYPES else ""
         attachments = attachments_of(message.message_id, message.attachments)
-        actor.feed(classify(message.message_id, message.sender_open_id, text, attachments))
+        group = message.chat_type != "p2p"
+        mid, sender = message.message_id, message.sender_open_id
+        actor.feed(classify(mid, sender, text, attachments, in_group=group))
 
     def recall(self, conversation_key: str, message_id: str) -> None:
         self._conversations.get(conversation_key).feed(MessageRecalled(message_id))

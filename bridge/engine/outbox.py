@@ -34,7 +34,7 @@ from bridge.feishu.api import FeishuApi
 from bridge.feishu.budget import SEND, CallBudget, paid
 from bridge.feishu.delivery import FeishuGate, Moot, Superseded, Undeliverable
 from bridge.feishu.errors import MESSAGE_RECALLED, BusinessError
-from bridge.feishu.text import answer_card, answer_parts, neutralize_mentions
+from bridge.feishu.text import answer_card, answer_parts, mention_tags, neutralize_mentions
 from bridge.ops.metrics import Metrics
 from bridge.store.port import Store, TurnRecord
 from bridge.store.port_owed import OwedPost
@@ -153,18 +153,20 @@ class Answers:
         fresh: bool = False,
         hold: bool = False,
         moot: Moot | None = None,
+        mentions: tuple[str, ...] = (),
     ) -> Mark | None:
         """A line (or a plain answer) as text messages. `fresh`: its turn began in this
         process, so nothing of it went out before a restart and the outbox need not be read
         (each post of a turn has its own key). `hold`: the outbox mark is returned, not
         written; the caller writes it (with the turn's end, in one transaction). `moot`:
-        asked before each try; a post it finds moot raises `Superseded`."""
+        asked before each try; a post it finds moot raises `Superseded`. `mentions`: open
+        ids the core chose to @-mention ahead of the text."""
         if fresh or not await self._already_sent(idem):
             since = await self.owe(actor, idem, owing)
             terms = owing.terms
 
             def send() -> Awaitable[list[str]]:
-                return self._send_text(terms, reply_to, text, idem)
+                return self._send_text(terms, reply_to, text, idem, mentions)
 
             return await self._marked(idem, await self._delivered(send, since, moot), hold)
         return None
@@ -191,9 +193,12 @@ class Answers:
         await self._store.mark_sent(idem, ids, self._clock())
         return None
 
-    async def _send_text(self, terms: Terms, reply_to: str, text: str, idem: str) -> list[str]:
-        # Agent words and tool titles are data: they never mention anyone.
-        safe = neutralize_mentions(text)
+    async def _send_text(
+        self, terms: Terms, reply_to: str, text: str, idem: str, mentions: tuple[str, ...] = ()
+    ) -> list[str]:
+        # Agent words and tool titles are data: they never mention anyone. Only the bridge's
+        # own mentions, made here from open ids, go ahead of them.
+        safe = mention_tags(mentions) + neutralize_mentions(text)
         try:
             ids = await self.feishu.reply_text(reply_to, safe, uuid=idem, in_thread=terms.in_thread)
         except BusinessError as exc:
@@ -336,8 +341,11 @@ class Outbox:
     ) -> Mark | None:
         hold = work.final and work.turn_id is not None
         owing = Owing(terms_of(actor, work), work, since)
-        send = self._answers.post_text if isinstance(work, PostText) else self._answers.post_answer
         moot = partial(actor.superseded, work, short=False)
+        if isinstance(work, PostText):  # a line may @-mention whom the core chose
+            send = partial(self._answers.post_text, mentions=work.mentions)
+        else:
+            send = partial(self._answers.post_answer)
         try:
             return await send(
                 actor, work.reply_to, text, idem, fresh=fresh, hold=hold, owing=owing, moot=moot

@@ -3,6 +3,7 @@ httpx; unit tests use a recording fake with the same signatures."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -51,6 +52,11 @@ class FeishuApi(Protocol):
 
     async def edit_text(self, message_id: str, text: str) -> None:
         """PUT a new text into a text message the bot sent (Feishu's message edit)."""
+
+    async def urgent_app(self, message_id: str, open_ids: Sequence[str]) -> list[str]:
+        """Feishu's in-app urgent notification (加急) on a message the bot sent, to `open_ids`
+        (members of its chat); returns the ids Feishu found invalid. Needs the scope
+        im:message.urgent (`urgent.SCOPE`)."""
 
     # Card entities (CardKit): the live status card. `sequence` grows with every change.
     async def create_card(self, card: dict[str, Any]) -> str:

@@ -21,7 +21,7 @@ import asyncio
 import hashlib
 import json
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -325,6 +325,17 @@ class FeishuClient:
         path = f"{_MESSAGES}/{quote(message_id, safe='')}"
         body = {"msg_type": "text", "content": dumps({"text": text})}
         await self._request("edit_text", "PUT", path, body=body)
+
+    async def urgent_app(self, message_id: str, open_ids: Sequence[str]) -> list[str]:
+        path = f"{_MESSAGES}/{quote(message_id, safe='')}/urgent_app"
+        params = {"user_id_type": "open_id"}
+        body = {"user_id_list": list(open_ids)}
+        # Logged by its caller (a refusal may be expected: the start-up probe, the scope).
+        data = await self._request(
+            "urgent_app", "PATCH", path, params=params, body=body, failure_level=logging.INFO
+        )
+        invalid = _data(data).get("invalid_user_id_list")
+        return [i for i in invalid if isinstance(i, str)] if isinstance(invalid, list) else []
 
     async def message_content(self, message_id: str) -> tuple[str, str] | None:
         """(msg_type, content) of a message in a chat the bot is in; None when Feishu will

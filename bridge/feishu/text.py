@@ -33,7 +33,7 @@ import json
 import re
 import unicodedata
 from bisect import bisect_right
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from itertools import accumulate
 from typing import Any, Final
 
@@ -54,6 +54,16 @@ _MARKDOWN_LOOKALIKES = str.maketrans({"[": "［", "]": "］", "<": "＜", ">": "
 def neutralize_mentions(text: str) -> str:
     """No `<at …>` tag in `text` mentions anyone (text messages and card markdown)."""
     return _AT_TAG.sub("<" + _ZWSP, text)
+
+
+_OPEN_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+
+def mention_tags(open_ids: Iterable[str]) -> str:
+    """The bridge's own @-mentions, to go ahead of a text message it writes: one
+    `<at user_id="…"></at>` per open id, each followed by a space; an id that is not plainly
+    one (letters, digits, `_`, `-`) is left out, so no markup can come through it."""
+    return "".join(f'<at user_id="{i}"></at> ' for i in open_ids if _OPEN_ID.fullmatch(i))
 
 
 def code_block(text: str) -> str:

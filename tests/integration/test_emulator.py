@@ -294,6 +294,51 @@ async def test_the_same_uuid_posts_once(
     assert [m.text for m in emulator.bot_messages(user.chat_id)] == ["only once", "only once"]
 
 
+async def test_urgent_app_as_feishu_documents_it(
+    emulator: FeishuEmulator, emulator_http: httpx.AsyncClient
+) -> None:
+    """Only the bot's own message, `user_id_type=open_id`, a non-empty list; only members of
+    the chat are urged (the others are listed back); without the scope, 99991672 first."""
+    auth = await _auth(emulator_http, emulator)
+    user = await emulator.send_user_message("hi")
+    reply = await emulator_http.post(
+        f"{MESSAGES}/{user.message_id}/reply",
+        json={"msg_type": "text", "content": _text("a card, say")},
+        headers=auth,
+    )
+    bot_message = reply.json()["data"]["message_id"]
+    me, stranger = emulator.default_user_open_id, "ou_not_in_this_chat"
+    open_id = {"user_id_type": "open_id"}
+
+    async def urge(message_id: str, body: Any, params: Any = open_id) -> httpx.Response:
+        path = f"{MESSAGES}/{message_id}/urgent_app"
+        return await emulator_http.patch(path, json=body, params=params, headers=auth)
+
+    answer = await urge(bot_message, {"user_id_list": [me, stranger]})
+    assert (answer.status_code, answer.json()["code"]) == (200, 0)
+    assert answer.json()["data"] == {"invalid_user_id_list": [stranger]}
+    [urged] = emulator.urgents()
+    assert (urged.message_id, urged.user_ids, urged.invalid) == (bot_message, (me,), (stranger,))
+
+    refused = [
+        await urge(user.message_id, {"user_id_list": [me]}),  # not the bot's
+        await urge("om_missing", {"user_id_list": [me]}),
+        await urge(bot_message, {"user_id_list": []}),
+        await urge(bot_message, {"user_id_list": [me]}, params={}),
+    ]
+    assert [(r.status_code, r.json()["code"]) for r in refused] == [
+        (400, 230001),
+        (400, 230001),
+        (400, 99992402),
+        (400, 99992402),
+    ]
+    emulator.urgent.scope_granted = False
+    no_scope = await urge("om_missing", {"user_id_list": [me]})
+    assert (no_scope.status_code, no_scope.json()["code"]) == (400, 99991672)
+    assert "im:message.urgent" in no_scope.json()["msg"]
+    assert len(emulator.urgents()) == 1
+
+
 async def test_feishu_validation_errors(
     emulator: FeishuEmulator, emulator_http: httpx.AsyncClient
 ) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -112,6 +113,10 @@ class SimFeishu:
 
     async def update_card(self, message_id: str, card: dict[str, Any]) -> None:
         await self._call("update_card", message_id, card=card)
+
+    async def urgent_app(self, message_id: str, open_ids: Sequence[str]) -> list[str]:
+        await self._call("urgent_app", message_id, text=",".join(open_ids))
+        return []
 
     async def download_resource(
         self, message_id: str, key: str, resource_type: str, dest: Path, *, max_bytes: int

@@ -69,6 +69,9 @@ class ChatWorld:
         self.messages: dict[str, ChatMessage] = {}  # insertion order = timeline order
         self.reactions: dict[str, Reaction] = {}
         self.resources: dict[str, tuple[bytes, str]] = {}  # key -> (bytes, mime)
+        # A group's members, as far as the emulator knows: whoever wrote there, and whoever
+        # a test added (`add_members`). A p2p chat's member is its user.
+        self._members: dict[str, set[str]] = {}
         self._uuids: dict[str, tuple[str, float]] = {}  # uuid -> (message_id, clock())
 
     # --- chats ---------------------------------------------------------------------------
@@ -89,6 +92,18 @@ class ChatWorld:
         self.chats[chat_id] = chat
         return chat
 
+    def add_members(self, chat_id: str, open_ids: Sequence[str]) -> None:
+        self._members.setdefault(chat_id, set()).update(open_ids)
+
+    def members_of(self, chat_id: str) -> frozenset[str]:
+        chat = self.chats.get(chat_id)
+        own = {chat.user_open_id} if chat is not None and chat.user_open_id else set()
+        return frozenset(own | self._members.get(chat_id, set()))
+
+    def touched(self) -> None:
+        """Something of the world changed outside the messages (an urgent notification)."""
+        self._on_change()
+
     # --- messages ------------------------------------------------------------------------
     def add_user_message(
         self,
@@ -102,6 +117,7 @@ class ChatWorld:
         parent_id: str | None,
         thread_id: str | None,
     ) -> ChatMessage:
+        self.add_members(chat.chat_id, (sender_open_id,))
         message = self._store(
             chat,
             sender_type="user",

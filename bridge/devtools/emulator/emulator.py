@@ -48,6 +48,7 @@ from bridge.devtools.emulator.records import (
 from bridge.devtools.emulator.server import OpenApi
 from bridge.devtools.emulator.speech import SpeechRecognition
 from bridge.devtools.emulator.tokens import TokenIssuer
+from bridge.devtools.emulator.urgent import Urgent, Urgents
 from bridge.devtools.emulator.users import UserSide
 
 T = TypeVar("T")
@@ -86,6 +87,7 @@ class EmulatorOptions:
     host: str = "127.0.0.1"
     port: int = 0
     speech_scope: bool = True  # the app has speech_to_text:speech (99991672 without it)
+    urgent_scope: bool = True  # the app has im:message.urgent (99991672 without it)
 
 
 class FeishuEmulator(UserSide):
@@ -146,6 +148,8 @@ class FeishuEmulator(UserSide):
         self.cardkit = CardKit(redraw=self._world.replace_card)
         self.speech = SpeechRecognition()  # speech_to_text/v1; `scope_granted`, transcripts
         self.speech.scope_granted = o.speech_scope
+        self.urgent = Urgents(self._world)  # urgent_app; `scope_granted`, `sent`
+        self.urgent.scope_granted = o.urgent_scope
         self._runner: web.AppRunner | None = None
 
     # --- lifecycle -----------------------------------------------------------------------
@@ -175,6 +179,7 @@ class FeishuEmulator(UserSide):
             closing=self._closing,
             cardkit=self.cardkit,
             speech=self.speech,
+            urgents=self.urgent,
             limits=self.limits,
         )
         app = web.Application()
@@ -308,7 +313,16 @@ class FeishuEmulator(UserSide):
             user_open_id = self.default_user_open_id
         return self._world.open_chat(chat_type, chat_id, user_open_id).chat_id
 
+    def add_chat_members(self, chat_id: str, open_ids: Sequence[str]) -> None:
+        """People in a chat besides those who wrote there (an urgent notification reaches
+        only members)."""
+        self._world.add_members(chat_id, open_ids)
+
     # --- records -------------------------------------------------------------------------
+    def urgents(self, message_id: str | None = None) -> list[Urgent]:
+        """Every urgent notification Feishu sent (加急), in order."""
+        return [u for u in self.urgent.sent if message_id is None or u.message_id == message_id]
+
     def calls(self, path_prefix: str | None = None, method: str | None = None) -> list[ApiCall]:
         return [
             c

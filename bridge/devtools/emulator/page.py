@@ -25,6 +25,7 @@ from bridge.devtools.emulator.records import (
     Reaction,
     SenderType,
 )
+from bridge.devtools.emulator.urgent import Urgent
 
 
 class ChatWorldView(Protocol):
@@ -59,6 +60,7 @@ class ChatWorldView(Protocol):
     ) -> list[ChatMessage]: ...
     def message(self, message_id: str) -> ChatMessage: ...
     def reactions(self, message_id: str) -> list[Reaction]: ...
+    def urgents(self, message_id: str | None = None) -> list[Urgent]: ...
     def card_callbacks(self) -> list[CardCallbackResult]: ...
     def deliveries(self) -> list[DeliveryAttempt]: ...
     async def send_user_message(
@@ -297,6 +299,7 @@ def _message_json(
         "recalled": message.recalled,
         "create_time_ms": message.create_time_ms,
         "reactions": [r.emoji_type for r in emu.reactions(message.message_id)],
+        "urgent": bool(emu.urgents(message.message_id)),  # the bot urged someone on it
     }
 
 

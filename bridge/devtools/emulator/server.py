@@ -30,6 +30,7 @@ from bridge.devtools.emulator.outage import Outage, Refusal
 from bridge.devtools.emulator.records import ApiCall, ChatMessage
 from bridge.devtools.emulator.speech import SpeechRecognition
 from bridge.devtools.emulator.tokens import TokenIssuer
+from bridge.devtools.emulator.urgent import Urgents
 
 TOKEN_PATH = "/open-apis/auth/v3/tenant_access_token/internal"
 _MESSAGE_PATH = re.compile(r"/open-apis/im/v1/messages/(?P<id>[^/]+)")
@@ -100,9 +101,11 @@ class OpenApi:
         closing: asyncio.Event,
         cardkit: CardKit,
         speech: SpeechRecognition,
+        urgents: Urgents,
         limits: RateLimits | None = None,
     ) -> None:
         self._speech = speech
+        self._urgents = urgents
         self._limits = limits
         self._world = world
         self._cardkit = cardkit
@@ -122,6 +125,7 @@ class OpenApi:
             _Route("POST", re.compile(r"/open-apis/im/v1/messages"), self._send),
             _Route("POST", re.compile(message + "/reply"), self._reply),
             _Route("PATCH", re.compile(message), self._patch),
+            _Route("PATCH", re.compile(message + "/urgent_app"), self._urgent_app),
             _Route("PUT", re.compile(message), self._edit),
             _Route("GET", re.compile(message), self._get_message),
             _Route("GET", re.compile(message + r"/resources/(?P<key>[^/]+)"), self._resource),
@@ -362,6 +366,9 @@ class OpenApi:
     def _patch(self, api: ApiRequest) -> Answer:
         self._world.patch_card(api.params["message_id"], self._body(api))
         return _ok()
+
+    def _urgent_app(self, api: ApiRequest) -> Answer:
+        return _ok(self._urgents.urge(api.params["message_id"], api.query, api.body))
 
     def _upload_image(self, api: ApiRequest) -> Answer:
         upload = self._body(api).get("image")

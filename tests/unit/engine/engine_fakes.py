@@ -62,6 +62,7 @@ class RecordingFeishu:
         self._gate = asyncio.Event()
         self.entered = asyncio.Event()  # a held call has started
         self.download_error: Exception | None = None  # download_resource raises it
+        self.urgent_error: Exception | None = None  # urgent_app raises it
 
     def hold(self, op: str) -> None:
         self._held.add(op)
@@ -102,6 +103,12 @@ class RecordingFeishu:
 
     async def update_card(self, message_id: str, card: dict[str, Any]) -> None:
         await self._record(Call("update_card", message_id, card=card))
+
+    async def urgent_app(self, message_id: str, open_ids: Sequence[str]) -> list[str]:
+        await self._record(Call("urgent_app", message_id, ",".join(open_ids)))
+        if self.urgent_error is not None:
+            raise self.urgent_error
+        return []
 
     async def add_reaction(self, message_id: str, emoji_type: str) -> str | None:
         await self._record(Call("add_reaction", message_id, emoji_type))
@@ -280,7 +287,9 @@ class Harness:
         feishu: RecordingFeishu | None = None,
         timings: Timings = QUIET,
         delivery: DeliveryPolicy | None = None,
+        options: Options | None = None,
     ) -> None:
+        self.options = options or Options()
         self.store_retry = store_retry or StoreRetry()
         self.feishu = feishu or RecordingFeishu()
         self._timings = timings
@@ -301,7 +310,7 @@ class Harness:
             translator=T,
             config=EngineConfig(
                 timings=self._timings,
-                options=Options(),
+                options=self.options,
                 ack_emoji=ACK,
                 max_running_turns=max_running_turns,
                 schedules=self._schedules,

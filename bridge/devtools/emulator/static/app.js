@@ -178,9 +178,10 @@ function renderMessage(message, byId) {
     recall.addEventListener("click", () => post("/_emulator/recall", { message_id: message.message_id }));
     node.appendChild(recall);
   }
-  if (message.reactions.length) {
+  if (message.reactions.length || message.urgent) {
     const row = el("div", "reactions");
     message.reactions.forEach((r) => row.appendChild(el("span", "reaction", r)));
+    if (message.urgent) row.appendChild(el("span", "reaction urgent", "加急"));
     node.appendChild(row);
   }
   return node;

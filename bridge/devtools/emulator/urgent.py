@@ -1,0 +1,63 @@
+"""Feishu's in-app urgent notification (加急) as the emulator serves it:
+`PATCH /open-apis/im/v1/messages/:message_id/urgent_app?user_id_type=open_id` with
+`{"user_id_list": [...]}`. As the Open Platform documents it: the gateway's 99991672 without
+the scope im:message.urgent (checked first), `user_id_type` open_id and a non-empty list
+required (99992402), only a message the bot itself sent (230001; 230011 once recalled), and
+only members of the message's chat are urged — the others come back in
+`invalid_user_id_list`. Every accepted urge is recorded for tests (and the chat page)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from bridge.devtools.emulator import codes
+from bridge.devtools.emulator.chats import ChatWorld
+
+SCOPE = "im:message.urgent"
+NO_SCOPE = codes.FeishuError(
+    400, 99991672, f"Access denied. One of the following scopes is required: [{SCOPE}]"
+)
+
+
+@dataclass(frozen=True)
+class Urgent:
+    """One urgent notification Feishu sent: on which message, to whom."""
+
+    message_id: str
+    chat_id: str
+    user_ids: tuple[str, ...]  # those urged (members of the chat)
+    invalid: tuple[str, ...]  # those named who could not be (not in the chat)
+    at: float  # wall-clock seconds
+
+
+class Urgents:
+    def __init__(self, world: ChatWorld) -> None:
+        self._world = world
+        self.scope_granted = True
+        self.sent: list[Urgent] = []
+
+    def urge(self, message_id: str, query: Mapping[str, str], body: Any) -> dict[str, Any]:
+        if not self.scope_granted:
+            raise NO_SCOPE
+        if query.get("user_id_type") != "open_id":
+            raise codes.FIELD_VALIDATION_FAILED.with_detail("user_id_type open_id is required")
+        users = body.get("user_id_list") if isinstance(body, Mapping) else None
+        if not isinstance(users, list) or not users or not all(isinstance(u, str) for u in users):
+            raise codes.FIELD_VALIDATION_FAILED.with_detail("user_id_list is required")
+        message = self._world.messages.get(message_id)
+        if message is None:
+            raise codes.MESSAGE_INVALID_PARAM.with_detail(f"invalid message_id: {message_id}")
+        if message.recalled:
+            raise codes.MESSAGE_RECALLED
+        if message.sender_type != "app":
+            raise codes.MESSAGE_INVALID_PARAM.with_detail("only the bot's own messages")
+        members = self._world.members_of(message.chat_id)
+        urged = tuple(dict.fromkeys(u for u in users if u in members))
+        invalid = tuple(dict.fromkeys(u for u in users if u not in members))
+        if urged:
+            self.sent.append(Urgent(message_id, message.chat_id, urged, invalid, time.time()))
+            self._world.touched()
+        return {"invalid_user_id_list": list(invalid)}
