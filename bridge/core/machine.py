@@ -300,7 +300,7 @@ def _on_command(ctx: StepContext, cmd: Command) -> None:
         case CommandName.HELP:
             ctx.emit(PostText("command.help", {}, mid, f"{mid}:help"))
         case CommandName.UNKNOWN if cmd.menu:
-            ctx.emit(PostText("menu.unknown", {"key": cmd.raw}, mid, f"{mid}:help"))
+            ctx.emit(PostText("menu.unknown", {"item": cmd.raw}, mid, f"{mid}:help"))
         case CommandName.UNKNOWN:
             ctx.emit(PostText("command.unknown", {"command": cmd.raw or "/"}, mid, f"{mid}:help"))
         case CommandName.MODE if cmd.arg and _someone_elses_round(ctx, cmd.sender):
