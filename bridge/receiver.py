@@ -20,6 +20,7 @@ from bridge.feishu.events import (
     CardAction,
     CardActionReply,
     InboundMessage,
+    MenuClick,
     MessageRecall,
     message_attachments,
     refs_for_journal,
@@ -63,6 +64,11 @@ class MessageSink(Protocol):
     def recall(self, conversation_key: str, message_id: str) -> None:
         """A journaled message was recalled (returns at once)."""
 
+    def menu(self, click: MenuClick, chat_id: str | None, admitted: bool) -> None:
+        """A bot-menu click for the clicker's private chat (`chat_id` None: never seen yet),
+        from someone the allow-lists admit or not (then refused as a message would be);
+        returns at once."""
+
 
 @dataclass(frozen=True)
 class AccessPolicy:
@@ -74,11 +80,16 @@ class AccessPolicy:
     allow_all: bool = False
 
     def admits(self, message: InboundMessage) -> bool:
+        return self.admits_sender(message.sender_open_id, message.chat_id)
+
+    def admits_sender(self, open_id: str, chat_id: str | None) -> bool:
+        """`chat_id` None: the chat is not known (a bot-menu click before any message), so
+        a chat allow-list cannot admit it."""
         if not self.allowed_users and not self.allowed_chats:
             return self.allow_all
-        if self.allowed_users and message.sender_open_id not in self.allowed_users:
+        if self.allowed_users and open_id not in self.allowed_users:
             return False
-        return not (self.allowed_chats and message.chat_id not in self.allowed_chats)
+        return not (self.allowed_chats and chat_id not in self.allowed_chats)
 
 
 def chain(middlewares: Sequence[Middleware], endpoint: Next) -> Next:
@@ -111,7 +122,11 @@ class Receiver:
         max_event_age: float = 0.0,
         quoted_content: QuotedContent | None = None,
         voice_kind: Callable[[], str] = lambda: "audio",
+        bot_menu: bool = True,
     ) -> None:
+        self._bot_menu = bot_menu
+        # Users' private chats with the bot, as remembered in the store (a click names none).
+        self._p2p: dict[str, str] = {}
         self._voice_kind = voice_kind
         self._quoted_content = quoted_content
         self._fates = fates
@@ -126,6 +141,7 @@ class Receiver:
             [
                 self.ours_and_recent,
                 self.ignore_own,
+                self.remember_p2p,
                 self.require_mention_in_groups,
                 self.allow_lists,
                 self.voice,
@@ -159,21 +175,49 @@ class Receiver:
         self._count("recalled")
         self._sink.recall(journaled.conversation_key, recall.message_id)
 
+    async def on_menu(self, click: MenuClick) -> None:
+        """A bot-menu click: the same checks as a message (app, age, allow-lists, one per
+        event id), for the clicker's private chat with the bot."""
+        if not self._ours_and_recent(click.app_id, click.create_time_ms, f"click {click.event_id}"):
+            return
+        if not self._bot_menu:
+            log.info("ignored bot-menu click %s: BRIDGE_BOT_MENU is off", click.event_id)
+            self._count("ignored")
+            return
+        if not await self._store.claim_event(click.event_id, None, self._clock()):
+            log.info("duplicate bot-menu click %s ignored", click.event_id)
+            self._count("duplicate")
+            return
+        open_id = click.operator_open_id
+        chat_id = self._p2p.get(open_id) or await self._store.p2p_chat(open_id)
+        if chat_id is not None:
+            self._p2p[open_id] = chat_id
+        admitted = self._policy.admits_sender(open_id, chat_id)
+        if not admitted:
+            log.info("refused bot-menu click %s from outside the allow-lists", click.event_id)
+        self._count("menu" if admitted else "refused")
+        self._sink.menu(click, chat_id, admitted)
+
+    def _ours_and_recent(self, app_id: str | None, create_time_ms: int, what: str) -> bool:
+        # A captured event replayed after the dedup journal forgot it, or one for another app,
+        # is dropped (answered 200: it would fail the same on every delivery).
+        if self._app_id and app_id and app_id != self._app_id:
+            log.warning("dropped %s: for another app", what)
+            self._count("foreign")
+            return False
+        age = self._clock() - create_time_ms / 1000
+        if self._max_event_age > 0 and create_time_ms > 0 and age > self._max_event_age:
+            log.warning("dropped %s: %.0f s old (a replay?)", what, age)
+            self._count("too_old")
+            return False
+        return True
+
     # -- middlewares -------------------------------------------------------------------------
 
     async def ours_and_recent(self, message: InboundMessage, nxt: Next) -> None:
-        # A captured event replayed after the dedup journal forgot it, or one for another app,
-        # is dropped (answered 200: it would fail the same on every delivery).
-        if self._app_id and message.app_id and message.app_id != self._app_id:
-            log.warning("dropped message %s: for another app", message.message_id)
-            self._count("foreign")
-            return
-        age = self._clock() - message.create_time_ms / 1000
-        if self._max_event_age > 0 and message.create_time_ms > 0 and age > self._max_event_age:
-            log.warning("dropped message %s: %.0f s old (a replay?)", message.message_id, age)
-            self._count("too_old")
-            return
-        await nxt(message)
+        what = f"message {message.message_id}"
+        if self._ours_and_recent(message.app_id, message.create_time_ms, what):
+            await nxt(message)
 
     async def ignore_own(self, message: InboundMessage, nxt: Next) -> None:
         bot = self._bot.open_id
@@ -181,6 +225,14 @@ class Receiver:
             log.debug("ignored own/app message %s", message.message_id)
             self._count("ignored")
             return
+        await nxt(message)
+
+    async def remember_p2p(self, message: InboundMessage, nxt: Next) -> None:
+        # Which private chat each user writes from: a bot-menu click names no chat.
+        sender, chat = message.sender_open_id, message.chat_id
+        if message.chat_type == "p2p" and self._p2p.get(sender) != chat:
+            await self._store.remember_p2p_chat(sender, chat, self._clock())
+            self._p2p[sender] = chat
         await nxt(message)
 
     async def require_mention_in_groups(self, message: InboundMessage, nxt: Next) -> None:

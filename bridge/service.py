@@ -299,6 +299,7 @@ def build_service(
         max_event_age=settings.feishu.bridge_max_event_age_seconds,
         quoted_content=feishu.message_content,
         voice_kind=engine.voice_mode.kind,
+        bot_menu=settings.feishu.bridge_bot_menu,
     )
     readiness = Readiness(wall)
     feishu_app = _feishu_app(settings.feishu, receiver, bot, readiness)

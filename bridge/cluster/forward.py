@@ -1,5 +1,6 @@
 """`Forwarder`: hands what landed on this instance but belongs to a conversation another
-instance runs (a card click, a recall) to that instance, over its operator listener.
+instance runs (a card click, a recall, a bot-menu click) to that instance, over its
+operator listener.
 
 A card callback must be answered within Feishu's 3 seconds and carries no conversation
 key, so the forwarder asks every other live instance at once (`POST /cluster/forward`,
@@ -19,7 +20,7 @@ from typing import Any, Protocol
 
 import httpx
 
-from bridge.feishu.events import CardAction, CardActionReply
+from bridge.feishu.events import CardAction, CardActionReply, MenuClick
 from bridge.store.port_cluster import InstanceRecord
 
 log = logging.getLogger(__name__)
@@ -71,6 +72,11 @@ class Forwarder:
         """True when the conversation's owner took the recall."""
         body = {"kind": "recall", "conversation_key": conversation_key, "message_id": message_id}
         return await self._ask(body) is not None
+
+    async def menu(self, click: MenuClick, chat_id: str, admitted: bool) -> bool:
+        """True when the owner of the clicker's private chat took the bot-menu click."""
+        body = {"kind": "menu", "click": click.model_dump(), "chat_id": chat_id}
+        return await self._ask({**body, "admitted": admitted}) is not None
 
     async def _peers(self) -> list[str]:
         now = self._clock()

@@ -23,8 +23,9 @@ instances, so a redelivery to another instance is already dropped as a duplicate
   after a stall) drops the conversation here: its turn is cancelled and its actor
   forgotten. A lease only unconfirmed (the store was away past its expiry) is not lost:
   what runs goes on, and it carries on silently once a renewal finds it still ours.
-- Card clicks and recalls for a conversation another instance runs are forwarded to it
-  (`Forwarder`); `take_forwarded` is the owner's side.
+- Card clicks, recalls and bot-menu clicks for a conversation another instance runs are
+  forwarded to it (`Forwarder`); `take_forwarded` is the owner's side. A menu click nobody
+  live runs the conversation of is answered here (nothing runs there to stop).
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from typing import Any, Protocol
 from bridge.cluster.forward import Forwarder, PeersUnreachable
 from bridge.cluster.leases import LeaseKeeper, LossReason
 from bridge.cluster.wake import Subscription, Wake, WakeKind
-from bridge.feishu.events import CardAction, CardActionReply, InboundMessage
+from bridge.feishu.events import CardAction, CardActionReply, InboundMessage, MenuClick
 from bridge.store.port import JournaledMessage, MessageState, Store, StoreUnavailable
 
 log = logging.getLogger(__name__)
@@ -59,6 +60,8 @@ class LocalEngine(Protocol):
     async def card_action(self, action: CardAction) -> CardActionReply: ...
 
     def recall(self, conversation_key: str, message_id: str) -> None: ...
+
+    def menu(self, click: MenuClick, chat_id: str | None, admitted: bool) -> None: ...
 
     def forget(self, key: str) -> None: ...
 
@@ -174,6 +177,20 @@ class Ownership:
             self._engine.recall(conversation_key, message_id)
             return
         self._spawn(self._recall_elsewhere(conversation_key, message_id), f"recall:{message_id}")
+
+    def menu(self, click: MenuClick, chat_id: str | None, admitted: bool) -> None:
+        if chat_id is None or self._keeper.owns(chat_id):
+            self._engine.menu(click, chat_id, admitted)  # a chat never seen runs nowhere
+            return
+        self._spawn(self._menu_elsewhere(click, chat_id, admitted), f"menu:{click.event_id}")
+
+    async def _menu_elsewhere(self, click: MenuClick, chat_id: str, admitted: bool) -> None:
+        try:
+            if await self._forwarder.menu(click, chat_id, admitted):
+                return
+        except PeersUnreachable:
+            pass
+        self._engine.menu(click, chat_id, admitted)
 
     # -- pulling ------------------------------------------------------------------------
 
@@ -327,6 +344,13 @@ class Ownership:
             action = CardAction.model_validate(body.get("action") or {})
             reply = await self._engine.local_card_action(action)
             return None if reply is None else reply.model_dump()
+        if kind == "menu":
+            chat_id = str(body.get("chat_id"))
+            if not self._keeper.owns(chat_id):
+                return None
+            click = MenuClick.model_validate(body.get("click") or {})
+            self._engine.menu(click, chat_id, bool(body.get("admitted")))
+            return {}
         if kind == "recall":
             key, message_id = str(body.get("conversation_key")), str(body.get("message_id"))
             if not self._keeper.owns(key):

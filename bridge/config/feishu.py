@@ -86,6 +86,17 @@ class FeishuSection(Section):
             " instead of answered hours late; 0 where the host's clock cannot be trusted."
         ),
     )
+    bridge_bot_menu: bool = Field(
+        default=True,
+        description=(
+            "Act on clicks in the bot's custom menu (`application.bot.menu_v6`): stop, new"
+            " session, status, help, agent and project; off: they are ignored (logged)."
+        ),
+        json_schema_extra=why(
+            "`false` when the app's menu sends events another service handles, or to take the"
+            " menu's commands away without changing the app (docs/feishu-app-setup.md)."
+        ),
+    )
 
     @field_validator("feishu_domain")
     @classmethod

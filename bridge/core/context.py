@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, TypeVar
 
 from bridge.core import presence
@@ -84,8 +85,11 @@ class StepContext:
     def emit(self, *effects: Effect) -> None:
         key = self.conv.key
         turn = self.conv.turn
+        clicks = self.conv.menu_clicks
         for effect in effects:
             terms = terms_for(effect, key, self.ending)
+            if terms is not None and clicks and _answers_a_click(effect, clicks):
+                terms = replace(terms, reply=False)  # no message to reply to: a new one
             made = effect if terms is None else _with(effect, "terms", terms)
             if turn is not None and turn.begun_here:
                 made = _of_this_process(made, turn)
@@ -178,6 +182,15 @@ def terms_for(effect: Effect, key: str, ends: Outcome | None = None) -> Terms | 
         case EditText(terms=None) | SendFile(terms=None):
             return plain_terms(Lane.ANSWER, key)
     return None
+
+
+def _answers_a_click(effect: Effect, clicks: tuple[str, ...]) -> bool:
+    """The effect answers a bot-menu click (its reply target is the click's id). Only lines
+    and words answer one: a click names no command that posts a card, a file or a diff."""
+    match effect:
+        case PostText(reply_to=target) | RelayAgentText(reply_to=target):
+            return target in clicks
+    return False
 
 
 def _of_this_process(effect: Effect, turn: Turn) -> Effect:

@@ -47,6 +47,9 @@ class Terms:
     lane: Lane
     chat: str
     in_thread: bool  # a reply inside its topic thread, not in the main chat
+    # False: a new message in `chat`, not a reply (what answers a bot-menu click, which has
+    # no message to reply to).
+    reply: bool = True
     # The supersession group it belongs to (None: it must be delivered).
     group: str | None = None
     # True only while its turn runs: moot as soon as a newer one of its group is fed or the

@@ -75,9 +75,11 @@ class MessageRecalled:
 
 @dataclass(frozen=True)
 class AccessRefused:
-    """A message from a sender or chat outside the allow-lists (one refusal per message)."""
+    """A message from a sender or chat outside the allow-lists (one refusal per message).
+    `menu`: a bot-menu click (`message_id` is its event's id), refused in the same words."""
 
     message_id: str
+    menu: bool = False
 
 
 @dataclass(frozen=True)
@@ -146,6 +148,10 @@ class Command:
     raw: str = ""  # the command word as typed, e.g. "/foo" (shown back for unknown commands)
     arg: str = ""  # what follows the word, e.g. "plan" in "/mode plan"
     in_group: bool = False  # it came from a group chat
+    # A click in the bot's menu (`message_id` is its event's id): no message to react to or
+    # to reply to, nothing journaled; `raw` is the menu item's event_key. UNKNOWN: a key
+    # that names no command the menu drives.
+    menu: bool = False
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ construction.
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import TypeGuard
 
 from bridge.core import reactions, status_card
 from bridge.core.attachments import hold, is_attachment_only, on_attachment_failed, take_held
@@ -116,14 +117,16 @@ def step(
 ) -> tuple[Conversation, list[Effect]]:
     """Apply one input. Returns the new state and the effects to perform, in order."""
     ctx = StepContext(conv, now, timings)
-    if isinstance(event, UserMessage | Command | UnsupportedMessage):
-        if _acked(conv, event):
-            ctx.emit(React(event.message_id))  # every message gets its one ack, whatever follows
-        if event.in_group and not conv.group:
-            ctx.update(group=True)  # a chat never changes its type
+    if _is_click(event):
+        _remember_click(ctx, event.message_id)  # answered by new messages, not replies
+    elif isinstance(event, UserMessage | Command | UnsupportedMessage) and _acked(conv, event):
+        ctx.emit(React(event.message_id))  # every message gets its one ack, whatever follows
+    joins_group = isinstance(event, UserMessage | Command | UnsupportedMessage) and event.in_group
+    if joins_group and not conv.group:
+        ctx.update(group=True)  # a chat never changes its type
     if conv.state is ExecState.CLOSED:
         refuse_request(ctx, event)
-        if isinstance(event, UserMessage | Command | UnsupportedMessage):
+        if isinstance(event, UserMessage | Command | UnsupportedMessage) and not _is_click(event):
             ctx.emit(MarkMessageDone(event.message_id))  # nothing will ever run it
         ctx.drop(event, "conversation closed")
     else:
@@ -131,6 +134,16 @@ def step(
         reactions.follow(ctx)
     ctx.sync_timers()
     return ctx.conv, ctx.out
+
+
+def _is_click(event: CoreEvent) -> TypeGuard[Command | AccessRefused]:
+    """A bot-menu click: no message (no ack, nothing journaled), answered in new messages."""
+    return isinstance(event, Command | AccessRefused) and event.menu
+
+
+def _remember_click(ctx: StepContext, click_id: str) -> None:
+    clicks = (*ctx.conv.menu_clicks, click_id)[-RECENT_IDS:]
+    ctx.update(menu_clicks=clicks)
 
 
 def _acked(conv: Conversation, event: UserMessage | Command | UnsupportedMessage) -> bool:
@@ -219,6 +232,8 @@ def _on_message(ctx: StepContext, msg: UserMessage | Command | UnsupportedMessag
             # Not one of ours but the agent's (e.g. /compact): the agent gets it as typed.
             text = f"{msg.raw} {msg.arg}".strip()
             _on_user_message(ctx, UserMessage(msg.message_id, msg.sender, text))
+        case Command(menu=True):
+            _on_command(ctx, msg)  # nothing journaled: nothing to mark done
         case Command():
             _on_command(ctx, msg)
             ctx.emit(MarkMessageDone(msg.message_id))
@@ -297,6 +312,8 @@ def _on_command(ctx: StepContext, cmd: Command) -> None:
             ctx.emit(PostText("command.help_agent", params, mid, f"{mid}:help"))
         case CommandName.HELP:
             ctx.emit(PostText("command.help", {}, mid, f"{mid}:help"))
+        case CommandName.UNKNOWN if cmd.menu:
+            ctx.emit(PostText("menu.unknown", {"item": cmd.raw}, mid, f"{mid}:help"))
         case CommandName.UNKNOWN:
             ctx.emit(PostText("command.unknown", {"command": cmd.raw or "/"}, mid, f"{mid}:help"))
         case CommandName.MODE if cmd.arg and _someone_elses_round(ctx, cmd.sender):
@@ -330,6 +347,8 @@ def _on_command(ctx: StepContext, cmd: Command) -> None:
 
 
 def _agents_own(ctx: StepContext, cmd: Command) -> bool:
+    if cmd.menu:
+        return False  # a menu item names one of the bridge's commands, or none
     return cmd.name is CommandName.UNKNOWN and cmd.raw[1:] in ctx.conv.agent_commands
 
 

@@ -355,6 +355,9 @@ class Conversation:
     last_terminal: LastTerminal | None = None
     # Message ids already taken (turns, queue, answers), newest last; bounded by RECENT_IDS.
     recent_message_ids: tuple[str, ...] = ()
+    # Bot-menu clicks answered lately (their ids), newest last; bounded by RECENT_IDS. A
+    # click has no message: what answers it is a new message in the chat, not a reply.
+    menu_clicks: tuple[str, ...] = ()
     options: Options = field(default_factory=Options)
     agent_commands: tuple[str, ...] = ()  # the agent's own slash commands (without "/")
     agent_name: str = ""  # whose commands they are

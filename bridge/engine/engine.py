@@ -31,7 +31,7 @@ from bridge.engine.urgency import UrgentMode
 from bridge.feishu.api import FeishuApi
 from bridge.feishu.budget import CallBudget
 from bridge.feishu.delivery import DeliveryPolicy, FeishuGate
-from bridge.feishu.events import CardAction, CardActionReply, InboundMessage
+from bridge.feishu.events import CardAction, CardActionReply, InboundMessage, MenuClick
 from bridge.i18n import Translator
 from bridge.media.attachments import Attachments
 from bridge.media.voice import SpeechApi, Voice, VoiceMode
@@ -186,6 +186,7 @@ class Engine:
             translator=translator,
             cards=cards,
             clock=now,
+            tasks=self._tasks,
         )
 
     @property
@@ -204,6 +205,9 @@ class Engine:
 
     def recall(self, conversation_key: str, message_id: str) -> None:
         self.intake.recall(conversation_key, message_id)
+
+    def menu(self, click: MenuClick, chat_id: str | None, admitted: bool) -> None:
+        self.intake.menu(click, chat_id, admitted)
 
     # Several instances (cluster/ownership.py): what the conversation's owner asks.
     def share(

@@ -1,6 +1,6 @@
-"""Where inputs from Feishu enter the engine: accepted messages, refusals, card clicks, and
-the messages a restart finds unfinished. Each becomes one core input for its conversation
-(a text that starts with `/` a command).
+"""Where inputs from Feishu enter the engine: accepted messages, refusals, card clicks,
+bot-menu clicks, and the messages a restart finds unfinished. Each becomes one core input for
+its conversation (a text that starts with `/` a command, a menu click a command too).
 """
 
 from __future__ import annotations
@@ -24,17 +24,20 @@ from bridge.core.inputs import (
     UnsupportedMessage,
     UserMessage,
 )
+from bridge.core.menu import first_contact_key, menu_command
 from bridge.core.state import Attachment
 from bridge.engine.actor import Conversations, Owed
 from bridge.engine.card_views import CardViews
 from bridge.engine.outbox import ends_its_turn, owed_of, replay_order
 from bridge.feishu.api import FeishuApi
 from bridge.feishu.cards.requests import APPROVAL, decode_action
+from bridge.feishu.errors import FeishuError
 from bridge.feishu.events import (
     AttachmentRef,
     CardAction,
     CardActionReply,
     InboundMessage,
+    MenuClick,
     refs_from_journal,
 )
 from bridge.i18n import Translator, render
@@ -47,6 +50,7 @@ from bridge.store.port import (
     TurnRecord,
 )
 from bridge.store.port_owed import OwedPost
+from bridge.tasks import TaskTracker
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +88,15 @@ def parse_command(text: str, *, message_id: str, sender: str) -> Command | None:
     return Command(name=name, message_id=message_id, sender=sender, raw=word, arg=arg.strip())
 
 
+def menu_input(click: MenuClick) -> Command:
+    """What a bot-menu click is to the core: the command its event_key names (UNKNOWN: none),
+    marked as a click (no message to react to or reply to)."""
+    found = menu_command(click.event_key)
+    name, arg = found if found is not None else (CommandName.UNKNOWN, "")
+    sender, raw = click.operator_open_id, click.event_key
+    return Command(name, click.event_id, sender, raw=raw, arg=arg, menu=True)
+
+
 def attachments_of(message_id: str, refs: tuple[AttachmentRef, ...]) -> tuple[Attachment, ...]:
     return tuple(
         Attachment(r.from_message or message_id, r.kind, r.key, r.resource_type, r.name)
@@ -118,7 +131,9 @@ class Intake:
         translator: Translator,
         cards: CardViews,
         clock: Callable[[], float],
+        tasks: TaskTracker | None = None,
     ) -> None:
+        self._tasks = tasks if tasks is not None else TaskTracker("intake")
         self._conversations = conversations
         self._store = store
         self._feishu = feishu
@@ -146,6 +161,42 @@ class Intake:
 
     def refuse(self, message: InboundMessage) -> None:
         self._conversations.get(message.conversation_key).feed(AccessRefused(message.message_id))
+
+    def menu(self, click: MenuClick, chat_id: str | None, admitted: bool) -> None:
+        """A bot-menu click, for the clicker's private chat: the command, or the refusal. A
+        chat never seen is found first, by posting its opening line to the user."""
+        if chat_id is None:
+            opening = self._first_contact(click, admitted)
+            self._tasks.spawn(opening, name=f"menu:{click.event_id}")
+            return
+        self._feed_click(click, chat_id, admitted)
+
+    def _feed_click(self, click: MenuClick, chat_id: str, admitted: bool) -> None:
+        actor = self._conversations.get(chat_id)  # a private chat is one conversation
+        if not admitted:
+            actor.feed(AccessRefused(click.event_id, menu=True))
+            return
+        command = menu_input(click)
+        if command.name is CommandName.UNKNOWN:
+            log.info("bot-menu click %s: its event_key names no command", click.event_id)
+        actor.feed(command)
+
+    async def _first_contact(self, click: MenuClick, admitted: bool) -> None:
+        open_id = click.operator_open_id
+        text = self._t(first_contact_key(admitted))
+        try:
+            _, chat_id = await self._feishu.send_text_to_user(
+                open_id, text, uuid=f"{click.event_id}:opening"
+            )
+        except FeishuError as exc:
+            # The click is lost (Feishu is away); the user clicks again or writes.
+            log.warning(
+                "bot-menu click %s: chat not opened (%s)", click.event_id, type(exc).__name__
+            )
+            return
+        await self._store.remember_p2p_chat(open_id, chat_id, self._clock())
+        if admitted:
+            self._feed_click(click, chat_id, admitted)
 
     async def card_action(self, action: CardAction) -> CardActionReply:
         reply = await self.local_card_action(action)

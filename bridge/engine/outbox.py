@@ -5,7 +5,8 @@ holds the effect itself (its type and fields, terms included), and the next proc
 performs it again through its own handler.
 
 `Answers` posts: mentions neutralized, an answer with Markdown as rich cards, and a reply
-whose message was recalled sent to the chat. `Outbox` is the executor's part: lines their
+whose message was recalled sent to the chat (as is what answers a bot-menu click, which has
+no message: its terms say `reply=False`). `Outbox` is the executor's part: lines their
 terms let go are dropped once something newer made them moot, and a post given up is told.
 
 A `正在处理` or a heartbeat is true only while it is new: after an outage the conversation's
@@ -199,6 +200,8 @@ class Answers:
         # Agent words and tool titles are data: they never mention anyone. Only the bridge's
         # own mentions, made here from open ids, go ahead of them.
         safe = mention_tags(mentions) + neutralize_mentions(text)
+        if not terms.reply:  # answers a bot-menu click: no message to reply to
+            return await self.feishu.send_text(terms.chat, safe, uuid=idem)
         try:
             ids = await self.feishu.reply_text(reply_to, safe, uuid=idem, in_thread=terms.in_thread)
         except BusinessError as exc:
@@ -248,6 +251,8 @@ class Answers:
         return await self._marked(idem, ids, hold)
 
     async def _card(self, terms: Terms, reply_to: str, card: dict[str, object], uuid: str) -> str:
+        if not terms.reply:
+            return await self.feishu.send_card(terms.chat, card, uuid=uuid)
         try:
             return await self.feishu.reply_card(
                 reply_to, card, uuid=uuid, in_thread=terms.in_thread

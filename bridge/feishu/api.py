@@ -27,6 +27,11 @@ class FeishuApi(Protocol):
     async def send_text(self, chat_id: str, text: str, *, uuid: str) -> list[str]:
         """Post to a chat (receive_id_type=chat_id); split like reply_text."""
 
+    async def send_text_to_user(self, open_id: str, text: str, *, uuid: str) -> tuple[str, str]:
+        """Post a short line to a user's private chat with the bot
+        (receive_id_type=open_id), which need not be known: returns the message id and the
+        chat's id, as Feishu answers them."""
+
     async def reply_card(
         self, message_id: str, card: dict[str, Any], *, uuid: str, in_thread: bool = False
     ) -> str:

@@ -284,6 +284,22 @@ class FeishuClient:
             ids.append(await self._post_message("send_text", _MESSAGES, body, chat=True))
         return ids
 
+    async def send_text_to_user(self, open_id: str, text: str, *, uuid: str) -> tuple[str, str]:
+        body = {
+            "receive_id": open_id,
+            "msg_type": "text",
+            "content": dumps({"text": text}),
+            "uuid": message_uuid(uuid),
+        }
+        params = {"receive_id_type": "open_id"}
+        data = _data(
+            await self._request("send_to_user", "POST", _MESSAGES, params=params, body=body)
+        )
+        message_id, chat_id = data.get("message_id"), data.get("chat_id")
+        if not isinstance(message_id, str) or not isinstance(chat_id, str) or not chat_id:
+            raise ServerError(0, "message response without data.message_id and data.chat_id")
+        return message_id, chat_id
+
     async def reply_card(
         self, message_id: str, card: dict[str, Any], *, uuid: str, in_thread: bool = False
     ) -> str:

@@ -5,6 +5,8 @@ request body, the long connection the SDK's payload). It returns exactly one of
 
 * `InboundMessage` — an `im.message.receive_v1` event (schema 2.0), any message type;
 * `CardAction` — a `card.action.trigger` callback (schema 2.0);
+* `MessageRecall` — an `im.message.recalled_v1` event;
+* `MenuClick` — an `application.bot.menu_v6` event (a click in the bot's custom menu);
 * `UrlVerification` — the request-URL check, to be answered with its challenge;
 * `IgnoredEvent` — a well-formed event the bridge does not handle (never a crash);
 
@@ -121,6 +123,18 @@ class CardAction(_Frozen):
     open_chat_id: str | None = None
     value: dict[str, Any] = Field(default_factory=dict)
     token: str = ""
+
+
+class MenuClick(_Frozen):
+    """One `application.bot.menu_v6` event: a click in the bot's custom menu, shown in the
+    user's private chat with the bot. It names no chat and no message: only who clicked and
+    the `event_key` the menu item was configured with."""
+
+    event_id: str
+    operator_open_id: str
+    event_key: str
+    app_id: str | None = None
+    create_time_ms: int = 0
 
 
 class CardActionReply(_Frozen):
@@ -331,6 +345,7 @@ def _post_element(
 MESSAGE_RECEIVE: Final = "im.message.receive_v1"
 CARD_ACTION_TRIGGER: Final = "card.action.trigger"
 MESSAGE_RECALLED: Final = "im.message.recalled_v1"
+BOT_MENU: Final = "application.bot.menu_v6"
 URL_VERIFICATION: Final = "url_verification"
 
 
@@ -353,7 +368,9 @@ class IgnoredEvent(BaseModel):
     event_id: str | None = None
 
 
-ParsedEvent = InboundMessage | MessageRecall | CardAction | UrlVerification | IgnoredEvent
+ParsedEvent = (
+    InboundMessage | MessageRecall | CardAction | MenuClick | UrlVerification | IgnoredEvent
+)
 
 
 # --- wire models (tolerant: unknown fields ignored, everything optional that may be absent) ---
@@ -417,6 +434,17 @@ class _Operator(_Wire):
     open_id: str | None = None
     user_id: str | None = None
     union_id: str | None = None
+
+
+class _MenuOperator(_Wire):
+    operator_name: str = ""
+    operator_id: _UserId = Field(default_factory=_UserId)
+
+
+class _MenuEvent(_Wire):
+    operator: _MenuOperator = Field(default_factory=_MenuOperator)
+    event_key: str = ""
+    timestamp: str | int | None = None
 
 
 class _Action(_Wire):
@@ -503,6 +531,8 @@ def parse_event(
         return _card_action(header, event)
     if header.event_type == MESSAGE_RECALLED:
         return _recall(header, event)
+    if header.event_type == BOT_MENU:
+        return _menu_click(header, event)
     return IgnoredEvent(
         event_type=header.event_type,
         reason="event type not handled",
@@ -562,6 +592,27 @@ def _recall(header: _Header, raw_event: Any) -> MessageRecall:
         message_id=event.message_id,
         chat_id=event.chat_id,
         recall_type=event.recall_type,
+    )
+
+
+# --- the bot menu --------------------------------------------------------------------------
+
+
+def _menu_click(header: _Header, raw_event: Any) -> MenuClick:
+    event = _validate(_MenuEvent, raw_event, "event")
+    if not header.event_id:
+        raise EventParseError("header.event_id is missing")
+    operator = event.operator.operator_id.open_id
+    if not operator:
+        raise EventParseError("event.operator.operator_id.open_id is missing")
+    if not event.event_key.strip():
+        raise EventParseError("event.event_key is missing")
+    return MenuClick(
+        event_id=header.event_id,
+        operator_open_id=operator,
+        event_key=event.event_key,
+        app_id=header.app_id or None,
+        create_time_ms=_int_or_zero(header.create_time),
     )
 
 

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from bridge.feishu.events import CardAction, CardActionReply, InboundMessage, MessageRecall
+from bridge.feishu.events import (
+    CardAction,
+    CardActionReply,
+    InboundMessage,
+    MenuClick,
+    MessageRecall,
+)
 
 
 class RetryLater(Exception):
@@ -24,3 +30,7 @@ class InboundHandler(Protocol):
     async def on_recall(self, recall: MessageRecall) -> None:
         """A message was recalled: drop it if it waits, stop the round it started. Returns
         in milliseconds; never raises for bad input."""
+
+    async def on_menu(self, click: MenuClick) -> None:
+        """A click in the bot's custom menu: the command it names, for the clicker's private
+        chat. Returns in milliseconds; never raises for bad input."""

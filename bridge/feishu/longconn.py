@@ -9,7 +9,8 @@ cache task on the current loop), and never touches the SDK client from the bridg
 Because that `loop` is a module global, there is one long connection per process.
 
 Events come back through the SDK's dispatcher (`EventDispatcherHandler.builder("", "")`,
-`register_p2_im_message_receive_v1`, `register_p2_card_action_trigger`). Its typed objects
+`register_p2_im_message_receive_v1`, `register_p2_card_action_trigger`, the recall and
+`register_p2_application_bot_menu_v6`). Its typed objects
 are turned back into the wire JSON (`lark_oapi.JSON.marshal`, which is what the SDK parsed
 them from, minus fields it does not model) and go through `bridge.feishu.events` — the same
 parser the webhook uses, so both modes produce identical models.
@@ -46,6 +47,7 @@ from bridge.feishu.events import (
     CardActionReply,
     IgnoredEvent,
     InboundMessage,
+    MenuClick,
     MessageRecall,
     parse_event,
 )
@@ -289,6 +291,7 @@ class LongConnection:
             .register_p2_im_message_receive_v1(self.on_sdk_message)
             .register_p2_card_action_trigger(self.on_sdk_card_action)
             .register_p2_im_message_recalled_v1(self.on_sdk_recall)
+            .register_p2_application_bot_menu_v6(self.on_sdk_menu)
             .build()
         )
         # At least INFO: the connect / disconnect lines are how `state` is tracked.
@@ -356,6 +359,17 @@ class LongConnection:
             log.exception("feishu long connection: on_recall failed, event_id=%s", event.event_id)
             raise
 
+    def on_sdk_menu(self, data: Any) -> None:
+        """The SDK callback for `application.bot.menu_v6` (runs on the SDK thread)."""
+        event = self._parse(data)
+        if not isinstance(event, MenuClick):
+            return
+        try:
+            self._call_main(self._handler.on_menu(event), cancel_late=False)
+        except Exception:
+            log.exception("feishu long connection: on_menu failed, event_id=%s", event.event_id)
+            raise
+
     def on_sdk_card_action(self, data: Any) -> Any:
         """The SDK callback for `card.action.trigger`; returns P2CardActionTriggerResponse."""
         event = self._parse(data)
@@ -372,7 +386,7 @@ class LongConnection:
             raise
         return reply_to_sdk(reply)
 
-    def _parse(self, data: Any) -> InboundMessage | CardAction | MessageRecall | None:
+    def _parse(self, data: Any) -> InboundMessage | CardAction | MessageRecall | MenuClick | None:
         try:
             event = parse_event(
                 sdk_to_payload(data), bot_open_id=self._bot.open_id, bot_name=self._bot.name
@@ -383,7 +397,7 @@ class LongConnection:
         if isinstance(event, IgnoredEvent):
             log.info("feishu long connection: ignored %s (%s)", event.event_type, event.reason)
             return None
-        if isinstance(event, InboundMessage | CardAction | MessageRecall):
+        if isinstance(event, InboundMessage | CardAction | MessageRecall | MenuClick):
             return event
         log.info("feishu long connection: ignored url_verification")
         return None

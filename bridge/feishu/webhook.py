@@ -13,8 +13,9 @@ never a secret, a body or message text):
 4. `url_verification` → `{"challenge": …}`; an event type the bridge does not handle → 200
    `{}` and an info line; a handled type whose payload is malformed → 400.
 5. a message → `await handler.on_message` (journal and schedule, milliseconds), a card click
-   → `await handler.on_card_action`; both bounded by `deadline` (2.5 s default) so Feishu,
-   which gives up after 3 s, always gets an answer. The work itself happens elsewhere.
+   → `await handler.on_card_action`, a bot-menu click → `await handler.on_menu`; all bounded
+   by `deadline` (2.5 s default) so Feishu, which gives up after 3 s, always gets an answer.
+   The work itself happens elsewhere.
 
 Failures of the handler. A message whose `on_message` raises or runs past the deadline was
 not journaled for sure, so the answer is 500/503: Feishu redelivers (seconds to hours later)
@@ -47,6 +48,7 @@ from bridge.feishu.events import (
     CardAction,
     IgnoredEvent,
     InboundMessage,
+    MenuClick,
     MessageRecall,
     UrlVerification,
     event_token,
@@ -163,7 +165,18 @@ class FeishuEventEndpoint:
             return await self._message(event)
         if isinstance(event, MessageRecall):
             return await self._recall(event)
+        if isinstance(event, MenuClick):
+            return await self._menu(event)
         return await self._card_action(event)
+
+    async def _menu(self, click: MenuClick) -> web.Response:
+        try:
+            await asyncio.wait_for(self._handler.on_menu(click), self._deadline)
+        except Exception:
+            # Redelivered later; the receiver's event claim keeps a second one harmless.
+            log.exception("feishu webhook: on_menu failed, event_id=%s", click.event_id)
+            return _error(500, "handler_failed")
+        return _json({})
 
     async def _recall(self, recall: MessageRecall) -> web.Response:
         try:

@@ -48,6 +48,7 @@ class MemoryStore(AsyncLifecycle):
         self._preferences: dict[str, dict[str, str]] = {}
         self._sessions: dict[tuple[str, str], SessionRecord] = {}
         self._bindings: dict[str, str] = {}
+        self._p2p_chats: dict[str, str] = {}  # open id -> private chat id
         self._turns: dict[str, TurnRecord] = {}
         self._traces: dict[str, list[TraceEntry]] = {}
         self._approvals: dict[str, Approval] = {}
@@ -153,6 +154,16 @@ class MemoryStore(AsyncLifecycle):
             (m for m in self._messages.values() if m.state is not MessageState.DONE),
             key=lambda m: m.seq,
         )
+
+    # -- a user's private chat with the bot --------------------------------------------------
+
+    async def remember_p2p_chat(self, open_id: str, chat_id: str, now: float) -> None:
+        self._check()
+        self._p2p_chats[open_id] = chat_id
+
+    async def p2p_chat(self, open_id: str) -> str | None:
+        self._check()
+        return self._p2p_chats.get(open_id)
 
     # -- 3. session bindings -----------------------------------------------------------------
 

@@ -260,6 +260,15 @@ class Store(ClusterStore, OwedStore, Protocol):
     async def unfinished_messages(self) -> list[JournaledMessage]:
         """Not-DONE messages of every conversation, in arrival order (restart recovery)."""
 
+    # -- a user's private chat with the bot --------------------------------------------------
+
+    async def remember_p2p_chat(self, open_id: str, chat_id: str, now: float) -> None:
+        """Keep which private chat the user writes to the bot from (the bot menu's clicks
+        name no chat); a later one replaces it."""
+
+    async def p2p_chat(self, open_id: str) -> str | None:
+        """The user's private chat with the bot, if it was ever seen."""
+
     # -- 3. session bindings -----------------------------------------------------------------
 
     async def bind_session(self, conversation_key: str, session_id: str, now: float) -> None:

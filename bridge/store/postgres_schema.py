@@ -193,6 +193,15 @@ _SCHEMA_V9 = """
 ALTER TABLE turns ADD COLUMN prompted_at DOUBLE PRECISION;
 """
 
+# Each user's private chat with the bot, from their messages: a bot-menu click names no chat.
+_SCHEMA_V10 = """
+CREATE TABLE p2p_chats (
+    open_id TEXT PRIMARY KEY,
+    chat_id TEXT NOT NULL,
+    seen_at DOUBLE PRECISION NOT NULL
+);
+"""
+
 # Ordered; migration N (1-based) brings the schema from version N-1 to N. Append only.
 MIGRATIONS: tuple[str, ...] = (
     _SCHEMA_V1,
@@ -204,6 +213,7 @@ MIGRATIONS: tuple[str, ...] = (
     _SCHEMA_V7,
     _SCHEMA_V8,
     _SCHEMA_V9,
+    _SCHEMA_V10,
 )
 
 # pg_advisory_xact_lock key of the migrations: "fpbridge" in ASCII, as a bigint.

@@ -298,6 +298,20 @@ class SqlStore(AsyncLifecycle):
         )
         return [message_of(row) for row in rows]
 
+    # -- a user's private chat with the bot --------------------------------------------------
+
+    async def remember_p2p_chat(self, open_id: str, chat_id: str, now: float) -> None:
+        await self._write(
+            "INSERT INTO p2p_chats (open_id, chat_id, seen_at) VALUES (?, ?, ?)"
+            " ON CONFLICT (open_id) DO UPDATE SET chat_id = excluded.chat_id,"
+            " seen_at = excluded.seen_at",
+            (open_id, chat_id, now),
+        )
+
+    async def p2p_chat(self, open_id: str) -> str | None:
+        row = await self._one("SELECT chat_id FROM p2p_chats WHERE open_id = ?", (open_id,))
+        return None if row is None else str(row[0])
+
     # -- 3. session bindings -----------------------------------------------------------------
 
     async def bind_session(self, conversation_key: str, session_id: str, now: float) -> None:

@@ -187,6 +187,15 @@ _SCHEMA_V9 = """
 ALTER TABLE turns ADD COLUMN prompted_at REAL;
 """
 
+# Each user's private chat with the bot, from their messages: a bot-menu click names no chat.
+_SCHEMA_V10 = """
+CREATE TABLE p2p_chats (
+    open_id TEXT PRIMARY KEY,
+    chat_id TEXT NOT NULL,
+    seen_at REAL NOT NULL
+);
+"""
+
 MIGRATIONS: tuple[str, ...] = (
     _SCHEMA_V1,
     _SCHEMA_V2,
@@ -197,6 +206,7 @@ MIGRATIONS: tuple[str, ...] = (
     _SCHEMA_V7,
     _SCHEMA_V8,
     _SCHEMA_V9,
+    _SCHEMA_V10,
 )
 
 

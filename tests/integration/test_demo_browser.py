@@ -241,3 +241,37 @@ async def test_a_voice_message_from_the_chat_page_is_heard_and_answered(tmp_path
         assert texts == [heard, f"echo: {SPOKEN_TRANSCRIPT}", said, "登录页已修好"], texts
         VOICE_SHOT.parent.mkdir(parents=True, exist_ok=True)
         await page.screenshot(path=str(VOICE_SHOT), full_page=True)
+
+
+MENU_SHOT = REPO_ROOT / "artifacts" / "bot-menu.png"
+
+
+async def test_the_bot_menu_under_the_private_chat_stops_and_shows_status(tmp_path: Path) -> None:
+    """The page's bot menu (the private chat only, as in Feishu): 停止 stops a hanging
+    round, 状态 shows the status, 新会话 starts a fresh session."""
+    _need_browser()
+    from playwright.async_api import expect
+
+    expect.set_options(timeout=TIMEOUT_MS)
+    t = Translator("zh_CN")
+    async with chat_page(tmp_path, {"bridge_locale": "zh_CN"}) as page:
+        menu = page.locator("#bot-menu")
+        await expect(menu.locator("button")).to_have_text(
+            ["⏹ 停止", "＋ 新会话", "ⓘ 状态", "？ 帮助"]
+        )
+        await page.locator("#composer").fill("hang")
+        await page.locator("#send").click()
+        bot = page.locator(".msg.bot .bubble")
+        await expect(page.locator(".msg.user .reaction")).to_have_count(1)  # the round runs
+        await menu.get_by_text("停止").click()
+        await expect(bot.filter(has_text=t("presence.stopped"))).to_have_count(1)
+        await menu.get_by_text("状态").click()
+        # The status names the agent (the round may still be closing on the bridge's side).
+        await expect(bot.filter(has_text="scripted_agent")).to_have_count(1)
+        await menu.get_by_text("新会话").click()
+        await expect(bot.filter(has_text=t("command.new_session"))).to_have_count(1)
+        MENU_SHOT.parent.mkdir(parents=True, exist_ok=True)
+        await page.screenshot(path=str(MENU_SHOT), full_page=True)
+
+        await page.locator("#chat-group").check()
+        await expect(menu).to_be_hidden()  # Feishu shows the bot menu in the private chat only

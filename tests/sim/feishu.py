@@ -100,6 +100,10 @@ class SimFeishu:
     async def send_text(self, chat_id: str, text: str, *, uuid: str) -> list[str]:
         return [(await self._call("send_text", chat_id, text=text, uuid=uuid)).result]
 
+    async def send_text_to_user(self, open_id: str, text: str, *, uuid: str) -> tuple[str, str]:
+        post = await self._call("send_text_to_user", open_id, text=text, uuid=uuid)
+        return post.result, f"oc_p2p_{open_id}"
+
     async def reply_card(
         self, message_id: str, card: dict[str, Any], *, uuid: str, in_thread: bool = False
     ) -> str:

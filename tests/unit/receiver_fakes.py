@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bridge.feishu.events import CardAction, CardActionReply, InboundMessage
+from bridge.feishu.events import CardAction, CardActionReply, InboundMessage, MenuClick
 
 
 class AcceptingSink:
@@ -11,6 +11,7 @@ class AcceptingSink:
     def __init__(self) -> None:
         self.accepted: list[str] = []
         self.recalled: list[tuple[str, str]] = []
+        self.clicks: list[tuple[str, str | None, bool]] = []  # event id, chat, admitted
 
     def accept(self, message: InboundMessage) -> None:
         self.accepted.append(message.message_id)
@@ -23,6 +24,9 @@ class AcceptingSink:
 
     def recall(self, conversation_key: str, message_id: str) -> None:
         self.recalled.append((conversation_key, message_id))
+
+    def menu(self, click: MenuClick, chat_id: str | None, admitted: bool) -> None:
+        self.clicks.append((click.event_id, chat_id, admitted))
 
 
 class FateList(list[str]):

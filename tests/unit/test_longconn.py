@@ -21,6 +21,7 @@ from bridge.feishu.events import BotIdentity
 
 from bridge.feishu import sdk_import  # noqa: F401  # isort: skip
 import lark_oapi  # isort: skip
+from lark_oapi.api.application.v6 import P2ApplicationBotMenuV6  # isort: skip
 from lark_oapi.api.im.v1 import P2ImMessageReceiveV1  # isort: skip
 from lark_oapi.event.callback.model.p2_card_action_trigger import (  # isort: skip
     P2CardActionTrigger,
@@ -28,7 +29,14 @@ from lark_oapi.event.callback.model.p2_card_action_trigger import (  # isort: sk
 )
 from lark_oapi.ws.pb.pbbp2_pb2 import Frame  # isort: skip
 
-from bridge.feishu.events import CardAction, CardActionReply, InboundMessage, parse_event
+from bridge.feishu.events import (
+    CardAction,
+    CardActionReply,
+    InboundMessage,
+    MenuClick,
+    MessageRecall,
+    parse_event,
+)
 from bridge.feishu.longconn import (
     LARK_LOGGER,
     ConnectionState,
@@ -48,6 +56,7 @@ class RecordingHandler:
     def __init__(self) -> None:
         self.messages: list[InboundMessage] = []
         self.actions: list[CardAction] = []
+        self.clicks: list[MenuClick] = []
         self.threads: list[int] = []
         self.loops: list[asyncio.AbstractEventLoop] = []
         self.delay = 0.0
@@ -72,6 +81,13 @@ class RecordingHandler:
     async def on_message(self, message: InboundMessage) -> None:
         await self._enter()
         self.messages.append(message)
+
+    async def on_recall(self, recall: MessageRecall) -> None:
+        await self._enter()
+
+    async def on_menu(self, click: MenuClick) -> None:
+        await self._enter()
+        self.clicks.append(click)
 
     async def on_card_action(self, action: CardAction) -> CardActionReply:
         await self._enter()
@@ -129,6 +145,41 @@ def card_payload() -> dict[str, Any]:
     }
 
 
+def menu_payload() -> dict[str, Any]:
+    return {
+        "schema": "2.0",
+        "header": {
+            "event_id": "ev_menu",
+            "event_type": "application.bot.menu_v6",
+            "create_time": "1700000000000",
+            "token": "",
+            "app_id": "cli_test",
+            "tenant_key": "t",
+        },
+        "event": {
+            "operator": {
+                "operator_name": "Alice",
+                "operator_id": {"open_id": "ou_alice", "union_id": "on_a", "user_id": "u_a"},
+            },
+            "event_key": "stop",
+            "timestamp": 1700000000,
+        },
+    }
+
+
+MENU_CLICK = MenuClick(
+    event_id="ev_menu",
+    operator_open_id="ou_alice",
+    event_key="stop",
+    app_id="cli_test",
+    create_time_ms=1700000000000,
+)
+
+
+def sdk_menu(payload: dict[str, Any]) -> Any:
+    return lark_oapi.JSON.unmarshal(json.dumps(payload), P2ApplicationBotMenuV6)
+
+
 def sdk_message(payload: dict[str, Any]) -> Any:
     return lark_oapi.JSON.unmarshal(json.dumps(payload), P2ImMessageReceiveV1)
 
@@ -173,6 +224,19 @@ def test_sdk_card_action_converts_to_the_same_model_as_the_webhook_path() -> Non
     assert via_sdk == parse_event(raw)
     assert isinstance(via_sdk, CardAction)
     assert via_sdk.value == {"choice": "allow_once", "n": 2}
+
+
+def test_sdk_menu_click_converts_to_the_same_model_as_the_webhook_path() -> None:
+    assert parse_event(sdk_to_payload(sdk_menu(menu_payload()))) == MENU_CLICK
+    assert parse_event(menu_payload()) == MENU_CLICK
+
+
+async def test_menu_click_handler_runs_on_the_main_loop() -> None:
+    handler = RecordingHandler()
+    lc = connection(handler)
+    await asyncio.to_thread(lc.on_sdk_menu, sdk_menu(menu_payload()))
+    assert handler.clicks == [MENU_CLICK]
+    assert handler.loops == [asyncio.get_running_loop()]
 
 
 def test_reply_converts_to_the_sdk_response() -> None:
@@ -416,6 +480,10 @@ async def test_long_connection_end_to_end(
         "toast": {"type": "info", "content": "ok"},
         "card": {"type": "raw", "data": {"schema": "2.0"}},
     }
+
+    answer = await fake_lark.push_event("m-menu", menu_payload())  # the bot menu's click
+    assert answer["code"] == 200
+    assert handler.clicks == [MENU_CLICK]
 
     handler.fail = RuntimeError("store is down")
     answer = await fake_lark.push_event("m-3", message_payload("ev_3"))

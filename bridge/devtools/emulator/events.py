@@ -137,6 +137,44 @@ def card_action(
     }
 
 
+def bot_menu(
+    *,
+    event_key: str,
+    operator_open_id: str,
+    operator_name: str,
+    union_id: str,
+    user_id: str,
+    token: str,
+    app_id: str,
+    tenant_key: str,
+    create_ms: int,
+) -> dict[str, Any]:
+    """`application.bot.menu_v6` for a click in the bot's custom menu: no chat, no message,
+    only who clicked and the item's event_key."""
+    return {
+        "schema": "2.0",
+        "header": _header(
+            "application.bot.menu_v6",
+            token=token,
+            app_id=app_id,
+            tenant_key=tenant_key,
+            create_ms=create_ms,
+        ),
+        "event": {
+            "operator": {
+                "operator_name": operator_name,
+                "operator_id": {
+                    "union_id": union_id,
+                    "user_id": user_id,
+                    "open_id": operator_open_id,
+                },
+            },
+            "event_key": event_key,
+            "timestamp": str(create_ms // 1000),
+        },
+    }
+
+
 def url_verification(challenge: str, token: str) -> dict[str, Any]:
     return {"challenge": challenge, "token": token, "type": "url_verification"}
 

@@ -1,6 +1,7 @@
 """The local chat page (`GET /`) and its control endpoints under `/_emulator/…`.
 
-A person types as a Feishu user and watches the bot's reactions, replies and cards appear.
+A person types as a Feishu user (or clicks the bot's menu under the private chat's composer)
+and watches the bot's reactions, replies and cards appear.
 The page long-polls `/_emulator/timeline?since=<revision>`, which answers as soon as anything
 changes (or after `_LONG_POLL_S` with no change), so updates are live without a busy loop.
 """
@@ -74,6 +75,7 @@ class ChatWorldView(Protocol):
     ) -> DeliveredEvent: ...
     async def recall_message(self, message_id: str) -> DeliveredEvent: ...
     async def click_card(self, message_id: str, value: Mapping[str, Any]) -> CardCallbackResult: ...
+    async def click_menu(self, event_key: str) -> DeliveryAttempt | None: ...
 
 
 _LONG_POLL_S = 20.0
@@ -96,6 +98,7 @@ def add_routes(app: web.Application, emulator: ChatWorldView) -> None:
     app.router.add_post("/_emulator/attach", _attach)
     app.router.add_post("/_emulator/voice", _voice)
     app.router.add_post("/_emulator/recall", _recall)
+    app.router.add_post("/_emulator/menu", _menu)
     app.router.add_get("/_emulator/outage", _outage)
     app.router.add_post("/_emulator/outage", _set_outage)
 
@@ -242,6 +245,24 @@ async def _recall(request: web.Request) -> web.Response:
         raise web.HTTPBadRequest(text="only a user's own message can be recalled")
     await emu.recall_message(message_id)
     return web.json_response({"recalled": message_id})
+
+
+async def _menu(request: web.Request) -> web.Response:
+    """The page's bot menu (under the private chat's composer): a click's event_key."""
+    emu = _emulator(request)
+    event_key = str((await _json(request)).get("event_key", "")).strip()
+    if not event_key:
+        raise web.HTTPBadRequest(text="event_key is required")
+    attempt = await emu.click_menu(event_key)
+    return web.json_response(
+        {
+            "event_id": None if attempt is None else attempt.event_id,
+            "delivered": attempt is not None and attempt.ok,
+            "delivery": None
+            if attempt is None
+            else {"status": attempt.status, "outcome": attempt.outcome},
+        }
+    )
 
 
 async def _click(request: web.Request) -> web.Response:

@@ -36,6 +36,7 @@ class UserSide:
     bot_open_id: str
     bot_name: str
     default_user_open_id: str
+    user_name: str
     card_deadline_seconds: float
     _world: ChatWorld
     _delivery: EventDelivery
@@ -162,6 +163,27 @@ class UserSide:
             message, token=self.verification_token, app_id=self.app_id, tenant_key=self.tenant_key
         )
         return await self._push(payload, message)
+
+    async def click_menu(
+        self, event_key: str, operator_open_id: str | None = None
+    ) -> DeliveryAttempt | None:
+        """A user clicks an item of the bot's custom menu (shown in their private chat with
+        the bot): `application.bot.menu_v6` with the item's `event_key` is pushed, and
+        redelivered like any event when the push fails. Returns the first attempt (its
+        `event_id` names the event for `redeliver`); None while no webhook URL is set."""
+        operator = operator_open_id or self.default_user_open_id
+        payload = events.bot_menu(
+            event_key=event_key,
+            operator_open_id=operator,
+            operator_name=self.user_name if operator == self.default_user_open_id else "",
+            union_id=self._derived_id("on_", operator),
+            user_id=self._derived_id("", operator)[:8],
+            token=self.verification_token,
+            app_id=self.app_id,
+            tenant_key=self.tenant_key,
+            create_ms=int(time.time() * 1000),
+        )
+        return await self._delivery.push(payload)
 
     async def _push(self, payload: dict[str, Any], message: ChatMessage) -> DeliveredEvent:
         """Push an event about `message`; returns after the first attempt."""

@@ -91,6 +91,10 @@ class RecordingFeishu:
         await self._record(Call("send_text", chat_id, text))
         return [self._id()]
 
+    async def send_text_to_user(self, open_id: str, text: str, *, uuid: str) -> tuple[str, str]:
+        await self._record(Call("send_text_to_user", open_id, text))
+        return self._id(), f"oc_p2p_{open_id}"
+
     async def reply_card(
         self, message_id: str, card: dict[str, Any], *, uuid: str, in_thread: bool = False
     ) -> str:

@@ -65,6 +65,21 @@ async def test_claims_survive_restart(store: Store, restart: Restart) -> None:
     assert not await store.claim_event("ev2", "om1", T0 + 1)
 
 
+async def test_a_users_private_chat_is_remembered_across_restarts(
+    store: Store, restart: Restart
+) -> None:
+    assert await store.p2p_chat("ou_alice") is None
+    await store.remember_p2p_chat("ou_alice", "oc_1", T0)
+    await store.remember_p2p_chat("ou_bob", "oc_2", T0)
+    await store.remember_p2p_chat("ou_alice", "oc_3", T0 + 1)  # a later one replaces it
+    store = await restart()
+    assert [await store.p2p_chat(u) for u in ("ou_alice", "ou_bob", "ou_carol")] == [
+        "oc_3",
+        "oc_2",
+        None,
+    ]
+
+
 # -- 2. inbound journal --------------------------------------------------------------------
 
 

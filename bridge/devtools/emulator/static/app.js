@@ -275,6 +275,7 @@ function switchChat(chatType) {
   state.revision = -1;
   state.seenCallbacks = null;
   $("#mention-label").style.visibility = chatType === "group" ? "visible" : "hidden";
+  $("#bot-menu").hidden = chatType !== "p2p"; // Feishu shows the bot menu in the private chat only
   if (state.abort) state.abort.abort();
 }
 
@@ -327,6 +328,23 @@ async function voice() {
   await post("/_emulator/voice", { transcript, chat_type: state.chatType });
 }
 
+async function menuClick(eventKey) {
+  const response = await fetch("/_emulator/menu", {
+    method: "POST",
+    headers: { "Content-Type": "application/json" },
+    body: JSON.stringify({ event_key: eventKey }),
+  });
+  if (!response.ok) {
+    showToast({ type: "error", content: await response.text() });
+    return;
+  }
+  const result = await response.json();
+  if (!result.delivered) {
+    const why = result.delivery ? `${result.delivery.outcome} ${result.delivery.status || ""}` : "no webhook_url";
+    showToast({ type: "warning", content: "推送未成功: " + why });
+  }
+}
+
 async function main() {
   const info = await (await fetch("/_emulator/state")).json();
   state.chats = info.chats;
@@ -345,6 +363,8 @@ async function main() {
   $("#composer-form").addEventListener("submit", (event) => { event.preventDefault(); send(); });
   $("#attach").addEventListener("change", (event) => attach(event.target));
   $("#voice").addEventListener("click", () => voice());
+  document.querySelectorAll("#bot-menu button").forEach((button) =>
+    button.addEventListener("click", () => menuClick(button.dataset.eventKey)));
   $("#api-mode").addEventListener("change", (event) => setOutage(event.target.value));
   $("#composer").addEventListener("keydown", (event) => {
     if (event.key === "Enter" && !event.shiftKey) { event.preventDefault(); send(); }
