@@ -142,8 +142,9 @@ def reply_mention(ctx: StepContext, who: tuple[str, ...]) -> None:
 
 
 def on_urge_refused(ctx: StepContext, event: UrgeRefused) -> None:
-    """Feishu refused the urgent notification for the scope: from now on this conversation
-    mentions, and the requests still waiting get their @-mention line now (one line)."""
+    """Feishu refused the urgent notification (for the scope, or otherwise): from now on this
+    conversation mentions, and the requests still waiting get their @-mention line now (one
+    line)."""
     if ctx.conv.options.urgency is Urgency.APP:
         ctx.update(options=replace(ctx.conv.options, urgency=Urgency.MENTION))
     conv, turn = ctx.conv, ctx.conv.turn

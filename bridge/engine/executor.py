@@ -426,8 +426,9 @@ class EffectExecutor:
     async def _urge(self, actor: ConversationActor, work: Urge) -> None:
         """Feishu's urgent notification on each card still waiting for an answer when its
         turn comes (one answered since the core decided is left alone: the actor's state is
-        read again before each call). Best effort: a failure is logged, never retried, except
-        a refusal for the scope, which the core hears (`UrgeRefused`: it @-mentions them)."""
+        read again before each call). Feishu down is waited out (the gate); a refusal is not
+        retried: the core hears it (`UrgeRefused`) and @-mentions them instead, and a refusal
+        for the scope makes every conversation mention from then on."""
 
         def answered(request_id: str) -> bool:
             conv = actor.conv
@@ -455,10 +456,12 @@ class EffectExecutor:
             except FeishuError as exc:
                 if scope_missing(exc):
                     self._urgent.missing()  # said once; every conversation mentions now
-                    actor.feed(UrgeRefused(work.turn_id, waiting))
-                    return
-                log.warning("Feishu refused an urgent notification (%s)", exc)
-                continue
+                else:
+                    # Any other refusal (a Feishu without the API, a message it will not
+                    # urge): the people are still reached, by the @-mention line.
+                    log.warning("Feishu refused an urgent notification (%s); mentioning", exc)
+                actor.feed(UrgeRefused(work.turn_id, waiting))
+                return
             if invalid:
                 log.info(
                     "%d of %d could not be urged (not in the chat)",

@@ -102,6 +102,17 @@ async def test_without_the_scope_they_are_mentioned_instead_and_from_then_on(
     assert "im:message.urgent" in caplog.text
 
 
+async def test_any_other_refusal_mentions_them_in_this_chat_only(harness: Harness) -> None:
+    harness.feishu.urgent_error = BusinessError(230001, "invalid message_id")
+    actor, _ = await waiting(harness)
+    remind(harness, actor)
+    await harness.idle()
+    left = T("presence.approval_reminder", remaining=T("time.seconds", n=50))
+    mentions = f'<at user_id="{ALICE}"></at> <at user_id="{BOSS}"></at> '
+    assert harness.feishu.texts()[-2:] == [left, mentions + left]
+    assert not harness.engine.urgent_mode.scope_missing  # the scope is not what is missing
+
+
 async def test_the_start_up_probe_finds_the_scope_missing(
     harness: Harness, caplog: pytest.LogCaptureFixture
 ) -> None:
