@@ -33,9 +33,13 @@ from bridge.engine.actor import ConversationActor, terms_of
 from bridge.feishu.api import FeishuApi
 from bridge.feishu.budget import CallBudget, paid
 from bridge.feishu.cards.parts import (
+    BATCH_API,
+    BY_ELEMENT,
     CARD_APIS,
     ELEMENT_API,
+    PATCH_ELEMENT_API,
     STREAM_API,
+    all_parts,
     api_of_change,
     one_part,
     only_text_grew,
@@ -58,6 +62,12 @@ _SEQUENCE_EPOCH = 1_767_225_600  # 2026-01-01; tenths of a second since then fit
 # (whole updates), settings calls and continuation cards.
 REFRESH_SHARE = 0.8 * len(CARD_APIS)
 _REFUSED_KEPT = 256  # cards handed back to lines, remembered
+_CALL_NAMES = {  # the metric's label of each element API's change
+    STREAM_API: "stream",
+    ELEMENT_API: "element",
+    PATCH_ELEMENT_API: "patch_element",
+    BATCH_API: "batch",
+}
 
 
 @dataclass
@@ -246,7 +256,7 @@ class StatusCards:
             view, card.pending = card.pending, None
             if view is None or self._cards.get(card.key) is not card:
                 return
-            by_element = api in (STREAM_API, ELEMENT_API)
+            by_element = api in BY_ELEMENT
             if card.card_id is not None and by_element and await self._part(card, view, api):
                 return
             if not await self._change(card, view, final=False):
@@ -294,25 +304,22 @@ class StatusCards:
             return False
 
     async def _part(self, card: _Card, view: CardView, api: str) -> bool:
-        """One element changed through `api` (the stream or the element's replacement): the
-        answer that grew, or else the most telling changed element, the rest of `view`
+        """Elements changed through `api` (feishu/cards/parts.py): the answer that grew, or
+        else every changed element (a batch) or the most telling one, the rest of `view`
         staying pending for the next refresh. False when a whole update is needed after
-        all (the card's shape changed, or Feishu refused the element)."""
+        all (the card's shape changed, or Feishu refused the change)."""
         shown = card.shown
         if shown is None or card.card_id is None:
             return False
+        parts: list[tuple[str, str]] | None
         if only_text_grew(shown, view):
-            element, content, after = ANSWER, answer_markdown(view.text, view.code), view
+            parts, after = [(ANSWER, answer_markdown(view.text, view.code))], view
+        elif api == BATCH_API:
+            parts, after = all_parts(self._t, shown, view), view
         else:
             part = one_part(self._t, shown, view)
-            if part is None:
-                return False
-            element, content, after = part
-        if api == ELEMENT_API:
-            changed = await self._replace(card, card.card_id, element, content)
-        else:
-            changed = await self._stream(card, card.card_id, element, content)
-        if not changed:
+            parts, after = (None, view) if part is None else ([part[:2]], part[2])
+        if not parts or not await self._elements(card, card.card_id, api, parts):
             return False
         self._shown(card, after)
         if card.pending is None and after != view:
@@ -328,37 +335,41 @@ class StatusCards:
         )
         self._count("update")
 
-    async def _stream(self, card: _Card, card_id: str, element: str, content: str) -> bool:
-        """One element's new content through CardKit's stream; False when Feishu refused it
-        (e.g. streaming closed itself after 10 minutes): the caller updates the card whole."""
-        call = partial(
-            self._feishu.stream_card_text, card_id, element, content, sequence=self._next(card)
-        )
-        try:
-            await self._through(call)
-        except FeishuError as exc:
-            log.info("status card stream of %s refused (%s); updating it whole", element, exc)
-            return False
-        self._count("stream")
-        return True
-
-    async def _replace(self, card: _Card, card_id: str, element: str, content: str) -> bool:
-        """One element replaced whole (CardKit's third API); False when Feishu refused it:
-        the caller updates the card whole. An API Feishu does not know is not asked again."""
-        call = partial(
-            self._feishu.update_card_element,
-            card_id,
-            markdown_element(element, content),
-            sequence=self._next(card),
-        )
+    async def _elements(
+        self, card: _Card, card_id: str, api: str, parts: list[tuple[str, str]]
+    ) -> bool:
+        """Elements' new contents through `api`; False when Feishu refused it (streaming
+        closes itself after 10 minutes, say): the caller updates the card whole. An API
+        Feishu does not know (404) is not asked again by this process."""
+        sequence = self._next(card)
+        feishu = self._feishu
+        element, content = parts[0]
+        call: Callable[[], Awaitable[None]]
+        if api == BATCH_API:
+            actions = [
+                {
+                    "action": "partial_update_element",
+                    "params": {"element_id": element, "partial_element": {"content": content}},
+                }
+                for element, content in parts
+            ]
+            call = partial(feishu.batch_update_card, card_id, actions, sequence=sequence)
+        elif api == ELEMENT_API:
+            new = markdown_element(element, content)
+            call = partial(feishu.update_card_element, card_id, new, sequence=sequence)
+        elif api == PATCH_ELEMENT_API:
+            patch = {"content": content}
+            call = partial(feishu.patch_card_element, card_id, element, patch, sequence=sequence)
+        else:
+            call = partial(feishu.stream_card_text, card_id, element, content, sequence=sequence)
         try:
             await self._through(call)
         except FeishuError as exc:
             if exc.http_status == 404:
-                self._unknown.add(ELEMENT_API)
-            log.info("status card element %s refused (%s); updating it whole", element, exc)
+                self._unknown.add(api)
+            log.info("status card change through %s refused (%s); updating it whole", api, exc)
             return False
-        self._count("element")
+        self._count(_CALL_NAMES[api])
         return True
 
     async def _through(self, call: Callable[[], Awaitable[_T]]) -> _T:

@@ -86,6 +86,16 @@ class FeishuApi(Protocol):
     ) -> None:
         """Replace one element (found by its `element_id`) with `element`."""
 
+    async def patch_card_element(
+        self, card_id: str, element_id: str, partial: dict[str, Any], *, sequence: int
+    ) -> None:
+        """Change some properties of one element (its `content`, say)."""
+
+    async def batch_update_card(
+        self, card_id: str, actions: list[dict[str, Any]], *, sequence: int
+    ) -> None:
+        """CardKit's batch of element (and settings) actions, applied in order."""
+
     async def card_settings(
         self, card_id: str, settings: dict[str, Any], *, sequence: int
     ) -> None: ...

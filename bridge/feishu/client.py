@@ -408,6 +408,28 @@ class FeishuClient:
         }
         await self._request("update_card_element", "PUT", path, body=body)
 
+    async def patch_card_element(
+        self, card_id: str, element_id: str, partial: dict[str, Any], *, sequence: int
+    ) -> None:
+        path = f"{_CARDS}/{quote(card_id, safe='')}/elements/{quote(element_id, safe='')}"
+        body = {
+            "partial_element": dumps(partial),
+            "sequence": sequence,
+            "uuid": _card_change_uuid(card_id, sequence),
+        }
+        await self._request("patch_card_element", "PATCH", path, body=body)
+
+    async def batch_update_card(
+        self, card_id: str, actions: list[dict[str, Any]], *, sequence: int
+    ) -> None:
+        path = f"{_CARDS}/{quote(card_id, safe='')}/batch_update"
+        body = {
+            "actions": dumps(actions),
+            "sequence": sequence,
+            "uuid": _card_change_uuid(card_id, sequence),
+        }
+        await self._request("batch_update_card", "POST", path, body=body)
+
     async def card_settings(self, card_id: str, settings: dict[str, Any], *, sequence: int) -> None:
         path = f"{_CARDS}/{quote(card_id, safe='')}/settings"
         body = {

@@ -426,7 +426,7 @@ async def test_patch_replaces_a_card_in_the_timeline(
     assert emulator.message(card_id).updated
 
 
-async def test_a_card_entitys_element_is_replaced_whole_and_checked(
+async def test_a_card_entitys_elements_are_replaced_patched_and_batched_as_checked(
     emulator: FeishuEmulator, emulator_http: httpx.AsyncClient
 ) -> None:
     auth = await _auth(emulator_http, emulator)
@@ -455,7 +455,28 @@ async def test_a_card_entitys_element_is_replaced_whole_and_checked(
     assert (await replace("nothing", new, 2)).json()["code"] == 300311
     retagged = {"tag": "plain_text", "element_id": "answer", "content": "x"}
     assert (await replace("answer", retagged, 2)).json()["code"] == 300312
-    assert [c.kind for c in emulator.cardkit.changes] == ["create", "element"]
+
+    patch = {"partial_element": json.dumps({"content": "abc"}), "sequence": 2}
+    patched = await emulator_http.patch(f"{element}/answer", json=patch, headers=auth)
+    assert patched.json()["code"] == 0
+    actions = [
+        {
+            "action": "partial_update_element",
+            "params": {"element_id": "answer", "partial_element": {"content": "abcd"}},
+        }
+    ]
+    batch = f"/open-apis/cardkit/v1/cards/{card_id}/batch_update"
+    body = {"actions": json.dumps(actions), "sequence": 3}
+    assert (await emulator_http.post(batch, json=body, headers=auth)).json()["code"] == 0
+    shown = json.loads(emulator.cardkit.rendered(card_id))
+    assert shown["body"]["elements"] == [{**new, "content": "abcd"}]
+    # One action that fails undoes the batch: the card and its sequence stay as they were.
+    wrong = [*actions, {"action": "partial_update_element", "params": {"element_id": "x"}}]
+    body = {"actions": json.dumps(wrong), "sequence": 4}
+    assert (await emulator_http.post(batch, json=body, headers=auth)).json()["code"] == 99992402
+    assert json.loads(emulator.cardkit.rendered(card_id)) == shown
+    kinds = [c.kind for c in emulator.cardkit.changes]
+    assert kinds == ["create", "element", "patch_element", "batch"]
 
 
 # --- failure injection -----------------------------------------------------------------------

@@ -163,6 +163,17 @@ class SimFeishu:
     ) -> None:
         await self._call("update_card_element", card_id, text=str(element.get("content", "")))
 
+    async def patch_card_element(
+        self, card_id: str, element_id: str, partial: dict[str, Any], *, sequence: int
+    ) -> None:
+        await self._call("patch_card_element", card_id, text=str(partial.get("content", "")))
+
+    async def batch_update_card(
+        self, card_id: str, actions: list[dict[str, Any]], *, sequence: int
+    ) -> None:
+        contents = [str(a["params"]["partial_element"].get("content", "")) for a in actions]
+        await self._call("batch_update_card", card_id, text="\n".join(contents))
+
     async def card_settings(self, card_id: str, settings: dict[str, Any], *, sequence: int) -> None:
         await self._call("card_settings", card_id, card=settings)
 

@@ -51,6 +51,8 @@ _CARD_CHANGES = (
     "update_card_entity",
     "stream_card_text",
     "update_card_element",
+    "patch_card_element",
+    "batch_update_card",
     "card_settings",
 )
 

@@ -9,10 +9,13 @@ from collections.abc import Callable
 from bridge.core.effects import CardPhase, CardView
 from bridge.core.state import ToolLine
 from bridge.feishu.cards.parts import (
+    BATCH_API,
     ELEMENT_API,
     PATCH_API,
+    PATCH_ELEMENT_API,
     STREAM_API,
     UPDATE_API,
+    all_parts,
     api_of_change,
     one_part,
 )
@@ -65,10 +68,27 @@ def test_the_api_of_the_next_change() -> None:
     assert api_of_change("c", SHOWN, grown, room=_all_but(STREAM_API)) == UPDATE_API
     both = _all_but(STREAM_API, UPDATE_API)
     assert api_of_change("c", SHOWN, grown, room=both) == ELEMENT_API
+    three = _all_but(STREAM_API, UPDATE_API, ELEMENT_API)
+    assert api_of_change("c", SHOWN, grown, room=three) == PATCH_ELEMENT_API
+    assert api_of_change("c", SHOWN, grown, room=lambda api: api == BATCH_API) == BATCH_API
     assert api_of_change("c", SHOWN, grown, room=_none) == STREAM_API  # waits for the stream
     later = CardView(CardPhase.WORKING, elapsed=9.0, tools=(BUILD,), text="Hello, world")
     assert api_of_change("c", SHOWN, later, room=_all_but()) == UPDATE_API  # room: whole
-    assert api_of_change("c", SHOWN, later, room=_all_but(UPDATE_API)) == STREAM_API  # a part
-    assert api_of_change("c", SHOWN, later, room=both) == ELEMENT_API
+    # No room for whole: every changed element in one batch, else the most telling one.
+    assert api_of_change("c", SHOWN, later, room=_all_but(UPDATE_API)) == BATCH_API
+    no_batch = _all_but(UPDATE_API, BATCH_API)
+    assert api_of_change("c", SHOWN, later, room=no_batch) == STREAM_API
+    assert api_of_change("c", SHOWN, later, room=_all_but(UPDATE_API, BATCH_API, STREAM_API)) == (
+        ELEMENT_API
+    )
     assert api_of_change("c", SHOWN, later, room=_none) == UPDATE_API
     assert api_of_change(None, SHOWN, later, room=_none) == PATCH_API  # the fallback card
+
+
+def test_a_batch_carries_every_changed_element_of_the_same_shape() -> None:
+    later = CardView(CardPhase.WORKING, elapsed=9.0, tools=(BUILD,), text="Hello, world")
+    parts = dict(all_parts(T, SHOWN, later) or [])
+    assert set(parts) == {"status", "answer"}  # the tools did not change
+    assert parts == {e: c for e, c in elements_of(T, later) if e in parts}
+    waiting = CardView(CardPhase.WAITING_APPROVAL, elapsed=9.0, tools=(BUILD,), text="Hello")
+    assert all_parts(T, SHOWN, waiting) is None  # another shape: a whole update

@@ -26,7 +26,7 @@ _INT32_MAX = 2_147_483_647
 @dataclass(frozen=True)
 class CardChange:
     card_id: str
-    kind: str  # create, update, content, element, settings
+    kind: str  # create, update, content, element, patch_element, batch, settings
     sequence: int | None
     streaming: bool  # streaming mode after the change
     element_id: str | None = None
@@ -119,20 +119,43 @@ class CardKit:
             raise codes.FIELD_VALIDATION_FAILED.with_detail("element must be JSON") from None
         if not isinstance(new, dict) or not isinstance(new.get("tag"), str):
             raise codes.FIELD_VALIDATION_FAILED.with_detail("element needs a tag")
-        old = next((e for e in _elements(entity.card) if e.get("element_id") == element_id), None)
-        if old is None:
-            raise codes.CARD_ELEMENT_NOT_FOUND
-        if old.get("tag") != new["tag"]:
-            raise codes.CARD_ELEMENT_TAG
-        before = dict(old)
-        old.clear()
-        old.update(new)
-        if len(self.rendered(card_id).encode("utf-8")) > codes.CARD_LIMIT_BYTES:
-            old.clear()
-            old.update(before)
-            raise codes.CARD_TOO_LARGE
-        self._advance(entity, body)
+        self._apply(entity, [("update_element", element_id, new)], body)
         self._changed(entity, "element", element_id)
+
+    def patch_element(self, card_id: str, element_id: str, body: Mapping[str, Any]) -> None:
+        """`PATCH …/elements/:element_id`: some of the element's properties changed."""
+        entity = self._entity(card_id)
+        partial = _json_object(body.get("partial_element"), "partial_element")
+        self._apply(entity, [("partial_update_element", element_id, partial)], body)
+        self._changed(entity, "patch_element", element_id)
+
+    def batch(self, card_id: str, body: Mapping[str, Any]) -> None:
+        """`POST …/batch_update`: element actions applied in order, all or none (this
+        stand-in knows `partial_update_element` and `update_element`)."""
+        entity = self._entity(card_id)
+        try:
+            actions = json.loads(body.get("actions") or "")
+        except (TypeError, ValueError):
+            raise codes.FIELD_VALIDATION_FAILED.with_detail("actions must be JSON") from None
+        if not isinstance(actions, list) or not actions:
+            raise codes.FIELD_VALIDATION_FAILED.with_detail("actions must be a non-empty list")
+        steps: list[tuple[str, str, dict[str, Any]]] = []
+        for action in actions:
+            params = action.get("params") if isinstance(action, dict) else None
+            kind = action.get("action") if isinstance(action, dict) else None
+            if not isinstance(params, dict) or not isinstance(params.get("element_id"), str):
+                raise codes.FIELD_VALIDATION_FAILED.with_detail("an action needs element_id")
+            if kind == "partial_update_element":
+                change = params.get("partial_element")
+            elif kind == "update_element":
+                change = params.get("element")
+            else:
+                raise codes.FIELD_VALIDATION_FAILED.with_detail(f"unknown action {kind!r}")
+            if not isinstance(change, dict):
+                raise codes.FIELD_VALIDATION_FAILED.with_detail(f"{kind} needs an object")
+            steps.append((kind, params["element_id"], change))
+        self._apply(entity, steps, body)
+        self._changed(entity, "batch")
 
     def settings(self, card_id: str, body: Mapping[str, Any]) -> None:
         entity = self._entity(card_id)
@@ -148,6 +171,34 @@ class CardKit:
         self._advance(entity, body)
         entity.card.setdefault("config", {}).update(config)
         self._changed(entity, "settings")
+
+    def _apply(
+        self,
+        entity: CardEntity,
+        steps: list[tuple[str, str, dict[str, Any]]],
+        body: Mapping[str, Any],
+    ) -> None:
+        """Element changes, each checked (the element exists, its tag stays), then the
+        request's sequence; all undone when one fails or the card outgrows 30 KB."""
+        before = json.loads(self.rendered(entity.card_id))
+        try:
+            for kind, element_id, change in steps:
+                old = next(
+                    (e for e in _elements(entity.card) if e.get("element_id") == element_id), None
+                )
+                if old is None:
+                    raise codes.CARD_ELEMENT_NOT_FOUND
+                if change.get("tag", old.get("tag")) != old.get("tag"):
+                    raise codes.CARD_ELEMENT_TAG
+                if kind == "update_element":
+                    old.clear()
+                old.update(change)
+            if len(self.rendered(entity.card_id).encode("utf-8")) > codes.CARD_LIMIT_BYTES:
+                raise codes.CARD_TOO_LARGE
+            self._advance(entity, body)
+        except codes.FeishuError:
+            entity.card = before
+            raise
 
     def rendered(self, card_id: str) -> str:
         return json.dumps(self.entities[card_id].card, ensure_ascii=False)
@@ -179,6 +230,16 @@ class CardKit:
         self.changes.append(change)
         for message_id in entity.message_ids:
             self._redraw(message_id, self.rendered(entity.card_id))
+
+
+def _json_object(raw: Any, name: str) -> dict[str, Any]:
+    try:
+        value = json.loads(raw or "")
+    except (TypeError, ValueError):
+        raise codes.FIELD_VALIDATION_FAILED.with_detail(f"{name} must be JSON") from None
+    if not isinstance(value, dict):
+        raise codes.FIELD_VALIDATION_FAILED.with_detail(f"{name} must be a JSON object")
+    return value
 
 
 def _card(data: Any) -> dict[str, Any]:

@@ -142,6 +142,8 @@ class OpenApi:
             _Route("PUT", re.compile(card), self._card_update),
             _Route("PUT", re.compile(card + element + "/content"), self._card_content),
             _Route("PUT", re.compile(card + element), self._card_element),
+            _Route("PATCH", re.compile(card + element), self._card_patch_element),
+            _Route("POST", re.compile(card + "/batch_update"), self._card_batch),
             _Route("PATCH", re.compile(card + "/settings"), self._card_settings),
             _Route("POST", re.compile(asr + "file_recognize"), self._file_recognize),
             _Route("POST", re.compile(asr + "stream_recognize"), self._stream_recognize),
@@ -357,6 +359,15 @@ class OpenApi:
     def _card_element(self, api: ApiRequest) -> Answer:
         params = api.params
         self._cardkit.element(params["card_id"], params["element_id"], self._body(api))
+        return _ok()
+
+    def _card_patch_element(self, api: ApiRequest) -> Answer:
+        params = api.params
+        self._cardkit.patch_element(params["card_id"], params["element_id"], self._body(api))
+        return _ok()
+
+    def _card_batch(self, api: ApiRequest) -> Answer:
+        self._cardkit.batch(api.params["card_id"], self._body(api))
         return _ok()
 
     def _card_settings(self, api: ApiRequest) -> Answer:

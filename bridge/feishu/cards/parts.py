@@ -4,12 +4,14 @@ which Feishu API that call is metered (Feishu limits each API on its own).
 A whole update (`PUT /cardkit/v1/cards/:id`) redraws everything. Streaming one element's
 content (`PUT …/elements/:id/content`) changes one markdown element and is another API:
 when only the answer grew, it is the cheaper call and Feishu types the added text out.
-Replacing one element (`PUT …/elements/:id`) is a third. Feishu meters each API on its
-own (1,000 a minute), so with many cards streaming at once a change takes whichever of
-them has room: the answer's growth streams if it can, else goes whole or as its element;
-any other change goes whole if it can, else as its most telling changed element (the
-answer, else the tools, the plan, the elapsed time), the rest following in the next
-refresh. A card under load so changes every few seconds instead of queueing on one API.
+Replacing one element (`PUT …/elements/:id`), patching its content (`PATCH
+…/elements/:id`) and a batch of element patches (`POST …/batch_update`) are three more.
+Feishu meters each API on its own (1,000 a minute), so with many cards streaming at once
+a change takes whichever of them has room: the answer's growth streams if it can, else
+goes whole or through the others; any other change goes whole if it can, else as a batch
+of every changed element, else as its most telling changed element (the answer, else the
+tools, the plan, the elapsed time), the rest following in the next refresh. A card under
+load so changes every few seconds instead of queueing on one API.
 """
 
 from __future__ import annotations
@@ -27,8 +29,12 @@ from bridge.i18n import Translator
 STREAM_API: Final = api_of("PUT", "/open-apis/cardkit/v1/cards/c/elements/e/content")
 UPDATE_API: Final = api_of("PUT", "/open-apis/cardkit/v1/cards/c")
 ELEMENT_API: Final = api_of("PUT", "/open-apis/cardkit/v1/cards/c/elements/e")
+PATCH_ELEMENT_API: Final = api_of("PATCH", "/open-apis/cardkit/v1/cards/c/elements/e")
+BATCH_API: Final = api_of("POST", "/open-apis/cardkit/v1/cards/c/batch_update")
 # The APIs a live card's change may take, each metered on its own.
-CARD_APIS: Final = (STREAM_API, UPDATE_API, ELEMENT_API)
+CARD_APIS: Final = (STREAM_API, UPDATE_API, ELEMENT_API, PATCH_ELEMENT_API, BATCH_API)
+# Those that change elements, not the card whole (the card's shape stays).
+BY_ELEMENT: Final = frozenset({STREAM_API, ELEMENT_API, PATCH_ELEMENT_API, BATCH_API})
 PATCH_API: Final = api_of("PATCH", "/open-apis/im/v1/messages/m")
 
 # A view's fields each element shows, most telling first.
@@ -54,6 +60,19 @@ def one_part(t: Translator, shown: CardView, view: CardView) -> tuple[str, str, 
     name, element = found
     after = replace(shown, **{name: getattr(view, name)})
     return element, dict(elements_of(t, after))[element], after
+
+
+def all_parts(t: Translator, shown: CardView, view: CardView) -> list[tuple[str, str]] | None:
+    """Every element of `view` that differs from `shown` (ids and contents), when the card's
+    shape is the same; None when it is not, or nothing the card words has changed."""
+    if _changed_part(shown, view) is None:
+        return None
+    before = dict(elements_of(t, shown))
+    return [
+        (element, content)
+        for element, content in elements_of(t, view)
+        if before.get(element) != content
+    ]
 
 
 def _changed_part(shown: CardView, view: CardView) -> tuple[str, str] | None:
@@ -85,9 +104,9 @@ def api_of_change(
     if shown is None or view is None:
         return UPDATE_API
     if only_text_grew(shown, view):
-        ways = (STREAM_API, UPDATE_API, ELEMENT_API)
+        ways = (STREAM_API, UPDATE_API, ELEMENT_API, PATCH_ELEMENT_API, BATCH_API)
     elif _changed_part(shown, view) is not None:
-        ways = (UPDATE_API, STREAM_API, ELEMENT_API)
+        ways = (UPDATE_API, BATCH_API, STREAM_API, ELEMENT_API, PATCH_ELEMENT_API)
     else:
         return UPDATE_API
     return next((api for api in ways if room(api)), ways[0])

@@ -1,6 +1,7 @@
 """A live card's change takes whichever of CardKit's APIs has room: the answer's growth
-streams while the stream's minute lasts, then goes whole, then as its element replaced;
-an API Feishu does not know (404) is left for the others."""
+streams while the stream's minute lasts, then goes whole, then as its element replaced,
+patched, or batched; a change of several elements without room for a whole update goes as
+one batch; an API Feishu does not know (404) is left for the others."""
 
 from __future__ import annotations
 
@@ -11,10 +12,16 @@ import pytest
 
 from bridge.core.delivery import Lane
 from bridge.core.effects import CardPhase, CardView, ShowStatusCard
+from bridge.core.state import ToolLine
 from bridge.engine.actor import ConversationActor
 from bridge.engine.status_cards import StatusCards
 from bridge.feishu.budget import CallBudget
-from bridge.feishu.cards.parts import ELEMENT_API, STREAM_API, UPDATE_API
+from bridge.feishu.cards.parts import (
+    ELEMENT_API,
+    PATCH_ELEMENT_API,
+    STREAM_API,
+    UPDATE_API,
+)
 from bridge.feishu.delivery import FeishuGate
 from bridge.feishu.errors import FeishuError
 from bridge.i18n import Translator
@@ -62,6 +69,21 @@ class CardKitCalls:
     ) -> None:
         self._call("update_card_element", element["element_id"], element["content"])
 
+    async def patch_card_element(
+        self, card_id: str, element_id: str, partial: dict[str, Any], *, sequence: int
+    ) -> None:
+        self._call("patch_card_element", element_id, partial["content"])
+
+    async def batch_update_card(
+        self, card_id: str, actions: list[dict[str, Any]], *, sequence: int
+    ) -> None:
+        for action in actions:
+            assert action["action"] == "partial_update_element"
+            params = action["params"]
+            self._call(
+                "batch_update_card", params["element_id"], params["partial_element"]["content"]
+            )
+
 
 class Straight:
     """The delivery gate with Feishu up: the call, once."""
@@ -93,8 +115,8 @@ async def store() -> AsyncIterator[MemoryStore]:
     await store.close()
 
 
-def view(text: str) -> ShowStatusCard:
-    shown = CardView(CardPhase.WORKING, elapsed=3.0, text=text)
+def view(text: str, elapsed: float = 3.0, tools: tuple[ToolLine, ...] = ()) -> ShowStatusCard:
+    shown = CardView(CardPhase.WORKING, elapsed=elapsed, text=text, tools=tools)
     return ShowStatusCard("t1", "om_user", "t1:card", shown)
 
 
@@ -127,12 +149,48 @@ async def test_the_answer_grows_through_whichever_api_has_room(store: MemoryStor
     spend(budget, STREAM_API)
     spend(budget, UPDATE_API)
     await cards.show(actor, view("Hello, world"))
+    now.at += 1.0
+    for api in (STREAM_API, UPDATE_API, ELEMENT_API):
+        spend(budget, api)
+    await cards.show(actor, view("Hello, world!"))
+    now.at += 1.0
+    for api in (STREAM_API, UPDATE_API, ELEMENT_API, PATCH_ELEMENT_API):
+        spend(budget, api)
+    await cards.show(actor, view("Hello, world!!"))
     changes = [(op, content) for op, _, content in feishu.calls[2:]]
     assert changes == [
         ("stream_card_text", "Hello, w"),
         ("update_card_entity", "Hello, wor"),
         ("update_card_element", "Hello, world"),
+        ("patch_card_element", "Hello, world!"),
+        ("batch_update_card", "Hello, world!!"),
     ]
+
+
+async def test_without_room_for_a_whole_update_a_batch_carries_every_change(
+    store: MemoryStore,
+) -> None:
+    feishu, now = CardKitCalls(), Now()
+    budget = CallBudget(now=now)
+    cards = StatusCards(
+        feishu=cast(Any, feishu),
+        store=store,
+        translator=T,
+        clock=now,
+        tasks=TaskTracker("test"),
+        interval=0.5,
+        gate=cast(FeishuGate, Straight()),
+        budget=budget,
+    )
+    actor = cast(ConversationActor, Chat())
+    build = ToolLine("t1", "Build", "in_progress")
+    await cards.show(actor, view("Hello", tools=(build,)))
+    now.at += 1.0
+    spend(budget, UPDATE_API)
+    done = ToolLine("t1", "Build", "completed")
+    await cards.show(actor, view("Hello, world", elapsed=9.0, tools=(done,)))
+    assert sorted(element for _, element, _ in feishu.calls[2:]) == ["answer", "status", "tools"]
+    assert {op for op, _, _ in feishu.calls[2:]} == {"batch_update_card"}
 
 
 async def test_an_element_api_feishu_lacks_is_not_asked_again(store: MemoryStore) -> None:
