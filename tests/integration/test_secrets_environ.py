@@ -10,6 +10,7 @@ override, root without a sandbox is refused (exit 2).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import logging
@@ -149,6 +150,13 @@ def bridge(env: dict[str, str], folder: Path) -> Iterator[subprocess.Popen[bytes
             process.wait(10)
 
 
+async def stopped(process: subprocess.Popen[bytes]) -> None:
+    """Stop the bridge, waited off the loop: the emulator in it answers the bridge's last
+    calls (the round's end reaction) while it stops."""
+    process.terminate()
+    await asyncio.to_thread(process.wait, 10)
+
+
 def shown(message: ChatMessage) -> str:
     """A reply as the user reads it: its text, or a rich answer's markdown."""
     if message.msg_type != "interactive":
@@ -184,6 +192,7 @@ async def test_an_agent_run_as_root_without_a_sandbox_finds_no_secret_in_any_env
             report = json.loads((await emu.wait_for(answer, timeout=30)).removeprefix("probe: "))
             # Root reads the bridge's environ itself: no secret's value is there either.
             seen = environ_of(process.pid) if AS_ROOT else b""
+            await stopped(process)
     # (Named, never shown: a failure must not print the environment of the machine.)
     values = {"app secret": emu.app_secret, "encrypt key": ENCRYPT_KEY, "token": TOKEN}
     values["ops token"] = OPS_TOKEN
