@@ -496,8 +496,9 @@ class Run:
         return out
 
     def done(self) -> bool:
-        """Every agent done and its chat showing the answer exactly (a chat is looked at
-        again only when its messages changed)."""
+        """Every agent done and its chat showing the answer exactly, its cards closed
+        (streaming off: the ended card, not one still typing), a chat looked at again only
+        when its messages changed."""
         answers = self.answers()
         messages = self.by_chat()
         for chat, answer in answers.items():
@@ -508,7 +509,8 @@ class Run:
             if self._looked.get(chat) == look:
                 continue
             self._looked[chat] = look
-            if Shown.of(shown).judge(answer) == "exact":
+            seen = Shown.of(shown)
+            if seen.judge(answer) == "exact" and not seen.streaming:
                 self._ended.add(chat)
         return len(self._ended) == self.n
 
