@@ -40,7 +40,8 @@ KEPT = 10_000  # messages whose reaction is remembered while their rounds run, a
 
 @dataclass(frozen=True)
 class ReactionEmoji:
-    """The Feishu `emoji_type` each state shows (BRIDGE_*_EMOJI)."""
+    """The Feishu `emoji_type` each state shows: the received one is BRIDGE_ACK_EMOJI, the
+    others are the product's (docs/user-quickstart.md shows them)."""
 
     received: str = "OnIt"
     waiting: str = "Alarm"
