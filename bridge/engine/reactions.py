@@ -15,10 +15,11 @@ come back (the ack alone may be the gate's probe). A message whose reaction this
 did not add (the ack of the process before a restart) is left as it is: its reaction's id
 is not known, and a second one is not added beside it.
 
-A change waits for the reactions' budget at most `PATIENCE` before it begins (removing the
-old reaction): a bridge busier than Feishu's reaction APIs allow (every message's ack and
-end, hundreds a minute) leaves a reaction as it is rather than queueing changes without
-end. Once the old reaction is gone the new one goes, however long it waits: never none.
+A change begins (removes the old reaction) only once it holds the token its new reaction
+will be added with, waited for `PATIENCE` at most: a bridge busier than Feishu's reaction
+API allows (every message's ack and end, hundreds a minute) leaves a reaction as it is
+rather than queueing changes without end, and a removed reaction is replaced at once,
+never left at none while the next waits its turn.
 
 A message is forgotten once its reaction says how its round ended, and the oldest idle ones
 past `KEPT` (a message queued behind a long round keeps its place until then).
@@ -29,7 +30,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 from bridge.core.delivery import Lane
@@ -44,7 +44,7 @@ log = logging.getLogger(__name__)
 ACK_WAIT = 2.0  # seconds a chat's next post waits for its ack reaction, at most
 KEPT = 10_000  # messages whose reaction is remembered while their rounds run, at most
 PATIENCE = 15.0  # seconds a change waits for the budget before it begins, at most
-_REMOVE_API = api_of("DELETE", "/open-apis/im/v1/messages/m/reactions/r")
+_ADD_API = api_of("POST", "/open-apis/im/v1/messages/m/reactions")
 
 
 @dataclass(frozen=True)
@@ -159,17 +159,21 @@ class Reactions:
             if not first:
                 await self._gate.until_up()  # (the ack itself may be the gate's probe)
             with scope(entry.chat, lane):
+                held = False
                 if entry.reaction_id is not None:
-                    if not await self._may_begin(lane):
+                    if not await self._hold_add(lane):
                         log.debug("reaction of %s left as it is: no room for it", message_id)
                         break
-                    with self._paid(lane):
-                        heard = await self._feishu.remove_reaction(message_id, entry.reaction_id)
+                    held = self._budget is not None
+                    heard = await self._feishu.remove_reaction(message_id, entry.reaction_id)
                     if not heard:
+                        if held and self._budget is not None:
+                            self._budget.refund(_ADD_API)
                         break  # it may still be there: never a second one beside it
                     entry.shown = entry.reaction_id = None
-                    continue  # a newer state may have been asked for meanwhile
-                reaction_id = await self._feishu.add_reaction(message_id, self._emoji.of(want))
+                    want = entry.want  # the newest state asked for meanwhile
+                with paid(lane, _ADD_API) if held else contextlib.nullcontext():
+                    reaction_id = await self._feishu.add_reaction(message_id, self._emoji.of(want))
             heard = reaction_id is not None
             if not heard:
                 break  # best-effort: not tried again
@@ -178,8 +182,8 @@ class Reactions:
             del self._messages[message_id]  # its round is over: nothing will change it again
         return heard
 
-    async def _may_begin(self, lane: Lane) -> bool:
-        """A token for the removal that begins a change, waited for `patience` at most."""
+    async def _hold_add(self, lane: Lane) -> bool:
+        """The token the new reaction will be added with, waited for `patience` at most."""
         if self._budget is None:
             return True
         waited = False
@@ -189,15 +193,7 @@ class Reactions:
             await asyncio.sleep(self._patience)
             waited = True
 
-        return await self._budget.take_unless(lane, lambda: waited, patience, api=_REMOVE_API)
-
-    @contextlib.contextmanager
-    def _paid(self, lane: Lane) -> Iterator[None]:
-        if self._budget is None:
-            yield
-            return
-        with paid(lane, _REMOVE_API):
-            yield
+        return await self._budget.take_unless(lane, lambda: waited, patience, api=_ADD_API)
 
     def _forget_oldest(self) -> None:
         idle = [mid for mid, e in self._messages.items() if e.task is None or e.task.done()]

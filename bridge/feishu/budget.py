@@ -650,6 +650,10 @@ class CallBudget:
             raise
         return True
 
+    def refund(self, api: str) -> None:
+        """A token of `api` taken (`take_unless`, `try_take`) and not used: given back."""
+        self._sched.refund(api, self._now())
+
     @contextlib.asynccontextmanager
     async def ahead(self, which: Lane, api: str) -> AsyncIterator[None]:
         """A token of `api` taken first, for the first call made inside."""

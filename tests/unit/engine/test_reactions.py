@@ -147,14 +147,14 @@ async def test_a_change_with_no_room_for_it_leaves_the_reaction_as_it_is() -> No
     """A bridge busier than the reaction APIs allow: a change that finds no token within
     its patience is given up before it removes anything (the ack stays, never none)."""
     from bridge.core.delivery import Lane
-    from bridge.engine.reactions import _REMOVE_API
+    from bridge.engine.reactions import _ADD_API
     from bridge.feishu.budget import CallBudget
 
     feishu, now = FakeReactions(), [0.0]
     budget = CallBudget(now=lambda: now[0])  # time stands still: nothing refills
     r = reactions(feishu, budget=budget, patience=0.01)
     await r.ack("om_1", "oc")
-    while budget.try_take(Lane.HINT, _REMOVE_API):  # the removals' minute spent
+    while budget.try_take(Lane.HINT, _ADD_API):  # the adds' minute spent
         pass
     r.show("om_1", "oc", Reaction.DONE)
     await r.wait_idle()
