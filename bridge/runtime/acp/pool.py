@@ -30,7 +30,13 @@ from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt
 from tenacity.wait import wait_base
 
 from bridge.clock import Clock
-from bridge.runtime.acp.process import AgentProcess, SpawnError, spawn_agent
+from bridge.runtime.acp.process import (
+    AgentProcess,
+    SpawnError,
+    StartProcess,
+    spawn_agent,
+    start_subprocess,
+)
 from bridge.runtime.acp.transport import DEFAULT_WINDOW_SECONDS, MAX_LINE_BYTES
 from bridge.runtime.events import RuntimeExited
 from bridge.runtime.port import RuntimeUnavailable
@@ -107,7 +113,11 @@ class AgentPool:
         on_exit: Callable[[AgentProcess], None],
         clock: Clock,
         on_change: Callable[[], None] | None = None,
+        start: StartProcess = start_subprocess,
     ) -> None:
+        """`start`: how an agent process is started (the spawn port; a real subprocess by
+        default, an in-memory agent in the simulator)."""
+        self._start = start
         self._on_change = on_change or (lambda: None)
         self._clock = clock
         self.argv = list(argv)
@@ -226,6 +236,7 @@ class AgentPool:
             max_line_bytes=self._limits.max_line_bytes,
             on_oversize=self._count_oversize,
             batch_window=self._limits.batch_window,
+            start=self._start,
         )
         try:
             await asyncio.wait_for(

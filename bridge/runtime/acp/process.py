@@ -1,10 +1,16 @@
-"""One ACP agent subprocess: spawn, stdio JSON-RPC connection, stderr drain, exit watch.
+"""One ACP agent process: spawn, stdio JSON-RPC connection, stderr drain, exit watch.
 
 Built on the SDK's low-level `acp.connection.Connection` rather than `spawn_agent_process`
 because we need three things that helper hides: our own stderr pipe reader (an unread pipe
 blocks an agent that writes more than 64 KB to it), the exit code as soon as the process
 ends (a dying agent only surfaces as `ConnectionError` otherwise), and a message handler we
 wrap to drop unknown update kinds quietly.
+
+**The spawn port.** What starts the process is injected (`StartProcess`): by default
+`start_subprocess`, a real subprocess in its own process group (`Subprocess`). Everything
+above it (the batched stdout reader, the transport, the connection, the exit watch) uses
+only `ChildProcess`: its three pipes, its pid and exit code, and signals to it and its
+group; the simulator starts an in-memory agent behind the same port.
 """
 
 from __future__ import annotations
@@ -15,10 +21,10 @@ import logging
 import os
 import signal
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from acp.connection import Connection, MethodHandler
 from acp.meta import AGENT_METHODS, PROTOCOL_VERSION
@@ -45,6 +51,7 @@ from bridge.runtime.acp.transport import (
     READ_BYTES,
     BatchedTransport,
     CappedLines,
+    StdinWriter,
 )
 from bridge.runtime.sandbox import SandboxPolicy
 
@@ -54,6 +61,115 @@ stderr_logger = logging.getLogger("bridge.runtime.agent_stderr")
 
 class SpawnError(Exception):
     """The command could not be executed at all (missing program, bad workdir, no permission)."""
+
+
+class ChildProcess(Protocol):
+    """What the adapter needs of a started agent process."""
+
+    @property
+    def pid(self) -> int: ...
+
+    @property
+    def returncode(self) -> int | None: ...
+
+    @property
+    def stdin(self) -> StdinWriter: ...
+
+    @property
+    def stdout(self) -> asyncio.StreamReader: ...
+
+    @property
+    def stderr(self) -> asyncio.StreamReader: ...
+
+    async def ended(self) -> int:
+        """The exit code, as soon as the process itself has exited."""
+        ...
+
+    async def wait(self) -> int:
+        """The exit code, once the process has exited and its pipes are released."""
+        ...
+
+    def kill(self) -> None:
+        """SIGKILL to the process alone."""
+        ...
+
+    def signal_group(self, sig: signal.Signals) -> None:
+        """A signal to the process and everything it started (its process group)."""
+        ...
+
+
+# How a process is started: argv (sandbox already applied), working folder, environment
+# (None: the bridge's). Raises SpawnError when the command cannot run at all.
+StartProcess = Callable[[Sequence[str], Path, Mapping[str, str] | None], Awaitable[ChildProcess]]
+
+EXIT_POLL_SECONDS = 0.25
+
+
+class Subprocess:
+    """`ChildProcess` over a real `asyncio.subprocess.Process` in its own process group."""
+
+    def __init__(self, process: asyncio.subprocess.Process) -> None:
+        assert process.stdin is not None
+        assert process.stdout is not None
+        assert process.stderr is not None
+        self.process = process
+        self.stdin: asyncio.StreamWriter = process.stdin
+        self.stdout: asyncio.StreamReader = process.stdout
+        self.stderr: asyncio.StreamReader = process.stderr
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    @property
+    def returncode(self) -> int | None:
+        return self.process.returncode
+
+    async def ended(self) -> int:
+        # `Process.wait()` resolves only once every pipe is closed (a child the agent
+        # started may still hold them): the return code is polled instead.
+        waiter = asyncio.ensure_future(self.process.wait())
+        try:
+            while self.process.returncode is None:
+                await asyncio.wait({waiter}, timeout=EXIT_POLL_SECONDS)
+            return self.process.returncode
+        finally:
+            waiter.cancel()
+
+    async def wait(self) -> int:
+        return await self.process.wait()
+
+    def kill(self) -> None:
+        self.process.kill()
+
+    def signal_group(self, sig: signal.Signals) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.process.pid, sig)
+
+
+async def start_subprocess(
+    argv: Sequence[str], cwd: Path, env: Mapping[str, str] | None
+) -> ChildProcess:
+    """The default `StartProcess`: the command as a subprocess, in a process group of its
+    own (killed as a whole), its three pipes connected."""
+    try:
+        process = await asyncio.create_subprocess_exec(
+            *argv,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            cwd=str(cwd),
+            env=dict(env) if env is not None else None,
+            # How much stdout is buffered before the pipe is paused (CappedLines reads it
+            # in bulk, and caps a line itself).
+            limit=READ_BYTES,
+            start_new_session=True,  # its own process group, killed as a whole
+        )
+    except OSError as exc:
+        raise SpawnError(exc.strerror or str(exc)) from exc
+    except ValueError as exc:
+        raise SpawnError(str(exc)) from exc
+    return Subprocess(process)
 
 
 @dataclass
@@ -128,7 +244,7 @@ class AgentProcess:
 
     slot: int
     generation: int
-    process: asyncio.subprocess.Process
+    process: ChildProcess
     conn: Connection
     stderr: StderrTail
     exited: asyncio.Future[int]
@@ -262,16 +378,14 @@ class AgentProcess:
     def signal_group(self, sig: signal.Signals) -> None:
         """Signal the agent and everything it started (its own process group): an agent that
         re-executes itself as a child must not outlive the bridge."""
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.process.pid, sig)
+        self.process.signal_group(sig)
 
     async def shutdown(self, grace: float) -> None:
         """Close stdin (agents exit on EOF), then terminate, then kill."""
         with contextlib.suppress(Exception):
             await self.conn.close()
-        if self.process.stdin is not None:
-            with contextlib.suppress(Exception):
-                self.process.stdin.close()
+        with contextlib.suppress(Exception):
+            self.process.stdin.close()
         if self.alive:
             try:
                 await asyncio.wait_for(asyncio.shield(self.exited), grace)
@@ -302,28 +416,25 @@ def _modes_and_config(raw: Any) -> tuple[SessionModeState | None, Any]:
     return modes, answer.get("configOptions")
 
 
-EXIT_POLL_SECONDS = 0.25
-
-
-async def _wait_exit(process: asyncio.subprocess.Process, agent: AgentProcess) -> int:
+async def _wait_exit(process: ChildProcess, agent: AgentProcess) -> int:
     """The exit code, as soon as the agent itself has exited.
 
-    `Process.wait()` resolves only once every pipe is closed; a child the agent started
-    may still hold them, and the bridge would never notice the exit. So poll the return
-    code too, and end the rest of the agent's process group to release the pipes.
-    """
+    A child the agent started may still hold its pipes, and the bridge would never notice
+    the exit: the agent counts as exited when it has (`ended`), and the rest of its process
+    group is ended then to release the pipes."""
     waiter = asyncio.ensure_future(process.wait())
+    ender = asyncio.ensure_future(process.ended())
     try:
-        while True:
-            done, _ = await asyncio.wait({waiter}, timeout=EXIT_POLL_SECONDS)
-            if done:
-                return waiter.result()
-            if process.returncode is not None:
-                agent.signal_group(signal.SIGKILL)
-                if not agent.exited.done():
-                    agent.exited.set_result(process.returncode)
+        await asyncio.wait({waiter, ender}, return_when=asyncio.FIRST_COMPLETED)
+        while not waiter.done():
+            agent.signal_group(signal.SIGKILL)
+            if not agent.exited.done():
+                agent.exited.set_result(ender.result())
+            await asyncio.wait({waiter}, timeout=EXIT_POLL_SECONDS)
+        return waiter.result()
     finally:
         waiter.cancel()
+        ender.cancel()
 
 
 async def spawn_agent(
@@ -341,31 +452,14 @@ async def spawn_agent(
     max_line_bytes: int = MAX_LINE_BYTES,
     on_oversize: Callable[[int], None] = lambda size: None,
     batch_window: float = DEFAULT_WINDOW_SECONDS,
+    start: StartProcess = start_subprocess,
 ) -> AgentProcess:
-    """Start the agent command (inside `sandbox` when given) and wire its stdio; raises
-    SpawnError when it cannot run. `batch_window`: how long streaming updates are held to
-    be merged (`transport.py`; 0 merges nothing); `now`: the bridge's clock (`Clock.now`)."""
+    """Start the agent command (inside `sandbox` when given) with `start` and wire its
+    stdio; raises SpawnError when it cannot run. `batch_window`: how long streaming updates
+    are held to be merged (`transport.py`; 0 merges nothing); `now`: the bridge's clock
+    (`Clock.now`)."""
     command = sandbox.wrap(argv) if sandbox is not None else list(argv)
-    try:
-        process = await asyncio.create_subprocess_exec(
-            *command,
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            cwd=str(cwd),
-            env=dict(env) if env is not None else None,
-            # How much stdout is buffered before the pipe is paused (CappedLines reads it
-            # in bulk, and caps a line itself).
-            limit=READ_BYTES,
-            start_new_session=True,  # its own process group, killed as a whole
-        )
-    except OSError as exc:
-        raise SpawnError(exc.strerror or str(exc)) from exc
-    except ValueError as exc:
-        raise SpawnError(str(exc)) from exc
-    assert process.stdin is not None
-    assert process.stdout is not None
-    assert process.stderr is not None
+    process = await start(command, cwd, env)
     label = f"agent[{slot}] pid {process.pid}"
     stdout = CappedLines(process.stdout, label=label, cap=max_line_bytes, on_oversize=on_oversize)
     transport = BatchedTransport(stdout, process.stdin, now=now, window=batch_window, label=label)

@@ -61,7 +61,7 @@ from bridge.runtime.acp.normalize import (
     update_kind,
 )
 from bridge.runtime.acp.pool import AgentPool, PoolLimits
-from bridge.runtime.acp.process import AgentProcess
+from bridge.runtime.acp.process import AgentProcess, StartProcess, start_subprocess
 from bridge.runtime.acp.prompting import Prompting
 from bridge.runtime.acp.sessions import AcpSession, AcpTurn, SessionInfo, SessionLost, Sessions
 from bridge.runtime.events import (
@@ -109,11 +109,13 @@ class AcpRuntime:
         sandbox: SandboxPolicy | None = None,
         on_change: Callable[[], None] | None = None,
         new_id: Ids = new_id,
+        start_process: StartProcess = start_subprocess,
     ) -> None:
         """`on_change`: told (synchronously) when an agent process starts or exits, a
         session opens or is let go, or a turn begins or ends, so the operator view of the
         processes is pushed, never polled. `clock`: the bridge's (when a process became
-        ready; how its output is timed)."""
+        ready; how its output is timed). `start_process`: how an agent process is started
+        (the spawn port, `process.StartProcess`)."""
         if not argv:
             raise ValueError("argv must name a program")
         if max_agents < 1:
@@ -145,6 +147,7 @@ class AcpRuntime:
             on_exit=self._on_process_exit,
             clock=clock,
             on_change=on_change,
+            start=start_process,
         )
         self._on_change = on_change or (lambda: None)
         self._sessions = Sessions(self._pool)

@@ -67,7 +67,7 @@ import logging
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final, get_args
+from typing import Any, Final, Protocol, get_args
 
 import orjson
 from acp.meta import CLIENT_METHODS
@@ -383,13 +383,23 @@ def window_for(sessions: int, base: float) -> float:
     return max(base, min(MAX_WINDOW_SECONDS, base * sessions / BUSY_SESSIONS))
 
 
+class StdinWriter(Protocol):
+    """The agent's stdin, as the SDK's sender and `shutdown` use it (a `StreamWriter`)."""
+
+    def write(self, data: bytes) -> None: ...
+
+    async def drain(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
 class BatchedTransport:
     """The SDK's `Transport` (send, receive, close) over an agent's stdin and stdout."""
 
     def __init__(
         self,
         lines: CappedLines,
-        writer: asyncio.StreamWriter,
+        writer: StdinWriter,
         *,
         now: Callable[[], float],
         window: float = DEFAULT_WINDOW_SECONDS,
@@ -403,7 +413,7 @@ class BatchedTransport:
         self._window = window
         self.hold = window  # the window now, grown with the sessions streaming (window_for)
         self._tasks = TaskSupervisor(source=f"{label} transport")
-        self._sender = MessageSender(writer, self._tasks)
+        self._sender = MessageSender(writer, self._tasks)  # type: ignore[arg-type]
         self._held = Merger()  # what waits for the window, merged as it comes
         self._holding: set[str] = set()  # sessions with updates held
         self._recent: dict[str, float] = {}  # sessions let through within the window: when
