@@ -427,6 +427,11 @@ def one_reaction_ending_in_its_rounds_state(run: Run, seen: dict[str, list[Seen]
     return out
 
 
+def no_agent_process_leaked(run: Run, seen: dict[str, list[Seen]]) -> list[str]:
+    """Every agent process the bridge started is stopped, or its pool's own."""
+    return [f"agent process {pid} alive and no pool's own" for pid in run.leaked]
+
+
 def every_conversation_settles(run: Run, seen: dict[str, list[Seen]]) -> list[str]:
     return [f"{key}: still running or queued at the horizon" for key in run.stuck]
 
@@ -445,6 +450,7 @@ RULES: tuple[Callable[[Run, dict[str, list[Seen]]], list[str]], ...] = (
     nothing_posted_twice,
     one_reaction_ending_in_its_rounds_state,
     every_conversation_settles,
+    no_agent_process_leaked,
 )
 
 

@@ -130,6 +130,7 @@ def test_the_sweep_finds_an_approval_timed_out_before_its_card_was_shown(
         (0, False),  # the early timer wake-up lost the first hint (bridge/clock.py Alarm)
         (1252, False),  # a card change asked for during a slow one waited for the next
         (5, True),  # an answer given while Feishu was down was never delivered (the outbox)
+        (208, True),  # a /stop as its prompt went out overtook it on the wire (ACP cancel)
     ],
 )
 def test_seeds_that_found_bugs(seed: int, storms: bool) -> None:

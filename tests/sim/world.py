@@ -23,7 +23,8 @@ from bridge.receiver import AccessPolicy, Receiver
 from bridge.schedules.scheduler import ScheduleSettings
 from bridge.store import MemoryStore
 
-from .agent import Plan, SimRuntime, draw_plan
+from .acp_agent import SimAgents, WatchedRuntime, draw_temper
+from .agent import Plan, draw_plan
 from .feishu import FaultPlan, Post, SimFeishu, buttons
 from .loop import SimClock, SimLoop, WorldAtRest
 
@@ -70,7 +71,7 @@ class Run:
     style: PresenceStyle
     sent: list[Sent]
     posts: list[Post]
-    runtime: SimRuntime
+    runtime: SimAgents  # the agents behind the real ACP runtime: what they were asked
     timings: Timings = TIMINGS
     card_interval: float = CARD_INTERVAL
     faults: FaultPlan = field(default_factory=FaultPlan)
@@ -79,6 +80,7 @@ class Run:
     gate_down: list[tuple[float, float]] = field(default_factory=list)  # bridge knew it down
     recalled: dict[str, float] = field(default_factory=dict)  # message id -> taken back at
     stuck: list[str] = field(default_factory=list)  # conversations never back to idle
+    leaked: list[int] = field(default_factory=list)  # agent pids alive, no pool's own
 
 
 def run_seed(seed: int, *, jitter: bool = True, storms: bool = True) -> Run:
@@ -149,16 +151,21 @@ async def _world(seed: int, loop: SimLoop, jitter: bool, storms: bool) -> Run:
         faults.outage = (start, start + storm.choice((1.0, 5.0, 30.0, 60.0, 120.0)))
     feishu = SimFeishu(random.Random(rng.random()), clock.now, faults)
     plans: dict[str, Plan] = {}
-    runtime = SimRuntime(random.Random(rng.random()), clock.now, plans)
+    # The real ACP runtime, a new one per bridge process, on in-memory agent processes
+    # (their temper from a stream of their own).
+    temper = draw_temper(random.Random(f"agent:{seed}"))
+    agents = SimAgents(random.Random(rng.random()), clock.now, plans, temper)
+    runtimes: list[WatchedRuntime] = []
     store = MemoryStore()
     await store.open()
     engine_rng = random.Random(storm.random())
     restart = storm.uniform(0.0, 60.0) if storms and storm.random() < 0.3 else None
 
     def build() -> Engine:
+        runtimes.append(WatchedRuntime(agents, clock, agents.new_id))
         return Engine(
             feishu=feishu,
-            runtime=runtime,
+            runtime=runtimes[-1],
             store=store,
             translator=T,
             config=EngineConfig(
@@ -217,7 +224,7 @@ async def _world(seed: int, loop: SimLoop, jitter: bool, storms: bool) -> Run:
         main = asyncio.current_task()
         people = lambda: {main, *world, *tasks, *extra}  # noqa: E731 - what a kill spares
         killer = _restart(
-            restart, bridge, lambda: _watched(build(), clock, gate_log), runtime, clock, people
+            restart, bridge, lambda: _watched(build(), clock, gate_log), agents, clock, people
         )
         world.append(asyncio.ensure_future(killer))
     try:
@@ -226,7 +233,7 @@ async def _world(seed: int, loop: SimLoop, jitter: bool, storms: bool) -> Run:
         await asyncio.sleep(HORIZON)
     except WorldAtRest:
         pass
-    run = Run(seed, style, sent, feishu.posts, runtime, faults=faults, clicks=clicks)
+    run = Run(seed, style, sent, feishu.posts, agents, faults=faults, clicks=clicks)
     run.restarted_at = bridge.restarted_at
     run.recalled = recalls
     run.gate_down = _intervals(gate_log, clock.now())
@@ -237,6 +244,8 @@ async def _world(seed: int, loop: SimLoop, jitter: bool, storms: bool) -> Run:
         for key, actor in bridge.engine.conversations.items()
         if actor.conv.turn is not None or actor.conv.queue
     ]
+    owned = runtimes[-1].owns()
+    run.leaked = [p.pid for p in agents.processes if p.returncode is None and p.pid not in owned]
     await bridge.engine.drain(0.0)
     return run
 
@@ -276,12 +285,13 @@ async def _restart(
     at: float,
     bridge: Bridge,
     build: Callable[[], Engine],
-    runtime: SimRuntime,
+    agents: SimAgents,
     clock: SimClock,
     people: Callable[[], set[Any]],
 ) -> None:
     """SIGKILL at `at`, and a new process at once: everything the old one was doing stops
-    where it stood (its agent processes die with it); the store is what survives."""
+    where it stood (its agent processes see their stdin end and exit); the store is what
+    survives."""
     await asyncio.sleep(at)
     bridge.restarted_at = clock.now()
     old = bridge.engine
@@ -292,7 +302,7 @@ async def _restart(
     for task in asyncio.all_tasks():
         if task not in spared:
             task.cancel()
-    runtime.died()
+    agents.bridge_died()
     bridge.engine = build()
     await bridge.engine.recover(before=clock.now())
     await bridge.engine.start_schedules()
