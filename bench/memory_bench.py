@@ -246,7 +246,8 @@ class Talk:
                 self.twice += token in self._posted
                 self._posted.add(token)
         if reply is not None and '\\"approval\\"' in text:
-            value = _allow_once(json.loads(call.body.get("content") or "{}"))
+            content = json.loads(call.body.get("content") or "{}")
+            value = button_value(content, "approval", "allow-once")
             card = (call.response or {}).get("data", {}).get("message_id")
             if value is not None and card:
                 asker = self.emu.message(reply.group(1)).sender_id  # only they may answer
@@ -260,15 +261,16 @@ class Talk:
             self.clicked += 1
 
 
-def _allow_once(value: Any) -> dict[str, Any] | None:
-    """The value of the approval card's "allow once" button, wherever it sits."""
-    if isinstance(value, dict):
-        if value.get("kind") == "approval" and value.get("choice") == "allow-once":
-            return value
-        value = list(value.values())
-    if isinstance(value, list):
-        for inner in value:
-            found = _allow_once(inner)
+def button_value(card: Any, kind: str, choice: str | None = None) -> dict[str, Any] | None:
+    """The value of the card's first button of `kind` ("approval", "question"), and of
+    `choice` when given ("allow-once"), wherever it sits in the card."""
+    if isinstance(card, dict):
+        if card.get("kind") == kind and choice in (None, card.get("choice")):
+            return card
+        card = list(card.values())
+    if isinstance(card, list):
+        for inner in card:
+            found = button_value(inner, kind, choice)
             if found is not None:
                 return found
     return None

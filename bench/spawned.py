@@ -1,6 +1,6 @@
 """What the benches that run `feishu-bridge run` as its own process share: a free loopback
 port, the environment of a webhook-mode bridge against the local emulator, waiting for its
-`/healthz`, and a process's CPU time from /proc."""
+`/healthz`, a process's CPU time from /proc, and how late this process's own loop wakes."""
 
 from __future__ import annotations
 
@@ -9,13 +9,18 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import httpx
 
 ROOT = Path(__file__).resolve().parents[1]
+# This checkout's venv, or (a worktree without one) the entry point beside the running
+# Python: the bridge's code comes from PYTHONPATH (this checkout) either way.
 BRIDGE = ROOT / ".venv" / "bin" / "feishu-bridge"
+if not BRIDGE.exists():
+    BRIDGE = Path(sys.executable).with_name("feishu-bridge")
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
@@ -82,3 +87,12 @@ async def wait_healthy(port: int, process: subprocess.Popen[bytes]) -> None:
                 pass
             await asyncio.sleep(0.01)
     raise RuntimeError("never healthy")
+
+
+async def loop_lag(lags: list[float]) -> None:
+    """How late this process's loop wakes, appended to `lags` every 50 ms until cancelled:
+    the emulator shares the bench's loop, so this is the machine's share of latency."""
+    while True:
+        before = time.monotonic()
+        await asyncio.sleep(0.05)
+        lags.append(time.monotonic() - before - 0.05)

@@ -94,7 +94,7 @@ sys.path.insert(0, str(ROOT))
 
 from markdown_it import MarkdownIt  # noqa: E402
 
-from bench.spawned import BRIDGE, bridge_env, cpu_s, free_port, wait_healthy  # noqa: E402
+from bench.spawned import BRIDGE, bridge_env, cpu_s, free_port, loop_lag, wait_healthy  # noqa: E402
 from bridge.config.budget import BUDGET_MARGIN, FEISHU_SENDS_PER_MINUTE  # noqa: E402
 from bridge.devtools.emulator import FeishuEmulator  # noqa: E402
 from bridge.i18n import LOCALES, load_catalog  # noqa: E402
@@ -550,7 +550,7 @@ async def one(
                 [str(BRIDGE), "run"], env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=out
             )
         lags: list[float] = []
-        probe = asyncio.create_task(_lag(lags))
+        probe = asyncio.create_task(loop_lag(lags))
         try:
             await wait_healthy(port, process)
             run = Run(emu, style, n, turns, log)
@@ -573,14 +573,6 @@ async def one(
             probe.cancel()
             process.terminate()
             await asyncio.to_thread(process.wait, 30)
-
-
-async def _lag(lags: list[float]) -> None:
-    """How late this process's loop (the emulator's) wakes: the machine's share of latency."""
-    while True:
-        before = time.monotonic()
-        await asyncio.sleep(0.05)
-        lags.append(time.monotonic() - before - 0.05)
 
 
 def _children_cpu(pid: int) -> dict[int, float]:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
+import httpx
 from aiohttp import web
 
 import bridge.feishu.webhook as webhook
@@ -21,6 +22,7 @@ from bridge.clock import Clock, LoopClock, new_id
 from bridge.cluster.identity import check_alone
 from bridge.cluster.ownership import Ownership
 from bridge.config import Settings, Tuning
+from bridge.config.budget import BudgetSection
 from bridge.config.checks import (
     UnsafeConfiguration,
     describe_access,
@@ -38,6 +40,7 @@ from bridge.feishu.client import FeishuClient
 from bridge.feishu.delivery import DeliveryPolicy
 from bridge.feishu.events import BotIdentity
 from bridge.feishu.longconn import ConnectionState, LongConnection
+from bridge.feishu.retry import RetryPolicy
 from bridge.i18n import Translator
 from bridge.listener import Listener
 from bridge.ops.access import ops_middlewares
@@ -196,6 +199,36 @@ class BridgeService:
 _DEAD_CONNECTION = frozenset({ConnectionState.FAILED, ConnectionState.STOPPED})
 
 
+def call_budget(section: BudgetSection, clock: Clock, tuning: Tuning) -> CallBudget:
+    """The app's Feishu call budget, paced at the limits' margin on `clock` (the
+    simulator passes its own clock, so the pacing runs on its virtual time)."""
+    return CallBudget(BudgetPolicy.of(tuning.limits(section)), now=clock.now, call_at=clock.call_at)
+
+
+def feishu_client(
+    section: FeishuSection,
+    clock: Clock,
+    translator: Translator,
+    budget: CallBudget,
+    *,
+    http: httpx.AsyncClient | None = None,
+    retry: RetryPolicy | None = None,
+) -> FeishuClient:
+    """The outbound Feishu stack as the service runs it: the client (its token, retries and
+    breaker) paced by `budget`. The simulator gives it a transport that plays Feishu and a
+    retry policy whose jitter comes from the seed."""
+    return FeishuClient(
+        section.feishu_app_id or "",
+        secret(section.feishu_app_secret) or "",
+        section.feishu_domain,
+        clock=clock.now,
+        cut_notice=lambda kept, total: translator("reply.cut", kept=kept, total=total),
+        budget=budget,
+        http=http,
+        retry=retry,
+    )
+
+
 def build_service(
     settings: Settings,
     *,
@@ -225,17 +258,9 @@ def build_service(
     translator = Translator(presence.bridge_locale)
     projection = Projection(new_id(), wall, instance_id=settings.cluster.bridge_instance_id)
     store = store_for(settings)
-    policy = BudgetPolicy.of(tuning.limits(settings.budget))
-    budget = CallBudget(policy, now=clock.now, call_at=clock.call_at)
+    budget = call_budget(settings.budget, clock, tuning)
     if feishu is None:
-        feishu = FeishuClient(
-            settings.feishu.feishu_app_id or "",
-            secret(settings.feishu.feishu_app_secret) or "",
-            settings.feishu.feishu_domain,
-            clock=clock.now,
-            cut_notice=lambda kept, total: translator("reply.cut", kept=kept, total=total),
-            budget=budget,
-        )
+        feishu = feishu_client(settings.feishu, clock, translator, budget)
     elif isinstance(feishu, FeishuClient):
         feishu.pace(budget)  # a client made by a test or the demo, paced as the product's
     routes = Routes.of(agent.agent_profiles, agent.workspace_roots)

@@ -128,7 +128,11 @@ def deadlines(conv: Conversation, timings: Timings) -> dict[str, float]:
         return found
     state = conv.state
     if state in RUNNING_STATES:
-        found[STALE] = turn.last_activity_at + timings.stale
+        # Silence is the agent's only once it was asked: a prompt held back by the bridge
+        # (its chat's lane behind a post waiting out Feishu) is not the agent's to answer,
+        # and an agent that never starts is the runtime's start timeout's to report.
+        if turn.prompt_sent_at is not None:
+            found[STALE] = max(turn.last_activity_at, turn.prompt_sent_at) + timings.stale
         # "Working on it" only once the runtime took the prompt: never claim work that a
         # runtime still starting (or failing to) may never do.
         if turn.session_id is not None:

@@ -161,6 +161,7 @@ class Engine:
                 gate=self.gate,
                 emoji=replace(config.reaction_emoji, received=config.ack_emoji),
                 tasks=self._tasks,
+                budget=budget,
             ),
             gate=self.gate,
             retry=config.store_retry,

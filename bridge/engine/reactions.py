@@ -15,6 +15,11 @@ come back (the ack alone may be the gate's probe). A message whose reaction this
 did not add (the ack of the process before a restart) is left as it is: its reaction's id
 is not known, and a second one is not added beside it.
 
+A change waits for the reactions' budget at most `PATIENCE` before it begins (removing the
+old reaction): a bridge busier than Feishu's reaction APIs allow (every message's ack and
+end, hundreds a minute) leaves a reaction as it is rather than queueing changes without
+end. Once the old reaction is gone the new one goes, however long it waits: never none.
+
 A message is forgotten once its reaction says how its round ended, and the oldest idle ones
 past `KEPT` (a message queued behind a long round keeps its place until then).
 """
@@ -22,13 +27,15 @@ past `KEPT` (a message queued behind a long round keeps its place until then).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from bridge.core.delivery import Lane
 from bridge.core.state import Reaction
 from bridge.feishu.api import FeishuApi
-from bridge.feishu.budget import scope
+from bridge.feishu.budget import CallBudget, api_of, paid, scope
 from bridge.feishu.delivery import FeishuGate
 from bridge.tasks import TaskTracker
 
@@ -36,6 +43,8 @@ log = logging.getLogger(__name__)
 
 ACK_WAIT = 2.0  # seconds a chat's next post waits for its ack reaction, at most
 KEPT = 10_000  # messages whose reaction is remembered while their rounds run, at most
+PATIENCE = 15.0  # seconds a change waits for the budget before it begins, at most
+_REMOVE_API = api_of("DELETE", "/open-apis/im/v1/messages/m/reactions/r")
 
 
 @dataclass(frozen=True)
@@ -72,7 +81,11 @@ class Reactions:
         emoji: ReactionEmoji,
         tasks: TaskTracker,
         kept: int = KEPT,
+        budget: CallBudget | None = None,
+        patience: float = PATIENCE,
     ) -> None:
+        self._budget = budget
+        self._patience = patience
         self._feishu = feishu
         self._gate = gate
         self._emoji = emoji
@@ -147,7 +160,11 @@ class Reactions:
                 await self._gate.until_up()  # (the ack itself may be the gate's probe)
             with scope(entry.chat, lane):
                 if entry.reaction_id is not None:
-                    heard = await self._feishu.remove_reaction(message_id, entry.reaction_id)
+                    if not await self._may_begin(lane):
+                        log.debug("reaction of %s left as it is: no room for it", message_id)
+                        break
+                    with self._paid(lane):
+                        heard = await self._feishu.remove_reaction(message_id, entry.reaction_id)
                     if not heard:
                         break  # it may still be there: never a second one beside it
                     entry.shown = entry.reaction_id = None
@@ -160,6 +177,27 @@ class Reactions:
         if entry.want.final and self._messages.get(message_id) is entry:
             del self._messages[message_id]  # its round is over: nothing will change it again
         return heard
+
+    async def _may_begin(self, lane: Lane) -> bool:
+        """A token for the removal that begins a change, waited for `patience` at most."""
+        if self._budget is None:
+            return True
+        waited = False
+
+        async def patience() -> None:
+            nonlocal waited
+            await asyncio.sleep(self._patience)
+            waited = True
+
+        return await self._budget.take_unless(lane, lambda: waited, patience, api=_REMOVE_API)
+
+    @contextlib.contextmanager
+    def _paid(self, lane: Lane) -> Iterator[None]:
+        if self._budget is None:
+            yield
+            return
+        with paid(lane, _REMOVE_API):
+            yield
 
     def _forget_oldest(self) -> None:
         idle = [mid for mid, e in self._messages.items() if e.task is None or e.task.done()]

@@ -32,7 +32,7 @@ import httpx
 from bridge.feishu import speech
 from bridge.feishu.api import BotInfo
 from bridge.feishu.budget import CallBudget
-from bridge.feishu.delivery import CircuitBreaker
+from bridge.feishu.delivery import CircuitBreaker, still_wanted
 from bridge.feishu.errors import (
     FeishuError,
     RateLimited,
@@ -574,13 +574,18 @@ class FeishuClient:
         bytes, and logged once if it finally fails (code, msg, log_id; never the body)."""
         # utf8_safe: a lone surrogate in a card would otherwise fail to encode.
         content = utf8_safe(dumps(body)).encode("utf-8") if body is not None else None
+
+        async def again() -> dict[str, Any]:
+            still_wanted()  # a post that became moot meanwhile is not retried (delivery.py)
+            return await self._call_once(method, path, params, content)
+
         try:
             try:
                 return await self._call_once(method, path, params, content)
             except FeishuError as first:  # retried (bridge/feishu/retry.py) when worth it
                 return await retried(
                     first,
-                    lambda: self._call_once(method, path, params, content),
+                    again,
                     op=op,
                     policy=self._retry,
                     sleep=self._sleep,

@@ -11,11 +11,14 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from bridge.core.state import PresenceStyle
+from bridge.devtools.emulator.codes import CARD_SEQUENCE
+from bridge.feishu.cards.status import answer_markdown
+from bridge.feishu.retry import RetryPolicy
 from bridge.i18n import Translator
 
-from .agent import answer_for
-from .feishu import Post, buttons
+from .agent import Plan, answer_for
 from .loop import EPOCH
+from .transport import Post, buttons
 from .world import Run, Sent
 
 T = Translator("zh_CN")
@@ -156,6 +159,8 @@ def one_ack_each(run: Run, seen: dict[str, list[Seen]]) -> list[str]:
         # Nor is one skipped while the bridge knew Feishu was down (it would only fail): the
         # ack's turn in its chat may come a while after the message, when the gate is shut.
         skipped = not tries and _touches_outage(run, _t(sent.at), _t(sent.at) + ACK_LATE)
+        # Nor while the client's breaker paused reactions: Feishu's 429 asked it to wait.
+        skipped = skipped or (not tries and _paused(run, _t(sent.at), _t(sent.at) + ACK_LATE))
         if len(acks) > 1 or (not acks and all(s.ok for s in tries) and not (killed or skipped)):
             out.append(f"{sent.message_id}: {len(acks)} acks")
     return out
@@ -323,10 +328,17 @@ def _touches_outage(run: Run, start: float, end: float) -> bool:
     # posts wait at the gate.
     windows = [(_t(a), _t(b)) for a, b in run.gate_down]
     if run.faults.outage is not None:
-        # A call that hangs into the outage returns only at the client's timeout, after it.
-        refused = [_t(p.end) for p in run.posts if not p.ok and not p.repeat and p.end]
+        # A call that hangs into the outage returns only at the client's timeout, after it;
+        # a 429 asks the bridge to wait out its reset (the client, the budget and the
+        # breaker do, for that API), however soon Feishu is back.
+        refused = [_t(p.end) + p.reset for p in run.posts if not p.ok and not p.repeat and p.end]
         windows.append((run.faults.outage[0], max([run.faults.outage[1], *refused])))
     return any(start <= b + TOLERANCE and end >= a for a, b in windows)
+
+
+def _paused(run: Run, start: float, end: float) -> bool:
+    """Whether the client's breaker paused reactions at some time in [start, end]."""
+    return any(start <= _t(b) and end >= _t(a) for a, b in run.reactions_paused)
 
 
 def answers_in_order(run: Run, seen: dict[str, list[Seen]]) -> list[str]:
@@ -346,7 +358,10 @@ def answers_in_order(run: Run, seen: dict[str, list[Seen]]) -> list[str]:
 
 
 def few_calls_while_down(run: Run, seen: dict[str, list[Seen]]) -> list[str]:
-    """While Feishu is down the bridge probes; it does not retry every post on its own."""
+    """While Feishu is down the bridge probes; it does not retry every post on its own.
+    Each call the bridge makes (a post in flight when Feishu went away, a probe) is tried
+    by the client a few times within seconds before the gate hears of it: Feishu sees each
+    up to `max_attempts` times."""
     outage = run.faults.outage
     if outage is None:
         return []
@@ -355,7 +370,7 @@ def few_calls_while_down(run: Run, seen: dict[str, list[Seen]]) -> list[str]:
     # One ack per message, never retried; a change of a reaction waits for Feishu to be back.
     acks = [p for p in calls if p.op == "add_reaction" and p.text == ACK]
     chats = len({s.chat for s in run.sent})
-    allowed = 2 * chats + (end - start) / 4 + 3
+    allowed = (2 * chats + (end - start) / 4 + 3) * RetryPolicy().max_attempts
     if len(calls) - len(acks) > allowed:
         return [f"{len(calls) - len(acks)} calls in {end - start:.0f} s of outage"]
     return []
@@ -404,8 +419,8 @@ def one_reaction_ending_in_its_rounds_state(run: Run, seen: dict[str, list[Seen]
     out = []
     for post in run.posts:  # each message's changes are made one after the other
         if post.op == "add_reaction" and post.ok and not post.repeat:
-            added[f"r_{post.result}"] = (post.target, post.text)
-            on[post.target][f"r_{post.result}"] = post.text
+            added[post.result] = (post.target, post.text)
+            on[post.target][post.result] = post.text
             if len(on[post.target]) > 1:
                 shown = sorted(on[post.target].values())
                 out.append(f"{post.target}: reactions {shown} at once at {_t(post.start)}")
@@ -416,6 +431,8 @@ def one_reaction_ending_in_its_rounds_state(run: Run, seen: dict[str, list[Seen]
             continue
         if _touches_outage(run, _t(sent.at), float("inf")):
             continue  # best-effort: a change Feishu refused is not tried again
+        if _paused(run, _t(sent.at), float("inf")):
+            continue  # nor one skipped while the breaker paused reactions
         ends = _ends(seen[sent.message_id], sent.text)
         if not ends:
             continue  # in a card, or never ran
@@ -430,6 +447,125 @@ def one_reaction_ending_in_its_rounds_state(run: Run, seen: dict[str, list[Seen]
 def no_agent_process_leaked(run: Run, seen: dict[str, list[Seen]]) -> list[str]:
     """Every agent process the bridge started is stopped, or its pool's own."""
     return [f"agent process {pid} alive and no pool's own" for pid in run.leaked]
+
+
+def no_429_at_its_own_pace(run: Run, seen: dict[str, list[Seen]]) -> list[str]:
+    """Paced by its own call budget (Feishu's limits × the margin), the bridge never meets
+    one of Feishu's limits: no call is answered 429 for a limit (an outage's 429s are not
+    limits, and the world injects no lower limit than Feishu's published ones)."""
+    return [
+        f"{p.op} {p.target} at {_t(p.start)}: 429, past Feishu's {p.limited} limit"
+        for p in run.posts
+        if p.limited is not None
+    ]
+
+
+def nothing_refused_as_malformed(run: Run, seen: dict[str, list[Seen]]) -> list[str]:
+    """Feishu refuses none of the bridge's calls for what it asks: a card's sequence, an
+    element that is not there, a reaction that is not, an expired token."""
+    out = []
+    for post in run.posts:
+        if not post.refused:
+            continue
+        # A card's sequence counts tenths of a second (bridge/engine/status_cards.py): a
+        # process started within the tenth of the old one's last change may repeat it. The
+        # world restarts the bridge at once; a real process takes longer than that to start.
+        since = post.start - (run.restarted_at or -1.0)
+        if post.refused == CARD_SEQUENCE.code and run.restarted_at and 0.0 <= since < 0.1:
+            continue
+        out.append(f"{post.op} {post.target} at {_t(post.start)}: refused with code {post.refused}")
+    return out
+
+
+SPACING_TOLERANCE = (
+    1e-6  # seconds: the bridge re-checks every wake-up (see cards_keep_their_spacing)
+)
+
+
+def _final(post: Post) -> bool:
+    """A card's last change: streaming off (the whole update of its final view), or the
+    settings call that turns it off. It goes at once, after any change in flight."""
+    if post.op == "card_settings":
+        return True
+    config = (post.card or {}).get("config", {})
+    return post.op == "update_card_entity" and config.get("streaming_mode") is False
+
+
+def cards_keep_their_spacing(run: Run, seen: dict[str, list[Seen]]) -> list[str]:
+    """A live card changes at most once per card interval: a change (not the final one)
+    starts no sooner than the interval after the previous change of that card came back
+    (or after the card was posted). The bridge counts from when the previous change
+    returned, and re-checks the clock after every wake-up, so no early wake-up of the
+    clock excuses a change closer than that; across a restart the new process starts
+    afresh (it cannot know when the old one last changed the card)."""
+    last: dict[str, float] = {}  # card id -> when its last change came back
+    restart = run.restarted_at if run.restarted_at is not None else float("inf")
+    out = []
+    for post in sorted((p for p in run.posts if p.ok), key=lambda p: p.start):
+        if post.op == "reply_card_entity":
+            last[post.text] = post.end
+            continue
+        if post.op not in _CARD_CHANGES or post.op == "update_card":
+            continue
+        before = last.get(post.target)
+        last[post.target] = post.end
+        if before is None or _final(post) or before < restart <= post.start:
+            continue
+        if post.start < before + run.card_interval - SPACING_TOLERANCE:
+            out.append(
+                f"card {post.target}: {post.op} at {_t(post.start)}, "
+                f"{post.start - before:.3f} s after its previous change came back"
+            )
+    return out
+
+
+def _said(plan: Plan) -> str | None:
+    """What the agent said in a turn that ran to its end (None: it crashed)."""
+    if any(step.kind == "crash" for step in plan.steps):
+        return None
+    return "".join(step.text for step in plan.steps if step.kind == "chunk")
+
+
+def the_answer_is_what_the_agent_said(run: Run, seen: dict[str, list[Seen]]) -> list[str]:
+    """A turn that ran to its end shows what its agent said, all of it, once, in order: the
+    answer's messages together, or the answer in its card as the card ends (its words:
+    the card sets the text on each side of a tool call apart as paragraphs)."""
+    prompts = {p.text: p for p in run.runtime.prompts}
+    restart = run.restarted_at if run.restarted_at is not None else float("inf")
+    out = []
+    for sent in run.sent:
+        prompt = prompts.get(sent.text)
+        if sent.plan is None or prompt is None or prompt.cancelled_at is not None:
+            continue
+        said = _said(sent.plan)
+        got = seen[sent.message_id]
+        if said is None or sent.at >= restart or prompt.started >= restart:
+            continue
+        if any(s.op == "reply_text" and s.ok and s.text.startswith(ENDINGS) for s in got):
+            continue  # ended otherwise (an approval timed out, say): the ending line says so
+        texts = "".join(
+            s.text
+            for s in got
+            if s.op == "reply_text" and s.ok and ("chunk of " in s.text or "answer to " in s.text)
+        )
+        cards = [
+            p.text
+            for p in run.posts
+            if p.op == "reply_card_entity" and p.ok and p.target == sent.message_id
+        ]
+        if len(cards) == 1:
+            # The card sets the text around a tool call apart as paragraphs: what is
+            # compared is all but the blanks.
+            shown = run.card_answers.get(cards[0], "")
+            if "".join(shown.split()) != "".join(answer_markdown(said).split()):
+                out.append(
+                    f"{sent.message_id}: its card ends with {shown!r}, the agent said {said!r}"
+                )
+            if texts and "".join(texts.split()) != "".join(said.split()):
+                out.append(f"{sent.message_id}: messages say {texts!r}, the agent said {said!r}")
+        elif not cards and "".join(texts.split()) != "".join(said.split()):
+            out.append(f"{sent.message_id}: messages say {texts!r}, the agent said {said!r}")
+    return out
 
 
 def every_conversation_settles(run: Run, seen: dict[str, list[Seen]]) -> list[str]:
@@ -451,6 +587,10 @@ RULES: tuple[Callable[[Run, dict[str, list[Seen]]], list[str]], ...] = (
     one_reaction_ending_in_its_rounds_state,
     every_conversation_settles,
     no_agent_process_leaked,
+    no_429_at_its_own_pace,
+    nothing_refused_as_malformed,
+    cards_keep_their_spacing,
+    the_answer_is_what_the_agent_said,
 )
 
 

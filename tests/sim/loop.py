@@ -55,12 +55,28 @@ class _VirtualSelector(selectors.BaseSelector):
 
 
 class SimLoop(asyncio.SelectorEventLoop):
+    """`busy`: a loaded loop, whose timers (asyncio.sleep's too) fire a little late: a timer
+    is not a promise that nothing else ran first (the world draws it)."""
+
     def __init__(self) -> None:
         self._virtual = 0.0  # small numbers: a float near 1.7e9 has no microseconds left
+        self.busy: random.Random | None = None
         super().__init__(_VirtualSelector(self))
 
     def time(self) -> float:
         return self._virtual
+
+    def call_at(  # type: ignore[override]
+        self, when: float, callback: Callable[..., object], *args: Any, context: Any = None
+    ) -> asyncio.TimerHandle:
+        busy = self.busy
+        if busy is not None and busy.random() < 0.2:  # a busy loop: up to 50 ms late
+            when += busy.uniform(0.0, 0.05)
+        return super().call_at(when, callback, *args, context=context)
+
+    def exact_at(self, when: float, callback: Callable[[], None]) -> asyncio.TimerHandle:
+        """A timer without the loop's lateness (the clock draws its own)."""
+        return super().call_at(when, callback)
 
     def advance(self, seconds: float) -> None:
         self._virtual += max(0.0, seconds)
@@ -88,4 +104,4 @@ class SimClock:
                 at -= self._rng.uniform(0.0, 0.002)
             elif roll < 0.5:  # a busy loop: late
                 at += self._rng.uniform(0.0, 0.05)
-        return self._loop.call_at(max(at, self._loop.time()), callback)
+        return self._loop.exact_at(max(at, self._loop.time()), callback)

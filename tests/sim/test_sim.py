@@ -5,13 +5,18 @@ transcript; `python -m tests.sim --seed N` replays it byte for byte."""
 from __future__ import annotations
 
 import os
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
+from typing import Any
 
 import pytest
 
 from bridge.clock import Alarm
 from bridge.core import Conversation, Timings, presence
 from bridge.core.state import ExecState
+from bridge.engine.actor import ConversationActor
+from bridge.engine.status_cards import StatusCards
+from bridge.feishu import client
+from bridge.feishu.cards.parts import BY_ELEMENT
 from bridge.feishu.delivery import FeishuGate
 from tests.sim.invariants import check, transcript
 from tests.sim.world import run_seed
@@ -19,17 +24,27 @@ from tests.sim.world import run_seed
 SEEDS = int(os.environ.get("SIM_SEEDS", "2000"))
 
 
-def _sweep(seeds: range) -> tuple[int, list[str], str] | None:
+def _sweep(
+    seeds: range, sign: str = "", skip: Collection[int] = ()
+) -> tuple[int, list[str], str] | None:
+    """The first seed that breaks a rule (with `sign` in one of its problems, if given)."""
     for seed in seeds:
+        if seed in skip:
+            continue
         run = run_seed(seed)
         problems = check(run)
-        if problems:
+        if any(sign in problem for problem in problems):
             return seed, problems, transcript(run)
     return None
 
 
+# Seeds that break a rule by a product bug not fixed yet: left out of the sweep, each pinned
+# by a strict xfail below (it flips to a failure once fixed: move it to the seeds kept then).
+KNOWN_BUGS: dict[int, str] = {}
+
+
 def test_every_seed_keeps_the_presence_contract() -> None:
-    found = _sweep(range(SEEDS))
+    found = _sweep(range(SEEDS), skip=KNOWN_BUGS)
     if found is not None:
         seed, problems, text = found
         pytest.fail(f"seed {seed}: {problems}\n{text}\nreplay: python -m tests.sim --seed {seed}")
@@ -65,9 +80,7 @@ def test_the_sweep_finds_answers_lost_in_an_outage(monkeypatch: pytest.MonkeyPat
         return await call()
 
     monkeypatch.setattr(FeishuGate, "attempt", once)
-    found = _sweep(range(20))
-    assert found is not None
-    assert "0 end signals" in found[1][0]
+    assert _sweep(range(20), "0 end signals") is not None
 
 
 def test_the_sweep_finds_a_hint_that_waited_out_an_outage_past_its_turn(
@@ -122,6 +135,51 @@ def test_the_sweep_finds_an_approval_timed_out_before_its_card_was_shown(
     assert any("timed out at" in problem for problem in found[1]), found[1]
 
 
+@pytest.mark.xfail(strict=True, reason="a known product bug (KNOWN_BUGS)")
+@pytest.mark.parametrize("seed", sorted(KNOWN_BUGS))
+def test_known_bugs(seed: int) -> None:
+    problems = check(run_seed(seed))
+    assert not any(KNOWN_BUGS[seed] in problem for problem in problems), problems
+
+
+def test_the_sweep_finds_a_post_retried_by_the_client_after_it_became_moot(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Found by the first sweep over the real client: a "still working" line whose first try
+    timed out in an outage was tried again by the client's own retries after its turn had
+    ended (the gate asked whether it was moot; the client's retries did not). Put back, the
+    sweep must find it (it did at seed 14; 10 of the first 500 seeds)."""
+    monkeypatch.setattr(client, "still_wanted", lambda: None)
+    assert _sweep(range(60), "after its agent ended") is not None
+
+
+async def _hasty_flush(self: StatusCards, actor: ConversationActor, card: Any, api: str) -> None:
+    """`StatusCards._flush` before 37b3d1f: no spacing re-check under the card's lock."""
+    async with card.lock:
+        view, card.pending = card.pending, None
+        if view is None or self._cards.get(card.key) is not card:
+            return
+        by_element = api in BY_ELEMENT
+        if card.card_id is not None and by_element and await self._part(card, view, api):
+            return
+        if not await self._change(card, view, final=False):
+            self._forget(card)
+            self._give_up(actor, card.turn_id, card.reply_to, view, False, None)
+
+
+@pytest.mark.xfail(strict=True, reason="the world does not make the race yet (see docstring)")
+def test_the_sweep_finds_a_card_change_right_after_an_inline_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """37b3d1f's race, put back: a refresh that waited for the card's lock while an inline
+    change was in flight follows it at once. Not found yet in 300 seeds: an inline change runs
+    inside its conversation's lane, so the next view of that card comes only after it returns,
+    and at the world's load the budget never holds the flusher back (200 seeds: 2 flushes in
+    1,300 found the lock held). It needs worlds with many live cards or a tight budget."""
+    monkeypatch.setattr(StatusCards, "_flush", _hasty_flush)
+    assert _sweep(range(300), "after its previous change came back") is not None
+
+
 # Seeds that found bugs, kept: each failed before its fix. (`storms`: the worlds drawn before
 # Feishu outages were, which those seeds found their bugs in.)
 @pytest.mark.parametrize(
@@ -131,6 +189,10 @@ def test_the_sweep_finds_an_approval_timed_out_before_its_card_was_shown(
         (1252, False),  # a card change asked for during a slow one waited for the next
         (5, True),  # an answer given while Feishu was down was never delivered (the outbox)
         (208, True),  # a /stop as its prompt went out overtook it on the wire (ACP cancel)
+        (14, True),  # a "still working" line retried by the client after its turn ended
+        # "No response for 30 s" before the prompt went out: the turn's start waited behind
+        # a header held 41 s by a 429's reset; silence is now counted from the prompt
+        (1527, True),
     ],
 )
 def test_seeds_that_found_bugs(seed: int, storms: bool) -> None:

@@ -1,6 +1,8 @@
 """One simulated run: the real engine (intake, actors, core, executor, turn runner, timers,
-status cards, schedules) on the in-memory store, in a virtual-time loop, with Feishu, the
-agent, the users and the clock's wake-ups all drawn from one seeded `random.Random`."""
+status cards, schedules) and the real Feishu client under it (its token, retries, breaker
+and call budget, composed as the service composes them), on the in-memory store, in a
+virtual-time loop, with Feishu (at the HTTP transport), the agent, the users and the clock's
+wake-ups all drawn from one seeded `random.Random`."""
 
 from __future__ import annotations
 
@@ -14,21 +16,29 @@ from dataclasses import dataclass, field
 from datetime import UTC
 from typing import Any
 
+from bridge.config import Tuning
+from bridge.config.budget import BudgetSection
+from bridge.config.feishu import FeishuSection
 from bridge.core import Options, Timings
 from bridge.core.state import PresenceStyle
 from bridge.engine.engine import Engine, EngineConfig
+from bridge.feishu.delivery import CircuitBreaker
 from bridge.feishu.events import BotIdentity, CardAction, CardActionReply, InboundMessage
+from bridge.feishu.http import FeishuHttp
+from bridge.feishu.retry import RetryPolicy
 from bridge.i18n import Translator
 from bridge.receiver import AccessPolicy, Receiver
 from bridge.schedules.scheduler import ScheduleSettings
+from bridge.service import call_budget, feishu_client
 from bridge.store import MemoryStore
 
 from .acp_agent import SimAgents, WatchedRuntime, draw_temper
 from .agent import Plan, draw_plan
-from .feishu import FaultPlan, Post, SimFeishu, buttons
 from .loop import SimClock, SimLoop, WorldAtRest
+from .transport import DOMAIN, FaultPlan, Post, SimTransport, buttons
 
 T = Translator("zh_CN")
+TUNING = Tuning()
 TIMINGS = Timings(
     first_hint=0.6,
     heartbeat=1.2,
@@ -41,6 +51,16 @@ TIMINGS = Timings(
 )
 CARD_INTERVAL = 0.5
 HORIZON = 300.0  # virtual seconds after the last user action: everything owed is done by then
+# The app as the service reads it: Feishu's own limits, the product's margin (explicit values:
+# the environment does not change the world).
+APP = FeishuSection(
+    feishu_app_id="cli_sim", feishu_app_secret="sim", feishu_domain=DOMAIN, _env_file=None
+)
+BUDGET = BudgetSection(
+    bridge_feishu_app_calls_per_second=50.0,
+    bridge_feishu_total_calls_per_second=0.0,
+    _env_file=None,
+)
 
 
 @dataclass(frozen=True)
@@ -78,9 +98,12 @@ class Run:
     clicks: list[Click] = field(default_factory=list)
     restarted_at: float | None = None  # the bridge was killed and started again then
     gate_down: list[tuple[float, float]] = field(default_factory=list)  # bridge knew it down
+    # Reactions paused by the client's breaker (Feishu's 429 asked it to wait): from..until.
+    reactions_paused: list[tuple[float, float]] = field(default_factory=list)
     recalled: dict[str, float] = field(default_factory=dict)  # message id -> taken back at
     stuck: list[str] = field(default_factory=list)  # conversations never back to idle
     leaked: list[int] = field(default_factory=list)  # agent pids alive, no pool's own
+    card_answers: dict[str, str] = field(default_factory=dict)  # card id -> its answer at the end
 
 
 def run_seed(seed: int, *, jitter: bool = True, storms: bool = True) -> Run:
@@ -149,7 +172,16 @@ async def _world(seed: int, loop: SimLoop, jitter: bool, storms: bool) -> Run:
     if storms and storm.random() < 0.4:  # Feishu goes away for a while: seconds, or minutes
         start = storm.uniform(0.0, 40.0)
         faults.outage = (start, start + storm.choice((1.0, 5.0, 30.0, 60.0, 120.0)))
-    feishu = SimFeishu(random.Random(rng.random()), clock.now, faults)
+    client = random.Random(f"client:{seed}")  # the client's jitter, the token's life
+    busy = random.Random(f"busy:{seed}")
+    if busy.random() < 0.5:  # a loaded machine: the loop's own timers fire late too
+        loop.busy = busy
+    token_seconds = client.choice((7200, 7200, 7200, 40))  # 40: refreshed every 20 s
+    feishu = SimTransport(
+        random.Random(rng.random()), clock.now, faults, token_seconds=token_seconds
+    )
+    https: list[FeishuHttp] = []
+    paused: list[tuple[float, float]] = []
     plans: dict[str, Plan] = {}
     # The real ACP runtime, a new one per bridge process, on in-memory agent processes
     # (their temper from a stream of their own).
@@ -162,9 +194,17 @@ async def _world(seed: int, loop: SimLoop, jitter: bool, storms: bool) -> Run:
     restart = storm.uniform(0.0, 60.0) if storms and storm.random() < 0.3 else None
 
     def build() -> Engine:
+        """A bridge process: its own client, token and call budget, and its own ACP runtime
+        (its pool of agent processes); Feishu and the agents' world are the world's."""
+        http = FeishuHttp(base_url=DOMAIN, transport=feishu)
+        https.append(http)
+        budget = call_budget(BUDGET, clock, TUNING)
+        retry = RetryPolicy(rng=random.Random(client.random()))
+        api = feishu_client(APP, clock, T, budget, http=http, retry=retry)
+        _paused(api.breaker, clock, paused)
         runtimes.append(WatchedRuntime(agents, clock, agents.new_id))
         return Engine(
-            feishu=feishu,
+            feishu=api,
             runtime=runtimes[-1],
             store=store,
             translator=T,
@@ -179,6 +219,7 @@ async def _world(seed: int, loop: SimLoop, jitter: bool, storms: bool) -> Run:
             clock=clock,
             publish=lambda key, snapshot: None,
             rng=engine_rng,
+            budget=budget,
         )
 
     gate_log: list[tuple[float, bool]] = []
@@ -237,6 +278,8 @@ async def _world(seed: int, loop: SimLoop, jitter: bool, storms: bool) -> Run:
     run.restarted_at = bridge.restarted_at
     run.recalled = recalls
     run.gate_down = _intervals(gate_log, clock.now())
+    run.reactions_paused = paused
+    run.card_answers = feishu.answers()
     for task in tasks:
         task.cancel()
     run.stuck = [
@@ -247,6 +290,8 @@ async def _world(seed: int, loop: SimLoop, jitter: bool, storms: bool) -> Run:
     owned = runtimes[-1].owns()
     run.leaked = [p.pid for p in agents.processes if p.returncode is None and p.pid not in owned]
     await bridge.engine.drain(0.0)
+    for http in https:
+        await http.aclose()
     return run
 
 
@@ -265,6 +310,18 @@ def _watched(engine: Engine, clock: SimClock, log: list[tuple[float, bool]]) -> 
 
     gate._failed, gate._up = on_failed, on_up  # type: ignore[method-assign]
     return engine
+
+
+def _paused(breaker: CircuitBreaker, clock: SimClock, log: list[tuple[float, float]]) -> None:
+    """Note when the client's breaker paused reactions, and until when (observation only)."""
+    opened = breaker.record_rate_limited
+
+    def on_limited(reset_after: float | None = None) -> float:
+        window = opened(reset_after)
+        log.append((clock.now(), clock.now() + window))
+        return window
+
+    breaker.record_rate_limited = on_limited  # type: ignore[method-assign]
 
 
 def _intervals(log: list[tuple[float, bool]], end: float) -> list[tuple[float, float]]:
@@ -316,7 +373,7 @@ async def _user(
     clock: SimClock,
     plans: dict[str, Plan],
     sent: list[Sent],
-    feishu: SimFeishu,
+    feishu: SimTransport,
     schedule: float | None,
     mishaps: random.Random | None,
     recalls: dict[str, float],
@@ -324,6 +381,7 @@ async def _user(
 ) -> None:
     async def say(message_id: str, text: str, plan: Plan | None) -> None:
         sent.append(Sent(clock.now(), chat, message_id, text, plan))
+        feishu.user_message(message_id, chat)
         await receiver.on_message(_message(chat, message_id, text))
 
     if schedule is not None:  # "/every 3s tick oc_0", taken back after the last message

@@ -141,3 +141,28 @@ async def test_memory_is_bounded() -> None:
         await r.ack(f"om_{n}", "oc")
     await r.wait_idle()
     assert len(r) <= 4
+
+
+async def test_a_change_with_no_room_for_it_leaves_the_reaction_as_it_is() -> None:
+    """A bridge busier than the reaction APIs allow: a change that finds no token within
+    its patience is given up before it removes anything (the ack stays, never none)."""
+    from bridge.core.delivery import Lane
+    from bridge.engine.reactions import _REMOVE_API
+    from bridge.feishu.budget import CallBudget
+
+    feishu, now = FakeReactions(), [0.0]
+    budget = CallBudget(now=lambda: now[0])  # time stands still: nothing refills
+    r = reactions(feishu, budget=budget, patience=0.01)
+    await r.ack("om_1", "oc")
+    while budget.try_take(Lane.HINT, _REMOVE_API):  # the removals' minute spent
+        pass
+    r.show("om_1", "oc", Reaction.DONE)
+    await r.wait_idle()
+    assert feishu.calls == [("add", "om_1", "OnIt")]
+    assert feishu.shown("om_1") == ["OnIt"]
+    now[0] += 60.0  # the next change finds room, and goes
+    r.show("om_2", "oc", Reaction.DONE)  # (a message this process never acked: left alone)
+    await r.ack("om_3", "oc")
+    r.show("om_3", "oc", Reaction.DONE)
+    await r.wait_idle()
+    assert feishu.shown("om_3") == ["DONE"]
