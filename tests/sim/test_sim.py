@@ -193,6 +193,9 @@ def test_the_sweep_finds_a_card_change_right_after_an_inline_one(
         # "No response for 30 s" before the prompt went out: the turn's start waited behind
         # a header held 41 s by a 429's reset; silence is now counted from the prompt
         (1527, True),
+        # A heartbeat decided while the agent ran, waiting behind a slow call in its chat, was
+        # posted after the agent crashed: the crash now supersedes the turn's presence lines
+        (937, True),
     ],
 )
 def test_seeds_that_found_bugs(seed: int, storms: bool) -> None:
