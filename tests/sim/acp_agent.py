@@ -18,7 +18,7 @@ import itertools
 import json
 import random
 import signal
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -243,6 +243,9 @@ class SimAgentProcess:
                 found = self._asked.pop(message.get("id"), None)
                 if found is not None and not found.done():
                     found.set_result(message.get("result"))
+            elif message["method"] == AGENT_METHODS["session_prompt"]:
+                # Taken in the order it came: a cancel read right after it cancels it.
+                self._spawn(self._prompt(message["id"], message["params"]))
             elif "id" in message:
                 self._spawn(self._request(message["id"], message["method"], message["params"]))
             elif message["method"] == AGENT_METHODS["session_cancel"]:
@@ -278,8 +281,6 @@ class SimAgentProcess:
             session_id = params["sessionId"]
             self._update(session_id, message_chunk("history, replayed"))  # never shown
             self._respond(request_id, {})
-        elif method == AGENT_METHODS["session_prompt"]:
-            await self._prompt(request_id, params)
         else:
             self._refuse(request_id, -32601, f"method not found: {method}")
 
@@ -291,7 +292,9 @@ class SimAgentProcess:
         if found is not None:
             found.set()
 
-    async def _prompt(self, request_id: Any, params: dict[str, Any]) -> None:
+    def _prompt(self, request_id: Any, params: dict[str, Any]) -> Coroutine[Any, Any, None]:
+        """Take a prompt at once, as it is read (what follows it on stdin, a cancel, finds it
+        running); its turn is played by the coroutine returned."""
         session_id = params["sessionId"]
         text = "".join(b.get("text", "") for b in params["prompt"] if b.get("type") == "text")
         world = self._world
@@ -313,11 +316,16 @@ class SimAgentProcess:
             del self._running[session_id]  # answered, as far as the protocol goes
         else:
             world.prompts.append(record)
-        reason = await self._play(session_id, plan, cancel)
+        return self._played(request_id, record, plan, cancel, tail)
+
+    async def _played(
+        self, request_id: Any, record: PromptRecord, plan: Plan, cancel: asyncio.Event, tail: bool
+    ) -> None:
+        reason = await self._play(record.session_id, plan, cancel)
         if reason is None:
             return  # it crashed
-        if tail or (reason == "cancelled" and world.temper.tail != "none"):
-            self._owed.add(session_id)  # the next prompt gets this result
+        if tail or (reason == "cancelled" and self._world.temper.tail != "none"):
+            self._owed.add(record.session_id)  # the next prompt gets this result
         self._finish(None if tail else request_id, record, reason)
 
     def _finish(self, request_id: Any, record: PromptRecord, reason: str) -> None:
