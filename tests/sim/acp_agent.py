@@ -31,7 +31,7 @@ from bridge.runtime.acp.cancel_tails import CANCEL_TAIL_AGENTS
 from bridge.runtime.acp.process import ChildProcess
 from bridge.runtime.acp.runtime import AcpRuntime
 from bridge.runtime.acp.transport import READ_BYTES
-from bridge.runtime.events import PermissionRequested, TurnEvent
+from bridge.runtime.events import PermissionRequested, PromptSent, TurnEvent
 from bridge.runtime.port import EventSink, PromptFile
 
 from .agent import Ask, Plan, PromptRecord, Step, draw_plan
@@ -84,6 +84,9 @@ class SimAgents:
     prompts: list[PromptRecord] = field(default_factory=list)
     overlaps: list[str] = field(default_factory=list)
     asks: dict[str, Ask] = field(default_factory=dict)  # by the bridge's request id, in order
+    # When the bridge's runtime last said a prompt of this text went out (`PromptSent`, from
+    # which the bridge counts the turn's silence; the agent may read it a little later).
+    handed: dict[str, float] = field(default_factory=dict)
     _sessions: Any = field(default_factory=lambda: itertools.count(1))
     _pids: Any = field(default_factory=lambda: itertools.count(4001))
     _ids: Any = field(default_factory=lambda: itertools.count(1))
@@ -300,7 +303,7 @@ class SimAgentProcess:
         world = self._world
         if session_id in self._running:
             world.overlaps.append(f"{text!r} sent while {session_id} was running")
-        record = PromptRecord(session_id, text, world.now())
+        record = PromptRecord(session_id, text, world.now(), handed=world.handed.get(text))
         self._running[session_id] = record
         cancel = self._cancels[session_id] = asyncio.Event()
         plan = world.plans.get(text) or draw_plan(self._rng, text)
@@ -420,9 +423,11 @@ class WatchedRuntime(AcpRuntime):
     async def prompt(
         self, session_id: str, text: str, sink: EventSink, files: Sequence[PromptFile] = ()
     ) -> None:
-        asks = self._agents.asks
+        asks, handed = self._agents.asks, self._agents.handed
 
         def watched(event: TurnEvent) -> None:
+            if isinstance(event, PromptSent):
+                handed[text] = self._now()
             if isinstance(event, PermissionRequested):
                 asks[event.request_id] = Ask(event.request_id, text, self._now())
             sink(event)

@@ -57,9 +57,10 @@ def draw_plan(rng: random.Random, prompt: str) -> Plan:
 class PromptRecord:
     session_id: str
     text: str
-    started: float
+    started: float  # when the agent read it
     ended: float | None = None
     cancelled_at: float | None = None
+    handed: float | None = None  # when the bridge's runtime said it went out (PromptSent)
 
 
 @dataclass

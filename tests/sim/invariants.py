@@ -251,10 +251,13 @@ def hint_and_heartbeat(run: Run, seen: dict[str, list[Seen]]) -> list[str]:
         if _touches_outage(run, start, ended):
             continue  # nothing can be shown while Feishu is away (delivered_after_the_storm)
         silent_until = start + sent.plan.first_silence
+        # What the bridge showed once its runtime said the prompt went out counts, though the
+        # agent read it a moment later: the bridge counts the turn's silence from its side.
+        since = min(start, _t(prompt.handed)) if prompt.handed is not None else start
         shown = sorted(
             s.at
             for s in seen[sent.message_id]
-            if not s.op.endswith("_reaction") and s.ok and s.at >= start
+            if not s.op.endswith("_reaction") and s.ok and s.at >= since
         )
         due = start + t.first_hint
         if silent_until > due + TOLERANCE and ended > due + TOLERANCE:
@@ -272,7 +275,7 @@ def hint_and_heartbeat(run: Run, seen: dict[str, list[Seen]]) -> list[str]:
         alive = sorted(
             s.at
             for s in chat_calls[sent.chat]
-            if not s.op.endswith("_reaction") and s.ok and s.at >= start
+            if not s.op.endswith("_reaction") and s.ok and s.at >= since
         )
         waits = _waiting(run, seen, sent)
         last = shown[0] if shown else start
