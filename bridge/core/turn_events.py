@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from bridge.core import presence, status_card
 from bridge.core.context import StepContext
-from bridge.core.delivery import Line
+from bridge.core.delivery import Line, Supersede, presence_group
 from bridge.core.effects import (
     AnswerPermission,
     AnswerQuestion,
@@ -381,6 +381,9 @@ def _on_runtime_exited(ctx: StepContext, event: RuntimeExited) -> None:
         )
         return
     flush_commentary(ctx)
+    # The agent that was working is gone: a "still working" line still waiting (behind a
+    # slow call in its chat, in the call budget, an outage) is untrue now, wherever it waits.
+    ctx.emit(Supersede((presence_group(ctx.turn.turn_id),)))
     ctx.update_turn(prompt=Prompt.DONE, recovering_since=ctx.now)
     ctx.update_progress(pending=None)
     ctx.update(state=ExecState.RECOVERING)

@@ -251,10 +251,13 @@ def hint_and_heartbeat(run: Run, seen: dict[str, list[Seen]]) -> list[str]:
         if _touches_outage(run, start, ended):
             continue  # nothing can be shown while Feishu is away (delivered_after_the_storm)
         silent_until = start + sent.plan.first_silence
+        # What the bridge showed once its runtime said the prompt went out counts, though the
+        # agent read it a moment later: the bridge counts the turn's silence from its side.
+        since = min(start, _t(prompt.handed)) if prompt.handed is not None else start
         shown = sorted(
             s.at
             for s in seen[sent.message_id]
-            if not s.op.endswith("_reaction") and s.ok and s.at >= start
+            if not s.op.endswith("_reaction") and s.ok and s.at >= since
         )
         due = start + t.first_hint
         if silent_until > due + TOLERANCE and ended > due + TOLERANCE:
@@ -272,7 +275,7 @@ def hint_and_heartbeat(run: Run, seen: dict[str, list[Seen]]) -> list[str]:
         alive = sorted(
             s.at
             for s in chat_calls[sent.chat]
-            if not s.op.endswith("_reaction") and s.ok and s.at >= start
+            if not s.op.endswith("_reaction") and s.ok and s.at >= since
         )
         waits = _waiting(run, seen, sent)
         last = shown[0] if shown else start
@@ -444,6 +447,11 @@ def one_reaction_ending_in_its_rounds_state(run: Run, seen: dict[str, list[Seen]
     return out
 
 
+def no_agent_process_leaked(run: Run, seen: dict[str, list[Seen]]) -> list[str]:
+    """Every agent process the bridge started is stopped, or its pool's own."""
+    return [f"agent process {pid} alive and no pool's own" for pid in run.leaked]
+
+
 def no_429_at_its_own_pace(run: Run, seen: dict[str, list[Seen]]) -> list[str]:
     """Paced by its own call budget (Feishu's limits × the margin), the bridge never meets
     one of Feishu's limits: no call is answered 429 for a limit (an outage's 429s are not
@@ -581,6 +589,7 @@ RULES: tuple[Callable[[Run, dict[str, list[Seen]]], list[str]], ...] = (
     nothing_posted_twice,
     one_reaction_ending_in_its_rounds_state,
     every_conversation_settles,
+    no_agent_process_leaked,
     no_429_at_its_own_pace,
     nothing_refused_as_malformed,
     cards_keep_their_spacing,

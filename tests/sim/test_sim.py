@@ -188,10 +188,14 @@ def test_the_sweep_finds_a_card_change_right_after_an_inline_one(
         (0, False),  # the early timer wake-up lost the first hint (bridge/clock.py Alarm)
         (1252, False),  # a card change asked for during a slow one waited for the next
         (5, True),  # an answer given while Feishu was down was never delivered (the outbox)
+        (208, True),  # a /stop as its prompt went out overtook it on the wire (ACP cancel)
         (14, True),  # a "still working" line retried by the client after its turn ended
         # "No response for 30 s" before the prompt went out: the turn's start waited behind
         # a header held 41 s by a 429's reset; silence is now counted from the prompt
         (1527, True),
+        # A heartbeat decided while the agent ran, waiting behind a slow call in its chat, was
+        # posted after the agent crashed: the crash now supersedes the turn's presence lines
+        (937, True),
     ],
 )
 def test_seeds_that_found_bugs(seed: int, storms: bool) -> None:

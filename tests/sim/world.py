@@ -32,7 +32,8 @@ from bridge.schedules.scheduler import ScheduleSettings
 from bridge.service import call_budget, feishu_client
 from bridge.store import MemoryStore
 
-from .agent import Plan, SimRuntime, draw_plan
+from .acp_agent import SimAgents, WatchedRuntime, draw_temper
+from .agent import Plan, draw_plan
 from .loop import SimClock, SimLoop, WorldAtRest
 from .transport import DOMAIN, FaultPlan, Post, SimTransport, buttons
 
@@ -90,7 +91,7 @@ class Run:
     style: PresenceStyle
     sent: list[Sent]
     posts: list[Post]
-    runtime: SimRuntime
+    runtime: SimAgents  # the agents behind the real ACP runtime: what they were asked
     timings: Timings = TIMINGS
     card_interval: float = CARD_INTERVAL
     faults: FaultPlan = field(default_factory=FaultPlan)
@@ -101,6 +102,7 @@ class Run:
     reactions_paused: list[tuple[float, float]] = field(default_factory=list)
     recalled: dict[str, float] = field(default_factory=dict)  # message id -> taken back at
     stuck: list[str] = field(default_factory=list)  # conversations never back to idle
+    leaked: list[int] = field(default_factory=list)  # agent pids alive, no pool's own
     card_answers: dict[str, str] = field(default_factory=dict)  # card id -> its answer at the end
 
 
@@ -181,23 +183,29 @@ async def _world(seed: int, loop: SimLoop, jitter: bool, storms: bool) -> Run:
     https: list[FeishuHttp] = []
     paused: list[tuple[float, float]] = []
     plans: dict[str, Plan] = {}
-    runtime = SimRuntime(random.Random(rng.random()), clock.now, plans)
+    # The real ACP runtime, a new one per bridge process, on in-memory agent processes
+    # (their temper from a stream of their own).
+    temper = draw_temper(random.Random(f"agent:{seed}"))
+    agents = SimAgents(random.Random(rng.random()), clock.now, plans, temper)
+    runtimes: list[WatchedRuntime] = []
     store = MemoryStore()
     await store.open()
     engine_rng = random.Random(storm.random())
     restart = storm.uniform(0.0, 60.0) if storms and storm.random() < 0.3 else None
 
     def build() -> Engine:
-        """A bridge process: its own client, token and call budget; Feishu is the world's."""
+        """A bridge process: its own client, token and call budget, and its own ACP runtime
+        (its pool of agent processes); Feishu and the agents' world are the world's."""
         http = FeishuHttp(base_url=DOMAIN, transport=feishu)
         https.append(http)
         budget = call_budget(BUDGET, clock, TUNING)
         retry = RetryPolicy(rng=random.Random(client.random()))
         api = feishu_client(APP, clock, T, budget, http=http, retry=retry)
         _paused(api.breaker, clock, paused)
+        runtimes.append(WatchedRuntime(agents, clock, agents.new_id))
         return Engine(
             feishu=api,
-            runtime=runtime,
+            runtime=runtimes[-1],
             store=store,
             translator=T,
             config=EngineConfig(
@@ -257,7 +265,7 @@ async def _world(seed: int, loop: SimLoop, jitter: bool, storms: bool) -> Run:
         main = asyncio.current_task()
         people = lambda: {main, *world, *tasks, *extra}  # noqa: E731 - what a kill spares
         killer = _restart(
-            restart, bridge, lambda: _watched(build(), clock, gate_log), runtime, clock, people
+            restart, bridge, lambda: _watched(build(), clock, gate_log), agents, clock, people
         )
         world.append(asyncio.ensure_future(killer))
     try:
@@ -266,7 +274,7 @@ async def _world(seed: int, loop: SimLoop, jitter: bool, storms: bool) -> Run:
         await asyncio.sleep(HORIZON)
     except WorldAtRest:
         pass
-    run = Run(seed, style, sent, feishu.posts, runtime, faults=faults, clicks=clicks)
+    run = Run(seed, style, sent, feishu.posts, agents, faults=faults, clicks=clicks)
     run.restarted_at = bridge.restarted_at
     run.recalled = recalls
     run.gate_down = _intervals(gate_log, clock.now())
@@ -279,6 +287,8 @@ async def _world(seed: int, loop: SimLoop, jitter: bool, storms: bool) -> Run:
         for key, actor in bridge.engine.conversations.items()
         if actor.conv.turn is not None or actor.conv.queue
     ]
+    owned = runtimes[-1].owns()
+    run.leaked = [p.pid for p in agents.processes if p.returncode is None and p.pid not in owned]
     await bridge.engine.drain(0.0)
     for http in https:
         await http.aclose()
@@ -332,12 +342,13 @@ async def _restart(
     at: float,
     bridge: Bridge,
     build: Callable[[], Engine],
-    runtime: SimRuntime,
+    agents: SimAgents,
     clock: SimClock,
     people: Callable[[], set[Any]],
 ) -> None:
     """SIGKILL at `at`, and a new process at once: everything the old one was doing stops
-    where it stood (its agent processes die with it); the store is what survives."""
+    where it stood (its agent processes see their stdin end and exit); the store is what
+    survives."""
     await asyncio.sleep(at)
     bridge.restarted_at = clock.now()
     old = bridge.engine
@@ -348,7 +359,7 @@ async def _restart(
     for task in asyncio.all_tasks():
         if task not in spared:
             task.cancel()
-    runtime.died()
+    agents.bridge_died()
     bridge.engine = build()
     await bridge.engine.recover(before=clock.now())
     await bridge.engine.start_schedules()

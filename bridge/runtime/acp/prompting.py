@@ -177,6 +177,11 @@ class Prompting:
         if turn.released is not None and not turn.released.done():
             turn.released.set_result(None)  # an absorbed tail: nothing more will come
         if session.process.alive:
+            # The turn's `session/prompt` is handed to the connection by a task started just
+            # before (`run_prompt`); one pass of the loop lets it go first. A cancel that
+            # overtook its prompt on the wire would cancel nothing (the agent has no prompt
+            # running yet), and the turn would run on until the bridge kills the agent.
+            await asyncio.sleep(0)
             with contextlib.suppress(ConnectionError):
                 await session.process.cancel(session_id)
 

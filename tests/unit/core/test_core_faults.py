@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from bridge.core.delivery import Supersede, presence_group
 from bridge.core.effects import (
     CancelTurn,
     CardStatus,
@@ -125,6 +126,22 @@ def test_a_crash_mid_turn_says_recovering_and_closes_the_open_card() -> None:
     ]
     assert keys(out) == ["presence.recovering"]
     assert d.conv.state is ExecState.RECOVERING
+
+
+def test_a_crash_mid_turn_makes_a_waiting_still_working_line_moot() -> None:
+    """A heartbeat decided while the agent ran, still waiting behind a slow call in its chat,
+    is untrue once the agent is gone: the crash supersedes the turn's presence lines, before
+    the recovering line (the simulator's seed 937 posted it 0.5 s after the crash)."""
+    d = Driver()
+    d.start()
+    d.feed(ToolCallStarted(SID, "t1", "Build"), at=1.0)
+    assert d.conv.turn is not None
+    group = presence_group(d.conv.turn.turn_id)
+    out = d.feed(RuntimeExited(SID, returncode=-9), at=3.0)
+    assert of_type(out, Supersede) == [Supersede((group,))]
+    supersede = next(i for i, e in enumerate(out) if isinstance(e, Supersede))
+    recovering = next(i for i, e in enumerate(out) if isinstance(e, PostText))
+    assert supersede < recovering
 
 
 def test_no_running_hint_or_heartbeat_while_recovering() -> None:
