@@ -137,11 +137,13 @@ class Reactions:
         entry.want = state
         if entry.task is not None and not entry.task.done():
             return entry.task  # it adds the newest state asked for when its turn comes
+        drive = self._drive(message_id, entry)
         try:
             entry.task = self._tasks.spawn(
-                self._drive(message_id, entry), name=f"reaction:{message_id}", while_draining=True
+                drive, name=f"reaction:{message_id}", while_draining=True
             )
         except RuntimeError:
+            drive.close()  # never started
             return None  # shutting down
         return entry.task
 

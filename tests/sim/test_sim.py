@@ -43,8 +43,14 @@ def _sweep(
 KNOWN_BUGS: dict[int, str] = {}
 
 
-def test_every_seed_keeps_the_presence_contract() -> None:
-    found = _sweep(range(SEEDS), skip=KNOWN_BUGS)
+# The sweep in slices, each well inside the suite's per-test timeout (a world with the
+# real Feishu client and the real ACP adapter takes about 40 ms).
+SLICE = 250
+
+
+@pytest.mark.parametrize("first", range(0, SEEDS, SLICE))
+def test_every_seed_keeps_the_presence_contract(first: int) -> None:
+    found = _sweep(range(first, min(first + SLICE, SEEDS)), skip=KNOWN_BUGS)
     if found is not None:
         seed, problems, text = found
         pytest.fail(f"seed {seed}: {problems}\n{text}\nreplay: python -m tests.sim --seed {seed}")
