@@ -73,8 +73,16 @@ sys.path.insert(0, str(ROOT))
 
 from bench.memory_bench import button_value  # noqa: E402
 from bench.memory_bench import script as memory_script  # noqa: E402
-from bench.spawned import BRIDGE, bridge_env, cpu_s, free_port, loop_lag, wait_healthy  # noqa: E402
-from bench.stream_bench import FEISHU, pct, python_path  # noqa: E402
+from bench.spawned import (  # noqa: E402
+    BRIDGE,
+    bridge_env,
+    cpu_s,
+    follow_calls,
+    free_port,
+    loop_lag,
+    wait_healthy,
+)
+from bench.stream_bench import FEISHU, json_value, pct, python_path  # noqa: E402
 from bridge.config.budget import BUDGET_MARGIN, FEISHU_SENDS_PER_MINUTE  # noqa: E402
 from bridge.core.delivery import Lane  # noqa: E402
 from bridge.devtools.emulator import FeishuEmulator  # noqa: E402
@@ -213,7 +221,6 @@ class Team:
         self._current: dict[str, Ask] = {}  # chat -> its message pending (or the last one)
         self._card_chat: dict[str, str] = {}  # CardKit card -> the chat it was posted in
         self._unposted: dict[str, str] = {}  # CardKit card not posted yet -> its text so far
-        self._read = 0
         self._clicks: set[asyncio.Task[None]] = set()
 
     async def chat(self, i: int) -> None:
@@ -241,16 +248,11 @@ class Team:
 
     async def watch(self) -> None:
         """Reads each call Feishu took once (and lets the emulator forget it)."""
-        calls: list[Any] = self.emu._calls  # the emulator's record; only this bench reads it
-        while True:
-            for call in calls[self._read :]:
-                if call.ok and call.method != "GET":
-                    self._look(call)
-            self._read = len(calls)
-            if self._read > 10_000:
-                del calls[: self._read]
-                self._read = 0
-            await asyncio.sleep(0.02)
+        await follow_calls(self.emu, self._took)
+
+    def _took(self, call: Any) -> None:
+        if call.ok and call.method != "GET":
+            self._look(call)
 
     def _look(self, call: Any) -> None:
         chat, what, text = self._where(call)
@@ -265,7 +267,7 @@ class Team:
         elif is_send(call) and TIMED_OUT.search(text):
             self._end(ask, call.at, "timed out")
         elif is_send(call) and ask.card_kind is not None:
-            content = _json(call.body.get("content"))
+            content = json_value(call.body.get("content"))
             choice = "allow-once" if ask.card_kind == APPROVAL else None
             value = button_value(content, ask.card_kind, choice)
             card = ((call.response or {}).get("data") or {}).get("message_id")
@@ -283,7 +285,7 @@ class Team:
         data = (call.response or {}).get("data") or {}
         if is_send(call):
             chat = str(data.get("chat_id"))
-            content = _json(call.body.get("content"))
+            content = json_value(call.body.get("content"))
             if isinstance(content, dict) and content.get("type") == "card":
                 card = str((content.get("data") or {}).get("card_id"))
                 self._card_chat[card] = chat
@@ -320,15 +322,6 @@ class Team:
         ask.ended, ask.how = at, how
         if not ask.done.done():
             ask.done.set_result(None)
-
-
-def _json(text: Any) -> Any:
-    if isinstance(text, dict):
-        return text
-    try:
-        return json.loads(text) if isinstance(text, str) else None
-    except ValueError:
-        return None
 
 
 # --- the figures ----------------------------------------------------------------------------

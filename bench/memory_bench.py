@@ -47,7 +47,14 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.spawned import bridge_env, cpu_s, free_port, rss_mib, wait_healthy  # noqa: E402
+from bench.spawned import (  # noqa: E402
+    bridge_env,
+    cpu_s,
+    follow_calls,
+    free_port,
+    rss_mib,
+    wait_healthy,
+)
 
 SENDS_PER_MINUTE = 60_000.0  # far past what 24 chats send
 APP_CALLS_PER_SECOND = 1_000.0
@@ -198,7 +205,6 @@ class Talk:
         self._waiting: dict[str, asyncio.Future[None]] = {}
         self._posted: set[str] = set()  # tokens a message the bridge posted carried
         self.twice = 0  # answers posted more than once
-        self._read = 0
         self._clicks: set[asyncio.Task[Any]] = set()
 
     async def chat(self, i: int) -> None:
@@ -223,16 +229,11 @@ class Talk:
 
     async def watch(self) -> None:
         """Reads each call the bridge made once (and lets the emulator forget it)."""
-        calls: list[Any] = self.emu._calls  # the emulator's record; only this bench reads it
-        while True:
-            for call in calls[self._read :]:
-                if call.status == 200 and call.method in ("POST", "PUT", "PATCH"):
-                    self._look(call)
-            self._read = len(calls)
-            if self._read > 10_000:
-                del calls[: self._read]
-                self._read = 0
-            await asyncio.sleep(0.02)
+        await follow_calls(self.emu, self._made)
+
+    def _made(self, call: Any) -> None:
+        if call.status == 200 and call.method in ("POST", "PUT", "PATCH"):
+            self._look(call)
 
     def _look(self, call: Any) -> None:
         text = json.dumps(call.body, ensure_ascii=False)

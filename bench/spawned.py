@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -87,6 +88,21 @@ async def wait_healthy(port: int, process: subprocess.Popen[bytes]) -> None:
                 pass
             await asyncio.sleep(0.01)
     raise RuntimeError("never healthy")
+
+
+async def follow_calls(emu: Any, look: Callable[[Any], None]) -> None:
+    """Hands `look` each call the emulator recorded, once, and lets the emulator forget
+    them (a long run would otherwise keep every call); only the bench reads that record."""
+    calls: list[Any] = emu._calls
+    read = 0
+    while True:
+        for call in calls[read:]:
+            look(call)
+        read = len(calls)
+        if read > 10_000:
+            del calls[:read]
+            read = 0
+        await asyncio.sleep(0.02)
 
 
 async def loop_lag(lags: list[float]) -> None:

@@ -319,7 +319,7 @@ class Replay:
         body = call.body if isinstance(call.body, dict) else {}
         data = call.response.get("data") or {} if isinstance(call.response, dict) else {}
         if call.method == "POST" and call.path == "/open-apis/cardkit/v1/cards":
-            page = _card_answer(_json(body.get("data")))
+            page = _card_answer(json_value(body.get("data")))
             self._cards[str(data.get("card_id"))] = words(page or "")
             return
         card = _CARD_PATH.match(call.path)
@@ -329,7 +329,7 @@ class Replay:
             if element == "answer":
                 page = str(body.get("content", ""))
             elif element is None and call.method == "PUT":
-                page = _card_answer(_json((body.get("card") or {}).get("data")))
+                page = _card_answer(json_value((body.get("card") or {}).get("data")))
             if page is not None:
                 self._cards[card_id] = words(page)
             chat = self._card_chat.get(card_id)
@@ -347,7 +347,7 @@ class Replay:
                 return
             what = "reaction" if message.group(2) else "edit"
             if what == "edit" and call.method == "PATCH":
-                page = _card_answer(_json(body.get("content")))
+                page = _card_answer(json_value(body.get("content")))
                 if page is not None:
                     self._cards[message.group(1)] = words(page)
                     self._changed(chat, call.at, what, message.group(1))
@@ -359,7 +359,7 @@ class Replay:
         timeline = self.chats.get(chat)
         if timeline is None:
             return
-        content = _json(body.get("content"))
+        content = json_value(body.get("content"))
         if body.get("msg_type") == "interactive" and isinstance(content, dict):
             if content.get("type") == "card":  # a CardKit card, shown from now on
                 card_id = str((content.get("data") or {}).get("card_id"))
@@ -400,7 +400,7 @@ class Replay:
             timeline.growth.append((at, covered, whole))
 
 
-def _json(text: Any) -> Any:
+def json_value(text: Any) -> Any:
     if isinstance(text, dict):
         return text
     try:

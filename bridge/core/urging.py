@@ -113,32 +113,23 @@ def reply_urge(ctx: StepContext) -> None:
 
 def approval_mention(ctx: StepContext, who: tuple[str, ...]) -> None:
     """The reminder line again, @-mentioning `who`."""
-    first = presence.first_shown(ctx.conv.approvals)
-    assert first is not None, "only once a card was shown"
-    left = first + ctx.timings.approval_timeout - ctx.now
-    remaining = format_elapsed(left, round_up=True)
-    ctx.say(
-        "presence.approval_reminder",
-        {"remaining": remaining},
-        kind="urge",
-        line=Line.PAUSE,
-        mentions=who,
-    )
+    shown = presence.first_shown(ctx.conv.approvals)
+    assert shown is not None, "only once a card was shown"
+    _mention(ctx, "presence.approval_reminder", shown, who)
 
 
 def reply_mention(ctx: StepContext, who: tuple[str, ...]) -> None:
     question = ctx.conv.question
     assert question is not None
-    since = presence.waiting_since(question)
-    assert since is not None, "only once the card was shown"
-    remaining = format_elapsed(since + ctx.timings.approval_timeout - ctx.now, round_up=True)
-    ctx.say(
-        "presence.reply_reminder",
-        {"remaining": remaining},
-        kind="urge",
-        line=Line.PAUSE,
-        mentions=who,
-    )
+    shown = presence.waiting_since(question)
+    assert shown is not None, "only once the card was shown"
+    _mention(ctx, "presence.reply_reminder", shown, who)
+
+
+def _mention(ctx: StepContext, key: str, shown: float, who: tuple[str, ...]) -> None:
+    left = shown + ctx.timings.approval_timeout - ctx.now
+    remaining = format_elapsed(left, round_up=True)
+    ctx.say(key, {"remaining": remaining}, kind="urge", line=Line.PAUSE, mentions=who)
 
 
 def on_urge_refused(ctx: StepContext, event: UrgeRefused) -> None:

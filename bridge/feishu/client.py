@@ -381,63 +381,51 @@ class FeishuClient:
     async def update_card_entity(
         self, card_id: str, card: dict[str, Any], *, sequence: int
     ) -> None:
-        path = f"{_CARDS}/{quote(card_id, safe='')}"
-        body = {
-            "card": {"type": "card_json", "data": dumps(card)},
-            "sequence": sequence,
-            "uuid": _card_change_uuid(card_id, sequence),
-        }
-        await self._request("update_card_entity", "PUT", path, body=body)
+        whole = {"type": "card_json", "data": dumps(card)}
+        await self._change_card("update_card_entity", "PUT", card_id, "", sequence, card=whole)
 
     async def stream_card_text(
         self, card_id: str, element_id: str, text: str, *, sequence: int
     ) -> None:
-        path = f"{_CARDS}/{quote(card_id, safe='')}/elements/{quote(element_id, safe='')}/content"
-        body = {"content": text, "sequence": sequence, "uuid": _card_change_uuid(card_id, sequence)}
-        await self._request("stream_card_text", "PUT", path, body=body)
+        tail = f"/elements/{quote(element_id, safe='')}/content"
+        await self._change_card("stream_card_text", "PUT", card_id, tail, sequence, content=text)
 
     async def update_card_element(
         self, card_id: str, element: dict[str, Any], *, sequence: int
     ) -> None:
-        element_id = str(element["element_id"])
-        path = f"{_CARDS}/{quote(card_id, safe='')}/elements/{quote(element_id, safe='')}"
-        body = {
-            "element": dumps(element),
-            "sequence": sequence,
-            "uuid": _card_change_uuid(card_id, sequence),
-        }
-        await self._request("update_card_element", "PUT", path, body=body)
+        tail = f"/elements/{quote(str(element['element_id']), safe='')}"
+        new = dumps(element)
+        await self._change_card("update_card_element", "PUT", card_id, tail, sequence, element=new)
 
     async def patch_card_element(
         self, card_id: str, element_id: str, partial: dict[str, Any], *, sequence: int
     ) -> None:
-        path = f"{_CARDS}/{quote(card_id, safe='')}/elements/{quote(element_id, safe='')}"
-        body = {
-            "partial_element": dumps(partial),
-            "sequence": sequence,
-            "uuid": _card_change_uuid(card_id, sequence),
-        }
-        await self._request("patch_card_element", "PATCH", path, body=body)
+        tail = f"/elements/{quote(element_id, safe='')}"
+        fields = {"partial_element": dumps(partial)}
+        await self._change_card("patch_card_element", "PATCH", card_id, tail, sequence, **fields)
 
     async def batch_update_card(
         self, card_id: str, actions: list[dict[str, Any]], *, sequence: int
     ) -> None:
-        path = f"{_CARDS}/{quote(card_id, safe='')}/batch_update"
-        body = {
-            "actions": dumps(actions),
-            "sequence": sequence,
-            "uuid": _card_change_uuid(card_id, sequence),
-        }
-        await self._request("batch_update_card", "POST", path, body=body)
+        batch = dumps(actions)
+        await self._change_card(
+            "batch_update_card", "POST", card_id, "/batch_update", sequence, actions=batch
+        )
 
     async def card_settings(self, card_id: str, settings: dict[str, Any], *, sequence: int) -> None:
-        path = f"{_CARDS}/{quote(card_id, safe='')}/settings"
-        body = {
-            "settings": dumps(settings),
-            "sequence": sequence,
-            "uuid": _card_change_uuid(card_id, sequence),
-        }
-        await self._request("card_settings", "PATCH", path, body=body)
+        config = dumps(settings)
+        await self._change_card(
+            "card_settings", "PATCH", card_id, "/settings", sequence, settings=config
+        )
+
+    async def _change_card(
+        self, op: str, method: str, card_id: str, tail: str, sequence: int, **fields: Any
+    ) -> None:
+        """One CardKit change of a card entity: `fields` with its `sequence` and the uuid
+        that makes a retry of it count once."""
+        path = f"{_CARDS}/{quote(card_id, safe='')}{tail}"
+        body = {**fields, "sequence": sequence, "uuid": _card_change_uuid(card_id, sequence)}
+        await self._request(op, method, path, body=body)
 
     # --- files (bytes through `FileTransfer`) -----------------------------------------
 

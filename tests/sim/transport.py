@@ -26,7 +26,6 @@ import itertools
 import json
 import random
 import re
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -43,6 +42,7 @@ from bridge.devtools.emulator.codes import (
     REACTION_MESSAGE_NOT_FOUND,
 )
 from bridge.devtools.emulator.codes import FeishuError as Refused
+from bridge.devtools.emulator.limits import SlidingWindow
 from bridge.devtools.emulator.outage import LIMIT_HEADER, RESET_HEADER
 from bridge.feishu.budget import api_of, is_send
 from bridge.feishu.cards.status import ANSWER
@@ -89,30 +89,16 @@ class FaultPlan:
         return self.outage is not None and self.outage[0] <= at < self.outage[1]
 
 
-class _Window:
-    """Calls taken in the last `seconds`, sliding (a burst at a window's edge is caught, as
-    a strict server would)."""
-
-    def __init__(self, limit: int, seconds: float) -> None:
-        self.limit, self.seconds = limit, seconds
-        self.times: deque[float] = deque()
-
-    def full(self, now: float) -> bool:
-        while self.times and self.times[0] <= now - self.seconds:
-            self.times.popleft()
-        return len(self.times) >= self.limit
-
-
 class Limits:
     """Feishu's limits: each API's second and minute, a chat's sends, a card's changes."""
 
     def __init__(self) -> None:
-        self._windows: dict[tuple[str, str], _Window] = {}
+        self._windows: dict[tuple[str, str], SlidingWindow] = {}
 
-    def _window(self, kind: str, key: str, limit: int, seconds: float) -> _Window:
+    def _window(self, kind: str, key: str, limit: int, seconds: float) -> SlidingWindow:
         window = self._windows.get((kind, key))
         if window is None:
-            window = self._windows[kind, key] = _Window(limit, seconds)
+            window = self._windows[kind, key] = SlidingWindow(limit, seconds)
         return window
 
     def check(self, now: float, api: str, chat: str | None, card: str | None) -> str | None:

@@ -32,7 +32,10 @@ class Counted:
     limited: str | None  # "api", "total", "sends" or "chat" when refused
 
 
-class _Window:
+class SlidingWindow:
+    """Calls taken in the last `seconds`, sliding (a burst at a window's edge is caught, as
+    a strict server would)."""
+
     def __init__(self, limit: int, seconds: float) -> None:
         self.limit, self.seconds = limit, seconds
         self.times: deque[float] = deque()
@@ -47,11 +50,11 @@ class RateLimits:
     def __init__(self, *, clock: Callable[[], float]) -> None:
         self._clock = clock
         self._api_limit: int | None = None
-        self._apis: dict[str, _Window] = {}
-        self._total: _Window | None = None
-        self._sends: _Window | None = None
+        self._apis: dict[str, SlidingWindow] = {}
+        self._total: SlidingWindow | None = None
+        self._sends: SlidingWindow | None = None
         self._chat_limit: int | None = None
-        self._chats: dict[str, _Window] = {}
+        self._chats: dict[str, SlidingWindow] = {}
         self.reset_seconds = 1
         self.counted: list[Counted] = []
 
@@ -68,8 +71,8 @@ class RateLimits:
         each API's; `total_per_second` all of them together."""
         self._api_limit = app_per_second
         self._apis.clear()
-        self._total = _Window(total_per_second, 1.0) if total_per_second else None
-        self._sends = _Window(sends_per_minute, 60.0) if sends_per_minute else None
+        self._total = SlidingWindow(total_per_second, 1.0) if total_per_second else None
+        self._sends = SlidingWindow(sends_per_minute, 60.0) if sends_per_minute else None
         self._chat_limit = chat_per_second
         self._chats.clear()
         self.reset_seconds = reset_seconds
@@ -90,13 +93,13 @@ class RateLimits:
         if chat is not None and self._chat_limit and send:  # Feishu's is the send limit
             chat_window = self._chats.get(chat)
             if chat_window is None:
-                chat_window = self._chats[chat] = _Window(self._chat_limit, 1.0)
+                chat_window = self._chats[chat] = SlidingWindow(self._chat_limit, 1.0)
         api_window = None
         if self._api_limit:
             api = _api(method, path, send)
             api_window = self._apis.get(api)
             if api_window is None:
-                api_window = self._apis[api] = _Window(self._api_limit, 1.0)
+                api_window = self._apis[api] = SlidingWindow(self._api_limit, 1.0)
         limited = None
         if self._total is not None and self._total.full(now):
             limited, window = "total", self._total

@@ -115,6 +115,21 @@ async def store() -> AsyncIterator[MemoryStore]:
     await store.close()
 
 
+def status_cards(
+    feishu: CardKitCalls, now: Now, budget: CallBudget, store: MemoryStore
+) -> StatusCards:
+    return StatusCards(
+        feishu=cast(Any, feishu),
+        store=store,
+        translator=T,
+        clock=now,
+        tasks=TaskTracker("test"),
+        interval=0.5,
+        gate=cast(FeishuGate, Straight()),
+        budget=budget,
+    )
+
+
 def view(text: str, elapsed: float = 3.0, tools: tuple[ToolLine, ...] = ()) -> ShowStatusCard:
     shown = CardView(CardPhase.WORKING, elapsed=elapsed, text=text, tools=tools)
     return ShowStatusCard("t1", "om_user", "t1:card", shown)
@@ -128,16 +143,7 @@ def spend(budget: CallBudget, api: str) -> None:
 async def test_the_answer_grows_through_whichever_api_has_room(store: MemoryStore) -> None:
     feishu, now = CardKitCalls(), Now()
     budget = CallBudget(now=now)
-    cards = StatusCards(
-        feishu=cast(Any, feishu),
-        store=store,
-        translator=T,
-        clock=now,
-        tasks=TaskTracker("test"),
-        interval=0.5,
-        gate=cast(FeishuGate, Straight()),
-        budget=budget,
-    )
+    cards = status_cards(feishu, now, budget, store)
     actor = cast(ConversationActor, Chat())
     await cards.show(actor, view("Hello"))  # posted
     now.at += 1.0
@@ -172,16 +178,7 @@ async def test_without_room_for_a_whole_update_a_batch_carries_every_change(
 ) -> None:
     feishu, now = CardKitCalls(), Now()
     budget = CallBudget(now=now)
-    cards = StatusCards(
-        feishu=cast(Any, feishu),
-        store=store,
-        translator=T,
-        clock=now,
-        tasks=TaskTracker("test"),
-        interval=0.5,
-        gate=cast(FeishuGate, Straight()),
-        budget=budget,
-    )
+    cards = status_cards(feishu, now, budget, store)
     actor = cast(ConversationActor, Chat())
     build = ToolLine("t1", "Build", "in_progress")
     await cards.show(actor, view("Hello", tools=(build,)))
@@ -197,16 +194,7 @@ async def test_an_element_api_feishu_lacks_is_not_asked_again(store: MemoryStore
     feishu, now = CardKitCalls(), Now()
     feishu.missing.add("update_card_element")
     budget = CallBudget(now=now)
-    cards = StatusCards(
-        feishu=cast(Any, feishu),
-        store=store,
-        translator=T,
-        clock=now,
-        tasks=TaskTracker("test"),
-        interval=0.5,
-        gate=cast(FeishuGate, Straight()),
-        budget=budget,
-    )
+    cards = status_cards(feishu, now, budget, store)
     actor = cast(ConversationActor, Chat())
     await cards.show(actor, view("a"))
     now.at += 1.0

@@ -284,10 +284,19 @@ async function send() {
   const text = composer.value.trim();
   if (!text) return;
   composer.value = "";
-  const response = await fetch("/_emulator/send", {
+  await deliver("/_emulator/send", {
+    text: text,
+    chat_type: state.chatType,
+    mention_bot: $("#mention-bot").checked,
+  });
+}
+
+// An event pushed to the bridge; says so when the push did not go through.
+async function deliver(url, body) {
+  const response = await fetch(url, {
     method: "POST",
     headers: { "Content-Type": "application/json" },
-    body: JSON.stringify({ text: text, chat_type: state.chatType, mention_bot: $("#mention-bot").checked }),
+    body: JSON.stringify(body),
   });
   if (!response.ok) {
     showToast({ type: "error", content: await response.text() });
@@ -329,20 +338,7 @@ async function voice() {
 }
 
 async function menuClick(eventKey) {
-  const response = await fetch("/_emulator/menu", {
-    method: "POST",
-    headers: { "Content-Type": "application/json" },
-    body: JSON.stringify({ event_key: eventKey }),
-  });
-  if (!response.ok) {
-    showToast({ type: "error", content: await response.text() });
-    return;
-  }
-  const result = await response.json();
-  if (!result.delivered) {
-    const why = result.delivery ? `${result.delivery.outcome} ${result.delivery.status || ""}` : "no webhook_url";
-    showToast({ type: "warning", content: "推送未成功: " + why });
-  }
+  await deliver("/_emulator/menu", { event_key: eventKey });
 }
 
 async function main() {
