@@ -63,9 +63,12 @@ from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from bridge.core.delivery import Lane
+
+if TYPE_CHECKING:
+    from bridge.feishu.requests import Route
 
 # The share of the sends' burst each lane may spend: a flood of progress lines or hints
 # never empties what the answers and endings behind them need.
@@ -558,19 +561,28 @@ class CallBudget:
     def scheduler(self) -> CallQueue:
         return self._sched
 
-    async def before_call(self, method: str, path: str) -> None:
-        """Wait for this call's turn (the client calls it before each request, retries too)."""
+    async def before_call(
+        self, method: str, path: str, route: Route | None = None, credit: str | None = None
+    ) -> None:
+        """Wait for this call's turn (the session asks before each try, retries too), as
+        `route`'s chat and lane; `credit`: the API a token was already taken from."""
         current = _SCOPE.get()
         api = api_of(method, path)
-        if current is not None and current.credit > 0:
+        if credit is None and current is not None and current.credit > 0:
             current.credit -= 1
-            if current.api == api:
+            credit = current.api
+        if credit is not None:
+            if credit == api:
                 return
-            self._sched.refund(current.api, self._now())  # paid from another API's bucket
-        which = current.lane if current is not None and current.lane is not None else None
+            self._sched.refund(credit, self._now())  # paid from another API's bucket
+        chat = route.chat if route is not None and route.chat is not None else None
+        which = route.lane if route is not None else None
+        if current is not None:
+            chat = chat if chat is not None else current.chat
+            which = which if which is not None else current.lane
         await self.acquire(
             which if which is not None else default_lane(method, path),
-            current.chat if current is not None else None,
+            chat,
             send=is_send(method, path),
             api=api,
         )
@@ -661,8 +673,11 @@ class CallBudget:
         with paid(which, api):
             yield
 
-    def rate_limited(self, reset_after: float | None, method: str, path: str) -> None:
-        chat = _chat() if is_send(method, path) else None  # a chat's limit is on sends
+    def rate_limited(
+        self, reset_after: float | None, method: str, path: str, route: Route | None = None
+    ) -> None:
+        chat = route.chat if route is not None and route.chat is not None else _chat()
+        chat = chat if is_send(method, path) else None  # a chat's limit is on sends
         self._sched.rate_limited(self._now(), reset_after, chat, api_of(method, path))
         self._arm()
 

@@ -52,6 +52,13 @@ class BusinessError(FeishuError):
     """A request Feishu refused (4xx or a non-zero code); retrying would not help."""
 
 
+class Skipped(FeishuError):
+    """A best-effort call not made: its breaker is open after a rate limit."""
+
+    def __init__(self, op: str) -> None:
+        super().__init__(-1, f"{op} skipped while rate limited")
+
+
 class TokenInvalid(FeishuError):
     """The access token was rejected; the client refetches it and retries once."""
 

@@ -15,7 +15,7 @@ from bridge.core import Conversation, Timings, presence
 from bridge.core.state import ExecState
 from bridge.engine.actor import ConversationActor
 from bridge.engine.status_cards import StatusCards
-from bridge.feishu import client
+from bridge.feishu import session
 from bridge.feishu.cards.parts import BY_ELEMENT
 from bridge.feishu.delivery import FeishuGate
 from tests.sim.invariants import check, transcript
@@ -155,7 +155,7 @@ def test_the_sweep_finds_a_post_retried_by_the_client_after_it_became_moot(
     timed out in an outage was tried again by the client's own retries after its turn had
     ended (the gate asked whether it was moot; the client's retries did not). Put back, the
     sweep must find it (it did at seed 14; 10 of the first 500 seeds)."""
-    monkeypatch.setattr(client, "still_wanted", lambda: None)
+    monkeypatch.setattr(session, "still_wanted", lambda: None)
     assert _sweep(range(60), "after its agent ended") is not None
 
 

@@ -15,7 +15,7 @@ import pytest
 import respx
 
 from bridge.feishu.api import BotInfo, FeishuApi
-from bridge.feishu.client import UUID_MAX_LEN, FeishuClient, RetryPolicy, message_uuid
+from bridge.feishu.client import FeishuClient, RetryPolicy
 from bridge.feishu.delivery import BreakerState
 from bridge.feishu.errors import (
     BusinessError,
@@ -25,6 +25,7 @@ from bridge.feishu.errors import (
     TransportError,
     check_response,
 )
+from bridge.feishu.requests import UUID_MAX_LEN, message_uuid
 
 DOMAIN = "https://open.feishu.test"
 TOKEN_PATH = "/open-apis/auth/v3/tenant_access_token/internal"

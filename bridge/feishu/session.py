@@ -1,0 +1,225 @@
+"""`FeishuSession.send`: the one way a JSON call reaches Feishu, in the manner of aiogram's
+`BaseSession.make_request` and httpx's transports. A typed request (requests.py) goes
+through the middlewares, outermost first, down to the transport:
+
+- `Breaker`: a best-effort call (a reaction) is skipped while a rate limit's cool-down
+  lasts, so the quota goes to replies;
+- `Logged`: a call that finally fails is logged once (code, msg, log_id; never the body);
+- `Retried`: 5xx, 429 and transport errors are retried with the very same bytes (so the same
+  `uuid`), unless the call became moot meanwhile (its route's `moot`);
+- `Authorized`: the tenant token, fetched anew once when Feishu rejects it;
+- `Paced`: each try waits for its turn in the app's call budget, as its route's chat and
+  lane; a 429 tells the budget;
+- the transport: httpx over the client's pool; every answer mapped once
+  (`errors.check_response`).
+
+A fake Feishu is an httpx transport under all of this (tests/sim/transport.py, the engine's
+recording Feishu), never a second implementation of the calls."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from functools import partial
+from typing import Any, Protocol, TypeVar
+
+import httpx
+
+from bridge.feishu.budget import CallBudget
+from bridge.feishu.delivery import CircuitBreaker, Superseded, still_wanted
+from bridge.feishu.errors import (
+    FeishuError,
+    RateLimited,
+    Skipped,
+    TokenInvalid,
+    TransportError,
+    check_response,
+)
+from bridge.feishu.json_codec import dumps
+from bridge.feishu.requests import FeishuRequest
+from bridge.feishu.retry import RetryPolicy, Sleep, retried
+from bridge.utf8 import utf8_safe
+
+log = logging.getLogger("bridge.feishu.client")  # the client's calls, logged as its own
+
+R = TypeVar("R")
+_SPENT = httpx.ByteStream(b"")  # a read response's stream (see `HttpTransport`)
+
+
+@dataclass(slots=True)
+class Sending:
+    """One request on its way down: the body's bytes (encoded once, so every try sends the
+    same), the token the try carries, and the budget's credit still unspent."""
+
+    request: FeishuRequest[Any]
+    content: bytes | None
+    token: str = ""
+    credit: str | None = None  # the API a token was already taken from (the first try's)
+
+
+Next = Callable[[Sending], Awaitable[dict[str, Any]]]
+
+
+class Middleware(Protocol):
+    async def __call__(self, sending: Sending, call_next: Next) -> dict[str, Any]: ...
+
+
+class Tokens(Protocol):
+    async def get(self) -> str: ...
+
+    async def invalidate(self, token: str) -> None: ...
+
+
+class Breaker:
+    def __init__(self, breaker: CircuitBreaker) -> None:
+        self.breaker = breaker
+
+    async def __call__(self, sending: Sending, call_next: Next) -> dict[str, Any]:
+        request = sending.request
+        if not request.best_effort:
+            return await call_next(sending)
+        if not self.breaker.allow():
+            log.debug("%s skipped: reactions paused after a rate limit", request.label())
+            raise Skipped(request.label())
+        limited: RateLimited | None = None
+        try:
+            return await call_next(sending)
+        except RateLimited as exc:
+            limited = exc
+            raise
+        finally:
+            if limited is not None:
+                window = self.breaker.record_rate_limited(limited.reset_after)
+                log.info("reactions paused for %.0fs after a rate limit", window)
+            else:
+                self.breaker.record_ok()
+
+
+async def logged(sending: Sending, call_next: Next) -> dict[str, Any]:
+    try:
+        return await call_next(sending)
+    except Skipped:
+        raise
+    except FeishuError as exc:
+        request = sending.request
+        log.log(
+            request.failure_level,
+            "feishu %s failed: %s code=%s msg=%r http_status=%s log_id=%s",
+            request.label(),
+            type(exc).__name__,
+            exc.code,
+            exc.msg,
+            exc.http_status,
+            exc.log_id,
+        )
+        raise
+
+
+class Retried:
+    def __init__(self, policy: RetryPolicy, sleep: Sleep) -> None:
+        self.policy = policy
+        self._sleep = sleep
+
+    async def __call__(self, sending: Sending, call_next: Next) -> dict[str, Any]:
+        request = sending.request
+        moot = request.route.moot
+
+        async def again() -> dict[str, Any]:
+            # A post that became moot meanwhile is not retried (delivery.py).
+            if moot is not None and moot():
+                raise Superseded
+            still_wanted()
+            return await call_next(sending)
+
+        try:
+            return await call_next(sending)
+        except FeishuError as first:  # retried (bridge/feishu/retry.py) when worth it
+            best_effort = request.best_effort
+            return await retried(
+                first,
+                again,
+                op=request.label(),
+                policy=self.policy,
+                sleep=self._sleep,
+                attempts=self.policy.best_effort_attempts if best_effort else None,
+                retry_rate_limited=not best_effort,
+            )
+
+
+class Authorized:
+    def __init__(self, tokens: Tokens) -> None:
+        self._tokens = tokens
+
+    async def __call__(self, sending: Sending, call_next: Next) -> dict[str, Any]:
+        sending.token = await self._tokens.get()
+        try:
+            return await call_next(sending)
+        except TokenInvalid:
+            # Revoked or expired early: fetch a new token and try exactly once more.
+            await self._tokens.invalidate(sending.token)
+            sending.token = await self._tokens.get()
+            return await call_next(sending)
+
+
+class Paced:
+    def __init__(self, budget: CallBudget | None = None) -> None:
+        self.budget = budget
+
+    async def __call__(self, sending: Sending, call_next: Next) -> dict[str, Any]:
+        budget = self.budget
+        if budget is None:
+            return await call_next(sending)
+        request = sending.request
+        credit, sending.credit = sending.credit, None
+        await budget.before_call(request.method, request.path, request.route, credit)
+        try:
+            return await call_next(sending)
+        except RateLimited as exc:
+            budget.rate_limited(exc.reset_after, request.method, request.path, request.route)
+            raise
+
+
+class HttpTransport:
+    """The bottom of the chain: the request over httpx, its answer checked."""
+
+    def __init__(self, http: httpx.AsyncClient, domain: str) -> None:
+        self._http = http
+        self._domain = domain
+
+    async def __call__(self, sending: Sending) -> dict[str, Any]:
+        request = sending.request
+        headers = {"Authorization": f"Bearer {sending.token}"}
+        if sending.content is not None:
+            headers["Content-Type"] = "application/json; charset=utf-8"
+        try:
+            response = await self._http.request(
+                request.method,
+                self._domain + request.path,
+                params=request.params(),
+                content=sending.content,
+                headers=headers,
+            )
+        except httpx.RequestError as exc:
+            raise TransportError.from_httpx(exc) from None
+        # httpx binds a response and its stream to each other, a reference cycle holding
+        # the whole request's objects until the garbage collector runs. The body is read
+        # (the request was not streamed): the spent stream is let go now.
+        response.stream = _SPENT
+        return check_response(response)
+
+
+class FeishuSession:
+    def __init__(self, middlewares: Sequence[Middleware], transport: Next) -> None:
+        self.middlewares = tuple(middlewares)
+        chain = transport
+        for middleware in reversed(self.middlewares):
+            chain = partial(middleware, call_next=chain)
+        self._chain: Next = chain
+
+    async def send(self, request: FeishuRequest[R]) -> R:
+        body = request.body()
+        # utf8_safe: a lone surrogate in a card would otherwise fail to encode.
+        content = utf8_safe(dumps(body)).encode("utf-8") if body is not None else None
+        answer = await self._chain(Sending(request, content, credit=request.route.paid))
+        return request.answer(answer)
