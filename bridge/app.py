@@ -15,6 +15,7 @@ from typing import TextIO
 from pydantic import ValidationError
 
 from bridge.config import Settings
+from bridge.config.apps_file import load_apps, problems_for_config
 from bridge.config.checks import ConfigProblem, check_for_run, problems_from_validation
 from bridge.config.ops import OpsSection
 from bridge.config.retired import retired_problems
@@ -55,8 +56,11 @@ def settings_for_run(out: TextIO, secrets: Mapping[str, str] | None = None) -> S
 
 
 def cmd_check_config(_: argparse.Namespace) -> int:
-    settings = settings_for_run(sys.stderr)
+    """Like `run`'s checks; with BRIDGE_CONFIG_FILE, every problem of the file too, in the
+    place of the single app's (`problems_for_config`)."""
+    settings, problems = check_for_run({}, sandbox_problems, problems_for_config)
     if settings is None:
+        report_problems([*problems, *retired_problems()], _translator_for_env(), sys.stderr)
         return EXIT_CONFIG
     t = Translator(settings.presence.bridge_locale)
     retired = retired_problems()
@@ -64,7 +68,27 @@ def cmd_check_config(_: argparse.Namespace) -> int:
         report_problems(retired, t, sys.stderr)
         return EXIT_CONFIG
     feishu = settings.feishu
-    print(t("cli.config_ok", mode=feishu.feishu_event_mode, domain=feishu.feishu_domain))
+    if feishu.bridge_config_file is None:
+        print(t("cli.config_ok", mode=feishu.feishu_event_mode, domain=feishu.feishu_domain))
+        return 0
+    apps, problems = load_apps(settings)  # read again for what it holds: it may have changed
+    if apps is None:
+        report_problems(problems, t, sys.stderr)
+        return EXIT_CONFIG
+    counts = {"apps": len(apps.apps), "projects": len(apps.projects), "routes": len(apps.routes)}
+    print(t("cli.config_ok_file", file=str(feishu.bridge_config_file), **counts))
+    for app in apps.apps.values():
+        mode, project = app.intake, app.default_project
+        print(
+            t(
+                "cli.config_ok_app",
+                app=app.name,
+                app_id=app.app_id,
+                mode=mode,
+                domain=app.domain,
+                project=project,
+            )
+        )
     return 0
 
 

@@ -224,6 +224,7 @@ NOTES = {
 
 # Examples for fields that bridge.config.checks.EXAMPLES does not cover.
 MORE_EXAMPLES = {
+    "BRIDGE_CONFIG_FILE": "/etc/feishu-bridge/bridge.toml",
     "BRIDGE_INSTANCE_ID": "bridge-1",
     "BRIDGE_DATA_DIR": "/var/lib/feishu-bridge",
     "BRIDGE_LOG_LEVEL": "DEBUG",

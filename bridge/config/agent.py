@@ -10,7 +10,7 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import AliasChoices, BeforeValidator, Field, ValidationInfo, field_validator
 
 from bridge.config.base import CommaList, NamedList, Section, comma_list, why
-from bridge.config.commands import parse_named_list, profile_name, split_command
+from bridge.config.commands import agent_profiles, named_list, split_command, workspace_roots
 
 
 class AgentSection(Section):
@@ -144,28 +144,17 @@ class AgentSection(Section):
     @field_validator("bridge_agents", "bridge_workspaces", mode="before")
     @classmethod
     def _named_list(cls, value: Any, info: ValidationInfo) -> Any:
-        if not isinstance(value, str):
-            return value
-        pairs = parse_named_list(value)
-        if info.field_name == "bridge_agents":
-            for _, command in pairs:
-                split_command(command)
-        return pairs
+        return named_list(value, commands=info.field_name == "bridge_agents")
 
     @property
     def agent_profiles(self) -> tuple[tuple[str, list[str]], ...]:
         """(name, argv) of every agent a chat may use; the first is the default."""
-        if self.bridge_agents:
-            return tuple((name, shlex.split(command)) for name, command in self.bridge_agents)
-        return ((profile_name(self.agent_argv), self.agent_argv),)
+        return agent_profiles(self.bridge_agents, self.bridge_agent_command)
 
     @property
     def workspace_roots(self) -> tuple[tuple[str, Path], ...]:
         """(name, resolved folder) of every workspace; the first is the default."""
-        if self.bridge_workspaces:
-            return tuple((n, Path(p).expanduser().resolve()) for n, p in self.bridge_workspaces)
-        workdir = self.bridge_workdir.resolve()
-        return ((workdir.name or "workdir", workdir),)
+        return workspace_roots(self.bridge_workspaces, self.bridge_workdir)
 
     @property
     def agent_argv(self) -> list[str]:

@@ -90,26 +90,39 @@ def problems_for_run(
     """What `run` needs beyond a well-formed model; `sandbox` checks the agents' sandbox
     once the workspaces are sound."""
     found: list[ConfigProblem] = []
-    feishu, agent = settings.feishu, settings.agent
+    feishu = settings.feishu
     if not feishu.feishu_app_id:
         found.append(ConfigProblem("FEISHU_APP_ID", "missing"))
     if feishu.feishu_app_secret is None:
         found.append(ConfigProblem("FEISHU_APP_SECRET", "missing"))
     if feishu.feishu_event_mode == "webhook" and feishu.feishu_verification_token is None:
         found.append(ConfigProblem("FEISHU_VERIFICATION_TOKEN", "missing_for_webhook"))
+    found += project_problems(settings, sandbox, domain=True)
+    return found + exposure_problems(settings) + root_problems(settings)
+
+
+def project_problems(
+    settings: Settings, sandbox: SandboxCheck | None = None, domain: bool = False
+) -> list[ConfigProblem]:
+    """What `run` needs of the agent settings: programs found, workspaces sound, the sandbox
+    able to start (`sandbox`, once the workspaces are sound). The projects of
+    BRIDGE_CONFIG_FILE are checked by it one by one (bridge/config/apps_file.py); `domain`:
+    FEISHU_DOMAIN's check too, in the order the single app's problems have always come."""
+    found: list[ConfigProblem] = []
+    agent = settings.agent
     agents_field = "BRIDGE_AGENTS" if agent.bridge_agents else "BRIDGE_AGENT_COMMAND"
     for _, argv in agent.agent_profiles:
         if shutil.which(argv[0], path=os.environ.get("PATH")) is None:
             # Found now, not at the first user's message.
             found.append(ConfigProblem(agents_field, "program_not_found", {"program": argv[0]}))
-    if not _secure_domain(feishu.feishu_domain):
+    if domain and not secure_domain(settings.feishu.feishu_domain):
         found.append(ConfigProblem("FEISHU_DOMAIN", "domain_not_https"))
     roots = agent.workspace_roots
     workdir_problems = [p for _, root in roots for p in _root_problems(settings, root)]
     found += workdir_problems
     if not workdir_problems and sandbox is not None:
         found += sandbox(settings)
-    return found + exposure_problems(settings) + root_problems(settings)
+    return found
 
 
 def effective_uid() -> int:
@@ -131,7 +144,7 @@ def root_problems(settings: Settings) -> list[ConfigProblem]:
     return []
 
 
-def _secure_domain(domain: str) -> bool:
+def secure_domain(domain: str) -> bool:
     """https, or http to this machine only (the emulator): the app secret travels on it."""
     url = urlsplit(domain)
     return url.scheme == "https" or is_loopback(url.hostname or "")
@@ -161,19 +174,25 @@ def exposure_problems(settings: Settings) -> list[ConfigProblem]:
     """Settings that would expose the agent or the operator API by omission. The service
     refuses them too (not only `run`), so no entry point starts them by accident."""
     found: list[ConfigProblem] = []
-    access, ops = settings.access, settings.ops
+    access = settings.access
     everyone = not access.bridge_allowed_users and not access.bridge_allowed_chats
     if everyone and not access.bridge_allow_all:
         found.append(ConfigProblem("BRIDGE_ALLOWED_USERS", "nobody_allowed"))
     if not access.bridge_requester_may_approve and not access.bridge_approvers:
         found.append(ConfigProblem("BRIDGE_APPROVERS", "no_approvers"))
+    return found + ops_exposure_problems(settings)
+
+
+def ops_exposure_problems(settings: Settings) -> list[ConfigProblem]:
+    """The operator API open to the network without a token."""
+    ops = settings.ops
     if ops.bridge_ops_token is None and not is_loopback(ops.bridge_ops_host):
-        found.append(
+        return [
             ConfigProblem(
                 "BRIDGE_OPS_TOKEN", "ops_token_for_public_host", {"host": ops.bridge_ops_host}
             )
-        )
-    return found
+        ]
+    return []
 
 
 def is_loopback(host: str) -> bool:
@@ -213,14 +232,22 @@ def load_settings(**overrides: Any) -> tuple[Settings | None, list[ConfigProblem
         return None, problems_from_validation(exc)
 
 
+# What `run` (or check-config) needs beyond well-formed settings: `problems_for_run`, or
+# with BRIDGE_CONFIG_FILE the file's checks too (bridge/config/apps_file.py, which imports
+# this module and so is passed in).
+RunCheck = Callable[[Settings, SandboxCheck | None], list[ConfigProblem]]
+
+
 def check_for_run(
-    overrides: Mapping[str, Any], sandbox: SandboxCheck | None = None
+    overrides: Mapping[str, Any],
+    sandbox: SandboxCheck | None = None,
+    for_run: RunCheck = problems_for_run,
 ) -> tuple[Settings | None, list[ConfigProblem]]:
     """Settings for `run`, or every problem at once: the malformed values, and what `run`
-    needs beyond them (checked with the malformed ones at their defaults)."""
+    needs beyond them (`for_run`, checked with the malformed ones at their defaults)."""
     settings, problems = load_settings(**overrides)
     if settings is not None:
-        problems = problems_for_run(settings, sandbox)
+        problems = for_run(settings, sandbox)
         return (None if problems else settings), problems
     bad = {p.variable for p in problems}
     fields = env_fields()
@@ -231,5 +258,5 @@ def check_for_run(
     }
     fallback, _ = load_settings(**{**overrides, **defaults})
     if fallback is not None:
-        problems += [p for p in problems_for_run(fallback, sandbox) if p.variable not in bad]
+        problems += [p for p in for_run(fallback, sandbox) if p.variable not in bad]
     return None, problems

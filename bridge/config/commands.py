@@ -1,11 +1,14 @@
 """Command lines and named lists in settings (BRIDGE_AGENT_COMMAND, BRIDGE_AGENTS,
-BRIDGE_WORKSPACES), parsed for the agent section (bridge/config/agent.py)."""
+BRIDGE_WORKSPACES), parsed for the agent section (bridge/config/agent.py) and for the
+projects of BRIDGE_CONFIG_FILE (bridge/config/apps.py), which read them alike."""
 
 from __future__ import annotations
 
 import re
 import shlex
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,31}")
 _LAUNCHERS = re.compile(r"(python[0-9.]*|node|npx|uvx|bunx|pnpx)")
@@ -61,3 +64,41 @@ def parse_named_list(value: str) -> tuple[tuple[str, str], ...]:
             raise ValueError(f"`{name}` is named twice")
         pairs.append((name, rest))
     return tuple(pairs)
+
+
+def named_list(value: Any, commands: bool) -> Any:
+    """A named list as written: `name=value;…` (a setting) or a table of name = value (the
+    file), as pairs in order; each value a command line when `commands`. Else as given, for
+    the field's own type to refuse."""
+    if isinstance(value, str):
+        pairs = parse_named_list(value)
+    elif isinstance(value, Mapping) and all(isinstance(v, str) for v in value.values()):
+        pairs = parse_named_list(";".join(f"{name}={v}" for name, v in value.items()))
+    else:
+        return value
+    if commands:
+        for _, command in pairs:
+            split_command(command)
+    return pairs
+
+
+def agent_profiles(
+    agents: tuple[tuple[str, str], ...], command: str
+) -> tuple[tuple[str, list[str]], ...]:
+    """(name, argv) of every agent a chat may use; the first is the default. Without named
+    agents, the one command under its program's name."""
+    if agents:
+        return tuple((name, shlex.split(line)) for name, line in agents)
+    argv = shlex.split(command)
+    return ((profile_name(argv), argv),)
+
+
+def workspace_roots(
+    workspaces: tuple[tuple[str, str], ...], workdir: Path
+) -> tuple[tuple[str, Path], ...]:
+    """(name, resolved folder) of every workspace; the first is the default. Without named
+    workspaces, the one folder under its own name."""
+    if workspaces:
+        return tuple((n, Path(p).expanduser().resolve()) for n, p in workspaces)
+    folder = workdir.resolve()
+    return ((folder.name or "workdir", folder),)

@@ -1,7 +1,9 @@
-"""The Feishu app the bridge acts as, and how its events reach the bridge."""
+"""The Feishu app the bridge acts as, and how its events reach the bridge; or the file of
+several apps (bridge/config/apps_file.py)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, ClassVar, Literal
 
 from pydantic import BeforeValidator, Field, SecretStr, field_validator
@@ -22,6 +24,15 @@ class FeishuSection(Section):
 
     title: ClassVar[str] = "Feishu app"
 
+    bridge_config_file: Annotated[Path | None, BeforeValidator(empty_is_unset)] = Field(
+        default=None,
+        description="A TOML file of several Feishu apps, the projects their chats work on and"
+        " the routes between them (docs/operators/apps.md); it replaces the FEISHU_* app"
+        " settings and the allow-lists, and gives each project's agent settings. Unset: the"
+        " one app of FEISHU_APP_ID. For now `check-config` checks it; `run` still serves the"
+        " one app of the environment.",
+        json_schema_extra=why("To serve several Feishu apps (bots) from one bridge."),
+    )
     feishu_app_id: Annotated[str | None, BeforeValidator(empty_is_unset)] = Field(
         default=None,
         description="The app's App ID (cli_…).",
@@ -101,7 +112,12 @@ class FeishuSection(Section):
     @field_validator("feishu_domain")
     @classmethod
     def _domain(cls, value: str) -> str:
-        value = _DOMAIN_ALIASES.get(value.strip().lower(), value.strip())
-        if not value.startswith(("http://", "https://")):
-            raise ValueError("must be `feishu`, `lark` or an http(s) URL")
-        return value.rstrip("/")
+        return domain_url(value)
+
+
+def domain_url(value: str) -> str:
+    """`feishu`, `lark` or an http(s) URL, as the Open Platform's base URL."""
+    value = _DOMAIN_ALIASES.get(value.strip().lower(), value.strip())
+    if not value.startswith(("http://", "https://")):
+        raise ValueError("must be `feishu`, `lark` or an http(s) URL")
+    return value.rstrip("/")

@@ -60,7 +60,7 @@ ZH_USER_DOCS = ("user-quickstart.md", "approvals.md")
 
 
 def doc_files() -> list[Path]:
-    return sorted(DOCS.glob("*.md"))
+    return sorted(DOCS.rglob("*.md"))  # docs/operators/ too
 
 
 def markdown_files() -> list[Path]:
