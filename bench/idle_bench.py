@@ -1,5 +1,6 @@
-"""Memory of idle conversations: the real engine, SQLite store and operator projection of the
-bridge in one process, with an in-process agent and Feishu that keep nothing. N chats each
+"""Memory of idle conversations: the real engine, Feishu client, SQLite store and operator
+projection of the bridge in one process, with an in-process agent and a Feishu (at the HTTP
+transport, tests/fakes/feishu.py) that keep nothing. N chats each
 send one message and get one answer; once every conversation is idle again the resident
 memory grown is divided by N and extrapolated to 100,000 conversations.
 
@@ -13,13 +14,14 @@ import asyncio
 import gc
 import itertools
 import os
+import sys
 import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from bridge.clock import new_id
+from bridge.clock import LoopClock, new_id
 from bridge.core import Options, Timings
 from bridge.engine.engine import Engine, EngineConfig
 from bridge.feishu.events import InboundMessage
@@ -29,31 +31,16 @@ from bridge.runtime.events import MessageChunk, PromptSent, SessionFacts, StopRe
 from bridge.runtime.port import EventSink, PromptFile, SessionHandle
 from bridge.store.sqlite import SqliteStore
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tests.fakes.feishu import FakeFeishu
+
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
 def rss_mib() -> float:
     with open("/proc/self/statm") as statm:
         return int(statm.read().split()[1]) * PAGE / 2**20
-
-
-class QuietFeishu:
-    """Answers every call the engine makes with an id; remembers nothing."""
-
-    def __init__(self) -> None:
-        self._ids = itertools.count(1)
-
-    async def reply_text(self, *args: Any, **kwargs: Any) -> list[str]:
-        return [f"om_bot_{next(self._ids)}"]
-
-    async def add_reaction(self, *args: Any) -> str:
-        return f"r_{next(self._ids)}"
-
-    def __getattr__(self, name: str) -> Any:
-        async def anything(*args: Any, **kwargs: Any) -> None:
-            return None
-
-        return anything
 
 
 class EchoAgent:
@@ -93,15 +80,17 @@ async def run(n: int, folder: Path) -> None:
     await store.open()
     projection = Projection(new_id(), time.time)
     quiet = Timings(first_hint=600, heartbeat=600, stale=3600, approval_timeout=3600)
+    clock = LoopClock()
+    feishu = FakeFeishu(remember=False).client(clock=clock.now)
     engine = Engine(
-        feishu=QuietFeishu(),  # type: ignore[arg-type]
+        feishu=feishu,
         runtime=EchoAgent(),  # type: ignore[arg-type]
         store=store,
         translator=Translator("zh_CN"),
         config=EngineConfig(
             timings=quiet, options=Options(), ack_emoji="OnIt", max_running_turns=64
         ),
-        clock=time.time,
+        clock=clock,
         publish=projection.publish,
     )
     gc.collect()

@@ -25,7 +25,6 @@ import asyncio
 import itertools
 import json
 import random
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -47,6 +46,8 @@ from bridge.devtools.emulator.outage import LIMIT_HEADER, RESET_HEADER
 from bridge.feishu.budget import api_of, is_send
 from bridge.feishu.cards.status import ANSWER
 from bridge.feishu.client import TOKEN_PATH
+from bridge.feishu.requests import MESSAGES
+from tests.fakes.feishu_calls import CARD, ELEMENT, MESSAGE, card_of, read_call
 
 from .loop import EPOCH
 
@@ -130,13 +131,6 @@ class _Answer:
     headers: dict[str, str] = field(default_factory=dict)
 
 
-_MESSAGES = "/open-apis/im/v1/messages"
-_CARDS = "/open-apis/cardkit/v1/cards"
-_MESSAGE = re.compile(r"/open-apis/im/v1/messages/(?P<id>[^/]+)(?P<rest>/.*)?")
-_CARD = re.compile(r"/open-apis/cardkit/v1/cards/(?P<id>[^/]+)(?P<rest>/.*)?")
-_ELEMENT = re.compile(r"/elements/(?P<element>[^/]+)(?P<content>/content)?")
-
-
 class SimTransport(httpx.AsyncBaseTransport):
     """Feishu's Open API for one world; one for the world, whatever process calls it."""
 
@@ -183,7 +177,7 @@ class SimTransport(httpx.AsyncBaseTransport):
         body = json.loads(raw) if raw else {}
         if path == TOKEN_PATH:
             return _response(self._token(), request)
-        post = Post(self.now(), *_op(method, path, request.url.params, body))
+        post = Post(self.now(), *read_call(method, path, request.url.params, body))
         self.posts.append(post)
         try:
             answer = await self._answer(post, method, path, request, body)
@@ -203,7 +197,7 @@ class SimTransport(httpx.AsyncBaseTransport):
         if self.faults.down(self.now() - EPOCH):
             return self._outage(post)
         limited = self.limits.check(
-            self.now(), api_of(method, path), self._chat(method, path, body), _card_of(path)
+            self.now(), api_of(method, path), self._chat(method, path, body), card_of(path)
         )
         if limited is not None:
             post.ok, post.limited, post.end, post.reset = False, limited, self.now(), 1.0
@@ -257,9 +251,9 @@ class SimTransport(httpx.AsyncBaseTransport):
         """The chat a send goes to (Feishu's 5 a second to one chat is on sends)."""
         if not is_send(method, path):
             return None
-        if path == _MESSAGES:
+        if path == MESSAGES:
             return str(body.get("receive_id", ""))
-        match = _MESSAGE.fullmatch(path)
+        match = MESSAGE.fullmatch(path)
         return self.chat_of.get(match["id"]) if match is not None else None
 
     # -- what each call does ---------------------------------------------------------------
@@ -276,8 +270,8 @@ class SimTransport(httpx.AsyncBaseTransport):
             card_id = self.cards.create(body)
             post.result = card_id
             return {"card_id": card_id}
-        message = _MESSAGE.fullmatch(path)
-        card = _CARD.fullmatch(path)
+        message = MESSAGE.fullmatch(path)
+        card = CARD.fullmatch(path)
         if card is not None:
             self._card_change(post, card["id"], card["rest"] or "", body)
             if post.uuid:
@@ -332,7 +326,7 @@ class SimTransport(httpx.AsyncBaseTransport):
 
     def _card_change(self, post: Post, card_id: str, rest: str, body: dict[str, Any]) -> None:
         cards = self.cards
-        element = _ELEMENT.fullmatch(rest)
+        element = ELEMENT.fullmatch(rest)
         if rest == "":
             cards.update(card_id, body)
         elif rest == "/settings":
@@ -362,83 +356,10 @@ _NEW_MESSAGES = frozenset(
         "send_text",
         "send_card",
         "send_text_to_user",
+        "reply_image",
+        "reply_file",
     }
 )
-
-
-def _op(
-    method: str, path: str, params: httpx.QueryParams, body: dict[str, Any]
-) -> tuple[str, str, str, dict[str, Any] | None, str]:
-    """(op, target, text, card, uuid) of a call, named as the `FeishuApi` port names it."""
-    uuid = str(body.get("uuid", ""))  # a send's, or a card change's (Feishu dedups both)
-    if path == _MESSAGES and method == "POST":
-        if params.get("receive_id_type") == "open_id":
-            return "send_text_to_user", body["receive_id"], _text(body), None, uuid
-        if body.get("msg_type") == "interactive":
-            return "send_card", body["receive_id"], "", json.loads(body["content"]), uuid
-        return "send_text", body["receive_id"], _text(body), None, uuid
-    if path == _CARDS and method == "POST":
-        return "create_card", "", "", json.loads(body["data"]), ""
-    card = _CARD.fullmatch(path)
-    if card is not None:
-        return _card_op(method, card["id"], card["rest"] or "", body)
-    message = _MESSAGE.fullmatch(path)
-    if message is None:
-        return f"{method} {path}", "", "", None, ""
-    target, rest = message["id"], message["rest"] or ""
-    if rest == "/reply":
-        if body.get("msg_type") != "interactive":
-            return "reply_text", target, _text(body), None, uuid
-        content = json.loads(body["content"])
-        if content.get("type") == "card":
-            return "reply_card_entity", target, content["data"]["card_id"], None, uuid
-        return "reply_card", target, "", content, uuid
-    if rest == "/reactions":
-        return "add_reaction", target, body["reaction_type"]["emoji_type"], None, ""
-    if rest.startswith("/reactions/"):
-        return "remove_reaction", target, rest.removeprefix("/reactions/"), None, ""
-    if rest == "/urgent_app":
-        return "urgent_app", target, ",".join(body.get("user_id_list", [])), None, ""
-    if rest == "" and method == "PATCH":
-        return "update_card", target, "", json.loads(body["content"]), ""
-    if rest == "" and method == "PUT":
-        return "edit_text", target, _text(body), None, ""
-    if rest == "" and method == "GET":
-        return "get_message", target, "", None, ""
-    return f"{method} {path}", target, "", None, ""
-
-
-def _card_op(
-    method: str, card_id: str, rest: str, body: dict[str, Any]
-) -> tuple[str, str, str, dict[str, Any] | None, str]:
-    if rest == "" and method == "PUT":
-        return "update_card_entity", card_id, "", json.loads(body["card"]["data"]), ""
-    if rest == "/settings":
-        return "card_settings", card_id, "", json.loads(body["settings"]), ""
-    if rest == "/batch_update":
-        actions = json.loads(body["actions"])
-        contents = [str(a["params"]["partial_element"].get("content", "")) for a in actions]
-        return "batch_update_card", card_id, "\n".join(contents), None, ""
-    element = _ELEMENT.fullmatch(rest)
-    if element is not None and element["content"]:
-        return "stream_card_text", card_id, str(body.get("content", "")), None, ""
-    if element is not None and method == "PUT":
-        content = json.loads(body["element"]).get("content", "")
-        return "update_card_element", card_id, str(content), None, ""
-    if element is not None and method == "PATCH":
-        content = json.loads(body["partial_element"]).get("content", "")
-        return "patch_card_element", card_id, str(content), None, ""
-    return f"{method} {rest}", card_id, "", None, ""
-
-
-def _card_of(path: str) -> str | None:
-    """The card entity a change is made to (Feishu's 10 a second per card)."""
-    match = _CARD.fullmatch(path)
-    return match["id"] if match is not None else None
-
-
-def _text(body: dict[str, Any]) -> str:
-    return str(json.loads(body.get("content") or "{}").get("text", ""))
 
 
 def _error_body(error: Refused, post: Post) -> dict[str, Any]:

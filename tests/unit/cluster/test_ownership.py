@@ -19,7 +19,8 @@ from bridge.feishu.events import InboundMessage
 from bridge.runtime.events import PermissionRequested
 from bridge.store import MemoryStore
 from bridge.store.port import ApprovalStatus, MessageState
-from tests.unit.engine.engine_fakes import ACK, ALICE, CHAT, Call, Harness, T
+from tests.fakes.feishu import Call
+from tests.unit.engine.engine_fakes import ACK, ALICE, CHAT, Harness, T
 from tests.unit.engine.test_engine_intake import OPTIONS
 
 TTL = 15.0

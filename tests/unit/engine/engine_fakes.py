@@ -1,9 +1,8 @@
-"""In-process fakes of the engine's two outbound ports, and a harness that wires a real
-`Engine` (real core, actors, executor, turn runner, MemoryStore) to them.
-
-`RecordingFeishu` records every call in order and can hold one kind of call until released;
-`FakeRuntime` runs each prompt as a turn the test drives event by event. Either can be told
-to fail at one point: a download, opening a session, reloading one, sending a prompt.
+"""A harness that wires a real `Engine` (real core, actors, executor, turn runner,
+MemoryStore) to in-process fakes: Feishu at the HTTP transport under the real `FeishuClient`
+(tests/fakes/feishu.py: every call recorded in order, an op held until released or failed),
+and `FakeRuntime`, which runs each prompt as a turn the test drives event by event and can be
+told to fail at one point: opening a session, reloading one, sending a prompt.
 """
 
 from __future__ import annotations
@@ -17,10 +16,8 @@ from typing import Any
 
 from bridge.core import Options, Timings
 from bridge.engine.engine import Engine, EngineConfig
-from bridge.feishu.api import BotInfo
 from bridge.feishu.delivery import DeliveryPolicy
 from bridge.feishu.events import AttachmentRef, CardAction, InboundMessage
-from bridge.feishu.resources import Downloaded
 from bridge.i18n import Translator
 from bridge.runtime.events import (
     PromptSent,
@@ -34,6 +31,7 @@ from bridge.runtime.port import EventSink, PromptFile, RuntimeUnavailable, Sessi
 from bridge.schedules.scheduler import ScheduleSettings
 from bridge.store import MemoryStore
 from bridge.store.steady import StoreRetry
+from tests.fakes.feishu import FakeFeishu
 
 T = Translator("zh_CN")
 NOW = 1_700_000_000.0
@@ -42,110 +40,6 @@ CHAT = "oc_1"
 ACK = "Typing"
 # Long enough that no presence timer fires while a test runs.
 QUIET = Timings(first_hint=600, heartbeat=600, stale=3600, approval_timeout=3600)
-
-
-@dataclass(frozen=True)
-class Call:
-    op: str
-    target: str  # the message or chat the call is about
-    text: str = ""  # reply/send text, or emoji
-    card: dict[str, Any] | None = None
-
-
-class RecordingFeishu:
-    """The FeishuApi port, recorded. `hold(op)` parks calls of that kind until `release()`."""
-
-    def __init__(self) -> None:
-        self.calls: list[Call] = []
-        self._ids = itertools.count(1)
-        self._held: set[str] = set()
-        self._gate = asyncio.Event()
-        self.entered = asyncio.Event()  # a held call has started
-        self.download_error: Exception | None = None  # download_resource raises it
-        self.urgent_error: Exception | None = None  # urgent_app raises it
-
-    def hold(self, op: str) -> None:
-        self._held.add(op)
-        self._gate.clear()
-
-    def release(self) -> None:
-        self._held.clear()
-        self._gate.set()
-
-    async def _record(self, call: Call) -> None:
-        self.calls.append(call)
-        if call.op in self._held:
-            self.entered.set()
-            await self._gate.wait()
-
-    def _id(self) -> str:
-        return f"om_bot_{next(self._ids)}"
-
-    async def reply_text(
-        self, message_id: str, text: str, *, uuid: str, in_thread: bool = False
-    ) -> list[str]:
-        await self._record(Call("reply_text", message_id, text))
-        return [self._id()]
-
-    async def send_text(self, chat_id: str, text: str, *, uuid: str) -> list[str]:
-        await self._record(Call("send_text", chat_id, text))
-        return [self._id()]
-
-    async def send_text_to_user(self, open_id: str, text: str, *, uuid: str) -> tuple[str, str]:
-        await self._record(Call("send_text_to_user", open_id, text))
-        return self._id(), f"oc_p2p_{open_id}"
-
-    async def reply_card(
-        self, message_id: str, card: dict[str, Any], *, uuid: str, in_thread: bool = False
-    ) -> str:
-        await self._record(Call("reply_card", message_id, card=card))
-        return self._id()
-
-    async def send_card(self, chat_id: str, card: dict[str, Any], *, uuid: str) -> str:
-        await self._record(Call("send_card", chat_id, card=card))
-        return self._id()
-
-    async def update_card(self, message_id: str, card: dict[str, Any]) -> None:
-        await self._record(Call("update_card", message_id, card=card))
-
-    async def urgent_app(self, message_id: str, open_ids: Sequence[str]) -> list[str]:
-        await self._record(Call("urgent_app", message_id, ",".join(open_ids)))
-        if self.urgent_error is not None:
-            raise self.urgent_error
-        return []
-
-    async def add_reaction(self, message_id: str, emoji_type: str) -> str | None:
-        await self._record(Call("add_reaction", message_id, emoji_type))
-        return f"r_{message_id}"
-
-    async def remove_reaction(self, message_id: str, reaction_id: str) -> bool:
-        await self._record(Call("remove_reaction", message_id, reaction_id))
-        return True
-
-    async def download_resource(
-        self, message_id: str, key: str, resource_type: str, dest: Path, *, max_bytes: int
-    ) -> Downloaded:
-        await self._record(Call("download_resource", message_id, key))
-        if self.download_error is not None:
-            raise self.download_error
-        return Downloaded(0, "image/png")  # nothing written: the fake runtime reads no file
-
-    async def bot_info(self) -> BotInfo:
-        return BotInfo(open_id="ou_bot", app_name="Bot")
-
-    async def aclose(self) -> None:
-        return None
-
-    # -- reading the record --------------------------------------------------------------
-
-    def ops(self) -> list[tuple[str, str]]:
-        return [(c.op, c.target) for c in self.calls]
-
-    def cards(self) -> list[Call]:
-        return [c for c in self.calls if c.op in ("reply_card", "send_card")]
-
-    def texts(self) -> list[str]:
-        return [c.text for c in self.calls if c.op in ("reply_text", "send_text")]
 
 
 @dataclass
@@ -260,6 +154,14 @@ class FakeRuntime:
         return {}
 
 
+async def until(condition: Callable[[], bool]) -> None:
+    """Gives the loop turns until `condition` holds (the caller bounds it with a timeout):
+    for a state no event announces, such as the delivery gate going down once the client's
+    retries of a call are spent. No time passes."""
+    while not condition():  # noqa: ASYNC110
+        await asyncio.sleep(0)
+
+
 class _HarnessClock:
     """The `Clock` port over the harness's settable `clock` (both lines read it)."""
 
@@ -288,14 +190,15 @@ class Harness:
         schedules: ScheduleSettings | None = None,
         attachments_dir: Path | None = None,
         store_retry: StoreRetry | None = None,
-        feishu: RecordingFeishu | None = None,
+        feishu: FakeFeishu | None = None,
         timings: Timings = QUIET,
         delivery: DeliveryPolicy | None = None,
         options: Options | None = None,
     ) -> None:
         self.options = options or Options()
         self.store_retry = store_retry or StoreRetry()
-        self.feishu = feishu or RecordingFeishu()
+        self.feishu = feishu or FakeFeishu()  # what Feishu saw
+        self.client = self.feishu.client(clock=lambda: self.clock)  # the engine's
         self._timings = timings
         self._delivery = delivery or DeliveryPolicy()
         self.runtime = FakeRuntime()
@@ -308,7 +211,7 @@ class Harness:
 
     def build(self, max_running_turns: int = 4) -> Engine:
         return Engine(
-            feishu=self.feishu,
+            feishu=self.client,
             runtime=self.runtime,
             store=self.store,
             translator=T,

@@ -6,44 +6,20 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from typing import Any
 
 import pytest
 
+from bridge.devtools.emulator.codes import INTERNAL_ERROR
 from bridge.feishu.delivery import DeliveryPolicy
-from bridge.feishu.errors import ServerError
 from bridge.runtime.events import PermissionKind, PermissionOption, PermissionRequested
 from bridge.store import MemoryStore
-from tests.unit.engine.engine_fakes import CHAT, NOW, QUIET, Harness, RecordingFeishu, T
+from tests.fakes.feishu import FakeFeishu
+from tests.unit.engine.engine_fakes import CHAT, NOW, QUIET, Harness, T, until
 
 OPTIONS = (PermissionOption("allow", "Allow once", PermissionKind.ALLOW_ONCE),)
 
 
-class CardsDown(RecordingFeishu):
-    """Cards fail with a 5xx while `down` (texts go through); `tried` is set at each."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.down = False
-        self.tried = asyncio.Event()
-
-    async def reply_card(
-        self, message_id: str, card: dict[str, Any], *, uuid: str, in_thread: bool = False
-    ) -> str:
-        if self.down:
-            self.tried.set()
-            raise ServerError(500, "down")
-        return await super().reply_card(message_id, card, uuid=uuid, in_thread=in_thread)
-
-
-class BrokenCards(RecordingFeishu):
-    async def reply_card(
-        self, message_id: str, card: dict[str, Any], *, uuid: str, in_thread: bool = False
-    ) -> str:
-        raise RuntimeError("a bug on the way to Feishu")
-
-
-async def _harness(feishu: RecordingFeishu) -> AsyncIterator[Harness]:
+async def _harness(feishu: FakeFeishu) -> AsyncIterator[Harness]:
     store = MemoryStore()
     await store.open()
     harness = Harness(
@@ -58,14 +34,16 @@ async def _harness(feishu: RecordingFeishu) -> AsyncIterator[Harness]:
 
 
 @pytest.fixture
-async def down() -> AsyncIterator[Harness]:
-    async for harness in _harness(CardsDown()):
+async def harness() -> AsyncIterator[Harness]:
+    async for harness in _harness(FakeFeishu()):
         yield harness
 
 
 @pytest.fixture
 async def broken() -> AsyncIterator[Harness]:
-    async for harness in _harness(BrokenCards()):
+    feishu = FakeFeishu()
+    feishu.fail("reply_card", RuntimeError("a bug on the way to Feishu"))
+    async for harness in _harness(feishu):
         yield harness
 
 
@@ -75,8 +53,7 @@ async def _ask(harness: Harness) -> None:
     turn.emit(PermissionRequested(turn.session_id, request_id="r1", title="Run", options=OPTIONS))
 
 
-async def test_the_wait_counts_from_when_feishu_took_the_card(down: Harness) -> None:
-    harness = down
+async def test_the_wait_counts_from_when_feishu_took_the_card(harness: Harness) -> None:
     harness.feishu.hold("reply_card")  # the card waits for its turn
     await _ask(harness)
     await harness.feishu.entered.wait()
@@ -91,14 +68,13 @@ async def test_the_wait_counts_from_when_feishu_took_the_card(down: Harness) -> 
 
 
 async def test_a_card_feishu_never_took_in_its_window_ends_the_round(
-    down: Harness, caplog: pytest.LogCaptureFixture
+    harness: Harness, caplog: pytest.LogCaptureFixture
 ) -> None:
-    harness = down
     feishu = harness.feishu
-    assert isinstance(feishu, CardsDown)
-    feishu.down = True
+    feishu.fail("reply_card", INTERNAL_ERROR)  # cards fail with a 5xx; texts go through
     await _ask(harness)
-    await asyncio.wait_for(feishu.tried.wait(), 5.0)
+    # The card found the API down (once the client's retries of it are spent).
+    await asyncio.wait_for(until(lambda: harness.engine.gate.down), 5.0)
     harness.clock += 61.0  # past the window: a retry now could post it twice
     await asyncio.wait_for(harness.idle(), 5.0)
 

@@ -15,7 +15,8 @@ from bridge.feishu.events import AttachmentRef
 from bridge.runtime.events import MessageChunk
 from bridge.store import MemoryStore
 from bridge.store.port import MessageState, TurnOutcome
-from tests.unit.engine.engine_fakes import ACK, CHAT, Call, Harness, T
+from tests.fakes.feishu import Call
+from tests.unit.engine.engine_fakes import ACK, CHAT, Harness, T
 
 RESEND = T("presence.unrecoverable")
 IMAGE = AttachmentRef(kind="image", key="img_1", resource_type="image")
@@ -67,7 +68,7 @@ async def test_attachments_that_cannot_be_fetched_at_all_end_the_turn_with_the_r
     harness = with_attachments
     # Not one file refused by Feishu (that is `attachment.failed`, and the turn goes on): the
     # download itself breaks (here a malformed Content-Length), so nothing can go to the agent.
-    harness.feishu.download_error = ValueError("invalid literal for int()")
+    harness.feishu.fail("download_resource", ValueError("invalid literal for int()"))
     mid = await harness.say("what is in this picture?", attachments=(IMAGE,))
     await harness.idle()
 

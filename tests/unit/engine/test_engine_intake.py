@@ -13,7 +13,8 @@ from bridge.runtime.events import (
     ToolCallStarted,
 )
 from bridge.store.port import MessageState, SessionRecord
-from tests.unit.engine.engine_fakes import ACK, CHAT, Call, Harness, T
+from tests.fakes.feishu import Call
+from tests.unit.engine.engine_fakes import ACK, CHAT, Harness, T
 
 OPTIONS = (
     PermissionOption("allow-once", "Allow once", PermissionKind.ALLOW_ONCE),

@@ -4,7 +4,8 @@ interrupted turn's user, then runs what was queued behind it, on the same agent 
 from __future__ import annotations
 
 from bridge.store.port import MessageState
-from tests.unit.engine.engine_fakes import CHAT, Call, Harness, T
+from tests.fakes.feishu import Call
+from tests.unit.engine.engine_fakes import CHAT, Harness, T
 
 
 async def test_after_a_restart_the_interrupted_user_is_told_and_the_queue_runs(

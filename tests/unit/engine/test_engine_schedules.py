@@ -12,7 +12,8 @@ import pytest
 from bridge.schedules.scheduler import ScheduleSettings
 from bridge.store import MemoryStore
 from bridge.store.port import ScheduleKind
-from tests.unit.engine.engine_fakes import ALICE, CHAT, Call, Harness, T
+from tests.fakes.feishu import Call
+from tests.unit.engine.engine_fakes import ALICE, CHAT, Harness, T
 
 HOUR = 3600.0
 BOB = "ou_bob"

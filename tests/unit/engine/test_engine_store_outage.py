@@ -12,7 +12,8 @@ from bridge.runtime.events import MessageChunk
 from bridge.store import MemoryStore
 from bridge.store.port import MessageState, StoreUnavailable, TurnOutcome
 from bridge.store.steady import StoreRetry
-from tests.unit.engine.engine_fakes import ACK, CHAT, Call, Harness, T
+from tests.fakes.feishu import Call
+from tests.unit.engine.engine_fakes import ACK, CHAT, Harness, T
 
 NO_WAIT = StoreRetry(base_delay=0.0, max_delay=0.0)
 

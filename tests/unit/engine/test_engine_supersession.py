@@ -9,28 +9,11 @@ from collections.abc import AsyncIterator
 import pytest
 
 from bridge.core import Timings
+from bridge.devtools.emulator.codes import INTERNAL_ERROR
 from bridge.feishu.delivery import DeliveryPolicy
-from bridge.feishu.errors import ServerError
 from bridge.runtime.events import MessageChunk
 from bridge.store import MemoryStore
-from tests.unit.engine.engine_fakes import Harness, RecordingFeishu
-
-
-class FlakyFeishu(RecordingFeishu):
-    """Text replies fail with a 5xx while `down`; `tried` is set at each refused one."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.down = False
-        self.tried = asyncio.Event()
-
-    async def reply_text(
-        self, message_id: str, text: str, *, uuid: str, in_thread: bool = False
-    ) -> list[str]:
-        if self.down:
-            self.tried.set()
-            raise ServerError(500, "down")
-        return await super().reply_text(message_id, text, uuid=uuid, in_thread=in_thread)
+from tests.unit.engine.engine_fakes import Harness, until
 
 
 @pytest.fixture
@@ -39,7 +22,6 @@ async def harness() -> AsyncIterator[Harness]:
     await store.open()
     harness = Harness(
         store,
-        feishu=FlakyFeishu(),
         # The hint is due at once; nothing else of the presence clock fires meanwhile.
         timings=Timings(first_hint=0.001, heartbeat=600, stale=3600, approval_timeout=3600),
         delivery=DeliveryPolicy(first_probe=0.01, max_probe=0.02),
@@ -51,19 +33,18 @@ async def harness() -> AsyncIterator[Harness]:
 
 async def test_a_hint_waiting_out_an_outage_is_dropped_when_its_turn_ends(harness: Harness) -> None:
     feishu = harness.feishu
-    assert isinstance(feishu, FlakyFeishu)
-    feishu.down = True
+    feishu.fail("reply_text", INTERNAL_ERROR)  # text replies fail with a 5xx
     await harness.say("hello")
     turn = await harness.runtime.turn(1)
     harness.clock += 1.0  # past the hint's deadline
-    await asyncio.wait_for(feishu.tried.wait(), 5.0)  # the hint found the API down
-    assert harness.engine.gate.down
+    # The hint found the API down (once the client's retries of it are spent).
+    await asyncio.wait_for(until(lambda: harness.engine.gate.down), 5.0)
 
     # The turn ends while its hint still waits for Feishu; then Feishu is back.
     turn.emit(MessageChunk(turn.session_id, "the answer"))
     turn.end()
     await asyncio.sleep(0)
-    feishu.down = False
+    feishu.mend("reply_text")
     harness.clock += 1.0  # past the next probe's time
     await asyncio.wait_for(harness.idle(), 5.0)
 

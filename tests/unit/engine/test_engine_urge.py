@@ -13,17 +13,18 @@ import pytest
 from bridge.core.inputs import TimerFired
 from bridge.core.presence import APPROVAL_REMINDER
 from bridge.core.state import Options, Urgency
+from bridge.devtools.emulator.codes import MESSAGE_INVALID_PARAM
 from bridge.engine.actor import ConversationActor
-from bridge.feishu.errors import BusinessError
 from bridge.runtime.events import PermissionKind, PermissionOption, PermissionRequested
 from bridge.store import MemoryStore
-from tests.unit.engine.engine_fakes import ALICE, CHAT, QUIET, Call, Harness, RecordingFeishu, T
+from tests.fakes.feishu import Call, Refusal
+from tests.unit.engine.engine_fakes import ALICE, CHAT, QUIET, Harness, T
 
 OPTIONS = (PermissionOption("allow", "Allow once", PermissionKind.ALLOW_ONCE),)
 BOSS = "ou_boss"
 TIMINGS = replace(QUIET, approval_timeout=100.0)  # the reminder, and the urge, at 50 s
-NO_SCOPE = BusinessError(
-    99991672, "Access denied. One of the following scopes is required: [im:message.urgent]"
+NO_SCOPE = Refusal(
+    400, 99991672, "Access denied. One of the following scopes is required: [im:message.urgent]"
 )
 
 
@@ -32,7 +33,7 @@ async def harness() -> AsyncIterator[Harness]:
     store = MemoryStore()
     await store.open()
     options = Options(urgency=Urgency.APP, approvers=frozenset({BOSS}))
-    harness = Harness(store, feishu=RecordingFeishu(), timings=TIMINGS, options=options)
+    harness = Harness(store, timings=TIMINGS, options=options)
     yield harness
     await harness.engine.drain(0.1)
     await store.close()
@@ -87,7 +88,7 @@ async def test_a_card_answered_before_the_call_is_not_urged(harness: Harness) ->
 async def test_without_the_scope_they_are_mentioned_instead_and_from_then_on(
     harness: Harness, caplog: pytest.LogCaptureFixture
 ) -> None:
-    harness.feishu.urgent_error = NO_SCOPE
+    harness.feishu.fail("urgent_app", NO_SCOPE)
     actor, _ = await waiting(harness)
     with caplog.at_level(logging.WARNING):
         remind(harness, actor)
@@ -103,7 +104,7 @@ async def test_without_the_scope_they_are_mentioned_instead_and_from_then_on(
 
 
 async def test_any_other_refusal_mentions_them_in_this_chat_only(harness: Harness) -> None:
-    harness.feishu.urgent_error = BusinessError(230001, "invalid message_id")
+    harness.feishu.fail("urgent_app", MESSAGE_INVALID_PARAM)
     actor, _ = await waiting(harness)
     remind(harness, actor)
     await harness.idle()
@@ -116,11 +117,11 @@ async def test_any_other_refusal_mentions_them_in_this_chat_only(harness: Harnes
 async def test_the_start_up_probe_finds_the_scope_missing(
     harness: Harness, caplog: pytest.LogCaptureFixture
 ) -> None:
-    harness.feishu.urgent_error = NO_SCOPE
+    harness.feishu.fail("urgent_app", NO_SCOPE)
     await harness.say("hello")  # a conversation that exists is told too
     await harness.idle()
     with caplog.at_level(logging.WARNING):
-        await harness.engine.urgent_mode.probe(harness.feishu)
+        await harness.engine.urgent_mode.probe(harness.client)
     assert harness.engine.urgent_mode.state() == {
         "enabled": True,
         "scope_missing": True,
@@ -133,6 +134,6 @@ async def test_the_start_up_probe_finds_the_scope_missing(
 async def test_the_probe_taking_another_refusal_means_the_scope_is_there(
     harness: Harness,
 ) -> None:
-    harness.feishu.urgent_error = BusinessError(230001, "invalid message_id")
-    await harness.engine.urgent_mode.probe(harness.feishu)
+    harness.feishu.fail("urgent_app", MESSAGE_INVALID_PARAM)
+    await harness.engine.urgent_mode.probe(harness.client)
     assert harness.engine.urgent_mode.state()["by"] == "urgent_app"

@@ -12,7 +12,8 @@ from bridge.core.text import Text
 from bridge.engine.outbox import owed_of, owed_payload
 from bridge.store.port import TurnOutcome
 from bridge.store.port_owed import OwedPost
-from tests.unit.engine.engine_fakes import CHAT, Call, Harness, T
+from tests.fakes.feishu import Call
+from tests.unit.engine.engine_fakes import CHAT, Harness, T
 
 
 def test_a_record_gives_back_the_effect_with_its_terms_and_never_fresh() -> None:

@@ -8,51 +8,17 @@ import random
 from typing import Any
 
 from bridge.core.state import Reaction
+from bridge.devtools.emulator.codes import INTERNAL_ERROR
 from bridge.engine.reactions import ReactionEmoji, Reactions
 from bridge.feishu.delivery import FeishuGate
 from bridge.tasks import TaskTracker
+from tests.fakes.feishu import FakeFeishu
 
 
-class FakeReactions:
-    """add_reaction / remove_reaction of the FeishuApi port, recorded; `hold` keeps the
-    next call in flight until released."""
-
-    def __init__(self) -> None:
-        self.calls: list[tuple[str, str, str]] = []
-        self.on: dict[str, tuple[str, str]] = {}  # reaction id -> (message, emoji)
-        self.hold: asyncio.Event | None = None
-        self.refuse_removes = False
-        self.called = asyncio.Event()
-        self._n = 0
-
-    async def _wait(self) -> None:
-        if self.hold is not None:
-            await self.hold.wait()
-
-    async def add_reaction(self, message_id: str, emoji_type: str) -> str | None:
-        self.calls.append(("add", message_id, emoji_type))
-        self.called.set()
-        await self._wait()
-        self._n += 1
-        self.on[f"re_{self._n}"] = (message_id, emoji_type)
-        return f"re_{self._n}"
-
-    async def remove_reaction(self, message_id: str, reaction_id: str) -> bool:
-        self.calls.append(("remove", message_id, self.on[reaction_id][1]))
-        await self._wait()
-        if self.refuse_removes:
-            return False
-        del self.on[reaction_id]
-        return True
-
-    def shown(self, message_id: str) -> list[str]:
-        return [emoji for mid, emoji in self.on.values() if mid == message_id]
-
-
-def reactions(feishu: FakeReactions, **kw: Any) -> Reactions:
+def reactions(feishu: FakeFeishu, **kw: Any) -> Reactions:
     gate = FeishuGate(lambda: 0.0, random.Random(0))
     return Reactions(
-        feishu=feishu,  # type: ignore[arg-type]
+        feishu=feishu.client(),
         gate=gate,
         emoji=ReactionEmoji(),
         tasks=TaskTracker("test"),
@@ -60,8 +26,18 @@ def reactions(feishu: FakeReactions, **kw: Any) -> Reactions:
     )
 
 
+def seen(feishu: FakeFeishu) -> list[tuple[str, str, str]]:
+    """Each reaction call in order: add or remove, the message, the emoji added or removed."""
+    return [
+        ("add", c.target, c.text)
+        if c.op == "add_reaction"
+        else ("remove", c.target, feishu.emoji[c.text])
+        for c in feishu.calls
+    ]
+
+
 async def test_each_state_replaces_the_one_before() -> None:
-    feishu = FakeReactions()
+    feishu = FakeFeishu()
     r = reactions(feishu)
     await r.ack("om_1", "oc")
     r.show("om_1", "oc", Reaction.WAITING)
@@ -70,7 +46,7 @@ async def test_each_state_replaces_the_one_before() -> None:
     await r.wait_idle()
     r.show("om_1", "oc", Reaction.DONE)
     await r.wait_idle()
-    assert feishu.calls == [
+    assert seen(feishu) == [
         ("add", "om_1", "OnIt"),
         ("remove", "om_1", "OnIt"),
         ("add", "om_1", "Alarm"),
@@ -84,18 +60,19 @@ async def test_each_state_replaces_the_one_before() -> None:
 
 
 async def test_a_state_superseded_before_its_turn_is_never_shown() -> None:
-    feishu = FakeReactions()
+    feishu = FakeFeishu()
     r = reactions(feishu)
-    feishu.hold = asyncio.Event()
+    feishu.hold("add_reaction")
+    feishu.hold("remove_reaction")
     ack = asyncio.ensure_future(r.ack("om_1", "oc"))
-    await feishu.called.wait()  # the ack is on its way
+    await feishu.entered.wait()  # the ack is on its way
     r.show("om_1", "oc", Reaction.WAITING)  # handed over at once, made in turn
     r.show("om_1", "oc", Reaction.RECEIVED)
     r.show("om_1", "oc", Reaction.STOPPED)
-    feishu.hold.set()
+    feishu.release()
     await ack
     await r.wait_idle()
-    assert feishu.calls == [
+    assert seen(feishu) == [
         ("add", "om_1", "OnIt"),
         ("remove", "om_1", "OnIt"),
         ("add", "om_1", "CrossMark"),
@@ -103,26 +80,30 @@ async def test_a_state_superseded_before_its_turn_is_never_shown() -> None:
 
 
 async def test_a_remove_that_fails_adds_nothing_beside_it() -> None:
-    feishu = FakeReactions()
+    feishu = FakeFeishu()
     r = reactions(feishu)
     await r.ack("om_1", "oc")
-    feishu.refuse_removes = True
+    feishu.fail("remove_reaction", INTERNAL_ERROR)
     r.show("om_1", "oc", Reaction.FAULT)
     await r.wait_idle()
-    assert feishu.calls == [("add", "om_1", "OnIt"), ("remove", "om_1", "OnIt")]
+    assert seen(feishu) == [
+        ("add", "om_1", "OnIt"),
+        ("remove", "om_1", "OnIt"),
+        ("remove", "om_1", "OnIt"),  # the client tries a best-effort call once more on a 5xx
+    ]
     assert feishu.shown("om_1") == ["OnIt"]
 
 
 async def test_a_message_this_process_did_not_ack_is_left_alone() -> None:
-    feishu = FakeReactions()
+    feishu = FakeFeishu()
     r = reactions(feishu)
     r.show("om_before_restart", "oc", Reaction.FAULT)
     await r.wait_idle()
-    assert feishu.calls == []
+    assert seen(feishu) == []
 
 
 async def test_messages_change_side_by_side() -> None:
-    feishu = FakeReactions()
+    feishu = FakeFeishu()
     r = reactions(feishu)
     await r.ack("om_1", "oc")
     await r.ack("om_2", "oc")
@@ -135,7 +116,7 @@ async def test_messages_change_side_by_side() -> None:
 
 
 async def test_memory_is_bounded() -> None:
-    feishu = FakeReactions()
+    feishu = FakeFeishu()
     r = reactions(feishu, kept=3)
     for n in range(10):
         await r.ack(f"om_{n}", "oc")
@@ -150,7 +131,7 @@ async def test_a_change_with_no_room_for_it_leaves_the_reaction_as_it_is() -> No
     from bridge.engine.reactions import _ADD_API
     from bridge.feishu.budget import CallBudget
 
-    feishu, now = FakeReactions(), [0.0]
+    feishu, now = FakeFeishu(), [0.0]
     budget = CallBudget(now=lambda: now[0])  # time stands still: nothing refills
     r = reactions(feishu, budget=budget, patience=0.01)
     await r.ack("om_1", "oc")
@@ -158,7 +139,7 @@ async def test_a_change_with_no_room_for_it_leaves_the_reaction_as_it_is() -> No
         pass
     r.show("om_1", "oc", Reaction.DONE)
     await r.wait_idle()
-    assert feishu.calls == [("add", "om_1", "OnIt")]
+    assert seen(feishu) == [("add", "om_1", "OnIt")]
     assert feishu.shown("om_1") == ["OnIt"]
     now[0] += 60.0  # the next change finds room, and goes
     r.show("om_2", "oc", Reaction.DONE)  # (a message this process never acked: left alone)

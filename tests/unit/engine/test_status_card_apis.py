@@ -5,6 +5,7 @@ one batch; an API Feishu does not know (404) is left for the others."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, cast
 
@@ -13,6 +14,7 @@ import pytest
 from bridge.core.delivery import Lane
 from bridge.core.effects import CardPhase, CardView, ShowStatusCard
 from bridge.core.state import ToolLine
+from bridge.devtools.emulator.codes import NOT_FOUND
 from bridge.engine.actor import ConversationActor
 from bridge.engine.status_cards import StatusCards
 from bridge.feishu.budget import CallBudget
@@ -23,66 +25,37 @@ from bridge.feishu.cards.parts import (
     UPDATE_API,
 )
 from bridge.feishu.delivery import FeishuGate
-from bridge.feishu.errors import FeishuError
 from bridge.i18n import Translator
 from bridge.store import MemoryStore
 from bridge.tasks import TaskTracker
+from tests.fakes.feishu import FakeFeishu
+from tests.fakes.feishu_calls import ELEMENT
 
 T = Translator("zh_CN")
 
 
-class CardKitCalls:
-    """The CardKit part of the Feishu client, recording each call (op, element, content)."""
-
-    def __init__(self) -> None:
-        self.calls: list[tuple[str, str, str]] = []
-        self.missing: set[str] = set()  # ops answered 404
-
-    def _call(self, op: str, element: str = "", content: str = "") -> None:
-        if op in self.missing:
-            raise FeishuError(404, "404 page not found", http_status=404)
-        self.calls.append((op, element, content))
-
-    async def create_card(self, card: dict[str, Any]) -> str:
-        self._call("create_card")
-        return "c1"
-
-    async def reply_card_entity(
-        self, message_id: str, card_id: str, *, uuid: str, in_thread: bool = False
-    ) -> str:
-        self._call("reply_card_entity")
-        return "om_card"
-
-    async def update_card_entity(
-        self, card_id: str, card: dict[str, Any], *, sequence: int
-    ) -> None:
-        answer = next(e for e in card["body"]["elements"] if e.get("element_id") == "answer")
-        self._call("update_card_entity", "answer", answer["content"])
-
-    async def stream_card_text(
-        self, card_id: str, element_id: str, text: str, *, sequence: int
-    ) -> None:
-        self._call("stream_card_text", element_id, text)
-
-    async def update_card_element(
-        self, card_id: str, element: dict[str, Any], *, sequence: int
-    ) -> None:
-        self._call("update_card_element", element["element_id"], element["content"])
-
-    async def patch_card_element(
-        self, card_id: str, element_id: str, partial: dict[str, Any], *, sequence: int
-    ) -> None:
-        self._call("patch_card_element", element_id, partial["content"])
-
-    async def batch_update_card(
-        self, card_id: str, actions: list[dict[str, Any]], *, sequence: int
-    ) -> None:
-        for action in actions:
-            assert action["action"] == "partial_update_element"
-            params = action["params"]
-            self._call(
-                "batch_update_card", params["element_id"], params["partial_element"]["content"]
+def changes(feishu: FakeFeishu) -> list[tuple[str, str, str]]:
+    """Each call as (op, the element it changes, its content), a batch as one row for each of
+    its actions; the card's post (create_card, reply_card_entity) as (op, "", "")."""
+    rows = []
+    for call in feishu.calls:
+        element = ELEMENT.search(call.path)
+        if call.op == "update_card_entity":
+            assert call.card is not None
+            answer = next(
+                e for e in call.card["body"]["elements"] if e.get("element_id") == "answer"
             )
+            rows.append((call.op, "answer", answer["content"]))
+        elif call.op == "batch_update_card":
+            for action in json.loads(call.body["actions"]):
+                assert action["action"] == "partial_update_element"
+                params = action["params"]
+                rows.append((call.op, params["element_id"], params["partial_element"]["content"]))
+        elif element is not None:  # one element's text, element or properties
+            rows.append((call.op, element["element"], call.text))
+        else:
+            rows.append((call.op, "", ""))
+    return rows
 
 
 class Straight:
@@ -116,10 +89,10 @@ async def store() -> AsyncIterator[MemoryStore]:
 
 
 def status_cards(
-    feishu: CardKitCalls, now: Now, budget: CallBudget, store: MemoryStore
+    feishu: FakeFeishu, now: Now, budget: CallBudget, store: MemoryStore
 ) -> StatusCards:
     return StatusCards(
-        feishu=cast(Any, feishu),
+        feishu=feishu.client(clock=now),
         store=store,
         translator=T,
         clock=now,
@@ -141,7 +114,7 @@ def spend(budget: CallBudget, api: str) -> None:
 
 
 async def test_the_answer_grows_through_whichever_api_has_room(store: MemoryStore) -> None:
-    feishu, now = CardKitCalls(), Now()
+    feishu, now = FakeFeishu(), Now()
     budget = CallBudget(now=now)
     cards = status_cards(feishu, now, budget, store)
     actor = cast(ConversationActor, Chat())
@@ -163,8 +136,8 @@ async def test_the_answer_grows_through_whichever_api_has_room(store: MemoryStor
     for api in (STREAM_API, UPDATE_API, ELEMENT_API, PATCH_ELEMENT_API):
         spend(budget, api)
     await cards.show(actor, view("Hello, world!!"))
-    changes = [(op, content) for op, _, content in feishu.calls[2:]]
-    assert changes == [
+    made = [(op, content) for op, _, content in changes(feishu)[2:]]
+    assert made == [
         ("stream_card_text", "Hello, w"),
         ("update_card_entity", "Hello, wor"),
         ("update_card_element", "Hello, world"),
@@ -176,7 +149,7 @@ async def test_the_answer_grows_through_whichever_api_has_room(store: MemoryStor
 async def test_without_room_for_a_whole_update_a_batch_carries_every_change(
     store: MemoryStore,
 ) -> None:
-    feishu, now = CardKitCalls(), Now()
+    feishu, now = FakeFeishu(), Now()
     budget = CallBudget(now=now)
     cards = status_cards(feishu, now, budget, store)
     actor = cast(ConversationActor, Chat())
@@ -186,13 +159,13 @@ async def test_without_room_for_a_whole_update_a_batch_carries_every_change(
     spend(budget, UPDATE_API)
     done = ToolLine("t1", "Build", "completed")
     await cards.show(actor, view("Hello, world", elapsed=9.0, tools=(done,)))
-    assert sorted(element for _, element, _ in feishu.calls[2:]) == ["answer", "status", "tools"]
-    assert {op for op, _, _ in feishu.calls[2:]} == {"batch_update_card"}
+    assert sorted(element for _, element, _ in changes(feishu)[2:]) == ["answer", "status", "tools"]
+    assert {op for op, _, _ in changes(feishu)[2:]} == {"batch_update_card"}
 
 
 async def test_an_element_api_feishu_lacks_is_not_asked_again(store: MemoryStore) -> None:
-    feishu, now = CardKitCalls(), Now()
-    feishu.missing.add("update_card_element")
+    feishu, now = FakeFeishu(), Now()
+    feishu.fail("update_card_element", NOT_FOUND)
     budget = CallBudget(now=now)
     cards = status_cards(feishu, now, budget, store)
     actor = cast(ConversationActor, Chat())
@@ -204,6 +177,11 @@ async def test_an_element_api_feishu_lacks_is_not_asked_again(store: MemoryStore
     now.at += 1.0
     spend(budget, STREAM_API)
     await cards.show(actor, view("abc"))  # whole: the element is not tried again
-    ops = [(op, content) for op, _, content in feishu.calls[2:]]
-    assert ops == [("update_card_entity", "ab"), ("update_card_entity", "abc")]
+    ops = [(op, content) for op, _, content in changes(feishu)[2:]]
+    assert ops == [
+        ("update_card_element", "ab"),
+        ("update_card_entity", "ab"),
+        ("update_card_entity", "abc"),
+    ]
+    assert [c.status for c in feishu.calls[2:]] == [404, 200, 200]
     assert budget.may_go(ELEMENT_API)  # the API had room: it was passed over, not spent
