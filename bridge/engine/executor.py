@@ -66,9 +66,10 @@ from bridge.engine.switches import Switches
 from bridge.engine.turn_runner import TurnRunner
 from bridge.engine.urgency import UrgentMode
 from bridge.feishu.api import FeishuApi
-from bridge.feishu.budget import CallBudget, scope
+from bridge.feishu.budget import CallBudget
 from bridge.feishu.delivery import FeishuGate, Superseded, Undeliverable
 from bridge.feishu.errors import BusinessError, FeishuError
+from bridge.feishu.requests import CallTerms
 from bridge.feishu.urgent import scope_missing
 from bridge.i18n import Translator, render, render_text
 from bridge.ops.metrics import Metrics
@@ -149,12 +150,6 @@ class EffectExecutor:
         self._handlers = self._table()
 
     async def perform(self, actor: ConversationActor, work: Work) -> None:
-        # Its Feishu calls take from the app's budget as its chat's, in the lane the core set.
-        terms = terms_of(actor, work.effect if isinstance(work, Owed) else work)
-        with scope(terms.chat, terms.lane):
-            await self._perform(actor, work)
-
-    async def _perform(self, actor: ConversationActor, work: Work) -> None:
         held = actor.end_mark
         # Only what follows the end signal on its own lane comes between it and its turn's
         # end record; the work lane runs beside it (the next turn's start, an Owe).
@@ -333,7 +328,7 @@ class EffectExecutor:
         if not ids:
             return  # never posted (e.g. the bridge restarted before it went out)
         try:
-            await self._feishu.edit_text(ids[0], text)
+            await self._feishu.edit_text(ids[0], text, terms=CallTerms.of(terms_of(actor, work)))
         except FeishuError as exc:
             log.warning("could not edit a posted line (%s)", exc)
 
@@ -376,22 +371,19 @@ class EffectExecutor:
     ) -> str | None:
         """The card, or the plain fallback when Feishu refuses it; None when both fail.
         Raises `Undeliverable` when Feishu never took it within its de-duplication window."""
-        reply_to, uuid = work.reply_to, work.idempotency_key
-        in_thread = terms_of(actor, work).in_thread
+        reply_to, uuid, terms = work.reply_to, work.idempotency_key, terms_of(actor, work)
+        reply = partial(
+            self._feishu.reply_card, in_thread=terms.in_thread, terms=CallTerms.of(terms)
+        )
         since = self._clock()  # an outage is waited out (delivery.py), a refusal is not
         try:
-            card = self._cards.open_card(work)
-            post = partial(self._feishu.reply_card, reply_to, card, uuid=uuid, in_thread=in_thread)
+            post = partial(reply, reply_to, self._cards.open_card(work), uuid=uuid)
             return await self._answers.gate.attempt(post, owed_since=since)
         except BusinessError as exc:
             log.warning("Feishu refused a card (%s); sending the plain fallback", exc.code)
             self._count("fallback")
         try:
-            card = self._cards.fallback_card(work)
-            fallback = f"{uuid}:plain"
-            post = partial(
-                self._feishu.reply_card, reply_to, card, uuid=fallback, in_thread=in_thread
-            )
+            post = partial(reply, reply_to, self._cards.fallback_card(work), uuid=f"{uuid}:plain")
             return await self._answers.gate.attempt(post, owed_since=since)
         except Undeliverable:
             raise  # its window is over too: given up, not refused
@@ -420,7 +412,8 @@ class EffectExecutor:
             ids = await self._store.sent(work.card_key)
             message_id = ids[0] if ids else None
         if message_id is not None:
-            patch = partial(self._feishu.update_card, message_id, self._cards.closed_card(work))
+            card, terms = self._cards.closed_card(work), CallTerms.of(terms_of(actor, work))
+            patch = partial(self._feishu.update_card, message_id, card, terms=terms)
             await self._answers.gate.attempt(patch, owed_since=self._clock())
 
     async def _urge(self, actor: ConversationActor, work: Urge) -> None:
@@ -444,9 +437,15 @@ class EffectExecutor:
         if self._urgent.scope_missing:
             actor.feed(UrgeRefused(work.turn_id, waiting))
             return
+        terms = terms_of(actor, work)
         for request_id, message_id in zip(work.request_ids, work.message_ids, strict=True):
-            call = partial(self._feishu.urgent_app, message_id, work.open_ids)
             moot = partial(answered, request_id)
+            call = partial(
+                self._feishu.urgent_app,
+                message_id,
+                work.open_ids,
+                terms=CallTerms.of(terms, moot=moot),
+            )
             try:
                 invalid = await self._answers.gate.attempt(
                     call, owed_since=self._clock(), moot=moot

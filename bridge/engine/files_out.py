@@ -16,6 +16,7 @@ from bridge.engine.actor import ConversationActor, terms_of
 from bridge.engine.outbox import Answers, Owing
 from bridge.feishu.api import FeishuApi
 from bridge.feishu.errors import FeishuError
+from bridge.feishu.requests import CallTerms
 from bridge.feishu.resources import FILE_LIMIT, IMAGE_LIMIT, IMAGE_TYPES
 from bridge.paths import within
 from bridge.runtime.router import Routes
@@ -62,11 +63,13 @@ class FilesOut:
         if await self._store.sent(work.idempotency_key) is not None:
             return "sent", 0  # posted before a restart
         try:
+            terms = terms_of(actor, work)
             message_id = await self._feishu.upload_and_reply(
                 work.reply_to,
                 target,
                 uuid=work.idempotency_key,
-                in_thread=terms_of(actor, work).in_thread,
+                in_thread=terms.in_thread,
+                terms=CallTerms.of(terms),
             )
         except (FeishuError, OSError) as exc:
             log.warning("could not post a file (%s)", exc)

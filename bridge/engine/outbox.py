@@ -32,9 +32,10 @@ from bridge.core.inputs import PostGivenUp
 from bridge.core.state import Outcome
 from bridge.engine.actor import ConversationActor, Owed, terms_of
 from bridge.feishu.api import FeishuApi
-from bridge.feishu.budget import SEND, CallBudget, paid
+from bridge.feishu.budget import SEND, CallBudget
 from bridge.feishu.delivery import FeishuGate, Moot, Superseded, Undeliverable
 from bridge.feishu.errors import MESSAGE_RECALLED, BusinessError
+from bridge.feishu.requests import CallTerms, Paid
 from bridge.feishu.text import answer_card, answer_parts, mention_tags, neutralize_mentions
 from bridge.ops.metrics import Metrics
 from bridge.store.port import Store, TurnRecord
@@ -58,6 +59,7 @@ class Owing:
     terms: Terms
     effect: Effect
     since: float | None = None
+    paid: Paid | None = None  # the send's token, taken ahead (`Outbox.post`)
 
 
 # Each process's own: a replay comes from another process, so it is never fresh.
@@ -164,10 +166,10 @@ class Answers:
         ids the core chose to @-mention ahead of the text."""
         if fresh or not await self._already_sent(idem):
             since = await self.owe(actor, idem, owing)
-            terms = owing.terms
+            terms = CallTerms.of(owing.terms, paid=owing.paid, moot=moot)
 
             def send() -> Awaitable[list[str]]:
-                return self._send_text(terms, reply_to, text, idem, mentions)
+                return self._send_text(owing.terms, terms, reply_to, text, idem, mentions)
 
             return await self._marked(idem, await self._delivered(send, since, moot), hold)
         return None
@@ -195,20 +197,30 @@ class Answers:
         return None
 
     async def _send_text(
-        self, terms: Terms, reply_to: str, text: str, idem: str, mentions: tuple[str, ...] = ()
+        self,
+        terms: Terms,
+        call: CallTerms,
+        reply_to: str,
+        text: str,
+        idem: str,
+        mentions: tuple[str, ...] = (),
     ) -> list[str]:
         # Agent words and tool titles are data: they never mention anyone. Only the bridge's
         # own mentions, made here from open ids, go ahead of them.
         safe = mention_tags(mentions) + neutralize_mentions(text)
+        feishu = self.feishu
         if not terms.reply:  # answers a bot-menu click: no message to reply to
-            return await self.feishu.send_text(terms.chat, safe, uuid=idem)
+            return await feishu.send_text(terms.chat, safe, uuid=idem, terms=call)
         try:
-            ids = await self.feishu.reply_text(reply_to, safe, uuid=idem, in_thread=terms.in_thread)
+            in_thread = terms.in_thread
+            ids = await feishu.reply_text(
+                reply_to, safe, uuid=idem, in_thread=in_thread, terms=call
+            )
         except BusinessError as exc:
             if exc.code != MESSAGE_RECALLED:
                 raise
             # The user took that message back: the line goes to the chat itself instead.
-            ids = await self.feishu.send_text(terms.chat, safe, uuid=f"{idem}:chat")
+            ids = await feishu.send_text(terms.chat, safe, uuid=f"{idem}:chat", terms=call)
         return ids
 
     async def post_answer(
@@ -228,10 +240,10 @@ class Answers:
         if not fresh and await self._already_sent(idem):
             return None
         since = await self.owe(actor, idem, owing)
-        terms = owing.terms
+        terms, call = owing.terms, CallTerms.of(owing.terms, paid=owing.paid, moot=moot)
 
         def as_text() -> Awaitable[list[str]]:
-            send = partial(self._send_text, terms, reply_to, text, idem)
+            send = partial(self._send_text, terms, call, reply_to, text, idem)
             return self._delivered(send, since, moot)
 
         parts = answer_parts(text)
@@ -241,7 +253,8 @@ class Answers:
         try:
             for number, part in enumerate(parts):
                 # Each part its own idempotency key: a retry after a crash sends only the rest.
-                send = partial(self._card, terms, reply_to, answer_card(part), f"{idem}:md{number}")
+                card, uuid = answer_card(part), f"{idem}:md{number}"
+                send = partial(self._card, terms, call, reply_to, card, uuid)
                 ids.append(await self._delivered(send, since, moot))
         except BusinessError as exc:
             if ids:
@@ -250,17 +263,19 @@ class Answers:
             return await self._marked(idem, await as_text(), hold)
         return await self._marked(idem, ids, hold)
 
-    async def _card(self, terms: Terms, reply_to: str, card: dict[str, object], uuid: str) -> str:
+    async def _card(
+        self, terms: Terms, call: CallTerms, reply_to: str, card: dict[str, object], uuid: str
+    ) -> str:
         if not terms.reply:
-            return await self.feishu.send_card(terms.chat, card, uuid=uuid)
+            return await self.feishu.send_card(terms.chat, card, uuid=uuid, terms=call)
         try:
             return await self.feishu.reply_card(
-                reply_to, card, uuid=uuid, in_thread=terms.in_thread
+                reply_to, card, uuid=uuid, in_thread=terms.in_thread, terms=call
             )
         except BusinessError as exc:
             if exc.code != MESSAGE_RECALLED:
                 raise
-            return await self.feishu.send_card(terms.chat, card, uuid=f"{uuid}:chat")
+            return await self.feishu.send_card(terms.chat, card, uuid=f"{uuid}:chat", terms=call)
 
     async def _already_sent(self, idem: str) -> bool:
         if await self._store.sent(idem) is not None:
@@ -325,13 +340,15 @@ class Outbox:
             # behind one.
             moot = partial(actor.superseded, work, short=True)
             lane = terms.lane
-            if not await budget.take_unless(lane, moot, actor.next_shown, api=SEND):
+            taken = await budget.take_unless(
+                lane, moot, actor.next_shown, api=SEND, chat=terms.chat
+            )
+            if not taken:
                 await self._store.settle(idem)
                 if self._metrics:
                     self._metrics.lines_superseded.inc()
                 return None
-            with paid(lane, SEND):
-                return await self._post(actor, work, text, idem, fresh=fresh, since=since)
+            return await self._post(actor, work, text, idem, fresh=fresh, since=since, paid=True)
         return await self._post(actor, work, text, idem, fresh=fresh, since=since)
 
     async def _post(
@@ -343,9 +360,10 @@ class Outbox:
         *,
         fresh: bool,
         since: float | None,
+        paid: bool = False,
     ) -> Mark | None:
         hold = work.final and work.turn_id is not None
-        owing = Owing(terms_of(actor, work), work, since)
+        owing = Owing(terms_of(actor, work), work, since, Paid(SEND) if paid else None)
         moot = partial(actor.superseded, work, short=False)
         if isinstance(work, PostText):  # a line may @-mention whom the core chose
             send = partial(self._answers.post_text, mentions=work.mentions)

@@ -28,15 +28,15 @@ past `KEPT` (a message queued behind a long round keeps its place until then).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from dataclasses import dataclass
 
 from bridge.core.delivery import Lane
 from bridge.core.state import Reaction
 from bridge.feishu.api import FeishuApi
-from bridge.feishu.budget import CallBudget, api_of, paid, scope
+from bridge.feishu.budget import CallBudget, api_of
 from bridge.feishu.delivery import FeishuGate
+from bridge.feishu.requests import CallTerms, Paid
 from bridge.tasks import TaskTracker
 
 log = logging.getLogger(__name__)
@@ -160,22 +160,26 @@ class Reactions:
             first = entry.shown is None and entry.reaction_id is None and want is Reaction.RECEIVED
             if not first:
                 await self._gate.until_up()  # (the ack itself may be the gate's probe)
-            with scope(entry.chat, lane):
-                held = False
-                if entry.reaction_id is not None:
-                    if not await self._hold_add(lane):
-                        log.debug("reaction of %s left as it is: no room for it", message_id)
-                        break
-                    held = self._budget is not None
-                    heard = await self._feishu.remove_reaction(message_id, entry.reaction_id)
-                    if not heard:
-                        if held and self._budget is not None:
-                            self._budget.refund(_ADD_API)
-                        break  # it may still be there: never a second one beside it
-                    entry.shown = entry.reaction_id = None
-                    want = entry.want  # the newest state asked for meanwhile
-                with paid(lane, _ADD_API) if held else contextlib.nullcontext():
-                    reaction_id = await self._feishu.add_reaction(message_id, self._emoji.of(want))
+            terms = CallTerms(entry.chat, lane)
+            held = False
+            if entry.reaction_id is not None:
+                if not await self._hold_add(lane, entry.chat):
+                    log.debug("reaction of %s left as it is: no room for it", message_id)
+                    break
+                held = self._budget is not None
+                heard = await self._feishu.remove_reaction(
+                    message_id, entry.reaction_id, terms=terms
+                )
+                if not heard:
+                    if held and self._budget is not None:
+                        self._budget.refund(_ADD_API)
+                    break  # it may still be there: never a second one beside it
+                entry.shown = entry.reaction_id = None
+                want = entry.want  # the newest state asked for meanwhile
+            adding = CallTerms(entry.chat, lane, paid=Paid(_ADD_API)) if held else terms
+            reaction_id = await self._feishu.add_reaction(
+                message_id, self._emoji.of(want), terms=adding
+            )
             heard = reaction_id is not None
             if not heard:
                 break  # best-effort: not tried again
@@ -184,7 +188,7 @@ class Reactions:
             del self._messages[message_id]  # its round is over: nothing will change it again
         return heard
 
-    async def _hold_add(self, lane: Lane) -> bool:
+    async def _hold_add(self, lane: Lane, chat: str | None) -> bool:
         """The token the new reaction will be added with, waited for `patience` at most."""
         if self._budget is None:
             return True
@@ -195,7 +199,9 @@ class Reactions:
             await asyncio.sleep(self._patience)
             waited = True
 
-        return await self._budget.take_unless(lane, lambda: waited, patience, api=_ADD_API)
+        return await self._budget.take_unless(
+            lane, lambda: waited, patience, api=_ADD_API, chat=chat
+        )
 
     def _forget_oldest(self) -> None:
         idle = [mid for mid, e in self._messages.items() if e.task is None or e.task.done()]

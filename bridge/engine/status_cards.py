@@ -31,7 +31,7 @@ from bridge.core.inputs import StatusCardFailed
 from bridge.core.status_card import card_key
 from bridge.engine.actor import ConversationActor, terms_of
 from bridge.feishu.api import FeishuApi
-from bridge.feishu.budget import CallBudget, paid
+from bridge.feishu.budget import CallBudget
 from bridge.feishu.cards.parts import (
     BATCH_API,
     BY_ELEMENT,
@@ -47,6 +47,7 @@ from bridge.feishu.cards.parts import (
 from bridge.feishu.cards.status import ANSWER, answer_markdown, live_card, markdown_element
 from bridge.feishu.delivery import FeishuGate
 from bridge.feishu.errors import FeishuError
+from bridge.feishu.requests import CallTerms, Paid
 from bridge.i18n import Translator
 from bridge.ops.metrics import Metrics
 from bridge.store.port import Store
@@ -75,6 +76,7 @@ class _Card:
     key: str  # the card's key: the status card's, or a continuation's
     turn_id: str
     reply_to: str
+    chat: str  # its Feishu calls are metered as this chat's
     message_id: str
     card_id: str | None  # None: a patched interactive card (the first fallback)
     sequence: int = 0
@@ -122,22 +124,25 @@ class StatusCards:
         if card is None:
             if work.card_key in self._refused:
                 return
-            card = await self._find(work) if work.existing_only else await self._post(actor, work)
+            card = (
+                await self._find(actor, work)
+                if work.existing_only
+                else await self._post(actor, work)
+            )
             if card is None:
                 return
             self._cards[work.card_key] = card
             if card.shown == work.view and not work.final:
                 return  # just posted with this very view
         if work.final:
-            await self._finish(actor, card, work.view)
+            await self._finish(actor, card, work.view, CallTerms.of(terms_of(actor, work)))
             return
         card.pending = work.view
         wait = card.pushed_at + self._spacing() - self._clock()
         if wait <= 0 and not card.lock.locked():
             api = self._api_for(card)
-            if self._may_now(api):
-                with paid(Lane.REFRESH, api):
-                    await self._flush(actor, card, api)
+            if self._may_now(card, api):
+                await self._flush(actor, card, api, self._refresh(card, api))
                 wait = self._spacing()
         if card.pending is not None and (card.flusher is None or card.flusher.done()):
             name = f"status-card:{work.card_key}"
@@ -146,13 +151,19 @@ class StatusCards:
     # -- posting ---------------------------------------------------------------------------
 
     async def _post(self, actor: ConversationActor, work: ShowStatusCard) -> _Card | None:
-        found = await self._find(work)
+        found = await self._find(actor, work)
         if found is not None:  # posted before a restart: carry on with it
             return found
         body = live_card(self._t, work.view, streaming=not work.final)
-        uuid, in_thread = work.card_key, terms_of(actor, work).in_thread
+        terms = terms_of(actor, work)
+        uuid, in_thread, chat, call = (
+            work.card_key,
+            terms.in_thread,
+            terms.chat,
+            CallTerms.of(terms),
+        )
         try:
-            card_id = await self._through(partial(self._feishu.create_card, body))
+            card_id = await self._through(partial(self._feishu.create_card, body, terms=call))
             message_id = await self._through(
                 partial(
                     self._feishu.reply_card_entity,
@@ -160,35 +171,42 @@ class StatusCards:
                     card_id,
                     uuid=uuid,
                     in_thread=in_thread,
+                    terms=call,
                 )
             )
             self._count("create")
-            card = _Card(work.card_key, work.turn_id, work.reply_to, message_id, card_id)
+            card = _Card(work.card_key, work.turn_id, work.reply_to, chat, message_id, card_id)
         except FeishuError as exc:
             log.warning("status card via CardKit refused (%s); trying a patched card", exc)
             self._count("fallback_patch")
             try:
                 message_id = await self._through(
                     partial(
-                        self._feishu.reply_card, work.reply_to, body, uuid=uuid, in_thread=in_thread
+                        self._feishu.reply_card,
+                        work.reply_to,
+                        body,
+                        uuid=uuid,
+                        in_thread=in_thread,
+                        terms=call,
                     )
                 )
             except FeishuError as again:
                 self._give_up(actor, work.turn_id, work.reply_to, work.view, work.final, again)
                 return None
-            card = _Card(work.card_key, work.turn_id, work.reply_to, message_id, None)
+            card = _Card(work.card_key, work.turn_id, work.reply_to, chat, message_id, None)
         ids = [card.message_id] + ([_CARDKIT + card.card_id] if card.card_id else [])
         await self._store.mark_sent(work.card_key, ids, self._clock())
         card.shown = work.view
         card.pushed_at = self._clock()
         return card
 
-    async def _find(self, work: ShowStatusCard) -> _Card | None:
+    async def _find(self, actor: ConversationActor, work: ShowStatusCard) -> _Card | None:
         ids = await self._store.sent(work.card_key)
         if not ids:
             return None
         card_id = next((i[len(_CARDKIT) :] for i in ids if i.startswith(_CARDKIT)), None)
-        return _Card(work.card_key, work.turn_id, work.reply_to, ids[0], card_id)
+        chat = terms_of(actor, work).chat
+        return _Card(work.card_key, work.turn_id, work.reply_to, chat, ids[0], card_id)
 
     # -- changing --------------------------------------------------------------------------
 
@@ -205,16 +223,16 @@ class StatusCards:
                 continue
             api = self._api_for(card)
             if self._budget is None:
-                await self._flush(actor, card, api)
+                await self._flush(actor, card, api, CallTerms(card.chat, Lane.REFRESH))
             else:
                 # The token first, then the view: however long the refresh waited for its
                 # turn in the app's budget, it shows the newest view.
-                async with self._budget.ahead(Lane.REFRESH, api):
-                    # A view that came meanwhile may have changed the card inline (show)
-                    # while this waited for its token: the spacing runs from that change.
-                    now = self._clock()
-                    if now >= card.pushed_at + self._spacing():
-                        await self._flush(actor, card, api)
+                await self._budget.acquire(Lane.REFRESH, card.chat, api=api)
+                # A view that came meanwhile may have changed the card inline (show) while
+                # this waited for its token: the spacing runs from that change.
+                now = self._clock()
+                if now >= card.pushed_at + self._spacing():
+                    await self._flush(actor, card, api, self._refresh(card, api))
             if card.pending is None or self._cards.get(card.key) is not card:
                 return
             due = card.pushed_at + self._spacing()
@@ -233,10 +251,15 @@ class StatusCards:
         pace = min(scheduler.policy.app_per_second, scheduler.minute_rate())
         return max(self._interval, len(self._cards) / (pace * REFRESH_SHARE))
 
-    def _may_now(self, api: str) -> bool:
+    def _may_now(self, card: _Card, api: str) -> bool:
         """A refresh may go inline (its effect lane waits for it) only when the budget has
         room now; otherwise the card's flusher waits for it, and the lane moves on."""
-        return self._budget is None or self._budget.try_take(Lane.REFRESH, api)
+        return self._budget is None or self._budget.try_take(Lane.REFRESH, api, card.chat)
+
+    def _refresh(self, card: _Card, api: str) -> CallTerms:
+        """A refresh's calls: the card's chat's, in the refresh lane, the first one with the
+        token taken for `api` (`_may_now`, or the flusher's wait)."""
+        return CallTerms(card.chat, Lane.REFRESH, paid=Paid(api) if self._budget else None)
 
     def _api_for(self, card: _Card) -> str:
         return api_of_change(card.card_id, card.shown, card.pending, room=self._room)
@@ -246,7 +269,9 @@ class StatusCards:
             return False
         return self._budget is None or self._budget.may_go(api)
 
-    async def _flush(self, actor: ConversationActor, card: _Card, api: str) -> None:
+    async def _flush(
+        self, actor: ConversationActor, card: _Card, api: str, terms: CallTerms
+    ) -> None:
         async with card.lock:
             if self._clock() < card.pushed_at + self._spacing():
                 # A change went out while this waited for the card (the flusher passed its
@@ -257,13 +282,15 @@ class StatusCards:
             if view is None or self._cards.get(card.key) is not card:
                 return
             by_element = api in BY_ELEMENT
-            if card.card_id is not None and by_element and await self._part(card, view, api):
+            if card.card_id is not None and by_element and await self._part(card, view, api, terms):
                 return
-            if not await self._change(card, view, final=False):
+            if not await self._change(card, view, terms, final=False):
                 self._forget(card)
                 self._give_up(actor, card.turn_id, card.reply_to, view, False, None)
 
-    async def _finish(self, actor: ConversationActor, card: _Card, view: CardView) -> None:
+    async def _finish(
+        self, actor: ConversationActor, card: _Card, view: CardView, terms: CallTerms
+    ) -> None:
         if card.flusher is not None:
             card.flusher.cancel()
         async with card.lock:
@@ -272,23 +299,23 @@ class StatusCards:
             # replaces the card's config too): the settings call is needed only when the
             # card already showed its last view and so was not changed again.
             unchanged = card.shown == view
-            changed = unchanged or await self._change(card, view, final=True)
+            changed = unchanged or await self._change(card, view, terms, final=True)
             if unchanged and card.card_id is not None:
                 settings = {"config": {"streaming_mode": False}}
                 with contextlib.suppress(FeishuError):  # the card already says it ended
                     await self._feishu.card_settings(
-                        card.card_id, settings, sequence=self._next(card)
+                        card.card_id, settings, sequence=self._next(card), terms=terms
                     )
                     self._count("settings")
         self._forget(card)
         if not changed:
             self._give_up(actor, card.turn_id, card.reply_to, view, True, None)
 
-    async def _change(self, card: _Card, view: CardView, *, final: bool) -> bool:
+    async def _change(self, card: _Card, view: CardView, terms: CallTerms, *, final: bool) -> bool:
         """Bring the card to `view`; False when Feishu refused every way of doing it."""
         if card.card_id is not None:
             try:
-                await self._cardkit_change(card, card.card_id, view, final=final)
+                await self._cardkit_change(card, card.card_id, view, terms, final=final)
                 return self._shown(card, view)
             except FeishuError as exc:
                 log.warning("status card update via CardKit refused (%s); patching", exc)
@@ -296,14 +323,15 @@ class StatusCards:
                 card.card_id = None
         try:
             body = live_card(self._t, view, streaming=False)
-            await self._through(partial(self._feishu.update_card, card.message_id, body))
+            patch = partial(self._feishu.update_card, card.message_id, body, terms=terms)
+            await self._through(patch)
             self._count("patch")
             return self._shown(card, view)
         except FeishuError as exc:
             log.warning("status card patch refused (%s)", exc)
             return False
 
-    async def _part(self, card: _Card, view: CardView, api: str) -> bool:
+    async def _part(self, card: _Card, view: CardView, api: str, terms: CallTerms) -> bool:
         """Elements changed through `api` (feishu/cards/parts.py): the answer that grew, or
         else every changed element (a batch) or the most telling one, the rest of `view`
         staying pending for the next refresh. False when a whole update is needed after
@@ -319,7 +347,7 @@ class StatusCards:
         else:
             part = one_part(self._t, shown, view)
             parts, after = (None, view) if part is None else ([part[:2]], part[2])
-        if not parts or not await self._elements(card, card.card_id, api, parts):
+        if not parts or not await self._elements(card, card.card_id, api, parts, terms):
             return False
         self._shown(card, after)
         if card.pending is None and after != view:
@@ -327,16 +355,17 @@ class StatusCards:
         return True
 
     async def _cardkit_change(
-        self, card: _Card, card_id: str, view: CardView, *, final: bool
+        self, card: _Card, card_id: str, view: CardView, terms: CallTerms, *, final: bool
     ) -> None:
         body = live_card(self._t, view, streaming=not final)
+        sequence = self._next(card)
         await self._through(
-            partial(self._feishu.update_card_entity, card_id, body, sequence=self._next(card))
+            partial(self._feishu.update_card_entity, card_id, body, sequence=sequence, terms=terms)
         )
         self._count("update")
 
     async def _elements(
-        self, card: _Card, card_id: str, api: str, parts: list[tuple[str, str]]
+        self, card: _Card, card_id: str, api: str, parts: list[tuple[str, str]], terms: CallTerms
     ) -> bool:
         """Elements' new contents through `api`; False when Feishu refused it (streaming
         closes itself after 10 minutes, say): the caller updates the card whole. An API
@@ -353,15 +382,21 @@ class StatusCards:
                 }
                 for element, content in parts
             ]
-            call = partial(feishu.batch_update_card, card_id, actions, sequence=sequence)
+            call = partial(
+                feishu.batch_update_card, card_id, actions, sequence=sequence, terms=terms
+            )
         elif api == ELEMENT_API:
             new = markdown_element(element, content)
-            call = partial(feishu.update_card_element, card_id, new, sequence=sequence)
+            call = partial(feishu.update_card_element, card_id, new, sequence=sequence, terms=terms)
         elif api == PATCH_ELEMENT_API:
             patch = {"content": content}
-            call = partial(feishu.patch_card_element, card_id, element, patch, sequence=sequence)
+            call = partial(
+                feishu.patch_card_element, card_id, element, patch, sequence=sequence, terms=terms
+            )
         else:
-            call = partial(feishu.stream_card_text, card_id, element, content, sequence=sequence)
+            call = partial(
+                feishu.stream_card_text, card_id, element, content, sequence=sequence, terms=terms
+            )
         try:
             await self._through(call)
         except FeishuError as exc:

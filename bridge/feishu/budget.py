@@ -3,11 +3,10 @@ waiting for their turn on the event loop.
 
 The choice (`CallQueue`) is pure: time is a parameter, so tests drive it without a loop.
 `CallBudget` is its shell on the loop: every Feishu call the client makes waits there for
-its turn. Who a call is for and why travels with the task, not through the `FeishuApi`
-signatures: the executor opens a `scope` (chat and lane) around each effect it performs,
-and the client reads it when the call goes out. A status card refresh takes its token
-*before* it picks the view to show (`ahead`): the view it then draws is the newest one,
-however long it waited.
+its turn. Who a call is for and why travels on the request (`requests.CallTerms`: its
+chat and lane, which the core's terms decide). A status card refresh takes its token
+*before* it picks the view to show (`acquire`, then the change `Paid`): the view it then
+draws is the newest one, however long it waited.
 
 Feishu meters each API of an app on its own ("每个 API、每个应用、每个租户": 50 calls a
 second for most, the send API also 1,000 a minute), and message sends to one chat (5 a
@@ -55,20 +54,18 @@ the few lines of `Bucket`, the rest is the choice above, which no library offers
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import heapq
 import itertools
 import math
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from contextvars import ContextVar
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from bridge.core.delivery import Lane
 
 if TYPE_CHECKING:
-    from bridge.feishu.requests import Route
+    from bridge.feishu.requests import CallTerms
 
 # The share of the sends' burst each lane may spend: a flood of progress lines or hints
 # never empties what the answers and endings behind them need.
@@ -468,56 +465,8 @@ class _Handle(Protocol):
 CallAt = Callable[[float, Callable[[], None]], _Handle]
 
 
-@dataclass
-class _Scope:
-    chat: str | None
-    lane: Lane | None
-    credit: int = 0  # calls already paid for (`ahead`)
-    api: str = ""  # the API the credit was taken from
-
-
-_SCOPE: ContextVar[_Scope | None] = ContextVar("feishu_call_scope", default=None)
-
-
-@contextlib.contextmanager
-def scope(chat: str | None, lane: Lane | None) -> Iterator[None]:
-    """Calls made inside (and in tasks started inside) are `chat`'s, in `lane`."""
-    token = _SCOPE.set(_Scope(chat, lane))
-    try:
-        yield
-    finally:
-        # A call abandoned unfinished is closed by the garbage collector, in whatever
-        # context is current then: its own context is gone, and nothing is left to reset.
-        with contextlib.suppress(ValueError):
-            _SCOPE.reset(token)
-
-
-@contextlib.contextmanager
-def lane(which: Lane) -> Iterator[None]:
-    """The same chat, another lane."""
-    current = _SCOPE.get()
-    with scope(current.chat if current else None, which):
-        yield
-
-
-@contextlib.contextmanager
-def paid(which: Lane, api: str) -> Iterator[None]:
-    """The first call made inside is already paid for, from `api`'s bucket
-    (`CallBudget.try_take`, `ahead`, `take_unless`)."""
-    token = _SCOPE.set(_Scope(_chat(), which, credit=1, api=api))
-    try:
-        yield
-    finally:
-        _SCOPE.reset(token)
-
-
-def _chat() -> str | None:
-    current = _SCOPE.get()
-    return current.chat if current is not None else None
-
-
 def default_lane(method: str, path: str) -> Lane:
-    """A call's lane when no scope names one."""
+    """A call's lane when its terms name none."""
     if "/reactions" in path:
         return Lane.HINT
     if path.startswith("/open-apis/cardkit/") or method in ("PATCH", "PUT"):
@@ -562,30 +511,17 @@ class CallBudget:
         return self._sched
 
     async def before_call(
-        self, method: str, path: str, route: Route | None = None, credit: str | None = None
+        self, method: str, path: str, terms: CallTerms, credit: str | None = None
     ) -> None:
         """Wait for this call's turn (the session asks before each try, retries too), as
-        `route`'s chat and lane; `credit`: the API a token was already taken from."""
-        current = _SCOPE.get()
+        `terms`' chat and lane; `credit`: the API a token was already taken from."""
         api = api_of(method, path)
-        if credit is None and current is not None and current.credit > 0:
-            current.credit -= 1
-            credit = current.api
         if credit is not None:
             if credit == api:
                 return
             self._sched.refund(credit, self._now())  # paid from another API's bucket
-        chat = route.chat if route is not None and route.chat is not None else None
-        which = route.lane if route is not None else None
-        if current is not None:
-            chat = chat if chat is not None else current.chat
-            which = which if which is not None else current.lane
-        await self.acquire(
-            which if which is not None else default_lane(method, path),
-            chat,
-            send=is_send(method, path),
-            api=api,
-        )
+        which = terms.lane if terms.lane is not None else default_lane(method, path)
+        await self.acquire(which, terms.chat, send=is_send(method, path), api=api)
 
     async def acquire(
         self, which: Lane, chat: str | None, *, send: bool = False, api: str = ""
@@ -619,10 +555,9 @@ class CallBudget:
         """Whether a call of `api` would find a token now (nothing is taken)."""
         return self._sched.may_go(api, self._now())
 
-    def try_take(self, which: Lane, api: str) -> bool:
-        """Take a token of `api` for the current scope's chat if one is there now (nothing
-        queued waits for it); the caller then makes its call inside `paid`."""
-        chat = _chat()
+    def try_take(self, which: Lane, api: str, chat: str | None = None) -> bool:
+        """Take a token of `api` for `chat` if one is there now (nothing queued waits for
+        it); the caller then makes its call with it `Paid`."""
         now = self._now()
         if not self._sched.may_go(api, now):
             return False  # under load, most asks: answered without queueing
@@ -640,12 +575,12 @@ class CallBudget:
         changed: Callable[[], Awaitable[None]],
         *,
         api: str,
+        chat: str | None = None,
     ) -> bool:
-        """A token for the current scope's chat. One there now is taken at once; else it is
-        waited for until `moot()` comes true (asked now, then each time `changed()`
-        completes): False then, and nothing is taken. True: the caller makes its call
-        inside `paid(which, api)`."""
-        queued = self._queue(which, _chat(), api == SEND, api)
+        """A token for `chat`. One there now is taken at once; else it is waited for until
+        `moot()` comes true (asked now, then each time `changed()` completes): False then,
+        and nothing is taken. True: the caller makes its call with it `Paid`."""
+        queued = self._queue(which, chat, api == SEND, api)
         if queued is None:
             return True
         waiter, granted = queued
@@ -666,17 +601,9 @@ class CallBudget:
         """A token of `api` taken (`take_unless`, `try_take`) and not used: given back."""
         self._sched.refund(api, self._now())
 
-    @contextlib.asynccontextmanager
-    async def ahead(self, which: Lane, api: str) -> AsyncIterator[None]:
-        """A token of `api` taken first, for the first call made inside."""
-        await self.acquire(which, _chat(), send=api == SEND, api=api)
-        with paid(which, api):
-            yield
-
     def rate_limited(
-        self, reset_after: float | None, method: str, path: str, route: Route | None = None
+        self, reset_after: float | None, method: str, path: str, chat: str | None = None
     ) -> None:
-        chat = route.chat if route is not None and route.chat is not None else _chat()
         chat = chat if is_send(method, path) else None  # a chat's limit is on sends
         self._sched.rate_limited(self._now(), reset_after, chat, api_of(method, path))
         self._arm()

@@ -28,9 +28,10 @@ from bridge.feishu.delivery import CircuitBreaker
 from bridge.feishu.errors import FeishuError, ServerError, TransportError, check_response
 from bridge.feishu.http import FeishuHttp
 from bridge.feishu.requests import (
-    NOWHERE,
+    NO_TERMS,
     AddReaction,
     BatchUpdateCard,
+    CallTerms,
     CardSettings,
     CreateCard,
     EditText,
@@ -43,7 +44,6 @@ from bridge.feishu.requests import (
     PostText,
     Recognize,
     RemoveReaction,
-    Route,
     StreamCardText,
     TextToUser,
     UpdateCard,
@@ -265,7 +265,7 @@ class FeishuClient:
         *,
         uuid: str,
         in_thread: bool = False,
-        route: Route = NOWHERE,
+        terms: CallTerms = NO_TERMS,
     ) -> list[str]:
         return [
             await self.send(
@@ -274,18 +274,18 @@ class FeishuClient:
                     uuid=message_uuid(uuid, number),
                     reply_to=message_id,
                     in_thread=in_thread,
-                    route=route,
+                    terms=terms,
                 )
             )
             for number, part in self._parts(text)
         ]
 
     async def send_text(
-        self, chat_id: str, text: str, *, uuid: str, route: Route = NOWHERE
+        self, chat_id: str, text: str, *, uuid: str, terms: CallTerms = NO_TERMS
     ) -> list[str]:
         return [
             await self.send(
-                PostText(text=part, uuid=message_uuid(uuid, number), chat_id=chat_id, route=route)
+                PostText(text=part, uuid=message_uuid(uuid, number), chat_id=chat_id, terms=terms)
             )
             for number, part in self._parts(text)
         ]
@@ -300,14 +300,14 @@ class FeishuClient:
         *,
         uuid: str,
         in_thread: bool = False,
-        route: Route = NOWHERE,
+        terms: CallTerms = NO_TERMS,
     ) -> str:
         post = PostCard(
             card=card,
             uuid=message_uuid(uuid),
             reply_to=message_id,
             in_thread=in_thread,
-            route=route,
+            terms=terms,
         )
         return await self.send(post)
 
@@ -318,36 +318,36 @@ class FeishuClient:
         *,
         uuid: str,
         in_thread: bool = False,
-        route: Route = NOWHERE,
+        terms: CallTerms = NO_TERMS,
     ) -> str:
         post = PostCard(
             card_id=card_id,
             uuid=message_uuid(uuid),
             reply_to=message_id,
             in_thread=in_thread,
-            route=route,
+            terms=terms,
         )
         return await self.send(post)
 
     async def send_card(
-        self, chat_id: str, card: dict[str, Any], *, uuid: str, route: Route = NOWHERE
+        self, chat_id: str, card: dict[str, Any], *, uuid: str, terms: CallTerms = NO_TERMS
     ) -> str:
         return await self.send(
-            PostCard(card=card, uuid=message_uuid(uuid), chat_id=chat_id, route=route)
+            PostCard(card=card, uuid=message_uuid(uuid), chat_id=chat_id, terms=terms)
         )
 
     async def update_card(
-        self, message_id: str, card: dict[str, Any], *, route: Route = NOWHERE
+        self, message_id: str, card: dict[str, Any], *, terms: CallTerms = NO_TERMS
     ) -> None:
-        await self.send(UpdateCard(message_id, card, route=route))
+        await self.send(UpdateCard(message_id, card, terms=terms))
 
-    async def edit_text(self, message_id: str, text: str, *, route: Route = NOWHERE) -> None:
-        await self.send(EditText(message_id, text, route=route))
+    async def edit_text(self, message_id: str, text: str, *, terms: CallTerms = NO_TERMS) -> None:
+        await self.send(EditText(message_id, text, terms=terms))
 
     async def urgent_app(
-        self, message_id: str, open_ids: Sequence[str], *, route: Route = NOWHERE
+        self, message_id: str, open_ids: Sequence[str], *, terms: CallTerms = NO_TERMS
     ) -> list[str]:
-        return await self.send(UrgentApp(message_id, open_ids, route=route))
+        return await self.send(UrgentApp(message_id, open_ids, terms=terms))
 
     async def message_content(self, message_id: str) -> tuple[str, str] | None:
         """(msg_type, content) of a message in a chat the bot is in; None when Feishu will
@@ -356,28 +356,34 @@ class FeishuClient:
 
     # --- card entities (CardKit) ------------------------------------------------------
 
-    async def create_card(self, card: dict[str, Any], *, route: Route = NOWHERE) -> str:
-        return await self.send(CreateCard(card, route=route))
+    async def create_card(self, card: dict[str, Any], *, terms: CallTerms = NO_TERMS) -> str:
+        return await self.send(CreateCard(card, terms=terms))
 
     async def update_card_entity(
-        self, card_id: str, card: dict[str, Any], *, sequence: int, route: Route = NOWHERE
+        self, card_id: str, card: dict[str, Any], *, sequence: int, terms: CallTerms = NO_TERMS
     ) -> None:
         await self.send(
-            UpdateCardEntity(card_id=card_id, sequence=sequence, card=card, route=route)
+            UpdateCardEntity(card_id=card_id, sequence=sequence, card=card, terms=terms)
         )
 
     async def stream_card_text(
-        self, card_id: str, element_id: str, text: str, *, sequence: int, route: Route = NOWHERE
+        self,
+        card_id: str,
+        element_id: str,
+        text: str,
+        *,
+        sequence: int,
+        terms: CallTerms = NO_TERMS,
     ) -> None:
         change = StreamCardText(
-            card_id=card_id, sequence=sequence, element_id=element_id, text=text, route=route
+            card_id=card_id, sequence=sequence, element_id=element_id, text=text, terms=terms
         )
         await self.send(change)
 
     async def update_card_element(
-        self, card_id: str, element: dict[str, Any], *, sequence: int, route: Route = NOWHERE
+        self, card_id: str, element: dict[str, Any], *, sequence: int, terms: CallTerms = NO_TERMS
     ) -> None:
-        change = UpdateCardElement(card_id=card_id, sequence=sequence, element=element, route=route)
+        change = UpdateCardElement(card_id=card_id, sequence=sequence, element=element, terms=terms)
         await self.send(change)
 
     async def patch_card_element(
@@ -387,10 +393,10 @@ class FeishuClient:
         partial: dict[str, Any],
         *,
         sequence: int,
-        route: Route = NOWHERE,
+        terms: CallTerms = NO_TERMS,
     ) -> None:
         change = PatchCardElement(
-            card_id=card_id, sequence=sequence, element_id=element_id, partial=partial, route=route
+            card_id=card_id, sequence=sequence, element_id=element_id, partial=partial, terms=terms
         )
         await self.send(change)
 
@@ -400,15 +406,15 @@ class FeishuClient:
         actions: list[dict[str, Any]],
         *,
         sequence: int,
-        route: Route = NOWHERE,
+        terms: CallTerms = NO_TERMS,
     ) -> None:
-        change = BatchUpdateCard(card_id=card_id, sequence=sequence, actions=actions, route=route)
+        change = BatchUpdateCard(card_id=card_id, sequence=sequence, actions=actions, terms=terms)
         await self.send(change)
 
     async def card_settings(
-        self, card_id: str, settings: dict[str, Any], *, sequence: int, route: Route = NOWHERE
+        self, card_id: str, settings: dict[str, Any], *, sequence: int, terms: CallTerms = NO_TERMS
     ) -> None:
-        change = CardSettings(card_id=card_id, sequence=sequence, settings=settings, route=route)
+        change = CardSettings(card_id=card_id, sequence=sequence, settings=settings, terms=terms)
         await self.send(change)
 
     # --- files (bytes through `FileTransfer`) -----------------------------------------
@@ -425,7 +431,7 @@ class FeishuClient:
         *,
         uuid: str,
         in_thread: bool = False,
-        route: Route = NOWHERE,
+        terms: CallTerms = NO_TERMS,
     ) -> str:
         """Upload `path` (an image as an image, anything else as a file) and post it as a
         reply; its message id. The caller checked the size against the limits."""
@@ -436,7 +442,7 @@ class FeishuClient:
             uuid=uuid[-50:],
             reply_to=reply_to,
             in_thread=in_thread,
-            route=route,
+            terms=terms,
         )
         return await self.send(post)
 
@@ -454,18 +460,18 @@ class FeishuClient:
     # --- reactions (best effort: never raise) -----------------------------------------
 
     async def add_reaction(
-        self, message_id: str, emoji_type: str, *, route: Route = NOWHERE
+        self, message_id: str, emoji_type: str, *, terms: CallTerms = NO_TERMS
     ) -> str | None:
         try:
-            return await self.send(AddReaction(message_id, emoji_type, route=route))
+            return await self.send(AddReaction(message_id, emoji_type, terms=terms))
         except FeishuError:
             return None  # logged by the session, or skipped
 
     async def remove_reaction(
-        self, message_id: str, reaction_id: str, *, route: Route = NOWHERE
+        self, message_id: str, reaction_id: str, *, terms: CallTerms = NO_TERMS
     ) -> bool:
         try:
-            return await self.send(RemoveReaction(message_id, reaction_id, route=route))
+            return await self.send(RemoveReaction(message_id, reaction_id, terms=terms))
         except FeishuError:
             return False
 

@@ -28,7 +28,6 @@ import enum
 import logging
 import random
 from collections.abc import Awaitable, Callable
-from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -46,19 +45,6 @@ Moot = Callable[[], bool]
 
 class Superseded(Exception):
     """The post became moot while it waited (its turn ended during an outage): not sent."""
-
-
-# The moot of the post being tried (`FeishuGate.attempt`): the client's own retries ask it too.
-_MOOT: ContextVar[Moot | None] = ContextVar("feishu_post_moot", default=None)
-
-
-def still_wanted() -> None:
-    """Raise `Superseded` when the post being tried became moot. The client asks before each
-    of its own retries, as the gate asks before each try: a "still working" line whose first
-    try timed out, or waits out a 429's reset, is not posted after its turn ended."""
-    moot = _MOOT.get()
-    if moot is not None and moot():
-        raise Superseded
 
 
 class Undeliverable(FeishuError):
@@ -121,7 +107,6 @@ class FeishuGate:
             if moot is not None and moot():
                 self._release(probe)
                 raise Superseded
-            wanted = _MOOT.set(moot)
             try:
                 result = await call()
             except PASSING as exc:
@@ -132,8 +117,6 @@ class FeishuGate:
             except BaseException:
                 self._release(probe)
                 raise
-            finally:
-                _MOOT.reset(wanted)
             self._up()
             return result
 

@@ -1,6 +1,6 @@
 """Every Feishu call the bridge makes, as a typed request: its API (method and path), its
-body, what its answer holds, and whose it is (`Route`: the chat, the budget's lane, a token
-already paid for, whether it became moot). `FeishuSession.send` carries one through the
+body, what its answer holds, and whose it is (`CallTerms`: the chat, the budget's lane, a
+token already paid for, whether it became moot). `FeishuSession.send` carries one through the
 middlewares to the transport; a fake Feishu is a transport, not a copy of these.
 
 The classes are the catalogue of what the bridge asks of Feishu (in the manner of aiogram's
@@ -17,12 +17,18 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Final, Generic, TypeVar
 from urllib.parse import quote
 
-from bridge.core.delivery import Lane
-from bridge.feishu.api import BotInfo
+from bridge.core.delivery import Lane, Terms
 from bridge.feishu.errors import ServerError
 from bridge.feishu.json_codec import dumps
 
 R = TypeVar("R")
+
+
+@dataclass(frozen=True)
+class BotInfo:
+    open_id: str
+    app_name: str
+
 
 MESSAGES: Final = "/open-apis/im/v1/messages"
 CARDS: Final = "/open-apis/cardkit/v1/cards"
@@ -30,21 +36,46 @@ BOT_INFO: Final = "/open-apis/bot/v3/info"
 UUID_MAX_LEN: Final = 50  # Feishu dedups a message uuid for one hour; at most 50 characters
 
 
+class Paid:
+    """A budget token its caller already took, from `api`'s bucket (`CallBudget.try_take`,
+    `take_unless`, `acquire`): the first try of the first request carrying it goes without
+    waiting; any try after that (a retry, the next part of a long text) waits its turn."""
+
+    __slots__ = ("_spent", "api")
+
+    def __init__(self, api: str) -> None:
+        self.api = api
+        self._spent = False
+
+    def spend(self) -> str | None:
+        """The API it was taken from, the first time; None after."""
+        if self._spent:
+            return None
+        self._spent = True
+        return self.api
+
+
 @dataclass(frozen=True, slots=True)
-class Route:
+class CallTerms:
     """Whose a call is, carried on the request through every middleware: the chat it is
-    for (a chat's sends are metered), the budget's lane (None: the API's default lane),
-    `paid`: the API whose token its caller already took (`CallBudget.try_take`, `take_unless`,
-    `ahead`), and `moot`: asked before each retry (a post that became moot is not retried;
-    `delivery.Superseded`)."""
+    for (a chat's sends are metered), the budget's lane (None: the API's default lane), a
+    token already `paid`, and `moot`: asked before each retry (a post that became moot
+    meanwhile is not retried: `delivery.Superseded`)."""
 
     chat: str | None = None
     lane: Lane | None = None
-    paid: str | None = None
+    paid: Paid | None = field(default=None, compare=False)
     moot: Callable[[], bool] | None = field(default=None, compare=False)
 
+    @classmethod
+    def of(
+        cls, terms: Terms, *, paid: Paid | None = None, moot: Callable[[], bool] | None = None
+    ) -> CallTerms:
+        """A call made for a post the core gave `terms`: its chat, and the core's lane."""
+        return cls(chat=terms.chat, lane=terms.lane, paid=paid, moot=moot)
 
-NOWHERE: Final = Route()
+
+NO_TERMS: Final = CallTerms()
 
 
 def message_uuid(base: str, part: int = 1) -> str:
@@ -83,7 +114,7 @@ class FeishuRequest(Generic[R]):
     # Never raised to its caller, retried once at most and never through a rate limit, and
     # skipped while a rate limit's cool-down lasts (`session.Breaker`).
     best_effort: ClassVar[bool] = False
-    route: Route = NOWHERE
+    terms: CallTerms = NO_TERMS
 
     @property
     def path(self) -> str:

@@ -6,10 +6,10 @@ through the middlewares, outermost first, down to the transport:
   lasts, so the quota goes to replies;
 - `Logged`: a call that finally fails is logged once (code, msg, log_id; never the body);
 - `Retried`: 5xx, 429 and transport errors are retried with the very same bytes (so the same
-  `uuid`), unless the call became moot meanwhile (its route's `moot`);
+  `uuid`), unless the call became moot meanwhile (its terms' `moot`);
 - `Authorized`: the tenant token, fetched anew once when Feishu rejects it;
-- `Paced`: each try waits for its turn in the app's call budget, as its route's chat and
-  lane; a 429 tells the budget;
+- `Paced`: each try waits for its turn in the app's call budget, as its terms' chat and
+  lane (unless its caller paid ahead); a 429 tells the budget;
 - the transport: httpx over the client's pool; every answer mapped once
   (`errors.check_response`).
 
@@ -27,7 +27,7 @@ from typing import Any, Protocol, TypeVar
 import httpx
 
 from bridge.feishu.budget import CallBudget
-from bridge.feishu.delivery import CircuitBreaker, Superseded, still_wanted
+from bridge.feishu.delivery import CircuitBreaker, Superseded
 from bridge.feishu.errors import (
     FeishuError,
     RateLimited,
@@ -37,7 +37,7 @@ from bridge.feishu.errors import (
     check_response,
 )
 from bridge.feishu.json_codec import dumps
-from bridge.feishu.requests import FeishuRequest
+from bridge.feishu.requests import CallTerms, FeishuRequest
 from bridge.feishu.retry import RetryPolicy, Sleep, retried
 from bridge.utf8 import utf8_safe
 
@@ -50,12 +50,11 @@ _SPENT = httpx.ByteStream(b"")  # a read response's stream (see `HttpTransport`)
 @dataclass(slots=True)
 class Sending:
     """One request on its way down: the body's bytes (encoded once, so every try sends the
-    same), the token the try carries, and the budget's credit still unspent."""
+    same) and the token the try carries."""
 
     request: FeishuRequest[Any]
     content: bytes | None
     token: str = ""
-    credit: str | None = None  # the API a token was already taken from (the first try's)
 
 
 Next = Callable[[Sending], Awaitable[dict[str, Any]]]
@@ -123,13 +122,10 @@ class Retried:
 
     async def __call__(self, sending: Sending, call_next: Next) -> dict[str, Any]:
         request = sending.request
-        moot = request.route.moot
 
         async def again() -> dict[str, Any]:
-            # A post that became moot meanwhile is not retried (delivery.py).
-            if moot is not None and moot():
-                raise Superseded
-            still_wanted()
+            if became_moot(request.terms):  # not retried: a "still working" line whose first
+                raise Superseded  # try timed out is not posted after its turn ended
             return await call_next(sending)
 
         try:
@@ -145,6 +141,10 @@ class Retried:
                 attempts=self.policy.best_effort_attempts if best_effort else None,
                 retry_rate_limited=not best_effort,
             )
+
+
+def became_moot(terms: CallTerms) -> bool:
+    return terms.moot is not None and terms.moot()
 
 
 class Authorized:
@@ -171,12 +171,13 @@ class Paced:
         if budget is None:
             return await call_next(sending)
         request = sending.request
-        credit, sending.credit = sending.credit, None
-        await budget.before_call(request.method, request.path, request.route, credit)
+        terms = request.terms
+        credit = terms.paid.spend() if terms.paid is not None else None
+        await budget.before_call(request.method, request.path, terms, credit)
         try:
             return await call_next(sending)
         except RateLimited as exc:
-            budget.rate_limited(exc.reset_after, request.method, request.path, request.route)
+            budget.rate_limited(exc.reset_after, request.method, request.path, terms.chat)
             raise
 
 
@@ -221,5 +222,5 @@ class FeishuSession:
         body = request.body()
         # utf8_safe: a lone surrogate in a card would otherwise fail to encode.
         content = utf8_safe(dumps(body)).encode("utf-8") if body is not None else None
-        answer = await self._chain(Sending(request, content, credit=request.route.paid))
+        answer = await self._chain(Sending(request, content))
         return request.answer(answer)

@@ -25,7 +25,7 @@ from zoneinfo import ZoneInfo
 
 from bridge.clock import Cancellable, Clock
 from bridge.config.schedules import SchedulesSection
-from bridge.core.delivery import chat_of, where
+from bridge.core.delivery import Lane, chat_of, plain_terms, where
 from bridge.core.effects import AnnounceSchedule, Effect, ManageSchedules, ScheduleSkipped
 from bridge.core.inputs import (
     CommandName,
@@ -43,6 +43,7 @@ from bridge.core.schedules import (
 )
 from bridge.feishu.api import FeishuApi
 from bridge.feishu.delivery import FeishuGate
+from bridge.feishu.requests import CallTerms
 from bridge.feishu.text import neutralize_mentions
 from bridge.i18n import Translator
 from bridge.ops.metrics import Metrics
@@ -280,12 +281,13 @@ class Scheduler:
         log.info("schedule %d runs in %s", sid, actor.key)
         text = neutralize_mentions(self._t(work.key, **dict(work.params)))
         idem = f"schedule:{sid}:{run.slot:.3f}"
+        terms = CallTerms.of(plain_terms(Lane.ANSWER, actor.key))  # metered as its chat's
         if where(actor.key)[1] and schedule.anchor_message_id:  # a topic thread: answer in it
             ids = await self._feishu.reply_text(
-                schedule.anchor_message_id, text, uuid=idem, in_thread=True
+                schedule.anchor_message_id, text, uuid=idem, in_thread=True, terms=terms
             )
         else:
-            ids = await self._feishu.send_text(schedule.chat_id, text, uuid=idem)
+            ids = await self._feishu.send_text(schedule.chat_id, text, uuid=idem, terms=terms)
         await self._store.mark_sent(idem, ids, now)
         actor.feed(ScheduledRun(ids[0], sid, work.requester, work.prompt))
 

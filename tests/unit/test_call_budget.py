@@ -26,12 +26,26 @@ from bridge.feishu.budget import (
     api_of,
     default_lane,
     is_send,
-    scope,
 )
+from bridge.feishu.requests import CallTerms, FeishuRequest, Paid, UpdateCardEntity
+from bridge.feishu.session import Paced, Sending
 
 # One call a second for the app, none kept in reserve: each grant is a tick of the clock.
 SLOW = BudgetPolicy(app_per_second=1.0, chat_per_second=100.0, burst_seconds=0.0)
 CARD = api_of("PUT", "/open-apis/cardkit/v1/cards/x")
+
+
+async def paced(budget: CallBudget, request: FeishuRequest[None]) -> None:
+    """`request` through the session's budget middleware (the transport answers at once)."""
+
+    async def answered(sending: Sending) -> dict[str, object]:
+        return {}
+
+    await Paced(budget)(Sending(request, None), answered)
+
+
+def whole(terms: CallTerms) -> UpdateCardEntity:
+    return UpdateCardEntity(card_id="x", sequence=1, card={}, terms=terms)
 
 
 def drain(sched: CallQueue, start: float, until: float, step: float = 0.01) -> list[Waiter]:
@@ -266,8 +280,7 @@ async def test_calls_wait_on_the_loop_for_their_turn_and_a_cancelled_one_leaves(
     order: list[str] = []
 
     async def call(name: str, lane: Lane) -> None:
-        with scope(name, lane):
-            await budget.before_call("PUT", "/open-apis/cardkit/v1/cards/x")
+        await paced(budget, whole(CallTerms(name, lane)))
         order.append(name)
 
     tasks = [
@@ -294,11 +307,16 @@ async def test_calls_wait_on_the_loop_for_their_turn_and_a_cancelled_one_leaves(
 async def test_a_paid_refresh_takes_no_second_token() -> None:
     time = FakeTime()
     budget = CallBudget(SLOW, now=lambda: time.now, call_at=time.call_at)
-    with scope("c", Lane.HINT):
-        async with budget.ahead(Lane.REFRESH, CARD):
-            await budget.before_call("PUT", "/open-apis/cardkit/v1/cards/x")  # paid
-            assert budget.state()["granted"]["refresh"] == 1
-        assert not budget.try_take(Lane.REFRESH, CARD)  # one a second: the token is spent
+    await budget.acquire(Lane.REFRESH, "c", api=CARD)
+    paid = CallTerms("c", Lane.REFRESH, paid=Paid(CARD))
+    await paced(budget, whole(paid))  # paid
+    assert budget.state()["granted"]["refresh"] == 1
+    assert not budget.try_take(Lane.REFRESH, CARD, "c")  # one a second: the token is spent
+    retry = asyncio.create_task(paced(budget, whole(paid)))  # a second try pays its own
+    await asyncio.sleep(0)
+    assert not retry.done()
+    time.advance(1.0)
+    await retry
 
 
 async def test_a_take_given_up_when_moot_leaves_its_token_to_the_next() -> None:
@@ -313,12 +331,11 @@ async def test_a_take_given_up_when_moot_leaves_its_token_to_the_next() -> None:
         await news.wait()
         news.clear()
 
-    with scope("a", Lane.ANSWER):
-        await budget.before_call("POST", "/open-apis/im/v1/messages")  # the token now there
-    with scope("a", Lane.REFRESH):
-        line = asyncio.create_task(
-            budget.take_unless(Lane.REFRESH, lambda: moot, changed, api=SEND)
-        )
+    messages = "/open-apis/im/v1/messages"
+    await budget.before_call("POST", messages, CallTerms("a", Lane.ANSWER))  # the token there
+    line = asyncio.create_task(
+        budget.take_unless(Lane.REFRESH, lambda: moot, changed, api=SEND, chat="a")
+    )
     await asyncio.sleep(0)
     news.set()  # something queued, but not newer: the line goes on waiting
     await asyncio.sleep(0)
@@ -327,8 +344,7 @@ async def test_a_take_given_up_when_moot_leaves_its_token_to_the_next() -> None:
     news.set()
     assert await line is False
     assert budget.state()["waiting"]["refresh"] == 0
-    with scope("b", Lane.REFRESH):
-        answer = asyncio.create_task(budget.before_call("POST", "/open-apis/im/v1/messages"))
+    answer = asyncio.create_task(budget.before_call("POST", messages, CallTerms("b", Lane.REFRESH)))
     time.advance(1.0)
     await asyncio.sleep(0)
     assert answer.done()
@@ -339,8 +355,8 @@ async def test_a_take_given_up_when_moot_leaves_its_token_to_the_next() -> None:
         "hint": 0,
         "refresh": 1,
     }
-    with scope("c", Lane.REFRESH):
-        assert await budget.take_unless(Lane.REFRESH, lambda: True, changed, api=SEND) is False
+    taken = await budget.take_unless(Lane.REFRESH, lambda: True, changed, api=SEND, chat="c")
+    assert taken is False
 
 
 async def test_a_token_paid_for_another_api_goes_back_to_it() -> None:
@@ -349,11 +365,10 @@ async def test_a_token_paid_for_another_api_goes_back_to_it() -> None:
     time = FakeTime()
     budget = CallBudget(SLOW, now=lambda: time.now, call_at=time.call_at)
     stream = api_of("PUT", "/open-apis/cardkit/v1/cards/x/elements/answer/content")
-    with scope("c", Lane.REFRESH):
-        async with budget.ahead(Lane.REFRESH, stream):
-            await budget.before_call("PUT", "/open-apis/cardkit/v1/cards/x")
-        assert budget.try_take(Lane.REFRESH, stream)  # given back
-        assert not budget.try_take(Lane.REFRESH, CARD)  # the whole update's, spent
+    await budget.acquire(Lane.REFRESH, "c", api=stream)
+    await paced(budget, whole(CallTerms("c", Lane.REFRESH, paid=Paid(stream))))
+    assert budget.try_take(Lane.REFRESH, stream, "c")  # given back
+    assert not budget.try_take(Lane.REFRESH, CARD, "c")  # the whole update's, spent
 
 
 def test_progress_lines_and_hints_leave_the_sends_burst_to_the_answers() -> None:
