@@ -10,16 +10,23 @@ import json
 import os
 import sys
 from collections.abc import Mapping, Sequence
+from functools import partial
+from pathlib import Path
 from typing import TextIO
 
 from pydantic import ValidationError
 
 from bridge.config import Settings
-from bridge.config.apps_file import load_apps, problems_for_config
-from bridge.config.checks import ConfigProblem, check_for_run, problems_from_validation
+from bridge.config.apps_file import load_apps, problems_for_config, secret_variables
+from bridge.config.checks import (
+    ConfigProblem,
+    SandboxCheck,
+    check_for_run,
+    problems_from_validation,
+)
 from bridge.config.ops import OpsSection
 from bridge.config.retired import retired_problems
-from bridge.environ import take_secrets
+from bridge.environ import take_secrets, take_variables
 from bridge.i18n import DEFAULT_LOCALE, LOCALES, Translator
 from bridge.loops import loop_factory
 from bridge.runtime.sandbox import forbid_environ_reading, sandbox_problems
@@ -46,13 +53,26 @@ def _translator_for_env() -> Translator:
     return Translator(locale if locale in LOCALES else DEFAULT_LOCALE)
 
 
-def settings_for_run(out: TextIO, secrets: Mapping[str, str] | None = None) -> Settings | None:
+def settings_for_run(
+    out: TextIO,
+    secrets: Mapping[str, str] | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> Settings | None:
     """Settings from the environment (`secrets`, taken out of it, passed explicitly), or
-    None once every problem is reported to `out`, retired settings still set among them."""
-    settings, problems = check_for_run(secrets or {}, sandbox_problems)
+    None once every problem is reported to `out`, retired settings still set among them.
+    With BRIDGE_CONFIG_FILE, the file's problems in the single app's place (`environ`:
+    where its apps' secret variables are found)."""
+    check = partial(_problems_for_config, environ=environ)
+    settings, problems = check_for_run(secrets or {}, sandbox_problems, check)
     if settings is None:
         report_problems([*problems, *retired_problems()], _translator_for_env(), out)
     return settings
+
+
+def _problems_for_config(
+    settings: Settings, sandbox: SandboxCheck | None, *, environ: Mapping[str, str] | None
+) -> list[ConfigProblem]:
+    return problems_for_config(settings, sandbox, environ)
 
 
 def cmd_check_config(_: argparse.Namespace) -> int:
@@ -97,10 +117,17 @@ def cmd_run(_: argparse.Namespace) -> int:
     # shows), while this process may still open its own /proc files; nothing it starts
     # inherits them, and root reading its environ finds none.
     taken = take_secrets()
+    # So do the variables a config file names for its apps' secrets.
+    named = _config_file_from_env()
+    file_secrets = take_variables(secret_variables(named)) if named is not None else {}
     # Then an agent of the same user can no longer read our environ or memory at all.
     forbid_environ_reading()
-    settings = settings_for_run(sys.stderr, taken.values)
+    environ = {**os.environ, **file_secrets}
+    settings = settings_for_run(sys.stderr, taken.values, environ)
     if settings is None:
+        return EXIT_CONFIG
+    apps, _problems = load_apps(settings, environ)  # checked: None only for a file gone since
+    if apps is None:
         return EXIT_CONFIG
     from bridge import heap
     from bridge.running import run_service
@@ -108,7 +135,18 @@ def cmd_run(_: argparse.Namespace) -> int:
     retired = retired_problems()  # it starts anyway: each is a warning in its log
     heap.settle()
     with asyncio.Runner(loop_factory=loop_factory(settings.ops.bridge_event_loop)) as runner:
-        return runner.run(run_service(settings, environ_left=taken.left, retired=retired))
+        return runner.run(
+            run_service(settings, apps=apps, environ_left=taken.left, retired=retired)
+        )
+
+
+def _config_file_from_env() -> Path | None:
+    """BRIDGE_CONFIG_FILE as the environment sets it (whatever its case), before the
+    settings are read: its secret variables leave the environment first."""
+    for name, value in os.environ.items():
+        if name.upper() == "BRIDGE_CONFIG_FILE" and value:
+            return Path(value).expanduser()
+    return None
 
 
 def cmd_demo(args: argparse.Namespace) -> int:

@@ -66,6 +66,16 @@ def take_secrets(environ: MutableMapping[str, str] = os.environ) -> TakenSecrets
     return TakenSecrets(values, tuple(wiped), tuple(left))
 
 
+def take_variables(
+    names: frozenset[str], environ: MutableMapping[str, str] = os.environ
+) -> dict[str, str]:
+    """Remove the variables `names` (exact names: those a config file names for its secrets)
+    from `environ` and the start-up block; their values."""
+    values = {name: environ.pop(name) for name in sorted(names) if name in environ}
+    wipe_startup_environ(frozenset(name.upper() for name in values))
+    return values
+
+
 def _entries(block: bytes, names: frozenset[str]) -> list[tuple[int, bytes, str]]:
     """(offset, entry, upper-case name) of each entry of `block` named in `names`."""
     found, offset = [], 0

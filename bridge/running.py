@@ -14,6 +14,7 @@ from pydantic import SecretStr
 
 from bridge.cluster.identity import DuplicateInstance
 from bridge.config import Settings
+from bridge.config.apps import Apps, apps_from_settings
 from bridge.config.checks import ConfigProblem
 from bridge.i18n import Translator
 from bridge.logs import configure_logging
@@ -39,6 +40,7 @@ def _url_secrets(url: SecretStr | None) -> list[str]:
 async def run_service(
     settings: Settings,
     *,
+    apps: Apps | None = None,
     environ_left: Sequence[str] = (),
     retired: Sequence[ConfigProblem] = (),
 ) -> int:
@@ -46,6 +48,8 @@ async def run_service(
     would not let `take_secrets` overwrite them), said in the log; `retired`: settings no
     longer read but still set, each a warning in the log (check-config refuses them)."""
     feishu = settings.feishu
+    apps = apps or apps_from_settings(settings)
+    keys = [(a.app_secret, a.encrypt_key, a.verification_token) for a in apps.apps.values()]
     secrets = [
         s.get_secret_value()
         for s in (
@@ -53,6 +57,7 @@ async def run_service(
             feishu.feishu_encrypt_key,
             feishu.feishu_verification_token,
             settings.ops.bridge_ops_token,
+            *(key for app_keys in keys for key in app_keys),
         )
         if s is not None
     ] + _url_secrets(settings.store.bridge_database_url)
@@ -68,7 +73,7 @@ async def run_service(
             os.getpid(),
             ", ".join(environ_left),
         )
-    service = build_service(settings)
+    service = build_service(settings, apps=apps)
     try:
         await service.start()
     except DuplicateInstance as exc:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -22,6 +22,7 @@ from bridge.clock import Clock, LoopClock, new_id
 from bridge.cluster.identity import check_alone
 from bridge.cluster.ownership import Ownership
 from bridge.config import Settings, Tuning
+from bridge.config.apps import PROJECT_SETTINGS, App, Apps, Project, apps_from_settings
 from bridge.config.budget import BudgetSection
 from bridge.config.checks import (
     UnsafeConfiguration,
@@ -56,7 +57,7 @@ from bridge.runtime.port import AgentRuntime
 from bridge.runtime.router import RoutedRuntime, Routes, acp_routed
 from bridge.schedules.scheduler import ScheduleSettings
 from bridge.store.port import Store
-from bridge.stores import ownership_for, secret, store_for
+from bridge.stores import app_folder, ownership_for, secret, store_for
 
 log = logging.getLogger(__name__)
 
@@ -66,90 +67,79 @@ class Readiness:
     """What `/healthz` and `/status` read; the service sets it as it starts and stops."""
 
     clock: Callable[[], float]
-    longconn: LongConnection | None = None
+    longconns: list[LongConnection] = field(default_factory=list)
     ready: bool = False
     started_at: float = 0.0
 
+    @property
+    def longconn(self) -> LongConnection | None:
+        """The first app's long connection (the only one of a single app)."""
+        return self.longconns[0] if self.longconns else None
+
     def healthy(self) -> bool:
-        """Ready, and (in websocket mode) a long connection that has not given up."""
+        """Ready, and (in websocket mode) some app's long connection that has not given up:
+        one app's dead connection (a wrong secret) is its own fault, told by /status, not
+        a reason to restart the process the other apps run in."""
         if not self.ready:
             return False
-        return self.longconn is None or self.longconn.state not in _DEAD_CONNECTION
+        return not self.longconns or any(
+            conn.state not in _DEAD_CONNECTION for conn in self.longconns
+        )
 
 
 @dataclass
-class BridgeService:
-    settings: Settings
+class AppStack:
+    """One Feishu app's part of the bridge, sharing nothing with another app's but the
+    process, the listeners and the operator's view: its client, call budget and delivery
+    gate (in its engine), its store (its own file or schema: every key is the app's), its
+    agents, its receiver and intake, its bot identity."""
+
+    name: str
     feishu: FeishuApi
     runtime: AgentRuntime
     store: Store
     engine: Engine
     receiver: Receiver
-    projection: Projection
-    metrics: Metrics
-    clock: Callable[[], float]
-    readiness: Readiness
-    feishu_listener: Listener
-    ops_listener: Listener
     sessions: SessionDirectory
     housekeeping: Housekeeping
+    bot: BotIdentity
     longconn: LongConnection | None = None
     ownership: Ownership | None = None  # several instances on PostgreSQL
-    bot: BotIdentity = field(default_factory=BotIdentity)
-    drain_seconds: float = 10.0
     identity_retry_seconds: float = 30.0
     _identity_retry: asyncio.Task[None] | None = None
     _warmup: asyncio.Task[None] | None = None
 
-    @property
-    def port(self) -> int:
-        """The Feishu listener's bound port (the webhook URL's)."""
-        return self.feishu_listener.port
-
-    @property
-    def ops_port(self) -> int:
-        """The operator listener's bound port."""
-        return self.ops_listener.port
-
-    async def start(self) -> None:
-        self.readiness.started_at = self.clock()
-        log.info("%s", describe_access(self.settings))
+    async def open(
+        self, settings: Settings, projection: Projection, clock: Callable[[], float]
+    ) -> None:
         await self.store.open()
         await self.sessions.load()  # the operator's display names, into the snapshots
         if self.ownership is not None:
             await check_alone(
                 self.store,
-                self.settings.cluster.bridge_instance_id,
-                self.projection.epoch,
-                ttl=self.settings.cluster.bridge_lease_seconds,
-                clock=self.clock,
+                settings.cluster.bridge_instance_id,
+                projection.epoch,
+                ttl=settings.cluster.bridge_lease_seconds,
+                clock=clock,
                 sleep=asyncio.sleep,
             )
             await self.ownership.prepare()  # an earlier process's leases go before any claim
-        # The listeners first (healthz: "starting"): a slow Feishu is not a dead process.
-        await self.feishu_listener.start()
-        await self.ops_listener.start()
+
+    async def start(self, started_at: float, ops_url: str) -> None:
         await self._identify()
         self.engine.probe_voice()
         self.engine.probe_urgent()
         if self.ownership is None:
-            await self.engine.recover(before=self.readiness.started_at)
+            await self.engine.recover(before=started_at)
         else:  # only what no live instance runs: claimed, then recovered the same way
             await self.ownership.start()
         await self.engine.start_schedules()  # one that came due while down runs once
-        self.housekeeping.ops_url = reachable_url(self.settings.ops.bridge_ops_host, self.ops_port)
+        self.housekeeping.ops_url = ops_url
         await self.housekeeping.start()  # pruning, and the heartbeat `status --all` reads
         if self.longconn is not None:
             self.longconn.start()
-        self.readiness.ready = True
         if isinstance(self.runtime, RoutedRuntime):
-            self._warmup = asyncio.create_task(self.runtime.warm(), name="runtime-warmup")
-        log.info(
-            "bridge ready: mode=%s %s %s",
-            self.settings.feishu.feishu_event_mode,
-            self.feishu_listener,
-            self.ops_listener,
-        )
+            self._warmup = asyncio.create_task(self.runtime.warm(), name=f"warmup:{self.name}")
 
     async def _identify(self) -> None:
         # No bot open id, no group @-mentions (private chats work): say so, keep trying.
@@ -168,14 +158,19 @@ class BridgeService:
         try:
             info = await self.feishu.bot_info()
         except Exception as exc:
-            log.log(level, "cannot fetch the bot's identity (check FEISHU_APP_ID/SECRET): %s", exc)
+            log.log(
+                level,
+                "app %s: cannot fetch the bot's identity (check its app id and secret): %s",
+                self.name,
+                exc,
+            )
             return False
         self.bot.open_id, self.bot.name = info.open_id, info.app_name
-        log.info("bot identity: %s (%s)", info.app_name, info.open_id)
+        log.info("app %s: bot identity %s (%s)", self.name, info.app_name, info.open_id)
         return True
 
-    async def stop(self) -> None:
-        self.readiness.ready = False
+    async def quiesce(self) -> None:
+        """Nothing new comes in or is claimed; what is under way carries on."""
         for task in (self._identity_retry, self._warmup):
             if task is not None:
                 task.cancel()
@@ -185,15 +180,118 @@ class BridgeService:
             await self.longconn.stop()
         if self.ownership is not None:
             await self.ownership.stop()  # nothing more is claimed or fed here
-        await self.engine.drain(self.drain_seconds)
+
+    async def drain(self, seconds: float) -> None:
+        await self.engine.drain(seconds)
         if self.ownership is not None:
             await self.ownership.release()  # the leases go back: the others take over
-        self.projection.close()
-        await self.feishu_listener.stop()
-        await self.ops_listener.stop()
+
+    async def close(self) -> None:
         await self.runtime.close()
         await self.feishu.aclose()
         await self.store.close()
+
+
+@dataclass
+class BridgeService:
+    """The apps' stacks (`apps`: the first is the single app of the environment settings, or
+    the file's first), the operator's view they share, and the two listeners."""
+
+    settings: Settings
+    apps: list[AppStack]
+    projection: Projection
+    metrics: Metrics
+    clock: Callable[[], float]
+    readiness: Readiness
+    feishu_listener: Listener
+    ops_listener: Listener
+    drain_seconds: float = 10.0
+
+    # The first app's parts, as a single app's service had them (tests, the demo).
+    @property
+    def first(self) -> AppStack:
+        return self.apps[0]
+
+    @property
+    def feishu(self) -> FeishuApi:
+        return self.first.feishu
+
+    @property
+    def runtime(self) -> AgentRuntime:
+        return self.first.runtime
+
+    @property
+    def store(self) -> Store:
+        return self.first.store
+
+    @property
+    def engine(self) -> Engine:
+        return self.first.engine
+
+    @property
+    def receiver(self) -> Receiver:
+        return self.first.receiver
+
+    @property
+    def sessions(self) -> SessionDirectory:
+        return self.first.sessions
+
+    @property
+    def housekeeping(self) -> Housekeeping:
+        return self.first.housekeeping
+
+    @property
+    def bot(self) -> BotIdentity:
+        return self.first.bot
+
+    @property
+    def longconn(self) -> LongConnection | None:
+        return self.first.longconn
+
+    @property
+    def ownership(self) -> Ownership | None:
+        return self.first.ownership
+
+    @property
+    def port(self) -> int:
+        """The Feishu listener's bound port (the webhook URL's)."""
+        return self.feishu_listener.port
+
+    @property
+    def ops_port(self) -> int:
+        """The operator listener's bound port."""
+        return self.ops_listener.port
+
+    async def start(self) -> None:
+        self.readiness.started_at = self.clock()
+        log.info("%s", describe_access(self.settings))
+        for stack in self.apps:
+            await stack.open(self.settings, self.projection, self.clock)
+        # The listeners first (healthz: "starting"): a slow Feishu is not a dead process.
+        await self.feishu_listener.start()
+        await self.ops_listener.start()
+        ops_url = reachable_url(self.settings.ops.bridge_ops_host, self.ops_port)
+        for stack in self.apps:
+            await stack.start(self.readiness.started_at, ops_url)
+        self.readiness.ready = True
+        log.info(
+            "bridge ready: apps=%s mode=%s %s %s",
+            ",".join(stack.name for stack in self.apps),
+            self.settings.feishu.feishu_event_mode,
+            self.feishu_listener,
+            self.ops_listener,
+        )
+
+    async def stop(self) -> None:
+        self.readiness.ready = False
+        for stack in self.apps:
+            await stack.quiesce()
+        await asyncio.gather(*(stack.drain(self.drain_seconds) for stack in self.apps))
+        self.projection.close()
+        await self.feishu_listener.stop()
+        await self.ops_listener.stop()
+        for stack in self.apps:
+            await stack.close()
 
 
 _DEAD_CONNECTION = frozenset({ConnectionState.FAILED, ConnectionState.STOPPED})
@@ -237,10 +335,13 @@ def build_service(
     clock: Clock | None = None,
     runtime_env: dict[str, str] | None = None,
     tuning: Tuning | None = None,
+    apps: Apps | None = None,
 ) -> BridgeService:
-    """Everything the service runs, built from `settings` (in websocket mode, on the running
-    event loop, which the long connection hands its events to); `tuning`: what tests, benches
-    and the demo set that the operator does not."""
+    """Everything the service runs, built from `settings` and the `apps` it serves (default:
+    the one app of the environment settings); in websocket mode on the running event loop,
+    which the long connections hand their events to. `tuning`: what tests, benches and the
+    demo set that the operator does not; `feishu`, `runtime`: the first app's, made by a
+    test or the demo."""
     clock, tuning = clock or LoopClock(), tuning or Tuning()
     wall = clock.wall  # leases, snapshots and uptime: times other processes read too
     problems = exposure_problems(settings)
@@ -254,102 +355,51 @@ def build_service(
             " an agent's shell can read this process's memory, its secrets included;"
             " BRIDGE_AGENT_SANDBOX=bwrap keeps it out (docs/sandbox.md)"
         )
-    presence, agent, access, ops = settings.presence, settings.agent, settings.access, settings.ops
-    translator = Translator(presence.bridge_locale)
+    apps = apps or apps_from_settings(settings)
     projection = Projection(new_id(), wall, instance_id=settings.cluster.bridge_instance_id)
-    store = store_for(settings)
-    budget = call_budget(settings.budget, clock, tuning)
-    if feishu is None:
-        feishu = feishu_client(settings.feishu, clock, translator, budget)
-    elif isinstance(feishu, FeishuClient):
-        feishu.pace(budget)  # a client made by a test or the demo, paced as the product's
-    routes = Routes.of(agent.agent_profiles, agent.workspace_roots)
-    watch = ProcessWatch(projection, routes.agents[0][0], routes.workspaces[0][0])
-    if runtime is None:
-        options = {"env": runtime_env, "on_change": watch.changed}
-        runtime = acp_routed(settings, routes, clock, options)
-    watch.runtime = runtime
-    metrics = Metrics(projection, runtime_snapshot=runtime.snapshot)
-    metrics.watch_budget(budget.state)
-    engine = Engine(
-        feishu=feishu,
-        runtime=runtime,
-        store=store,
-        translator=translator,
-        config=EngineConfig(
-            timings=tuning.timings(presence),
-            options=Options(
-                received_text=presence.bridge_received_text,
-                approvers=frozenset(access.bridge_approvers),
-                requester_may_approve=access.bridge_requester_may_approve,
-                presence_style=PresenceStyle(presence.bridge_presence_style),
-                usage_footer=presence.bridge_usage_footer,
-                state_reactions=presence.bridge_state_reactions,
-                urgency=Urgency.APP if presence.bridge_urgent else Urgency.OFF,
-            ),
-            routes=routes,
-            attachments_dir=settings.store.bridge_data_dir / "inbox",
-            max_attachment_mb=agent.bridge_max_attachment_mb,
-            voice=settings.voice.bridge_voice,
-            voice_max_seconds=settings.voice.bridge_voice_max_seconds,
-            ack_emoji=presence.bridge_ack_emoji,
-            max_running_turns=agent.bridge_max_running_turns,
-            card_interval=presence.bridge_card_update_interval_seconds,
-            schedules=ScheduleSettings.from_settings(settings.schedules),
-            delivery=DeliveryPolicy(
-                *tuning.probes(settings.budget),
-                give_up_after=settings.budget.bridge_delivery_give_up_seconds,
-            ),
-        ),
-        clock=clock,
-        publish=projection.publish,
-        metrics=metrics,
-        session_ended=projection.session_ended,
-        budget=budget,
-    )
-    bot = BotIdentity()
-    ownership = ownership_for(settings, store, engine, wall)
-    receiver = Receiver(
-        store=store,
-        sink=engine.intake if ownership is None else ownership,
-        policy=AccessPolicy(
-            frozenset(access.bridge_allowed_users),
-            frozenset(access.bridge_allowed_chats),
-            allow_all=access.bridge_allow_all,
-        ),
-        bot=bot,
-        clock=wall,
-        fates=metrics.inbound,
-        app_id=settings.feishu.feishu_app_id,
-        max_event_age=settings.feishu.bridge_max_event_age_seconds,
-        quoted_content=feishu.message_content,
-        voice_kind=engine.voice_mode.kind,
-        bot_menu=settings.feishu.bridge_bot_menu,
-    )
     readiness = Readiness(wall)
-    feishu_app = _feishu_app(settings.feishu, receiver, bot, readiness)
-    status = partial(_status, settings, readiness, bot, engine, runtime, projection, wall)
-    sessions = SessionDirectory(store, engine, projection, routes, wall)
-    ops_app = web.Application(middlewares=ops_middlewares(secret(ops.bridge_ops_token)))
+    parts = _Shared(settings, tuning, clock, projection, readiness, runtime_env)
+    stacks: list[AppStack] = []
+    for number, app in enumerate(apps.apps.values()):
+        project = apps.projects[app.default_project]
+        given = (feishu, runtime) if number == 0 else (None, None)
+        stacks.append(parts.stack(app, project, number == 0, *given))
+    metrics = parts.metrics(stacks)
+    feishu_app = web.Application()
+    for app, stack in zip(apps.apps.values(), stacks, strict=True):
+        if app.intake == "webhook":
+            feishu_app.add_routes(_webhook(app, stack))
+        else:
+            stack.longconn = _longconn(app, stack)
+            readiness.longconns.append(stack.longconn)
+    feishu_app.add_routes(health_routes(readiness.healthy))
+    first = stacks[0]
+    status = partial(
+        _status,
+        settings,
+        readiness,
+        stacks,
+        runtime=first.runtime,
+        projection=projection,
+        clock=wall,
+    )
+    ops_app = web.Application(middlewares=ops_middlewares(secret(settings.ops.bridge_ops_token)))
     ops_app.add_routes(
         ops_routes(
             projection,
             ready=readiness.healthy,
             status=status,
-            turn_view=partial(turn_view, store, pending=engine.executor.traces.pending),
+            turn_view=partial(turn_view, first.store, pending=first.engine.executor.traces.pending),
             metrics=metrics,
-            sessions=sessions,
+            sessions=first.sessions,
         )
     )
-    if ownership is not None:
-        ops_app.add_routes(cluster_routes(ownership.take_forwarded))
+    if first.ownership is not None:
+        ops_app.add_routes(cluster_routes(first.ownership.take_forwarded))
+    ops = settings.ops
     return BridgeService(
         settings=settings,
-        feishu=feishu,
-        runtime=runtime,
-        store=store,
-        engine=engine,
-        receiver=receiver,
+        apps=stacks,
         projection=projection,
         metrics=metrics,
         clock=wall,
@@ -358,48 +408,201 @@ def build_service(
             "feishu", feishu_app, settings.feishu.bridge_host, settings.feishu.bridge_port
         ),
         ops_listener=Listener("ops", ops_app, ops.bridge_ops_host, ops.bridge_ops_port),
-        longconn=readiness.longconn,
-        bot=bot,
-        sessions=sessions,
-        ownership=ownership,
-        housekeeping=Housekeeping(
-            store,
-            wall,
-            instance_id=projection.instance_id,
-            epoch=projection.epoch,
-            ops_url="",  # known once the operator listener has its port (start)
-            facts=partial(_facts, engine),
-            beat_every=settings.cluster.bridge_lease_seconds / 3,
-        ),
     )
 
 
-def _feishu_app(
-    settings: FeishuSection, receiver: Receiver, bot: BotIdentity, readiness: Readiness
-) -> web.Application:
-    """The Feishu listener: the event request URL (webhook mode) and `/healthz`. In websocket
-    mode events come over the long connection instead, built here too."""
-    app = web.Application()
-    if settings.feishu_event_mode == "webhook":
-        app.add_routes(
-            webhook.webhook_routes(
-                receiver,
-                encrypt_key=secret(settings.feishu_encrypt_key),
-                verification_token=secret(settings.feishu_verification_token),
-                bot=bot,
-            )
+@dataclass
+class _Shared:
+    """What every app's stack is built with, and how one is built."""
+
+    settings: Settings
+    tuning: Tuning
+    clock: Clock
+    projection: Projection
+    readiness: Readiness
+    runtime_env: dict[str, str] | None
+    _metrics: Metrics | None = None
+
+    def stack(
+        self,
+        app: App,
+        project: Project,
+        first: bool,
+        feishu: FeishuApi | None,
+        runtime: AgentRuntime | None,
+    ) -> AppStack:
+        settings, clock, tuning, projection = (
+            self.settings,
+            self.clock,
+            self.tuning,
+            self.projection,
         )
-    else:
-        readiness.longconn = LongConnection(
-            settings.feishu_app_id or "",
-            secret(settings.feishu_app_secret) or "",
-            settings.feishu_domain,
-            receiver,
-            asyncio.get_running_loop(),
+        wall = clock.wall
+        presence, agent = settings.presence, project_settings(settings, project).agent
+        translator = Translator(presence.bridge_locale)
+        own = None if first else app.name  # the first app's keys where one app's always were
+        store = store_for(settings, own)
+        budget = call_budget(settings.budget, clock, tuning)
+        if feishu is None:
+            feishu = app_client(app, clock, translator, budget)
+        elif isinstance(feishu, FeishuClient):
+            feishu.pace(budget)  # a client made by a test or the demo, paced as the product's
+        routes = Routes.of(agent.agent_profiles, agent.workspace_roots)
+        watch = ProcessWatch(projection, routes.agents[0][0], routes.workspaces[0][0])
+        if runtime is None:
+            options = {"env": self.runtime_env, "on_change": watch.changed}
+            runtime = acp_routed(project_settings(settings, project), routes, clock, options)
+        watch.runtime = runtime
+        if self._metrics is None:  # the first app's figures (labelled by app: to come)
+            self._metrics = Metrics(projection, runtime_snapshot=runtime.snapshot)
+            self._metrics.watch_budget(budget.state)
+        metrics = self._metrics
+        publish: Publish = projection.publish
+        ended: SessionEnded = projection.session_ended
+        if own is not None:  # another app's conversation keys may be the first's: prefixed
+            publish = partial(_publish_as, projection.publish, own)
+            ended = partial(_ended_as, projection.session_ended, own)
+        data = settings.store.bridge_data_dir if first else app_folder(settings, app.name)
+        access = app.access
+        engine = Engine(
+            feishu=feishu,
+            runtime=runtime,
+            store=store,
+            translator=translator,
+            config=EngineConfig(
+                timings=tuning.timings(presence),
+                options=Options(
+                    received_text=presence.bridge_received_text,
+                    approvers=frozenset(access.approvers),
+                    requester_may_approve=access.requester_may_approve,
+                    presence_style=PresenceStyle(presence.bridge_presence_style),
+                    usage_footer=presence.bridge_usage_footer,
+                    state_reactions=presence.bridge_state_reactions,
+                    urgency=Urgency.APP if presence.bridge_urgent else Urgency.OFF,
+                ),
+                routes=routes,
+                attachments_dir=data / "inbox",
+                max_attachment_mb=agent.bridge_max_attachment_mb,
+                voice=settings.voice.bridge_voice,
+                voice_max_seconds=settings.voice.bridge_voice_max_seconds,
+                ack_emoji=presence.bridge_ack_emoji,
+                max_running_turns=agent.bridge_max_running_turns,
+                card_interval=presence.bridge_card_update_interval_seconds,
+                schedules=ScheduleSettings.from_settings(settings.schedules),
+                delivery=DeliveryPolicy(
+                    *tuning.probes(settings.budget),
+                    give_up_after=settings.budget.bridge_delivery_give_up_seconds,
+                ),
+            ),
+            clock=clock,
+            publish=publish,
+            metrics=metrics,
+            session_ended=ended,
+            budget=budget,
+        )
+        bot = BotIdentity()
+        ownership = ownership_for(settings, store, engine, wall, own)
+        receiver = Receiver(
+            store=store,
+            sink=engine.intake if ownership is None else ownership,
+            policy=AccessPolicy(
+                frozenset(access.allowed_users),
+                frozenset(access.allowed_chats),
+                allow_all=access.allow_all,
+            ),
             bot=bot,
+            clock=wall,
+            fates=metrics.inbound,
+            app_id=app.app_id,
+            max_event_age=settings.feishu.bridge_max_event_age_seconds,
+            quoted_content=feishu.message_content,
+            voice_kind=engine.voice_mode.kind,
+            bot_menu=settings.feishu.bridge_bot_menu,
         )
-    app.add_routes(health_routes(readiness.healthy))
-    return app
+        return AppStack(
+            name=app.name,
+            feishu=feishu,
+            runtime=runtime,
+            store=store,
+            engine=engine,
+            receiver=receiver,
+            sessions=SessionDirectory(store, engine, projection, routes, wall),
+            housekeeping=Housekeeping(
+                store,
+                wall,
+                instance_id=projection.instance_id,
+                epoch=projection.epoch,
+                ops_url="",  # known once the operator listener has its port (start)
+                facts=partial(_facts, engine),
+                beat_every=settings.cluster.bridge_lease_seconds / 3,
+            ),
+            bot=bot,
+            ownership=ownership,
+        )
+
+    def metrics(self, stacks: list[AppStack]) -> Metrics:
+        assert self._metrics is not None, "built with the first app's stack"
+        return self._metrics
+
+
+Publish = Callable[[str, Mapping[str, Any]], dict[str, Any] | None]
+SessionEnded = Callable[[str, str, str, str], dict[str, Any]]
+
+
+def _publish_as(
+    publish: Publish, app: str, key: str, snapshot: Mapping[str, Any]
+) -> dict[str, Any] | None:
+    return publish(f"{app}/{key}", snapshot)
+
+
+def _ended_as(
+    ended: SessionEnded, app: str, kind: str, key: str, session_id: str, reason: str
+) -> dict[str, Any]:
+    return ended(kind, f"{app}/{key}", session_id, reason)
+
+
+def project_settings(settings: Settings, project: Project) -> Settings:
+    """`settings` with the agent settings of `project` (the same values for the one project
+    of the environment settings)."""
+    agent = settings.agent.model_copy(
+        update={f"bridge_{key}": getattr(project, key) for key in PROJECT_SETTINGS}
+    )
+    return settings.model_copy(update={"agent": agent})
+
+
+def app_client(app: App, clock: Clock, translator: Translator, budget: CallBudget) -> FeishuClient:
+    """An app's outbound Feishu stack (`feishu_client`, for an app of several)."""
+    return FeishuClient(
+        app.app_id or "",
+        secret(app.app_secret) or "",
+        app.domain,
+        clock=clock.now,
+        cut_notice=lambda kept, total: translator("reply.cut", kept=kept, total=total),
+        budget=budget,
+    )
+
+
+def _webhook(app: App, stack: AppStack) -> list[web.RouteDef]:
+    """An app's event request URL (webhook mode), verified and decrypted with its keys."""
+    return webhook.webhook_routes(
+        stack.receiver,
+        encrypt_key=secret(app.encrypt_key),
+        verification_token=secret(app.verification_token),
+        bot=stack.bot,
+        path=app.webhook_path,
+    )
+
+
+def _longconn(app: App, stack: AppStack) -> LongConnection:
+    """An app's own long connection (websocket mode)."""
+    return LongConnection(
+        app.app_id or "",
+        secret(app.app_secret) or "",
+        app.domain,
+        stack.receiver,
+        asyncio.get_running_loop(),
+        bot=stack.bot,
+    )
 
 
 def _facts(engine: Engine) -> dict[str, Any]:
@@ -412,25 +615,37 @@ def _facts(engine: Engine) -> dict[str, Any]:
 def _status(
     settings: Settings,
     readiness: Readiness,
-    bot: BotIdentity,
-    engine: Engine,
+    stacks: list[AppStack],
+    *,
     runtime: AgentRuntime,
     projection: Projection,
     clock: Callable[[], float],
 ) -> dict[str, Any]:
-    """`GET /status`: the process (the conversations' snapshots are added by the route)."""
-    longconn = readiness.longconn
-    return {
+    """`GET /status`: the process (the conversations' snapshots are added by the route). The
+    first app's figures at the top, as a single app's were; with several apps, each app's
+    under `apps` too, so an operator sees which one is unhealthy and why."""
+    first = stacks[0]
+    status = {
         "mode": settings.feishu.feishu_event_mode,
         "ready": readiness.ready,
         "uptime_seconds": round(clock() - readiness.started_at, 3),
-        "bot_open_id": bot.open_id,
+        **_app_status(first),
+        "event_subscribers": projection.subscribers(),
+        "runtime": runtime.snapshot(),
+    }
+    if len(stacks) > 1:
+        status["apps"] = {stack.name: _app_status(stack) for stack in stacks}
+    return status
+
+
+def _app_status(stack: AppStack) -> dict[str, Any]:
+    engine, longconn = stack.engine, stack.longconn
+    return {
+        "bot_open_id": stack.bot.open_id,
         "long_connection": longconn.state.name.lower() if longconn else None,
         "conversations": len(engine.conversations),
         "feishu_api": engine.gate.state(),
         "voice": engine.voice_mode.state(),
         "urgent": engine.urgent_mode.state(),
         "feishu_budget": engine.budget.state() if engine.budget else None,
-        "event_subscribers": projection.subscribers(),
-        "runtime": runtime.snapshot(),
     }

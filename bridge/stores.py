@@ -5,6 +5,7 @@ several instances share it. psycopg is imported only for PostgreSQL."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 from pydantic import SecretStr
 
@@ -21,26 +22,45 @@ def secret(value: SecretStr | None) -> str | None:
     return value.get_secret_value() if value is not None else None
 
 
-def store_for(settings: Settings) -> Store:
+def store_for(settings: Settings, app: str | None = None) -> Store:
     """PostgreSQL when BRIDGE_DATABASE_URL is set (psycopg is imported only then), else the
-    SQLite file in the data folder."""
+    SQLite file in the data folder. `app`: the store of one app of several (None: the
+    first's, where a single app's data has always been): its own SQLite file, or its own
+    schema of the database, so that no key of one app (a chat, a message, a lease) ever
+    meets another's."""
     url = secret(settings.store.bridge_database_url)
     if url is None:
-        return SqliteStore(settings.store.db_path)
+        if app is None:
+            return SqliteStore(settings.store.db_path)
+        return SqliteStore(app_folder(settings, app) / settings.store.db_path.name)
     from bridge.store.postgres import PostgresStore
 
-    return PostgresStore(url)
+    return PostgresStore(url, schema=None if app is None else app_schema(app))
+
+
+def app_folder(settings: Settings, app: str) -> Path:
+    """Where one app of several keeps its files (its store, its users' attachments)."""
+    return settings.store.bridge_data_dir / "apps" / app
+
+
+def app_schema(app: str) -> str:
+    """The PostgreSQL schema of one app of several (a bare lower-case identifier)."""
+    return "bridge_app_" + app.lower().replace("-", "_")
 
 
 def ownership_for(
-    settings: Settings, store: Store, engine: Engine, clock: Callable[[], float]
+    settings: Settings,
+    store: Store,
+    engine: Engine,
+    clock: Callable[[], float],
+    app: str | None = None,
 ) -> Ownership | None:
     """Several instances share a PostgreSQL store: each conversation is run by the instance
     holding its lease (bridge/cluster/ownership.py). SQLite is one instance alone."""
     url = secret(settings.store.bridge_database_url)
     if url is None:
         return None
-    from bridge.cluster.wake_pg import PgWake
+    from bridge.cluster.wake_pg import DEFAULT_CHANNEL, PgWake
 
     ttl = settings.cluster.bridge_lease_seconds
     me = settings.cluster.bridge_instance_id
@@ -52,7 +72,7 @@ def ownership_for(
     )
     ownership = Ownership(
         keeper=keeper,
-        wake=PgWake(url),
+        wake=PgWake(url) if app is None else PgWake(url, channel=f"{DEFAULT_CHANNEL}_{app}"),
         store=store,
         engine=engine,
         forwarder=forwarder,

@@ -194,14 +194,26 @@ def load_apps(
 
 
 def problems_for_config(
-    settings: Settings, sandbox: SandboxCheck | None = None
+    settings: Settings,
+    sandbox: SandboxCheck | None = None,
+    environ: Mapping[str, str] | None = None,
 ) -> list[ConfigProblem]:
-    """check-config's checks (a `checks.RunCheck`): `problems_for_run`, or with
+    """check-config's and run's checks (a `checks.RunCheck`): `problems_for_run`, or with
     BRIDGE_CONFIG_FILE the file's problems in its place, beside those of the process."""
     if settings.feishu.bridge_config_file is None:
         return problems_for_run(settings, sandbox)
-    _, problems = load_apps(settings, sandbox=sandbox)
+    _, problems = load_apps(settings, environ, sandbox)
     return ops_exposure_problems(settings) + problems
+
+
+def secret_variables(path: Path) -> frozenset[str]:
+    """The environment variables the file at `path` names for its apps' secrets (none when
+    it cannot be read: its problems are check-config's to tell)."""
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return frozenset()
+    return frozenset(_env_references(data))
 
 
 def _environ() -> dict[str, str]:

@@ -65,9 +65,16 @@ class PostgresStore(SqlStore):
         pool_size: int = 4,
         connect_timeout: float = 30.0,
         wait_seconds: float = 5.0,
+        schema: str | None = None,
     ) -> None:
+        """`schema`: where its tables live (None: the server's default, `public`); each
+        app but the first of a bridge keeps its own, so no key of one app meets another's."""
         driver = PostgresDriver(
-            url, pool_size=pool_size, connect_timeout=connect_timeout, wait_seconds=wait_seconds
+            url,
+            pool_size=pool_size,
+            connect_timeout=connect_timeout,
+            wait_seconds=wait_seconds,
+            schema=schema,
         )
         super().__init__(driver, retention_seconds=retention_seconds)
 
@@ -79,9 +86,16 @@ class PostgresDriver:
     greatest = "GREATEST"
 
     def __init__(
-        self, url: str, *, pool_size: int, connect_timeout: float, wait_seconds: float
+        self,
+        url: str,
+        *,
+        pool_size: int,
+        connect_timeout: float,
+        wait_seconds: float,
+        schema: str | None = None,
     ) -> None:
         self._url = url
+        self._schema = schema
         self._pool_size = max(1, int(pool_size))
         self._connect_timeout = connect_timeout
         # How long a call waits for a connection while the server is away before it fails
@@ -112,7 +126,7 @@ class PostgresDriver:
                 self._url,
                 min_size=1,
                 max_size=self._pool_size,
-                kwargs={"autocommit": True},
+                kwargs=self._connection_options(),
                 # A connection the server dropped (a restart, a failover) is replaced before
                 # use, not failed on: one round trip per checkout.
                 check=AsyncConnectionPool.check_connection,
@@ -122,11 +136,19 @@ class PostgresDriver:
             try:
                 await pool.open(wait=True, timeout=self._connect_timeout)
                 async with pool.connection() as conn:
+                    if self._schema is not None:
+                        await conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{self._schema}"')
                     await migrate(conn)
             except BaseException:
                 await pool.close()
                 raise
             self._pool = pool
+
+    def _connection_options(self) -> dict[str, Any]:
+        options: dict[str, Any] = {"autocommit": True}
+        if self._schema is not None:  # a name of letters, digits, `_` (apps.NAME): no quoting
+            options["options"] = f"-c search_path={self._schema}"
+        return options
 
     async def close(self) -> None:
         async with self._lifecycle:
