@@ -1,4 +1,4 @@
-"""Pushing events to the bridge's webhook the way Feishu does, redeliveries included.
+"""Pushing one app's events to the bridge the way Feishu does, redeliveries included.
 
 Feishu counts a push as failed unless HTTP 200 comes back within 3 seconds, and then pushes
 the same event (same event_id) again 15 s, 5 min, 1 h and 6 h after each failure. Here the
@@ -44,7 +44,10 @@ class EventDelivery:
         deadline_seconds: float,
         webhook_url: Callable[[], str | None],
         on_change: Callable[[], None],
+        app_id: str = "",
+        attempts: list[DeliveryAttempt] | None = None,
     ) -> None:
+        self.app_id = app_id
         self._encrypt_key = encrypt_key
         self._ladder = tuple(ladder_seconds)
         self.deadline_seconds = deadline_seconds
@@ -53,7 +56,8 @@ class EventDelivery:
         self._session: aiohttp.ClientSession | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._payloads: dict[str, Mapping[str, Any]] = {}  # event_id -> plaintext payload
-        self.attempts: list[DeliveryAttempt] = []
+        # Every app's attempts in one list (shared), so their order across apps is kept.
+        self.attempts: list[DeliveryAttempt] = [] if attempts is None else attempts
         # Several bridge instances behind a load balancer: each push goes to one at random.
         self.spread: Sequence[str] = ()
         self.rng = random.Random(0)
@@ -73,8 +77,16 @@ class EventDelivery:
             self._session = None
 
     @property
+    def reachable(self) -> bool:
+        """The app has somewhere for its events to go."""
+        return self._webhook_url() is not None
+
+    @property
     def redeliveries_pending(self) -> int:
         return len(self._tasks)
+
+    def sent(self, event_id: str) -> bool:
+        return event_id in self._payloads
 
     def payload(self, event_id: str) -> Mapping[str, Any]:
         try:
@@ -87,10 +99,10 @@ class EventDelivery:
 
     async def push(self, payload: Mapping[str, Any]) -> DeliveryAttempt | None:
         """First push of a new event; on failure the redelivery ladder runs in the background.
-        Returns None (and pushes nothing) while no webhook URL is set."""
+        Returns None (and pushes nothing) while the app has no webhook URL."""
         event_id = str(payload["header"]["event_id"])
         self._payloads[event_id] = payload
-        if self._webhook_url() is None:
+        if not self.reachable:
             return None
         attempt = await self._attempt(payload, manual=False)
         if not attempt.ok and self._ladder:
@@ -145,8 +157,8 @@ class EventDelivery:
         url: str | None = None,
     ) -> DeliveryAttempt:
         header = payload.get("header", {})
-        envelope = self.seal(payload)
-        answer = await self._post(envelope, deadline_seconds or self.deadline_seconds, url)
+        deadline = deadline_seconds or self.deadline_seconds
+        answer = await self._post(self.seal(payload), deadline, url)
         return self._record(
             str(header.get("event_id", "")), str(header.get("event_type", "")), answer, manual
         )
@@ -165,6 +177,7 @@ class EventDelivery:
             at=answer.started_at,
             manual=manual,
             url=answer.url,
+            app_id=self.app_id,
         )
         self.attempts.append(attempt)
         self._on_change()
