@@ -4,6 +4,9 @@ Feishu counts a push as failed unless HTTP 200 comes back within 3 seconds, and 
 the same event (same event_id) again 15 s, 5 min, 1 h and 6 h after each failure. Here the
 deadline and the ladder are parameters (the emulator scales them by `time_scale`), and every
 attempt is recorded. Each push is sealed afresh: new IV, timestamp, nonce and signature.
+
+While the app holds a long connection (`longconn.py`), its events go there (plaintext, the
+answer's `code` 200 counting as the webhook's HTTP 200); else to its webhook URL.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from typing import Any
 import aiohttp
 
 from bridge.devtools.emulator.crypto import seal
+from bridge.devtools.emulator.longconn import Session
 from bridge.devtools.emulator.records import DeliveryAttempt, DeliveryOutcome, Envelope
 
 FEISHU_REDELIVERY_LADDER_S: tuple[float, ...] = (15.0, 300.0, 3600.0, 21600.0)
@@ -46,7 +50,9 @@ class EventDelivery:
         on_change: Callable[[], None],
         app_id: str = "",
         attempts: list[DeliveryAttempt] | None = None,
+        long_connection: Callable[[], Session | None] = lambda: None,
     ) -> None:
+        self._long_connection = long_connection
         self.app_id = app_id
         self._encrypt_key = encrypt_key
         self._ladder = tuple(ladder_seconds)
@@ -79,7 +85,7 @@ class EventDelivery:
     @property
     def reachable(self) -> bool:
         """The app has somewhere for its events to go."""
-        return self._webhook_url() is not None
+        return self._long_connection() is not None or self._webhook_url() is not None
 
     @property
     def redeliveries_pending(self) -> int:
@@ -99,7 +105,8 @@ class EventDelivery:
 
     async def push(self, payload: Mapping[str, Any]) -> DeliveryAttempt | None:
         """First push of a new event; on failure the redelivery ladder runs in the background.
-        Returns None (and pushes nothing) while the app has no webhook URL."""
+        Returns None (and pushes nothing) while the app has neither a long connection nor a
+        webhook URL."""
         event_id = str(payload["header"]["event_id"])
         self._payloads[event_id] = payload
         if not self.reachable:
@@ -158,7 +165,19 @@ class EventDelivery:
     ) -> DeliveryAttempt:
         header = payload.get("header", {})
         deadline = deadline_seconds or self.deadline_seconds
-        answer = await self._post(self.seal(payload), deadline, url)
+        session = self._long_connection() if url is None else None
+        if session is not None:
+            pushed = await session.push(payload, deadline)
+            answer = _Answer(
+                pushed.status,
+                pushed.body,
+                pushed.latency_ms,
+                pushed.outcome,
+                pushed.started_at,
+                pushed.url,
+            )
+        else:
+            answer = await self._post(self.seal(payload), deadline, url)
         return self._record(
             str(header.get("event_id", "")), str(header.get("event_type", "")), answer, manual
         )

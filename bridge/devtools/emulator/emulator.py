@@ -43,6 +43,7 @@ from bridge.devtools.emulator.delivery import (
 )
 from bridge.devtools.emulator.faults import Fault, FaultKind, FaultPlan
 from bridge.devtools.emulator.limits import RateLimits
+from bridge.devtools.emulator.longconn import Credentials, LongConnections
 from bridge.devtools.emulator.outage import Outage, OutageState, Plan, RefusedCall
 from bridge.devtools.emulator.people import People
 from bridge.devtools.emulator.records import (
@@ -50,6 +51,7 @@ from bridge.devtools.emulator.records import (
     CardCallbackResult,
     ChatMessage,
     DeliveryAttempt,
+    LongConnection,
     Reaction,
     SenderType,
 )
@@ -150,6 +152,9 @@ class FeishuEmulator(UserSide):
         self.outage = Outage(clock=clock, on_change=self._changed)
         self._people = People(specs[0].app_id)
         group_messages: GroupMessages = "all" if len(specs) == 1 else "mentioned"
+        self._long_connections = LongConnections(
+            credentials=self._credentials, base_url=lambda: self.url, on_change=self._changed
+        )
 
         def delivery(app: HostedApp) -> EventDelivery:
             return EventDelivery(
@@ -160,6 +165,7 @@ class FeishuEmulator(UserSide):
                 on_change=self._changed,
                 app_id=app.app_id,
                 attempts=self._attempts,
+                long_connection=lambda: self._long_connections.pick(app.app_id),
             )
 
         self.apps = {}
@@ -222,6 +228,7 @@ class FeishuEmulator(UserSide):
         )
         app = web.Application()
         app.router.add_route("*", "/open-apis/{tail:.*}", api.handle)
+        self._long_connections.add_routes(app)
         page.add_routes(app, self)
         runner = web.AppRunner(app, access_log=None, shutdown_timeout=2.0)
         await runner.setup()
@@ -243,6 +250,7 @@ class FeishuEmulator(UserSide):
     async def close(self) -> None:
         self._closing.set()  # ends held (timeout-fault) answers and page long-polls
         self._changed()
+        await self._long_connections.drop()
         for hosted in self.apps.values():
             await hosted.delivery.close()
         if self._runner is not None:
@@ -506,6 +514,24 @@ class FeishuEmulator(UserSide):
             and (app_id is None or a.app_id == app_id)
         ]
 
+    def long_connections(self, app_id: str | None = None) -> list[LongConnection]:
+        """The long connections open now (of `app_id`), in the order they were opened."""
+        return [
+            LongConnection(s.app_id, s.conn_id, s.connected_at, s.pings)
+            for s in self._long_connections.sessions
+            if app_id is None or s.app_id == app_id
+        ]
+
+    def long_connection_refused(self, app_id: str | None = None) -> str | None:
+        """Why the app's latest try to open a long connection was refused (wrong secret,
+        too many connections); None once one is open."""
+        return self._long_connections.refused.get(self.app(app_id).app_id)
+
+    async def drop_long_connections(self, app_id: str | None = None) -> int:
+        """Close the long connections (of `app_id`) from Feishu's side, as a gateway restart
+        does; returns how many. The clients reconnect as their ClientConfig says."""
+        return await self._long_connections.drop(app_id)
+
     @property
     def redeliveries_pending(self) -> int:
         """Events whose redelivery ladder is still running."""
@@ -551,6 +577,10 @@ class FeishuEmulator(UserSide):
         return self._revision
 
     # --- internals -----------------------------------------------------------------------
+    def _credentials(self, app_id: str) -> Credentials | None:
+        app = self.apps.get(app_id)
+        return None if app is None else Credentials(app.app_id, app.app_secret)
+
     def _record_call(self, call: ApiCall) -> None:
         self._calls.append(call)
         self._changed()

@@ -147,6 +147,16 @@ class DeliveryAttempt:
 
 
 @dataclass(frozen=True)
+class LongConnection:
+    """An app's open long connection (a bridge instance's lark-oapi ws client)."""
+
+    app_id: str
+    conn_id: str  # the device_id of its URL
+    connected_at: float  # wall-clock seconds
+    pings: int  # the client's pings answered so far
+
+
+@dataclass(frozen=True)
 class DeliveredEvent:
     """What `send_user_message` returns: the ids to look things up by, and the first push."""
 

@@ -340,7 +340,7 @@ class UserSide:
             raise ValueError(f"{message_id!r} is not an interactive card in any chat")
         app = self.apps.get(message.app_id or "") or self.app()
         if not app.delivery.reachable:
-            raise RuntimeError("set webhook_url before clicking cards")
+            raise RuntimeError("set webhook_url (or open a long connection) before clicking cards")
         operator = self._people.open_id(
             self._people.person(operator_open_id or self.default_user_open_id), app.app_id
         )
