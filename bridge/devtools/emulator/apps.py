@@ -1,6 +1,7 @@
 """The Feishu apps (bots) the emulator hosts, each with what Feishu keeps apart per app: its
-credentials and tenant tokens, its event keys and subscription (a webhook URL), its bot's
-open_id and name, its rate-limit meters (Feishu meters "每个应用") and its event pushes.
+credentials and tenant tokens, its event keys and subscription (a webhook URL, or its own
+long connection: `longconn.py`), its bot's open_id and name, its rate-limit meters (Feishu
+meters "每个应用") and its event pushes.
 
 `AppSpec` declares one (`FeishuEmulator(apps=[AppSpec(…), …])`, or `--app` on the command
 line: `parse_app_spec`); `HostedApp` is one at run time.
@@ -41,6 +42,9 @@ class AppSpec:
         if self.group_messages not in (None, "all", "mentioned"):
             raise ValueError("group_messages is 'all' or 'mentioned'")
 
+
+# The fields a one-app emulator takes as its own (`EmulatorOptions.app_id` and the rest).
+SINGLE_APP_FIELDS = tuple(f.name for f in fields(AppSpec) if f.name != "group_messages")
 
 # The keys `parse_app_spec` takes, short for the fields.
 _SPEC_KEYS = {
@@ -83,7 +87,7 @@ class HostedApp:
         bot_open_id: str,
         tokens: TokenIssuer,
         limits: RateLimits,
-        delivery: Callable[[HostedApp], EventDelivery],
+        delivery: Callable[[HostedApp], EventDelivery],  # made for this app (its keys, URL)
     ) -> None:
         self.spec = spec
         self.app_id = spec.app_id
@@ -111,6 +115,3 @@ class HostedApp:
 
     def __repr__(self) -> str:
         return f"HostedApp({self.app_id!r}, {self.bot_name!r})"
-
-
-SINGLE_APP_FIELDS = tuple(f.name for f in fields(AppSpec) if f.name != "group_messages")
