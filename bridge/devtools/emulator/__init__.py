@@ -5,9 +5,16 @@
         delivered = await emu.send_user_message("hello")
         await emu.wait_for(lambda: emu.bot_messages(delivered.chat_id))
 
+Several apps (bots), each with its own credentials, keys, webhook and bot:
+
+    async with FeishuEmulator(apps=[AppSpec("cli_a", bot_name="A"), AppSpec("cli_b")]) as emu:
+        emu.set_webhook_url(url_a, "cli_a")
+        await emu.send_user_message("hi", chat_type="group", mention_apps=["cli_b"])
+
 See `emulator.FeishuEmulator` for the API and `codes` for the error codes it answers.
 """
 
+from bridge.devtools.emulator.apps import AppSpec, HostedApp
 from bridge.devtools.emulator.callbacks import CALLBACK_ERROR_TOAST
 from bridge.devtools.emulator.emulator import MIN_DEADLINE_S, EmulatorOptions, FeishuEmulator
 from bridge.devtools.emulator.faults import FaultKind
@@ -29,6 +36,7 @@ __all__ = [
     "CALLBACK_ERROR_TOAST",
     "MIN_DEADLINE_S",
     "ApiCall",
+    "AppSpec",
     "CardCallbackResult",
     "ChatMessage",
     "DeliveredEvent",
@@ -37,6 +45,7 @@ __all__ = [
     "Envelope",
     "FaultKind",
     "FeishuEmulator",
+    "HostedApp",
     "Mention",
     "OutageMode",
     "OutageState",

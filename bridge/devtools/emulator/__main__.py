@@ -2,7 +2,13 @@
 
     python -m bridge.devtools.emulator --port 8900 --webhook-url http://127.0.0.1:8080/feishu/events
 
-then point the bridge's Feishu domain at the printed URL and open it in a browser.
+then point the bridge's Feishu domain at the printed URL and open it in a browser. Several
+apps (bots), each `--app` key=value pairs (`apps.parse_app_spec`), the first one the
+default:
+
+    python -m bridge.devtools.emulator \
+        --app 'id=cli_claude,secret=s1,name=Claude,webhook=http://127.0.0.1:8080/hook/a' \
+        --app 'id=cli_codex,secret=s2,name=Codex,encrypt_key=k2,token=t2'
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ import asyncio
 import contextlib
 import signal
 
+from bridge.devtools.emulator.apps import AppSpec, parse_app_spec
 from bridge.devtools.emulator.emulator import FeishuEmulator
 
 
@@ -28,7 +35,22 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--scenario", action="append", default=[], help="a chip on the chat page (repeatable)"
     )
+    parser.add_argument(
+        "--app",
+        action="append",
+        default=[],
+        type=_app,
+        help="one of several apps: id=…,secret=…,name=…,webhook=…,encrypt_key=…,token=…,"
+        "group=all|mentioned (repeatable; instead of --app-id and the other app flags)",
+    )
     return parser
+
+
+def _app(text: str) -> AppSpec:
+    try:
+        return parse_app_spec(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 async def _run(args: argparse.Namespace) -> None:
@@ -37,19 +59,29 @@ async def _run(args: argparse.Namespace) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError):  # not on Windows
             loop.add_signal_handler(sig, stop.set)
-    async with FeishuEmulator(
-        app_id=args.app_id,
-        app_secret=args.app_secret,
-        encrypt_key=args.encrypt_key,
-        verification_token=args.verification_token,
-        webhook_url=args.webhook_url,
-        bot_name=args.bot_name,
-        time_scale=args.time_scale,
-        scenarios=args.scenario,
-        port=args.port,
-    ) as emu:
+    single = {
+        "app_id": args.app_id,
+        "app_secret": args.app_secret,
+        "encrypt_key": args.encrypt_key,
+        "verification_token": args.verification_token,
+        "webhook_url": args.webhook_url,
+        "bot_name": args.bot_name,
+    }
+    try:  # with --app, the single app's flags must be left alone (the emulator says which)
+        emulator = FeishuEmulator(
+            time_scale=args.time_scale,
+            scenarios=args.scenario,
+            port=args.port,
+            apps=args.app,
+            **single,
+        )
+    except ValueError as exc:
+        raise SystemExit(f"python -m bridge.devtools.emulator: {exc}") from None
+    async with emulator as emu:
         print(f"Feishu emulator on {emu.url}  (chat page: {emu.url}/)", flush=True)
-        print(f"  app_id={args.app_id} webhook_url={emu.webhook_url or '-'}", flush=True)
+        for app in emu.apps.values():
+            hook = app.webhook_url or "-"
+            print(f"  app_id={app.app_id} bot={app.bot_name!r} webhook_url={hook}", flush=True)
         await stop.wait()
 
 

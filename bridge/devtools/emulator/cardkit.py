@@ -40,6 +40,7 @@ class CardEntity:
     card: dict[str, Any]
     sequence: int = 0
     message_ids: list[str] = field(default_factory=list)
+    app_id: str | None = None  # the app that made it, the only one that may use it
 
     @property
     def streaming(self) -> bool:
@@ -53,12 +54,12 @@ class CardKit:
         self.entities: dict[str, CardEntity] = {}
         self.changes: list[CardChange] = []
 
-    def create(self, body: Mapping[str, Any]) -> str:
+    def create(self, body: Mapping[str, Any], *, app_id: str | None = None) -> str:
         if body.get("type") != "card_json":
             raise codes.FIELD_VALIDATION_FAILED.with_detail("type must be card_json")
         card = _card(body.get("data"))
         card_id = str(next(self._ids))
-        entity = CardEntity(card_id, card)
+        entity = CardEntity(card_id, card, app_id=app_id)
         self.entities[card_id] = entity
         self.changes.append(CardChange(card_id, "create", None, entity.streaming))
         return card_id

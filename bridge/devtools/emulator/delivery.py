@@ -1,9 +1,12 @@
-"""Pushing events to the bridge's webhook the way Feishu does, redeliveries included.
+"""Pushing one app's events to the bridge the way Feishu does, redeliveries included.
 
 Feishu counts a push as failed unless HTTP 200 comes back within 3 seconds, and then pushes
 the same event (same event_id) again 15 s, 5 min, 1 h and 6 h after each failure. Here the
 deadline and the ladder are parameters (the emulator scales them by `time_scale`), and every
 attempt is recorded. Each push is sealed afresh: new IV, timestamp, nonce and signature.
+
+While the app holds a long connection (`longconn.py`), its events go there (plaintext, the
+answer's `code` 200 counting as the webhook's HTTP 200); else to its webhook URL.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from typing import Any
 import aiohttp
 
 from bridge.devtools.emulator.crypto import seal
+from bridge.devtools.emulator.longconn import Session
 from bridge.devtools.emulator.records import DeliveryAttempt, DeliveryOutcome, Envelope
 
 FEISHU_REDELIVERY_LADDER_S: tuple[float, ...] = (15.0, 300.0, 3600.0, 21600.0)
@@ -44,7 +48,12 @@ class EventDelivery:
         deadline_seconds: float,
         webhook_url: Callable[[], str | None],
         on_change: Callable[[], None],
+        app_id: str = "",
+        attempts: list[DeliveryAttempt] | None = None,
+        long_connection: Callable[[], Session | None] = lambda: None,
     ) -> None:
+        self._long_connection = long_connection
+        self.app_id = app_id
         self._encrypt_key = encrypt_key
         self._ladder = tuple(ladder_seconds)
         self.deadline_seconds = deadline_seconds
@@ -53,7 +62,8 @@ class EventDelivery:
         self._session: aiohttp.ClientSession | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._payloads: dict[str, Mapping[str, Any]] = {}  # event_id -> plaintext payload
-        self.attempts: list[DeliveryAttempt] = []
+        # Every app's attempts in one list (shared), so their order across apps is kept.
+        self.attempts: list[DeliveryAttempt] = [] if attempts is None else attempts
         # Several bridge instances behind a load balancer: each push goes to one at random.
         self.spread: Sequence[str] = ()
         self.rng = random.Random(0)
@@ -73,8 +83,16 @@ class EventDelivery:
             self._session = None
 
     @property
+    def reachable(self) -> bool:
+        """The app has somewhere for its events to go."""
+        return self._long_connection() is not None or self._webhook_url() is not None
+
+    @property
     def redeliveries_pending(self) -> int:
         return len(self._tasks)
+
+    def sent(self, event_id: str) -> bool:
+        return event_id in self._payloads
 
     def payload(self, event_id: str) -> Mapping[str, Any]:
         try:
@@ -87,10 +105,11 @@ class EventDelivery:
 
     async def push(self, payload: Mapping[str, Any]) -> DeliveryAttempt | None:
         """First push of a new event; on failure the redelivery ladder runs in the background.
-        Returns None (and pushes nothing) while no webhook URL is set."""
+        Returns None (and pushes nothing) while the app has neither a long connection nor a
+        webhook URL."""
         event_id = str(payload["header"]["event_id"])
         self._payloads[event_id] = payload
-        if self._webhook_url() is None:
+        if not self.reachable:
             return None
         attempt = await self._attempt(payload, manual=False)
         if not attempt.ok and self._ladder:
@@ -145,8 +164,20 @@ class EventDelivery:
         url: str | None = None,
     ) -> DeliveryAttempt:
         header = payload.get("header", {})
-        envelope = self.seal(payload)
-        answer = await self._post(envelope, deadline_seconds or self.deadline_seconds, url)
+        deadline = deadline_seconds or self.deadline_seconds
+        session = self._long_connection() if url is None else None
+        if session is not None:
+            pushed = await session.push(payload, deadline)
+            answer = _Answer(
+                pushed.status,
+                pushed.body,
+                pushed.latency_ms,
+                pushed.outcome,
+                pushed.started_at,
+                pushed.url,
+            )
+        else:
+            answer = await self._post(self.seal(payload), deadline, url)
         return self._record(
             str(header.get("event_id", "")), str(header.get("event_type", "")), answer, manual
         )
@@ -165,6 +196,7 @@ class EventDelivery:
             at=answer.started_at,
             manual=manual,
             url=answer.url,
+            app_id=self.app_id,
         )
         self.attempts.append(attempt)
         self._on_change()

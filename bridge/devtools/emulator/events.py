@@ -1,9 +1,10 @@
-"""Event payloads in Feishu's schema 2.0, as pushed to a webhook (plaintext, before sealing)."""
+"""Event payloads in Feishu's schema 2.0, as pushed to a webhook (plaintext, before sealing).
+Each is one app's: its header names the app, and the people in it are that app's open_ids."""
 
 from __future__ import annotations
 
 import secrets
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from bridge.devtools.emulator.records import ChatMessage
@@ -28,10 +29,13 @@ def message_receive(
     token: str,
     app_id: str,
     tenant_key: str,
+    sender_open_id: str,
     union_id: str,
     user_id: str,
+    mentions: Sequence[Mapping[str, Any]],
 ) -> dict[str, Any]:
-    """`im.message.receive_v1` for a user's message already in the chat."""
+    """`im.message.receive_v1` for a user's message already in the chat, as the app sees it:
+    the sender and `mentions` by their open_ids in that app."""
     body: dict[str, Any] = {
         "message_id": message.message_id,
         "create_time": str(message.create_time_ms),
@@ -48,8 +52,8 @@ def message_receive(
         body["parent_id"] = message.parent_id
     if message.thread_id:
         body["thread_id"] = message.thread_id
-    if message.mentions:
-        body["mentions"] = [dict(m) for m in message.mentions]
+    if mentions:
+        body["mentions"] = [dict(m) for m in mentions]
     return {
         "schema": "2.0",
         "header": _header(
@@ -64,7 +68,7 @@ def message_receive(
                 "sender_id": {
                     "union_id": union_id,
                     "user_id": user_id,
-                    "open_id": message.sender_id,
+                    "open_id": sender_open_id,
                 },
                 "sender_type": "user",
                 "tenant_key": tenant_key,

@@ -2,7 +2,8 @@
 
 Faults are consumed in the order they were armed; each matching call uses one. They apply to
 every `/open-apis` path, the token endpoint included, before authentication, as Feishu's
-gateway rate-limits and fails before it looks at the token.
+gateway rate-limits and fails before it looks at the token. A fault for one app hits only
+the calls made with that app's token (or asking for its token).
 """
 
 from __future__ import annotations
@@ -32,11 +33,14 @@ class Fault:
     # A held call has already happened (a message really posted) — the nasty case a client
     # retry with the same uuid must survive. Set False to drop the call instead.
     apply: bool = True
+    app_id: str | None = None  # None: any app's calls
 
-    def matches(self, method: str, path: str) -> bool:
+    def matches(self, method: str, path: str, app_id: str | None = None) -> bool:
         return (
-            self.method == "*" or self.method.upper() == method.upper()
-        ) and fnmatch.fnmatchcase(path, self.path_pattern)
+            (self.method == "*" or self.method.upper() == method.upper())
+            and fnmatch.fnmatchcase(path, self.path_pattern)
+            and (self.app_id is None or self.app_id == app_id)
+        )
 
 
 @dataclass
@@ -54,9 +58,9 @@ class FaultPlan:
             raise ValueError("times must be >= 1")
         self._armed.append(_Armed(fault, times))
 
-    def take(self, method: str, path: str) -> Fault | None:
+    def take(self, method: str, path: str, app_id: str | None = None) -> Fault | None:
         for entry in self._armed:
-            if entry.fault.matches(method, path):
+            if entry.fault.matches(method, path, app_id):
                 entry.remaining -= 1
                 if entry.remaining == 0:
                     self._armed.remove(entry)

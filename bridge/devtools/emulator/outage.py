@@ -7,7 +7,8 @@ changed, or follows a schedule such as "503 for 20 s, then 429 for 20 s, then ti
 comes from the emulator's injected clock, so tests advance a schedule without sleeping.
 
 Every refused call is recorded (method, path, mode, clock time), so a test can measure how
-hard a client hammered the API while it was down.
+hard a client hammered the API while it was down. An outage may hit some apps only (their
+calls are refused, the others' served): one app's Feishu API down while the others' is up.
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ class RefusedCall:
     path: str
     mode: OutageMode
     at: float  # the emulator's clock (monotonic unless injected)
+    app_id: str | None = None  # whose token the call carried
 
 
 @dataclass(frozen=True)
@@ -113,6 +115,7 @@ class Outage:
         self.hold_seconds = 60.0
         self.reset_seconds: int | None = None
         self.limit = 50
+        self.apps: frozenset[str] | None = None  # None: every app's calls
         self.refused: list[RefusedCall] = []
 
     def set(
@@ -123,16 +126,19 @@ class Outage:
         hold_seconds: float = 60.0,
         reset_seconds: int | None = None,
         limit: int = 50,
+        apps: Iterable[str] | None = None,
     ) -> OutageState:
         """Start `plan` now. `hold_seconds`: how long a timed-out call is held before its
         connection is closed. `reset_seconds`: the 429's reset header (default: the seconds
-        left in the 429 step, at least 1; 60 for a 429 that lasts until changed)."""
+        left in the 429 step, at least 1; 60 for a 429 that lasts until changed). `apps`:
+        the app_ids whose calls it refuses (default: everyone's)."""
         steps = parse_plan(plan)
         if hold_seconds <= 0 or (reset_seconds is not None and reset_seconds < 0) or limit < 1:
             raise ValueError("hold_seconds > 0, reset_seconds >= 0 and limit >= 1 are required")
         self._steps, self._started = steps, self._clock()
         self.cardkit, self.hold_seconds = cardkit, hold_seconds
         self.reset_seconds, self.limit = reset_seconds, limit
+        self.apps = None if apps is None else frozenset(apps)
         self._on_change()
         return self.state()
 
@@ -145,14 +151,16 @@ class Outage:
     def covers(self, path: str) -> bool:
         return path.startswith(IM_PREFIX) or (self.cardkit and path.startswith(CARDKIT_PREFIX))
 
-    def refuse(self, method: str, path: str) -> Refusal | None:
+    def refuse(self, method: str, path: str, app_id: str | None = None) -> Refusal | None:
         """The answer for a call while the API is down (and its record), or None when up."""
         if not self._steps or not self.covers(path):
+            return None
+        if self.apps is not None and app_id not in self.apps:
             return None
         mode, remaining, _ = self._current()
         if mode is OutageMode.UP:
             return None
-        self.refused.append(RefusedCall(method, path, mode, self._clock()))
+        self.refused.append(RefusedCall(method, path, mode, self._clock(), app_id))
         if mode is OutageMode.TIMEOUT:
             return Refusal(mode, 0, {}, hold_seconds=self.hold_seconds)
         if mode is OutageMode.UNAVAILABLE:
@@ -176,7 +184,8 @@ class Outage:
 
 def plan_from_json(body: Mapping[str, Any]) -> tuple[Plan, dict[str, Any]]:
     """`{"mode": "503"}` or `{"schedule": [{"mode": "503", "seconds": 20}, …]}`, plus the
-    options of `Outage.set`; raises ValueError (or TypeError) on anything else."""
+    options of `Outage.set` (`apps`: a list of app_ids); raises ValueError (or TypeError)
+    on anything else."""
     if ("mode" in body) == ("schedule" in body):
         raise ValueError('give either "mode" or "schedule"')
     plan: Plan
@@ -197,6 +206,11 @@ def plan_from_json(body: Mapping[str, Any]) -> tuple[Plan, dict[str, Any]]:
     if not isinstance(cardkit, bool):
         raise ValueError('"cardkit" is true or false')
     options: dict[str, Any] = {"cardkit": cardkit}
+    apps = body.get("apps")
+    if apps is not None:
+        if not isinstance(apps, list) or not all(isinstance(a, str) for a in apps):
+            raise ValueError('"apps" is a list of app_ids')
+        options["apps"] = apps
     if body.get("hold_seconds") is not None:
         options["hold_seconds"] = float(body["hold_seconds"])
     if body.get("reset_seconds") is not None:

@@ -1,7 +1,9 @@
 """The local chat page (`GET /`) and its control endpoints under `/_emulator/…`.
 
 A person types as a Feishu user (or clicks the bot's menu under the private chat's composer)
-and watches the bot's reactions, replies and cards appear.
+and watches the bot's reactions, replies and cards appear. With several apps the page shows
+the group with every bot in it (its members listed, each bot's messages under its name, an
+@-picker to address one bot or several), and a private chat with each bot.
 The page long-polls `/_emulator/timeline?since=<revision>`, which answers as soon as anything
 changes (or after `_LONG_POLL_S` with no change), so updates are live without a busy loop.
 """
@@ -10,12 +12,13 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from importlib import resources
 from typing import Any, Protocol
 
 from aiohttp import web
 
+from bridge.devtools.emulator.apps import HostedApp
 from bridge.devtools.emulator.clips import SPOKEN_TRANSCRIPT
 from bridge.devtools.emulator.outage import Outage, plan_from_json
 from bridge.devtools.emulator.records import (
@@ -34,11 +37,11 @@ class ChatWorldView(Protocol):
     its timeline as it changes, and a person's moves (write, attach, recall, click)."""
 
     @property
-    def app_id(self) -> str: ...
-    @property
-    def bot_name(self) -> str: ...
-    @property
-    def bot_open_id(self) -> str: ...
+    def app_ids(self) -> tuple[str, ...]: ...
+    def app(self, app_id: str | None = None) -> HostedApp: ...
+    def p2p_chat(self, app_id: str | None = None, user_open_id: str | None = None) -> str: ...
+    def chat_bots(self, chat_id: str) -> tuple[str, ...]: ...
+    def open_id_in(self, app_id: str, open_id: str) -> str: ...
     @property
     def user_name(self) -> str: ...
     @property
@@ -65,17 +68,38 @@ class ChatWorldView(Protocol):
     def card_callbacks(self) -> list[CardCallbackResult]: ...
     def deliveries(self) -> list[DeliveryAttempt]: ...
     async def send_user_message(
-        self, text: str = "", *, chat_type: str = "p2p", mention_bot: bool = False
+        self,
+        text: str = "",
+        *,
+        chat_type: str = "p2p",
+        mention_apps: Sequence[str] = (),
+        app_id: str | None = None,
     ) -> DeliveredEvent: ...
     async def send_user_file(
-        self, data: bytes, *, kind: str, name: str, mime: str, chat_type: str
+        self,
+        data: bytes,
+        *,
+        kind: str,
+        name: str,
+        mime: str,
+        chat_type: str,
+        mention_apps: Sequence[str],
+        app_id: str | None,
     ) -> DeliveredEvent: ...
     async def send_user_voice(
-        self, clip: bytes | None = None, *, transcript: str, chat_type: str
+        self,
+        clip: bytes | None = None,
+        *,
+        transcript: str,
+        chat_type: str,
+        mention_apps: Sequence[str],
+        app_id: str | None,
     ) -> DeliveredEvent: ...
     async def recall_message(self, message_id: str) -> DeliveredEvent: ...
     async def click_card(self, message_id: str, value: Mapping[str, Any]) -> CardCallbackResult: ...
-    async def click_menu(self, event_key: str) -> DeliveryAttempt | None: ...
+    async def click_menu(
+        self, event_key: str, operator_open_id: str | None = None, *, app_id: str | None = None
+    ) -> DeliveryAttempt | None: ...
 
 
 _LONG_POLL_S = 20.0
@@ -123,17 +147,39 @@ async def _static(request: web.Request) -> web.Response:
 
 
 async def _state(request: web.Request) -> web.Response:
+    """Who is on the page: the user, every bot (in the emulator's order: the first is the
+    default), their chats, and the name of every open_id any app may write in a card."""
     emu = _emulator(request)
+    first = emu.app()
+    bots = [emu.app(app_id) for app_id in emu.app_ids]
     return web.json_response(
         {
-            "bot": {"name": emu.bot_name, "open_id": emu.bot_open_id},
+            "bot": {"app_id": first.app_id, "name": first.bot_name, "open_id": first.bot_open_id},
+            "bots": [
+                {"app_id": b.app_id, "name": b.bot_name, "open_id": b.bot_open_id} for b in bots
+            ],
             "user": {"name": emu.user_name, "open_id": emu.default_user_open_id},
             "chats": {"p2p": emu.p2p_chat_id, "group": emu.group_chat_id},
+            "p2p_chats": {b.app_id: emu.p2p_chat(b.app_id) for b in bots},
+            "group_bots": list(emu.chat_bots(emu.group_chat_id)),
+            "names": _open_id_names(emu),
             "scenarios": list(emu.scenarios),
             "webhook_url": emu.webhook_url,
             "revision": emu.revision,
         }
     )
+
+
+def _open_id_names(emu: ChatWorldView) -> dict[str, str]:
+    """Every app's open_id of the user and of every bot, with their names (a bot writes
+    `<at id=…>` with its own app's open_ids)."""
+    people = {emu.default_user_open_id: emu.user_name}
+    people.update({emu.app(a).bot_person: emu.app(a).bot_name for a in emu.app_ids})
+    return {
+        emu.open_id_in(app_id, person): name
+        for app_id in emu.app_ids
+        for person, name in people.items()
+    } | people
 
 
 async def _timeline(request: web.Request) -> web.Response:
@@ -144,7 +190,8 @@ async def _timeline(request: web.Request) -> web.Response:
     except ValueError:
         since = -1
     revision = await emu.wait_revision(since, _LONG_POLL_S) if since >= 0 else emu.revision
-    names = {emu.app_id: emu.bot_name, emu.default_user_open_id: emu.user_name}
+    names = {a: emu.app(a).bot_name for a in emu.app_ids}
+    names[emu.default_user_open_id] = emu.user_name
     return web.json_response(
         {
             "revision": revision,
@@ -186,33 +233,56 @@ async def _set_outage(request: web.Request) -> web.Response:
 
 
 async def _send(request: web.Request) -> web.Response:
+    """The composer: `text`, `chat_type`, and whom it addresses: in a group the bots of
+    `mention_apps` (app_ids; `mention_bot`: the first app's), in a private chat the bot of
+    `app_id` (default: the first app's)."""
     emu = _emulator(request)
     body = await _json(request)
     text = str(body.get("text", "")).strip()
     if not text:
         raise web.HTTPBadRequest(text="text is required")
-    chat_type = "group" if body.get("chat_type") == "group" else "p2p"
-    delivered = await emu.send_user_message(
-        text,
-        chat_type=chat_type,
-        mention_bot=chat_type == "group" and bool(body.get("mention_bot")),
-    )
-    attempt = delivered.first_attempt
+    chat_type, addressed = _addressed(emu, body)
+    delivered = await emu.send_user_message(text, chat_type=chat_type, **addressed)
+    pushed = [delivered, *delivered.others] if delivered.app_id else []
+    attempts = [(e.app_id, e.first_attempt) for e in pushed]
     return web.json_response(
         {
             "event_id": delivered.event_id,
             "message_id": delivered.message_id,
             "chat_id": delivered.chat_id,
-            "delivered": attempt is not None and attempt.ok,
-            "delivery": None
-            if attempt is None
-            else {"status": attempt.status, "outcome": attempt.outcome},
+            "apps": list(delivered.app_ids),
+            # Pushed to every bot it went to; a message no bot is told of is no failed push.
+            "delivered": all(a is not None and a.ok for _, a in attempts),
+            "delivery": next(
+                (
+                    {"app_id": app_id, "status": a.status, "outcome": a.outcome}
+                    for app_id, a in attempts
+                    if a is not None and not a.ok
+                ),
+                None,
+            ),
         }
     )
 
 
+def _addressed(emu: ChatWorldView, body: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
+    """(chat_type, the send's `mention_apps` and `app_id`) of a page request."""
+    if body.get("chat_type") != "group":
+        app_id = body.get("app_id") or None
+        if app_id is not None and app_id not in emu.app_ids:
+            raise web.HTTPBadRequest(text=f"no app {app_id!r}")
+        return "p2p", {"mention_apps": (), "app_id": app_id}
+    apps = body.get("mention_apps")
+    if apps is None:  # the single-bot page's checkbox
+        apps = [emu.app().app_id] if body.get("mention_bot") else []
+    if not isinstance(apps, list) or any(a not in emu.app_ids for a in apps):
+        raise web.HTTPBadRequest(text="mention_apps is a list of the emulator's app_ids")
+    return "group", {"mention_apps": [str(a) for a in apps], "app_id": None}
+
+
 async def _attach(request: web.Request) -> web.Response:
-    """The page's 📎: a file from the user's disk, sent as an image or a file message."""
+    """The page's 📎: a file from the user's disk, sent as an image or a file message, to
+    the chat and bots the composer addresses (form fields as `_send`'s)."""
     emu = _emulator(request)
     form = await request.post()
     upload = form.get("file")
@@ -220,9 +290,20 @@ async def _attach(request: web.Request) -> web.Response:
         raise web.HTTPBadRequest(text="a file is required")
     mime = upload.content_type or "application/octet-stream"
     kind = "image" if mime.startswith("image/") else "file"
-    chat_type = "group" if form.get("chat_type") == "group" else "p2p"
+    fields: dict[str, Any] = {"chat_type": form.get("chat_type"), "app_id": form.get("app_id")}
+    if form.get("mention_apps"):  # a JSON list, as the composer sends it
+        try:
+            fields["mention_apps"] = json.loads(str(form["mention_apps"]))
+        except ValueError:
+            raise web.HTTPBadRequest(text="mention_apps must be a JSON list") from None
+    chat_type, addressed = _addressed(emu, fields)
     delivered = await emu.send_user_file(
-        upload.file.read(), kind=kind, name=upload.filename, mime=mime, chat_type=chat_type
+        upload.file.read(),
+        kind=kind,
+        name=upload.filename,
+        mime=mime,
+        chat_type=chat_type,
+        **addressed,
     )
     return web.json_response({"message_id": delivered.message_id, "kind": kind})
 
@@ -233,8 +314,8 @@ async def _voice(request: web.Request) -> web.Response:
     emu = _emulator(request)
     body = await _json(request)
     transcript = str(body.get("transcript") or "").strip() or SPOKEN_TRANSCRIPT
-    chat_type = "group" if body.get("chat_type") == "group" else "p2p"
-    delivered = await emu.send_user_voice(transcript=transcript, chat_type=chat_type)
+    chat_type, addressed = _addressed(emu, body)
+    delivered = await emu.send_user_voice(transcript=transcript, chat_type=chat_type, **addressed)
     return web.json_response({"message_id": delivered.message_id, "transcript": transcript})
 
 
@@ -248,12 +329,15 @@ async def _recall(request: web.Request) -> web.Response:
 
 
 async def _menu(request: web.Request) -> web.Response:
-    """The page's bot menu (under the private chat's composer): a click's event_key."""
+    """The page's bot menu (under the private chat's composer): a click's event_key, for
+    the bot of `app_id` (default: the first app's)."""
     emu = _emulator(request)
-    event_key = str((await _json(request)).get("event_key", "")).strip()
+    body = await _json(request)
+    event_key = str(body.get("event_key", "")).strip()
     if not event_key:
         raise web.HTTPBadRequest(text="event_key is required")
-    attempt = await emu.click_menu(event_key)
+    _, addressed = _addressed(emu, {"app_id": body.get("app_id")})
+    attempt = await emu.click_menu(event_key, app_id=addressed["app_id"])
     return web.json_response(
         {
             "event_id": None if attempt is None else attempt.event_id,
@@ -311,6 +395,7 @@ def _message_json(
         "message_id": message.message_id,
         "sender_type": message.sender_type,
         "sender_name": names.get(message.sender_id, message.sender_id),
+        "app_id": message.app_id,  # the bot that posted it (None: the user)
         "msg_type": message.msg_type,
         "text": text,
         "card": message.card,

@@ -31,6 +31,9 @@ class ApiCall:
     response: Any  # the JSON the emulator answered (None: no JSON, or no answer)
     at: float  # wall-clock seconds
     fault: str | None = None  # the injected fault kind, or `outage_<mode>`, if any
+    # the app that made the call: whose token it carried (or, asking for a token, whose
+    # app_id it gave); None when the token is no app's
+    app_id: str | None = None
 
     @property
     def code(self) -> int | None:
@@ -59,7 +62,9 @@ class ChatMessage:
     chat_id: str
     chat_type: str  # "p2p" or "group"
     sender_type: SenderType
-    sender_id: str  # the user's open_id, or the app_id for the bot
+    # the user (their open_id in the emulator's first app, see people.py), or the app_id of
+    # the bot that posted it
+    sender_id: str
     msg_type: str  # text, post, interactive, …
     content: str  # the raw JSON string, exactly as Feishu stores it
     create_time_ms: int
@@ -101,6 +106,11 @@ class ChatMessage:
     def is_bot(self) -> bool:
         return self.sender_type == "app"
 
+    @property
+    def app_id(self) -> str | None:
+        """The app whose bot posted it; None for a user's message."""
+        return self.sender_id if self.sender_type == "app" else None
+
 
 @dataclass(frozen=True)
 class Reaction:
@@ -129,10 +139,21 @@ class DeliveryAttempt:
     at: float  # wall-clock seconds when the attempt started
     manual: bool = False  # a test asked for it (redeliver / post_raw), not the ladder
     url: str = ""  # where it went (several bridge instances behind a balancer: which one)
+    app_id: str = ""  # the app whose event it is (its keys sealed it)
 
     @property
     def ok(self) -> bool:
         return self.outcome == "ok"
+
+
+@dataclass(frozen=True)
+class LongConnection:
+    """An app's open long connection (a bridge instance's lark-oapi ws client)."""
+
+    app_id: str
+    conn_id: str  # the device_id of its URL
+    connected_at: float  # wall-clock seconds
+    pings: int  # the client's pings answered so far
 
 
 @dataclass(frozen=True)
@@ -144,6 +165,21 @@ class DeliveredEvent:
     chat_id: str
     payload: Mapping[str, Any]  # the plaintext event JSON
     first_attempt: DeliveryAttempt | None  # None when no webhook URL is set
+    app_id: str = ""  # the app it was pushed to ("": no bot in the chat was pushed it)
+    # The same message pushed to the chat's other bots, each its own event with its own ids.
+    others: tuple[DeliveredEvent, ...] = ()
+
+    @property
+    def app_ids(self) -> tuple[str, ...]:
+        """Every app the message was pushed to, in the emulator's order of apps."""
+        return tuple(e.app_id for e in (self, *self.others) if e.app_id)
+
+    def to(self, app_id: str) -> DeliveredEvent:
+        """The event pushed to `app_id`."""
+        for event in (self, *self.others):
+            if event.app_id == app_id:
+                return event
+        raise KeyError(f"the message was not pushed to {app_id!r} (only {self.app_ids})")
 
 
 @dataclass(frozen=True)
@@ -167,6 +203,7 @@ class CardCallbackResult:
     card_replaced: bool  # the answer carried a raw card that replaced the one in the chat
     response: Any  # the parsed answer JSON, None when absent or not JSON
     error: str | None = None
+    app_id: str = ""  # the app whose card it is, the only one told of the click
 
 
 @dataclass(frozen=True)

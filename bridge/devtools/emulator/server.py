@@ -2,7 +2,11 @@
 
 One catch-all handler instead of aiohttp's router so that every request — routed, unknown,
 fault-injected or unauthenticated — goes through the same steps and is recorded the same way:
-parse → API down (outage)? → injected fault? → route → token check → handle → record → answer.
+parse → whose call → API down (outage)? → rate limit? → injected fault? → route → token check
+→ handle → record → answer.
+
+Whose call: the app whose tenant token it carries (asking for a token: whose app_id it
+gives). Its own rate-limit meters count it, and the handlers act as that app's bot.
 """
 
 from __future__ import annotations
@@ -22,14 +26,14 @@ from typing import Any
 from aiohttp import web
 
 from bridge.devtools.emulator import codes
+from bridge.devtools.emulator.apps import HostedApp
 from bridge.devtools.emulator.cardkit import CardKit
 from bridge.devtools.emulator.chats import ChatWorld, message_data, reaction_data
 from bridge.devtools.emulator.faults import Fault, FaultKind, FaultPlan
-from bridge.devtools.emulator.limits import RateLimits
 from bridge.devtools.emulator.outage import Outage, Refusal
 from bridge.devtools.emulator.records import ApiCall, ChatMessage
 from bridge.devtools.emulator.speech import SpeechRecognition
-from bridge.devtools.emulator.tokens import TokenIssuer
+from bridge.devtools.emulator.tokens import bearer
 from bridge.devtools.emulator.urgent import Urgents
 
 TOKEN_PATH = "/open-apis/auth/v3/tenant_access_token/internal"
@@ -44,6 +48,7 @@ class ApiRequest:
     params: Mapping[str, str]  # path parameters
     query: Mapping[str, str]
     body: Any
+    app_id: str = ""  # whose call it is (set once its token is checked)
 
 
 @dataclass(frozen=True)
@@ -92,27 +97,23 @@ class OpenApi:
     def __init__(
         self,
         *,
+        apps: Mapping[str, HostedApp],
         world: ChatWorld,
-        tokens: TokenIssuer,
         faults: FaultPlan,
         outage: Outage,
-        bot_info: Callable[[], Mapping[str, Any]],
         record: Callable[[ApiCall], None],
         closing: asyncio.Event,
         cardkit: CardKit,
         speech: SpeechRecognition,
         urgents: Urgents,
-        limits: RateLimits | None = None,
     ) -> None:
+        self._apps = apps
         self._speech = speech
         self._urgents = urgents
-        self._limits = limits
         self._world = world
         self._cardkit = cardkit
-        self._tokens = tokens
         self._faults = faults
         self._outage = outage
-        self._bot_info = bot_info
         self._record = record
         self._closing = closing
         self._seq = itertools.count(1)
@@ -163,17 +164,19 @@ class OpenApi:
             except ValueError:
                 malformed = True
         api = ApiRequest(request.method, request.path, {}, dict(request.query), body)
-        refusal = self._outage.refuse(request.method, request.path)
+        app = self._caller(request, body)
+        app_id = app.app_id if app is not None else None
+        refusal = self._outage.refuse(request.method, request.path, app_id)
         if refusal is not None:  # the API is down: armed faults wait for it to come back
-            return await self._refuse(request, body, refusal)
-        if self._limits is not None and self._limits.enforced:
+            return await self._refuse(request, body, refusal, app_id)
+        if app is not None and app.limits.enforced:  # each app's own meters
             send = request.method == "POST" and (
                 request.path == "/open-apis/im/v1/messages" or request.path.endswith("/reply")
             )
-            refusal = self._limits.check(request.method, request.path, self._chat_of(api), send)
+            refusal = app.limits.check(request.method, request.path, self._chat_of(api), send)
             if refusal is not None:  # past a rate limit: refused as Feishu does, not done
-                return await self._refuse(request, body, refusal, "rate_limited")
-        fault = self._faults.take(request.method, request.path)
+                return await self._refuse(request, body, refusal, app_id, "rate_limited")
+        fault = self._faults.take(request.method, request.path, app_id)
         if fault is not None and fault.kind is not FaultKind.TIMEOUT:
             status, payload, extra = self._fault_answer(fault)
         elif fault is not None and not fault.apply:
@@ -184,7 +187,7 @@ class OpenApi:
             status, payload = self._error(codes.FIELD_VALIDATION_FAILED.with_detail("bad JSON"))
             extra = {}
         else:
-            status, payload, extra = self._serve(api, request.headers.get("Authorization"))
+            status, payload, extra = self._serve(api, app, request.headers.get("Authorization"))
         self._record_call(
             request,
             body,
@@ -193,6 +196,7 @@ class OpenApi:
             if isinstance(payload, Blob)
             else payload,
             fault.kind.value if fault is not None else None,
+            app_id,
         )
         if fault is not None and fault.kind is FaultKind.TIMEOUT:
             # Hold past the client's timeout; end early only when the emulator shuts down.
@@ -206,10 +210,15 @@ class OpenApi:
         return web.json_response(payload, status=status, headers=headers)
 
     async def _refuse(
-        self, request: web.Request, body: Any, refusal: Refusal, fault: str | None = None
+        self,
+        request: web.Request,
+        body: Any,
+        refusal: Refusal,
+        app_id: str | None,
+        fault: str | None = None,
     ) -> web.StreamResponse:
         fault = fault or f"outage_{refusal.mode}"
-        self._record_call(request, body, refusal.status, refusal.body or None, fault)
+        self._record_call(request, body, refusal.status, refusal.body or None, fault, app_id)
         if refusal.hold_seconds is not None:
             # Hang until the client gives up (or the emulator shuts down), then hang up: no
             # status line, no body, as a dead upstream behind a load balancer does.
@@ -220,6 +229,17 @@ class OpenApi:
             return web.Response(status=504)  # never written: the connection is gone
         headers = {"X-Tt-Logid": secrets.token_hex(16).upper(), **refusal.headers}
         return web.json_response(refusal.body, status=refusal.status, headers=headers)
+
+    def _caller(self, request: web.Request, body: Any) -> HostedApp | None:
+        """The app whose call this is, or None (no token, or one no app was given)."""
+        if request.path == TOKEN_PATH:
+            app_id = body.get("app_id") if isinstance(body, Mapping) else None
+            return self._apps.get(app_id) if isinstance(app_id, str) else None
+        try:
+            token = bearer(request.headers.get("Authorization"))
+        except codes.FeishuError:
+            return None
+        return next((a for a in self._apps.values() if a.tokens.issued(token)), None)
 
     def _chat_of(self, api: ApiRequest) -> str | None:
         """The chat a call is addressed to (a rate limit per chat counts it there)."""
@@ -240,7 +260,13 @@ class OpenApi:
         return None
 
     def _record_call(
-        self, request: web.Request, body: Any, status: int, response: Any, fault: str | None
+        self,
+        request: web.Request,
+        body: Any,
+        status: int,
+        response: Any,
+        fault: str | None,
+        app_id: str | None,
     ) -> None:
         self._record(
             ApiCall(
@@ -254,11 +280,14 @@ class OpenApi:
                 response=response,
                 at=time.time(),
                 fault=fault,
+                app_id=app_id,
             )
         )
 
     # --- pipeline steps ------------------------------------------------------------------
-    def _serve(self, api: ApiRequest, authorization: str | None) -> tuple[int, Any, dict[str, str]]:
+    def _serve(
+        self, api: ApiRequest, app: HostedApp | None, authorization: str | None
+    ) -> tuple[int, Any, dict[str, str]]:
         route, params = self._resolve(api.method, api.path)
         payload: dict[str, Any] | Blob
         if route is None:
@@ -268,9 +297,13 @@ class OpenApi:
             return status, payload, {}
         try:
             if route.needs_token:
-                self._tokens.check(authorization)
+                bearer(authorization)  # 99991661 without a token
+                if app is None:  # a token no app was given
+                    raise codes.INVALID_TENANT_TOKEN
+                app.tokens.check(authorization)
+            app_id = app.app_id if app is not None else ""
             status, payload = route.handler(
-                ApiRequest(api.method, api.path, params, api.query, api.body)
+                ApiRequest(api.method, api.path, params, api.query, api.body, app_id)
             )
         except codes.FeishuError as error:
             status, payload = self._error(error)
@@ -317,69 +350,90 @@ class OpenApi:
 
     def _token(self, api: ApiRequest) -> Answer:
         body = api.body if isinstance(api.body, Mapping) else {}
-        token, expire = self._tokens.issue(body.get("app_id"), body.get("app_secret"))
+        app_id, app_secret = body.get("app_id"), body.get("app_secret")
+        if not isinstance(app_id, str) or not isinstance(app_secret, str) or not app_id:
+            raise codes.INVALID_PARAM
+        app = self._apps.get(app_id)
+        if app is None:
+            raise codes.INVALID_PARAM.with_detail("app_id not exist")
+        token, expire = app.tokens.issue(app_id, app_secret)
         return 200, {"code": 0, "msg": "ok", "tenant_access_token": token, "expire": expire}
 
     def _send(self, api: ApiRequest) -> Answer:
         body = self._body(api)
-        card_id = self._card_named(body)
-        message = self._world.send(api.query.get("receive_id_type"), body)
-        return self._posted(message, card_id)
+        card_id = self._card_named(api.app_id, body)
+        message = self._world.send(api.app_id, api.query.get("receive_id_type"), body)
+        return self._posted(api, message, card_id)
 
     def _reply(self, api: ApiRequest) -> Answer:
         body = self._body(api)
-        card_id = self._card_named(body)
-        message = self._world.reply(api.params["message_id"], body)
-        return self._posted(message, card_id)
+        card_id = self._card_named(api.app_id, body)
+        message = self._world.reply(api.app_id, api.params["message_id"], body)
+        return self._posted(api, message, card_id)
 
-    def _card_named(self, body: Mapping[str, Any]) -> str | None:
+    def _card_named(self, app_id: str, body: Mapping[str, Any]) -> str | None:
         msg_type, content = body.get("msg_type"), body.get("content")
         if isinstance(msg_type, str) and isinstance(content, str):
-            return self._cardkit.referenced(msg_type, content)
+            card_id = self._cardkit.referenced(msg_type, content)
+            return None if card_id is None else self._card(app_id, card_id)
         return None
 
-    def _posted(self, message: ChatMessage, card_id: str | None) -> Answer:
+    def _card(self, app_id: str, card_id: str) -> str:
+        """A card entity of `app_id`'s: another app's is as unknown as a made-up one."""
+        entity = self._cardkit.entities.get(card_id)
+        if entity is not None and entity.app_id not in (None, app_id):
+            raise codes.CARD_ENTITY_NOT_FOUND
+        return card_id
+
+    def _posted(self, api: ApiRequest, message: ChatMessage, card_id: str | None) -> Answer:
         if card_id is not None:
             self._cardkit.bind(card_id, message.message_id)
         current = self._world.messages[message.message_id]
-        return _ok(message_data(current, self._world.tenant_key))
+        return _ok(self._message_data(api, current))
+
+    def _message_data(self, api: ApiRequest, message: ChatMessage) -> dict[str, Any]:
+        people = self._world.people
+        return message_data(
+            message, self._world.tenant_key, lambda person: people.open_id(person, api.app_id)
+        )
 
     def _card_create(self, api: ApiRequest) -> Answer:
-        return _ok({"card_id": self._cardkit.create(self._body(api))})
+        return _ok({"card_id": self._cardkit.create(self._body(api), app_id=api.app_id)})
 
     def _card_update(self, api: ApiRequest) -> Answer:
-        self._cardkit.update(api.params["card_id"], self._body(api))
+        self._cardkit.update(self._card(api.app_id, api.params["card_id"]), self._body(api))
         return _ok()
 
     def _card_content(self, api: ApiRequest) -> Answer:
-        params = api.params
-        self._cardkit.content(params["card_id"], params["element_id"], self._body(api))
+        card_id = self._card(api.app_id, api.params["card_id"])
+        self._cardkit.content(card_id, api.params["element_id"], self._body(api))
         return _ok()
 
     def _card_element(self, api: ApiRequest) -> Answer:
-        params = api.params
-        self._cardkit.element(params["card_id"], params["element_id"], self._body(api))
+        card_id = self._card(api.app_id, api.params["card_id"])
+        self._cardkit.element(card_id, api.params["element_id"], self._body(api))
         return _ok()
 
     def _card_patch_element(self, api: ApiRequest) -> Answer:
-        params = api.params
-        self._cardkit.patch_element(params["card_id"], params["element_id"], self._body(api))
+        card_id = self._card(api.app_id, api.params["card_id"])
+        self._cardkit.patch_element(card_id, api.params["element_id"], self._body(api))
         return _ok()
 
     def _card_batch(self, api: ApiRequest) -> Answer:
-        self._cardkit.batch(api.params["card_id"], self._body(api))
+        self._cardkit.batch(self._card(api.app_id, api.params["card_id"]), self._body(api))
         return _ok()
 
     def _card_settings(self, api: ApiRequest) -> Answer:
-        self._cardkit.settings(api.params["card_id"], self._body(api))
+        self._cardkit.settings(self._card(api.app_id, api.params["card_id"]), self._body(api))
         return _ok()
 
     def _patch(self, api: ApiRequest) -> Answer:
-        self._world.patch_card(api.params["message_id"], self._body(api))
+        self._world.patch_card(api.app_id, api.params["message_id"], self._body(api))
         return _ok()
 
     def _urgent_app(self, api: ApiRequest) -> Answer:
-        return _ok(self._urgents.urge(api.params["message_id"], api.query, api.body))
+        message_id = api.params["message_id"]
+        return _ok(self._urgents.urge(api.app_id, message_id, api.query, api.body))
 
     def _upload_image(self, api: ApiRequest) -> Answer:
         upload = self._body(api).get("image")
@@ -398,26 +452,30 @@ class OpenApi:
 
     def _get_message(self, api: ApiRequest) -> Answer:
         found = self._world.messages.get(api.params["message_id"])
-        if found is None or found.recalled:
+        if found is None or found.recalled or not self._world.in_chat(api.app_id, found.chat_id):
             raise codes.MESSAGE_INVALID_PARAM.with_detail("message not found")
-        return _ok({"items": [message_data(found, self._world.tenant_key)]})
+        return _ok({"items": [self._message_data(api, found)]})
 
     def _resource(self, api: ApiRequest) -> Answer:
         data, mime = self._world.resource(
-            api.params["message_id"], api.params["key"], api.query.get("type", "")
+            api.app_id, api.params["message_id"], api.params["key"], api.query.get("type", "")
         )
         return 200, Blob(data, mime)
 
     def _edit(self, api: ApiRequest) -> Answer:
-        message = self._world.edit_text(api.params["message_id"], self._body(api))
-        return _ok(message_data(message, self._world.tenant_key))
+        message = self._world.edit_text(api.app_id, api.params["message_id"], self._body(api))
+        return _ok(self._message_data(api, message))
 
     def _react(self, api: ApiRequest) -> Answer:
-        reaction = self._world.add_reaction(api.params["message_id"], self._body(api))
+        body = self._body(api)
+        reaction = self._world.add_reaction(api.app_id, api.params["message_id"], body)
         return _ok(reaction_data(reaction))
 
     def _unreact(self, api: ApiRequest) -> Answer:
-        reaction = self._world.remove_reaction(api.params["message_id"], api.params["reaction_id"])
+        params = api.params
+        reaction = self._world.remove_reaction(
+            api.app_id, params["message_id"], params["reaction_id"]
+        )
         return _ok(reaction_data(reaction))
 
     def _file_recognize(self, api: ApiRequest) -> Answer:
@@ -427,4 +485,4 @@ class OpenApi:
         return _ok(self._speech.stream_recognize(self._body(api)))
 
     def _bot(self, api: ApiRequest) -> Answer:
-        return 200, {"code": 0, "msg": "ok", "bot": dict(self._bot_info())}
+        return 200, {"code": 0, "msg": "ok", "bot": dict(self._apps[api.app_id].bot_info())}

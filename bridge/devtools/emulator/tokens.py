@@ -1,4 +1,5 @@
-"""tenant_access_token issuing and checking, with Feishu's reuse rule.
+"""tenant_access_token issuing and checking, with Feishu's reuse rule; one issuer per app,
+so a token names the app that holds it.
 
 Feishu hands back the current token while more than 30 minutes of it remain, and a fresh one
 (the old one still valid until it expires) once less remains. With a short configured TTL the
@@ -25,6 +26,7 @@ class TokenIssuer:
         self._clock = clock
         self._expiry: dict[str, float] = {}  # token -> clock() deadline
         self._latest: str | None = None
+        self._expired: set[str] = set()  # made invalid by `expire_all`, still this app's
 
     def issue(self, app_id: object, app_secret: object) -> tuple[str, int]:
         """(token, seconds left); raises FeishuError for bad credentials."""
@@ -44,17 +46,28 @@ class TokenIssuer:
         self._latest = token
         return token, self.ttl_seconds
 
+    def issued(self, token: str) -> bool:
+        """This app was given `token` (it may have expired since)."""
+        return token in self._expiry or token in self._expired
+
     def check(self, authorization: str | None) -> None:
-        """Raise Feishu's gateway error unless `Authorization: Bearer <live token>`."""
-        if not authorization:
-            raise codes.MISSING_ACCESS_TOKEN
-        scheme, _, token = authorization.partition(" ")
-        if scheme != "Bearer" or not token.strip():
-            raise codes.MISSING_ACCESS_TOKEN
-        deadline = self._expiry.get(token.strip())
+        """Raise Feishu's gateway error unless `Authorization: Bearer <live token of this
+        app>`: another app's token is as invalid here as a made-up one."""
+        deadline = self._expiry.get(bearer(authorization))
         if deadline is None or deadline <= self._clock():
             raise codes.INVALID_TENANT_TOKEN
 
     def expire_all(self) -> None:
+        self._expired.update(self._expiry)
         self._expiry.clear()
         self._latest = None
+
+
+def bearer(authorization: str | None) -> str:
+    """The token of `Authorization: Bearer <token>`; Feishu's 99991661 without one."""
+    if not authorization:
+        raise codes.MISSING_ACCESS_TOKEN
+    scheme, _, token = authorization.partition(" ")
+    if scheme != "Bearer" or not token.strip():
+        raise codes.MISSING_ACCESS_TOKEN
+    return token.strip()

@@ -31,6 +31,7 @@ class Urgent:
     user_ids: tuple[str, ...]  # those urged (members of the chat)
     invalid: tuple[str, ...]  # those named who could not be (not in the chat)
     at: float  # wall-clock seconds
+    app_id: str = ""  # the app that urged (the ids above are its open_ids)
 
 
 class Urgents:
@@ -39,7 +40,9 @@ class Urgents:
         self.scope_granted = True
         self.sent: list[Urgent] = []
 
-    def urge(self, message_id: str, query: Mapping[str, str], body: Any) -> dict[str, Any]:
+    def urge(
+        self, app_id: str, message_id: str, query: Mapping[str, str], body: Any
+    ) -> dict[str, Any]:
         if not self.scope_granted:
             raise NO_SCOPE
         if query.get("user_id_type") != "open_id":
@@ -47,17 +50,17 @@ class Urgents:
         users = body.get("user_id_list") if isinstance(body, Mapping) else None
         if not isinstance(users, list) or not users or not all(isinstance(u, str) for u in users):
             raise codes.FIELD_VALIDATION_FAILED.with_detail("user_id_list is required")
-        message = self._world.messages.get(message_id)
-        if message is None:
-            raise codes.MESSAGE_INVALID_PARAM.with_detail(f"invalid message_id: {message_id}")
+        message = self._world.visible(app_id, message_id)
         if message.recalled:
             raise codes.MESSAGE_RECALLED
-        if message.sender_type != "app":
+        if message.app_id != app_id:
             raise codes.MESSAGE_INVALID_PARAM.with_detail("only the bot's own messages")
         members = self._world.members_of(message.chat_id)
-        urged = tuple(dict.fromkeys(u for u in users if u in members))
-        invalid = tuple(dict.fromkeys(u for u in users if u not in members))
+        person = self._world.people.person
+        urged = tuple(dict.fromkeys(u for u in users if person(u) in members))
+        invalid = tuple(dict.fromkeys(u for u in users if person(u) not in members))
         if urged:
-            self.sent.append(Urgent(message_id, message.chat_id, urged, invalid, time.time()))
+            at = time.time()
+            self.sent.append(Urgent(message_id, message.chat_id, urged, invalid, at, app_id))
             self._world.touched()
         return {"invalid_user_id_list": list(invalid)}

@@ -5,6 +5,9 @@
 const state = {
   chats: {}, names: {}, chatType: "p2p", revision: -1, seenCallbacks: null, abort: null,
   outage: null, outageTick: null,
+  // Every bot (the first is the default), each one's private chat with the user, the
+  // group's bots, and whose private chat is shown.
+  bots: [], p2pChats: {}, groupBots: [], appId: null,
 };
 // The switch's "drill": the outage a bridge must ride out, then the API is up again.
 const DRILL = [{ mode: "503", seconds: 20 }, { mode: "429", seconds: 20 }, { mode: "timeout", seconds: 20 }];
@@ -160,7 +163,12 @@ function renderMessage(message, byId) {
   const side = message.sender_type === "app" ? "bot" : "user";
   const node = el("div", "msg " + side);
   node.dataset.messageId = message.message_id;
-  node.appendChild(el("div", "sender", message.sender_name));
+  let sender = "sender";
+  if (message.app_id) {
+    node.dataset.appId = message.app_id;
+    sender += " bot-" + (state.bots.findIndex((b) => b.app_id === message.app_id) + 1);
+  }
+  node.appendChild(el("div", sender, message.sender_name));
   if (message.parent_id) node.appendChild(el("div", "quote", quoteOf(message.parent_id, byId)));
   if (message.card) {
     node.appendChild(renderCard(message.card, message.message_id));
@@ -251,15 +259,20 @@ async function setOutage(value) {
   renderOutage(await response.json());
 }
 
+// The chat shown: the group, or the private chat with the chosen bot.
+function chatId() {
+  return state.chatType === "group" ? state.chats.group : state.p2pChats[state.appId];
+}
+
 async function poll() {
   for (;;) {
     state.abort = new AbortController();
-    const chatId = state.chats[state.chatType];
+    const shown = chatId();
     try {
-      const url = `/_emulator/timeline?chat_id=${encodeURIComponent(chatId)}&since=${state.revision}`;
+      const url = `/_emulator/timeline?chat_id=${encodeURIComponent(shown)}&since=${state.revision}`;
       const response = await fetch(url, { signal: state.abort.signal });
       const data = await response.json();
-      if (data.chat_id !== state.chats[state.chatType]) continue;
+      if (data.chat_id !== chatId()) continue;
       state.revision = data.revision;
       render(data);
     } catch (err) {
@@ -274,9 +287,20 @@ function switchChat(chatType) {
   state.chatType = chatType;
   state.revision = -1;
   state.seenCallbacks = null;
-  $("#mention-label").style.visibility = chatType === "group" ? "visible" : "hidden";
-  $("#bot-menu").hidden = chatType !== "p2p"; // Feishu shows the bot menu in the private chat only
+  const group = chatType === "group";
+  $("#mention-picker").style.visibility = group ? "visible" : "hidden";
+  $("#members").hidden = !group;
+  $("#p2p-bot").hidden = group || state.bots.length < 2;
+  $("#bot-menu").hidden = group; // Feishu shows the bot menu in the private chat only
   if (state.abort) state.abort.abort();
+}
+
+// Whom the composer addresses: in a group the bots ticked in the @-picker, in a private
+// chat its bot.
+function addressed() {
+  if (state.chatType !== "group") return { chat_type: "p2p", app_id: state.appId };
+  const ticked = [...document.querySelectorAll("#mention-picker input:checked")];
+  return { chat_type: "group", mention_apps: ticked.map((box) => box.dataset.appId) };
 }
 
 async function send() {
@@ -284,11 +308,7 @@ async function send() {
   const text = composer.value.trim();
   if (!text) return;
   composer.value = "";
-  await deliver("/_emulator/send", {
-    text: text,
-    chat_type: state.chatType,
-    mention_bot: $("#mention-bot").checked,
-  });
+  await deliver("/_emulator/send", { text: text, ...addressed() });
 }
 
 // An event pushed to the bridge; says so when the push did not go through.
@@ -305,7 +325,8 @@ async function deliver(url, body) {
   const result = await response.json();
   if (!result.delivered) {
     const why = result.delivery ? `${result.delivery.outcome} ${result.delivery.status || ""}` : "no webhook_url";
-    showToast({ type: "warning", content: "推送未成功: " + why });
+    const bot = result.delivery && state.bots.length > 1 ? botName(result.delivery.app_id) + " " : "";
+    showToast({ type: "warning", content: "推送未成功: " + bot + why });
   }
 }
 
@@ -323,7 +344,10 @@ async function attach(input) {
   if (!file) return;
   const form = new FormData();
   form.append("file", file, file.name);
-  form.append("chat_type", state.chatType);
+  const to = addressed();
+  form.append("chat_type", to.chat_type);
+  if (to.app_id) form.append("app_id", to.app_id);
+  if (to.mention_apps) form.append("mention_apps", JSON.stringify(to.mention_apps));
   input.value = "";
   const response = await fetch("/_emulator/attach", { method: "POST", body: form });
   if (!response.ok) showToast({ type: "error", content: await response.text() });
@@ -334,19 +358,53 @@ async function voice() {
   // composer's text, or the clip's own words when the composer is empty.
   const transcript = $("#composer").value.trim();
   $("#composer").value = "";
-  await post("/_emulator/voice", { transcript, chat_type: state.chatType });
+  await post("/_emulator/voice", { transcript, ...addressed() });
 }
 
 async function menuClick(eventKey) {
-  await deliver("/_emulator/menu", { event_key: eventKey });
+  await deliver("/_emulator/menu", { event_key: eventKey, app_id: state.appId });
+}
+
+function botName(appId) {
+  const bot = state.bots.find((b) => b.app_id === appId);
+  return bot ? bot.name : appId;
+}
+
+// The bots: the private-chat chooser, the group's members and its @-picker (the first bot
+// ticked, as a user @s the bot they mean).
+function setUpBots(info) {
+  state.bots = info.bots;
+  state.p2pChats = info.p2p_chats;
+  state.groupBots = info.group_bots;
+  state.appId = info.bot.app_id;
+  const chooser = $("#p2p-bot");
+  state.bots.forEach((bot) => chooser.appendChild(new Option(bot.name, bot.app_id)));
+  chooser.addEventListener("change", () => { state.appId = chooser.value; switchChat("p2p"); });
+  const members = $("#members");
+  members.appendChild(el("span", null, "群成员"));
+  members.appendChild(el("span", "member", info.user.name));
+  state.groupBots.forEach((appId, index) => {
+    const member = el("span", "member bot", botName(appId) + "（机器人）"); // as Feishu tags a bot
+    member.dataset.appId = appId;
+    members.appendChild(member);
+    const label = el("label");
+    const box = document.createElement("input");
+    box.type = "checkbox";
+    box.dataset.appId = appId;
+    if (index === 0) { box.id = "mention-bot"; box.checked = true; }
+    label.append(box, " @" + botName(appId));
+    $("#mention-picker").appendChild(label);
+  });
 }
 
 async function main() {
   const info = await (await fetch("/_emulator/state")).json();
   state.chats = info.chats;
-  state.names = { [info.bot.open_id]: info.bot.name, [info.user.open_id]: info.user.name };
-  $("#bot-name").textContent = info.bot.name;
-  document.title = info.bot.name + " · Feishu emulator";
+  state.names = info.names;
+  setUpBots(info);
+  const title = state.bots.map((b) => b.name).join(" · ");
+  $("#bot-name").textContent = title;
+  document.title = title + " · Feishu emulator";
   info.scenarios.forEach((text) => {
     const chip = el("button", "scenario", text.replace(/\n/g, " ↵ "));
     chip.type = "button";
