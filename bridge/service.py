@@ -22,12 +22,21 @@ from bridge.clock import Clock, LoopClock, new_id
 from bridge.cluster.identity import check_alone
 from bridge.cluster.ownership import Ownership
 from bridge.config import Settings, Tuning
-from bridge.config.apps import PROJECT_SETTINGS, App, Apps, Project, apps_from_settings
+from bridge.config.apps import (
+    DEFAULT,
+    PROJECT_SETTINGS,
+    App,
+    Apps,
+    Project,
+    apps_from_settings,
+)
 from bridge.config.budget import BudgetSection
 from bridge.config.checks import (
+    ConfigProblem,
     UnsafeConfiguration,
     describe_access,
     exposure_problems,
+    ops_exposure_problems,
     root_problems,
     root_without_sandbox,
 )
@@ -264,7 +273,8 @@ class BridgeService:
 
     async def start(self) -> None:
         self.readiness.started_at = self.clock()
-        log.info("%s", describe_access(self.settings))
+        if len(self.apps) == 1:
+            log.info("%s", describe_access(self.settings))
         for stack in self.apps:
             await stack.open(self.settings, self.projection, self.clock)
         # The listeners first (healthz: "starting"): a slow Feishu is not a dead process.
@@ -344,7 +354,10 @@ def build_service(
     test or the demo."""
     clock, tuning = clock or LoopClock(), tuning or Tuning()
     wall = clock.wall  # leases, snapshots and uptime: times other processes read too
-    problems = exposure_problems(settings)
+    apps = apps or apps_from_settings(settings)
+    single = list(apps.apps) == [DEFAULT]  # the environment's: its settings are named
+    problems = exposure_problems(settings) if single else ops_exposure_problems(settings)
+    problems += [p for app in apps.apps.values() for p in _app_exposure(app)]
     if runtime is None:  # it starts agents itself: as root, only sandboxed or on purpose
         problems += root_problems(settings)
     if problems:
@@ -355,7 +368,6 @@ def build_service(
             " an agent's shell can read this process's memory, its secrets included;"
             " BRIDGE_AGENT_SANDBOX=bwrap keeps it out (docs/sandbox.md)"
         )
-    apps = apps or apps_from_settings(settings)
     projection = Projection(new_id(), wall, instance_id=settings.cluster.bridge_instance_id)
     readiness = Readiness(wall)
     parts = _Shared(settings, tuning, clock, projection, readiness, runtime_env)
@@ -364,6 +376,8 @@ def build_service(
         project = apps.projects[app.default_project]
         given = (feishu, runtime) if number == 0 else (None, None)
         stacks.append(parts.stack(app, project, number == 0, *given))
+    for stack in stacks:  # the bots that share its groups, by the names they go by
+        stack.bot.siblings = [other.bot for other in stacks if other is not stack]
     metrics = parts.metrics(stacks)
     feishu_app = web.Application()
     for app, stack in zip(apps.apps.values(), stacks, strict=True):
@@ -547,6 +561,18 @@ class _Shared:
 
 Publish = Callable[[str, Mapping[str, Any]], dict[str, Any] | None]
 SessionEnded = Callable[[str, str, str, str], dict[str, Any]]
+
+
+def _app_exposure(app: App) -> list[ConfigProblem]:
+    """An app of the file that would let anyone drive its agent, or approve nothing."""
+    if app.name == DEFAULT:
+        return []  # the environment's: `exposure_problems` names its settings
+    access, found = app.access, []
+    if not access.allowed_users and not access.allowed_chats and not access.allow_all:
+        found.append(ConfigProblem(f"apps.{app.name}.allowed_users", "nobody_allowed"))
+    if not access.requester_may_approve and not access.approvers:
+        found.append(ConfigProblem(f"apps.{app.name}.approvers", "no_approvers"))
+    return found
 
 
 def _publish_as(

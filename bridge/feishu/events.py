@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -228,6 +228,12 @@ class BotIdentity:
 
     open_id: str | None = None
     name: str | None = None
+    # The other bots this bridge serves (its other apps), in the same groups: a message
+    # that @-mentions several of them names them first, and to each that is no content.
+    siblings: list[BotIdentity] = field(default_factory=list, repr=False)
+
+    def sibling_names(self) -> frozenset[str]:
+        return frozenset(bot.name for bot in self.siblings if bot.name)
 
 
 def is_bot(mention: Mention, bot_open_id: str | None, bot_name: str | None) -> bool:
@@ -241,6 +247,18 @@ def is_bot(mention: Mention, bot_open_id: str | None, bot_name: str | None) -> b
 def _content_object(content: str) -> dict[str, Any]:
     # The same decoder as the body's: depth-checked, lone surrogates repaired.
     return decode_json(content, "message content") if content else {}
+
+
+def _unaddressed(text: str, bots: frozenset[str]) -> str:
+    """`text` without the @-mentions of `bots` it starts with ("@Claude @Codex history": the
+    bots it was addressed to, which each get it as "history")."""
+    found = True
+    while found:
+        found = False
+        for name in bots:
+            if text.startswith(f"@{name}") and text[len(name) + 1 : len(name) + 2] in ("", " "):
+                text, found = text[len(name) + 1 :].lstrip(), True
+    return text
 
 
 def _resolve_mentions(text: str, mentions: Iterable[Mention], bot_keys: set[str]) -> str:
@@ -497,6 +515,7 @@ def parse_event(
     *,
     bot_open_id: str | None = None,
     bot_name: str | None = None,
+    sibling_names: frozenset[str] = frozenset(),
 ) -> ParsedEvent:
     """Turn one decrypted Feishu payload into a typed model (see the module docstring)."""
     if not isinstance(payload, Mapping):
@@ -526,7 +545,10 @@ def parse_event(
         raise EventParseError("header.event_type is missing")
     event = payload.get("event")
     if header.event_type == MESSAGE_RECEIVE:
-        return _message(header, event, bot_open_id=bot_open_id, bot_name=bot_name)
+        message = _message(header, event, bot_open_id=bot_open_id, bot_name=bot_name)
+        if sibling_names and message.mentions_bot:
+            message = message.model_copy(update={"text": _unaddressed(message.text, sibling_names)})
+        return message
     if header.event_type == CARD_ACTION_TRIGGER:
         return _card_action(header, event)
     if header.event_type == MESSAGE_RECALLED:

@@ -6,7 +6,10 @@ runs that loop forever. If it ran on the bridge's loop it would block it (or fig
 So `LongConnection` owns one daemon thread with its own fresh event loop, installs that loop
 as the SDK module's `loop` *before* the client is constructed (its constructor schedules a
 cache task on the current loop), and never touches the SDK client from the bridge's loop.
-Because that `loop` is a module global, there is one long connection per process.
+That `loop` is a module global, so each connection runs its own copy of the SDK's module
+(`_own_ws_module`): several apps' connections live side by side in one process, each on its
+own thread and loop (with one shared module, the second app's loop replaced the first's and
+the first's answers to Feishu were lost).
 
 Events come back through the SDK's dispatcher (`EventDispatcherHandler.builder("", "")`,
 `register_p2_im_message_receive_v1`, `register_p2_card_action_trigger`, the recall and
@@ -35,9 +38,12 @@ import asyncio
 import concurrent.futures
 import contextlib
 import enum
+import importlib.util
+import itertools
 import logging
 import threading
 from collections.abc import Coroutine
+from types import ModuleType
 from typing import Any, Final, TypeVar
 
 from bridge.feishu.errors import EventParseError
@@ -95,6 +101,24 @@ def reply_to_sdk(reply: CardActionReply) -> Any:
     from bridge.feishu import sdk_import  # noqa: F401  (before any lark_oapi module)
 
     return P2CardActionTriggerResponse(reply.to_response())
+
+
+_COPIES = itertools.count(1)
+
+
+def _own_ws_module() -> ModuleType:
+    """A private copy of `lark_oapi.ws.client` for one connection, so that its module-global
+    `loop` is this connection's alone. Made on the connection's own thread, whose loop is
+    set: the copy's import-time `asyncio.get_event_loop()` finds it."""
+    import lark_oapi.ws.client as shared
+
+    name = f"{shared.__name__}._connection{next(_COPIES)}"
+    spec = importlib.util.spec_from_file_location(name, shared.__file__)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot copy {shared.__name__}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 class LongConnection:
@@ -279,13 +303,14 @@ class LongConnection:
 
     def _build_client(self, loop: asyncio.AbstractEventLoop) -> Any:
         import lark_oapi
-        import lark_oapi.ws.client as ws_client
 
         from bridge.feishu import sdk_import  # noqa: F401  (before any lark_oapi module)
 
+        ws_client = _own_ws_module()
+
         # The SDK module uses this global for everything it schedules; point it at our loop
         # before the client's constructor creates its cache task on the current loop.
-        ws_client.loop = loop
+        ws_client.loop = loop  # type: ignore[attr-defined]
         dispatcher = (
             lark_oapi.EventDispatcherHandler.builder("", "")
             .register_p2_im_message_receive_v1(self.on_sdk_message)
@@ -389,7 +414,10 @@ class LongConnection:
     def _parse(self, data: Any) -> InboundMessage | CardAction | MessageRecall | MenuClick | None:
         try:
             event = parse_event(
-                sdk_to_payload(data), bot_open_id=self._bot.open_id, bot_name=self._bot.name
+                sdk_to_payload(data),
+                bot_open_id=self._bot.open_id,
+                bot_name=self._bot.name,
+                sibling_names=self._bot.sibling_names(),
             )
         except EventParseError as exc:
             log.warning("feishu long connection: rejected event, %s", exc.reason)

@@ -139,7 +139,12 @@ class FeishuEventEndpoint:
                 return _error(403, "bad_token")
 
         try:
-            event = parse_event(payload, bot_open_id=self._bot.open_id, bot_name=self._bot.name)
+            event = parse_event(
+                payload,
+                bot_open_id=self._bot.open_id,
+                bot_name=self._bot.name,
+                sibling_names=self._bot.sibling_names(),
+            )
         except EventParseError as exc:
             log.warning("feishu webhook: rejected %s, %s", event_type, exc.reason)
             return _error(400, "malformed")

@@ -114,6 +114,24 @@ def test_bot_mention_is_stripped_and_detected_by_open_id() -> None:
     assert msg.mentions[0].open_id == BOT
 
 
+def test_the_other_bots_it_was_addressed_to_first_are_no_content() -> None:
+    """Two bots of one bridge in a group: "@Claude @Codex history" is "history" to each; a
+    bot named later in the text stays, and nothing changes for a message not for this bot."""
+    mentions = [mention("@_user_1", BOT, "Claude"), mention("@_user_2", "ou_codex", "Codex")]
+    both = message_event({"text": "@_user_2 @_user_1 history"}, mentions=mentions)
+    msg = parse_message(both, bot_open_id=BOT, sibling_names=frozenset({"Codex"}))
+    assert msg.text == "history"
+    later = message_event({"text": "@_user_1 ask @_user_2 again"}, mentions=mentions)
+    msg = parse_message(later, bot_open_id=BOT, sibling_names=frozenset({"Codex"}))
+    assert msg.text == "ask @Codex again"
+    for_codex = message_event({"text": "@_user_2 history"}, mentions=mentions[1:])
+    msg = parse_message(for_codex, bot_open_id=BOT, sibling_names=frozenset({"Codex"}))
+    assert (msg.mentions_bot, msg.text) == (False, "@Codex history")
+    prefix = message_event({"text": "@_user_1 @_user_2x"}, mentions=mentions[:1])
+    msg = parse_message(prefix, bot_open_id=BOT, sibling_names=frozenset({"Codex"}))
+    assert msg.text == "@_user_2x"  # not a mention of Codex: kept as it came
+
+
 def test_other_mentions_become_names_and_all_is_resolved() -> None:
     payload = message_event(
         {"text": "@_user_1 ask @_user_2 and @_user_10 about it, @_all"},
