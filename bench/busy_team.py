@@ -139,7 +139,10 @@ LANES = tuple(lane.name.lower() for lane in Lane)  # the budget's lanes, first f
 # the burst it leaves to the lanes above it (bridge/feishu/budget.py).
 _SENDS = Bucket.paced(PACE, BudgetPolicy().send_burst_seconds, 0.0)
 NEEDS = {lane.name.lower(): 1.0 + _SENDS.reserve(SEND_SHARE[lane]) for lane in Lane}
-_BUDGET = re.compile(r'^bridge_feishu_budget_(\w+?)(?:\{lane="(\w+)"\})? (\S+)$', re.MULTILINE)
+# Its one app's series (labelled app="default"), by lane where they have one.
+_BUDGET = re.compile(
+    r'^bridge_feishu_budget_(\w+?)\{app="[\w-]+"(?:,lane="(\w+)")?\} (\S+)$', re.MULTILINE
+)
 
 
 async def scrape(port: int, samples: list[tuple[float, dict[str, float]]]) -> None:

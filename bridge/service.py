@@ -56,7 +56,7 @@ from bridge.listener import Listener
 from bridge.ops.access import ops_middlewares
 from bridge.ops.cluster_routes import cluster_routes
 from bridge.ops.housekeeping import Housekeeping, reachable_url
-from bridge.ops.metrics import Metrics
+from bridge.ops.metrics import MetricsRegistry
 from bridge.ops.projection import ProcessWatch, Projection
 from bridge.ops.routes import health_routes, ops_routes
 from bridge.ops.sessions import SessionDirectory
@@ -209,7 +209,7 @@ class BridgeService:
     settings: Settings
     apps: list[AppStack]
     projection: Projection
-    metrics: Metrics
+    metrics: MetricsRegistry
     clock: Callable[[], float]
     readiness: Readiness
     feishu_listener: Listener
@@ -370,7 +370,8 @@ def build_service(
         )
     projection = Projection(new_id(), wall, instance_id=settings.cluster.bridge_instance_id)
     readiness = Readiness(wall)
-    parts = _Shared(settings, tuning, clock, projection, readiness, runtime_env)
+    metrics = MetricsRegistry(projection, first_app=next(iter(apps.apps)))
+    parts = _Shared(settings, tuning, clock, projection, readiness, runtime_env, metrics)
     stacks: list[AppStack] = []
     for number, app in enumerate(apps.apps.values()):
         project = apps.projects[app.default_project]
@@ -378,7 +379,6 @@ def build_service(
         stacks.append(parts.stack(app, project, number == 0, *given))
     for stack in stacks:  # the bots that share its groups, by the names they go by
         stack.bot.siblings = [other.bot for other in stacks if other is not stack]
-    metrics = parts.metrics(stacks)
     feishu_app = web.Application()
     for app, stack in zip(apps.apps.values(), stacks, strict=True):
         if app.intake == "webhook":
@@ -435,7 +435,7 @@ class _Shared:
     projection: Projection
     readiness: Readiness
     runtime_env: dict[str, str] | None
-    _metrics: Metrics | None = None
+    metrics: MetricsRegistry
 
     def stack(
         self,
@@ -467,15 +467,14 @@ class _Shared:
             options = {"env": self.runtime_env, "on_change": watch.changed}
             runtime = acp_routed(project_settings(settings, project), routes, clock, options)
         watch.runtime = runtime
-        if self._metrics is None:  # the first app's figures (labelled by app: to come)
-            self._metrics = Metrics(projection, runtime_snapshot=runtime.snapshot)
-            self._metrics.watch_budget(budget.state)
-        metrics = self._metrics
-        publish: Publish = projection.publish
-        ended: SessionEnded = projection.session_ended
-        if own is not None:  # another app's conversation keys may be the first's: prefixed
-            publish = partial(_publish_as, projection.publish, own)
-            ended = partial(_ended_as, projection.session_ended, own)
+        metrics = self.metrics.for_app(app.name)  # every series labelled with the app
+        metrics.watch_budget(budget.state)
+        metrics.watch_runtime(runtime.snapshot)
+        # Every snapshot names its app; another app's conversation keys may be the first's:
+        # prefixed with its name.
+        prefix = "" if own is None else f"{own}/"
+        publish = partial(_publish_as, projection.publish, app.name, prefix)
+        ended = partial(_ended_as, projection.session_ended, prefix)
         data = settings.store.bridge_data_dir if first else app_folder(settings, app.name)
         access = app.access
         engine = Engine(
@@ -554,10 +553,6 @@ class _Shared:
             ownership=ownership,
         )
 
-    def metrics(self, stacks: list[AppStack]) -> Metrics:
-        assert self._metrics is not None, "built with the first app's stack"
-        return self._metrics
-
 
 Publish = Callable[[str, Mapping[str, Any]], dict[str, Any] | None]
 SessionEnded = Callable[[str, str, str, str], dict[str, Any]]
@@ -576,15 +571,15 @@ def _app_exposure(app: App) -> list[ConfigProblem]:
 
 
 def _publish_as(
-    publish: Publish, app: str, key: str, snapshot: Mapping[str, Any]
+    publish: Publish, app: str, prefix: str, key: str, snapshot: Mapping[str, Any]
 ) -> dict[str, Any] | None:
-    return publish(f"{app}/{key}", snapshot)
+    return publish(f"{prefix}{key}", {**snapshot, "app": app})
 
 
 def _ended_as(
-    ended: SessionEnded, app: str, kind: str, key: str, session_id: str, reason: str
+    ended: SessionEnded, prefix: str, kind: str, key: str, session_id: str, reason: str
 ) -> dict[str, Any]:
-    return ended(kind, f"{app}/{key}", session_id, reason)
+    return ended(kind, f"{prefix}{key}", session_id, reason)
 
 
 def project_settings(settings: Settings, project: Project) -> Settings:

@@ -48,7 +48,7 @@ from typing import Any
 from aiohttp import web
 
 from bridge.ops.access import client_id
-from bridge.ops.metrics import CONTENT_TYPE, Metrics
+from bridge.ops.metrics import CONTENT_TYPE, MetricsRegistry
 from bridge.ops.projection import STREAM_TERMINALS, Frame, Projection
 from bridge.ops.sessions import (
     InvalidMetadata,
@@ -112,7 +112,7 @@ def ops_routes(
     ready: Callable[[], bool],
     status: StatusProvider,
     turn_view: TurnView,
-    metrics: Metrics,
+    metrics: MetricsRegistry,
     sessions: SessionDirectory | None = None,
 ) -> list[web.RouteDef]:
     async def status_view(_: web.Request) -> web.Response:

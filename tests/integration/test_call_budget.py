@@ -121,9 +121,11 @@ async def test_progress_lines_the_budget_cannot_carry_give_way_to_newer_news(
         # The operator sees the budget per API, and the lines that gave way.
         async with httpx.AsyncClient(trust_env=False) as http:
             metrics = (await http.get(f"{stack.ops_url}/metrics")).text
-        assert 'bridge_feishu_budget_api_rate{api="send"} 20.0' in metrics
-        assert "bridge_feishu_budget_sends_ready " in metrics  # the minute's burst left
-        superseded = "bridge_status_lines_superseded_total "
+        assert 'bridge_feishu_budget_api_rate{api="send",app="default"} 20.0' in metrics
+        assert (
+            'bridge_feishu_budget_sends_ready{app="default"} ' in metrics
+        )  # the minute's burst left
+        superseded = 'bridge_status_lines_superseded_total{app="default"} '
         given_way = next(line for line in metrics.splitlines() if line.startswith(superseded))
         assert float(given_way.removeprefix(superseded)) >= len(chats)
 

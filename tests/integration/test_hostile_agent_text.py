@@ -126,7 +126,7 @@ async def test_an_agent_line_over_the_size_cap_is_dropped_not_held(stack: Stack)
     await stack.wait_text(lambda t: t == "still here")
     async with httpx.AsyncClient(trust_env=False) as http:
         metrics = (await http.get(f"{stack.ops_url}/metrics")).text
-    assert 'bridge_agent_updates_dropped_total{reason="oversize"} 1.0' in metrics
+    assert 'bridge_agent_updates_dropped_total{app="default",reason="oversize"} 1.0' in metrics
 
 
 async def test_agent_text_with_a_lone_surrogate_reaches_feishu_repaired(stack: Stack) -> None:

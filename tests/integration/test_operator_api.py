@@ -82,12 +82,16 @@ async def test_metrics_count_turns_lines_and_duplicates(stack: Stack) -> None:
         response = await http.get(f"{base(stack)}/metrics")
     assert response.headers["content-type"].startswith("text/plain")
     body = response.text
-    assert 'bridge_inbound_events_total{fate="accepted"} 1.0' in body
-    assert 'bridge_inbound_events_total{fate="duplicate"} 1.0' in body
-    assert 'bridge_turns_total{ending="completed",outcome="completed"} 1.0' in body
-    assert 'bridge_status_lines_total{key="presence.ended_empty"} 1.0' in body
-    assert "bridge_turn_duration_seconds_count 1.0" in body
-    assert 'bridge_conversations{state="idle"} 1.0' in body
+    # Every series is of an app: the environment's one app is `default`.
+    assert 'bridge_inbound_events_total{app="default",fate="accepted"} 1.0' in body
+    assert 'bridge_inbound_events_total{app="default",fate="duplicate"} 1.0' in body
+    assert 'bridge_turns_total{app="default",ending="completed",outcome="completed"} 1.0' in body
+    assert 'bridge_status_lines_total{app="default",key="presence.ended_empty"} 1.0' in body
+    assert 'bridge_turn_duration_seconds_count{app="default"} 1.0' in body
+    assert 'bridge_conversations{app="default",state="idle"} 1.0' in body
+    assert 'bridge_feishu_api_down{app="default"} 0.0' in body
+    assert 'bridge_feishu_budget_rate_limited_total{app="default"} 0.0' in body
+    assert 'bridge_runtime_exits_total{app="default"} 0.0' in body
 
 
 async def test_old_records_are_pruned_at_start(tmp_path: Path) -> None:

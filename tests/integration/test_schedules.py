@@ -36,7 +36,7 @@ async def test_a_schedule_due_during_a_round_runs_once_when_the_chat_is_idle(
         assert record.last_run_at is not None
         assert record.next_due_at > record.last_run_at  # the next occurrence, not a backlog
         rendered = stack.demo.service.metrics.render().decode()
-        assert 'bridge_schedule_runs_total{fate="skipped_running"}' in rendered
+        assert 'bridge_schedule_runs_total{app="default",fate="skipped_running"}' in rendered
 
         await stack.say("/unschedule 1")
         await stack.wait_text(lambda t: t == T("schedule.removed", number=1))

@@ -183,7 +183,7 @@ async def test_cardkit_refused_falls_back_to_a_patched_card(stack: Stack) -> Non
     assert plain_texts(stack) == []
     async with httpx.AsyncClient(trust_env=False) as http:
         metrics = (await http.get(f"{stack.ops_url}/metrics")).text
-    assert 'bridge_status_card_calls_total{call="fallback_patch"} 1.0' in metrics
+    assert 'bridge_status_card_calls_total{app="default",call="fallback_patch"} 1.0' in metrics
 
 
 async def test_every_card_refused_falls_back_to_lines_losing_nothing(stack: Stack) -> None:

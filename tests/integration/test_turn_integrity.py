@@ -252,13 +252,15 @@ async def test_updates_after_the_result_are_dropped_and_counted(tmp_path: Path) 
 
 
 def cancel_tails(metrics: str) -> float:
-    match = re.search(r"^bridge_agent_cancel_tails_total (\S+)$", metrics, re.M)
+    match = re.search(r'^bridge_agent_cancel_tails_total\{app="default"\} (\S+)$', metrics, re.M)
     assert match, "the cancel-tail counter is exported"
     return float(match[1])
 
 
 def late_updates(metrics: str) -> float:
-    match = re.search(r'^bridge_agent_updates_dropped_total\{reason="late"\} (\S+)$', metrics, re.M)
+    match = re.search(
+        r'^bridge_agent_updates_dropped_total\{app="default",reason="late"\} (\S+)$', metrics, re.M
+    )
     return float(match[1]) if match else 0.0
 
 
