@@ -54,6 +54,7 @@ from bridge.feishu.retry import RetryPolicy
 from bridge.i18n import Translator
 from bridge.listener import Listener
 from bridge.ops.access import ops_middlewares
+from bridge.ops.app_health import AppFacts, health, without_secrets
 from bridge.ops.cluster_routes import cluster_routes
 from bridge.ops.housekeeping import Housekeeping, reachable_url
 from bridge.ops.metrics import MetricsRegistry
@@ -115,6 +116,9 @@ class AppStack:
     longconn: LongConnection | None = None
     ownership: Ownership | None = None  # several instances on PostgreSQL
     identity_retry_seconds: float = 30.0
+    started: bool = False  # its start ran: what /status finds missing is then a problem
+    identity_error: str | None = None  # why the bot's identity could not be fetched
+    secrets: tuple[str | None, ...] = ()  # never shown in /status, even in an error's text
     _identity_retry: asyncio.Task[None] | None = None
     _warmup: asyncio.Task[None] | None = None
 
@@ -135,6 +139,7 @@ class AppStack:
             await self.ownership.prepare()  # an earlier process's leases go before any claim
 
     async def start(self, started_at: float, ops_url: str) -> None:
+        self.started = True
         await self._identify()
         self.engine.probe_voice()
         self.engine.probe_urgent()
@@ -173,7 +178,9 @@ class AppStack:
                 self.name,
                 exc,
             )
+            self.identity_error = without_secrets(str(exc) or type(exc).__name__, self.secrets)
             return False
+        self.identity_error = None
         self.bot.open_id, self.bot.name = info.open_id, info.app_name
         log.info("app %s: bot identity %s (%s)", self.name, info.app_name, info.open_id)
         return True
@@ -551,6 +558,9 @@ class _Shared:
             ),
             bot=bot,
             ownership=ownership,
+            secrets=tuple(
+                secret(value) for value in (app.app_secret, app.encrypt_key, app.verification_token)
+            ),
         )
 
 
@@ -643,30 +653,50 @@ def _status(
     clock: Callable[[], float],
 ) -> dict[str, Any]:
     """`GET /status`: the process (the conversations' snapshots are added by the route). The
-    first app's figures at the top, as a single app's were; with several apps, each app's
-    under `apps` too, so an operator sees which one is unhealthy and why."""
-    first = stacks[0]
+    first app's figures at the top, as a single app's were; each app's under `apps` (the one
+    app's too), with its `problem`, so an operator sees which one is unhealthy and why."""
+    now = clock()
+    apps = {stack.name: _app_status(stack, now) for stack in stacks}
+    first = {key: value for key, value in apps[stacks[0].name].items() if key != "healthy"}
     status = {
         "mode": settings.feishu.feishu_event_mode,
         "ready": readiness.ready,
-        "uptime_seconds": round(clock() - readiness.started_at, 3),
-        **_app_status(first),
+        "uptime_seconds": round(now - readiness.started_at, 3),
+        **first,
         "event_subscribers": projection.subscribers(),
         "runtime": runtime.snapshot(),
+        # Each app's health, the one app's too: which one is unhealthy, and why.
+        "apps": apps,
     }
-    if len(stacks) > 1:
-        status["apps"] = {stack.name: _app_status(stack) for stack in stacks}
     return status
 
 
-def _app_status(stack: AppStack) -> dict[str, Any]:
+def _app_status(stack: AppStack, now: float) -> dict[str, Any]:
     engine, longconn = stack.engine, stack.longconn
+    facts = AppFacts(
+        started=stack.started,
+        bot_open_id=stack.bot.open_id,
+        identity_error=stack.identity_error,
+        long_connection=longconn.state.name.lower() if longconn else None,
+        long_connection_error=(
+            without_secrets(longconn.error, stack.secrets) if longconn and longconn.error else None
+        ),
+        gate=engine.gate.state(),
+        budget=engine.budget.state() if engine.budget else None,
+    )
     return {
-        "bot_open_id": stack.bot.open_id,
-        "long_connection": longconn.state.name.lower() if longconn else None,
+        **health(facts, now=now),
+        "bot_open_id": facts.bot_open_id,
+        "bot_name": stack.bot.name,
+        "long_connection": facts.long_connection,
         "conversations": len(engine.conversations),
-        "feishu_api": engine.gate.state(),
+        "feishu_api": {**facts.gate, "down_since": _down_since(facts.gate, now)},
         "voice": engine.voice_mode.state(),
         "urgent": engine.urgent_mode.state(),
-        "feishu_budget": engine.budget.state() if engine.budget else None,
+        "feishu_budget": facts.budget,
     }
+
+
+def _down_since(gate: Mapping[str, float], now: float) -> float | None:
+    """When the app's Feishu API was taken to be down (the wall clock), None while up."""
+    return round(now - gate["down_seconds"], 3) if gate.get("down") else None

@@ -150,6 +150,7 @@ class LongConnection:
         self._stop_timeout = stop_timeout
 
         self._state = ConnectionState.IDLE
+        self.error: str | None = None  # why it failed (the SDK's code and message), for /status
         self._state_lock = threading.Lock()
         self._connected_event = asyncio.Event()  # set/cleared on main_loop only
         self._thread: threading.Thread | None = None
@@ -262,8 +263,9 @@ class LongConnection:
         asyncio.set_event_loop(loop)
         try:
             client = self._build_client(loop)
-        except Exception:
+        except Exception as exc:
             log.exception("feishu long connection: cannot build the SDK client")
+            self.error = f"cannot build the SDK client: {type(exc).__name__}"
             self._set_state(ConnectionState.FAILED)
             loop.close()
             return
@@ -277,11 +279,13 @@ class LongConnection:
             # Cancelled tasks / "Event loop stopped" are how our own stop() ends start().
             if not self._stopping.is_set():
                 log.error("feishu long connection: SDK loop ended: %s", type(exc).__name__)
+                self.error = f"the SDK's loop ended: {type(exc).__name__}"
                 self._set_state(ConnectionState.FAILED)
         except Exception as exc:
             if not self._stopping.is_set():
                 # The SDK's exceptions carry the server's code and message, never a secret.
                 log.error("feishu long connection: %s: %s", type(exc).__name__, exc)
+                self.error = f"{type(exc).__name__}: {exc}"
                 self._set_state(ConnectionState.FAILED)
         finally:
             self._sdk_shutdown = True

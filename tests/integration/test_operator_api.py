@@ -147,6 +147,13 @@ async def test_a_token_guards_every_operator_route_but_healthz(
         status = await http.get(f"{stack.ops_url}/status", headers=good)
         assert status.status_code == 200
         assert status.json()["ready"] is True
+        # The one app's health, under its name, as every app of a file has it.
+        default = status.json()["apps"]["default"]
+        assert (default["healthy"], default["problem"], default["long_connection"]) == (
+            True,
+            None,
+            None,  # webhook mode
+        )
         metrics = await http.get(f"{stack.ops_url}/metrics", headers=good)
         assert metrics.status_code == 200
     lines = [r.getMessage() for r in caplog.records if r.name == "bridge.ops.access"]

@@ -208,11 +208,28 @@ async def test_an_app_with_a_wrong_secret_is_reported_alone(tmp_path: Path) -> N
                 30.0,
             )
             async with httpx.AsyncClient(trust_env=False) as http:
-                status = (await http.get(f"http://127.0.0.1:{ops_port}/status")).json()
-            apps = status["apps"]
+                answer = await http.get(f"http://127.0.0.1:{ops_port}/status")
+                metrics = (await http.get(f"http://127.0.0.1:{ops_port}/metrics")).text
+            status, apps = answer.json(), answer.json()["apps"]
             assert apps["codex"]["bot_open_id"] is None  # it never got in
             assert apps["claude"]["bot_open_id"]
             assert apps["team"]["bot_open_id"]
+            # /status says which app is unhealthy, and why; the others are healthy.
+            assert (apps["claude"]["problem"], apps["team"]["problem"]) == (None, None)
+            assert (apps["claude"]["healthy"], apps["codex"]["healthy"]) == (True, False)
+            problem = apps["codex"]["problem"]
+            assert problem.startswith("cannot fetch the bot's identity"), problem
+            assert "its long connection failed" in problem, problem
+            assert apps["codex"]["long_connection"] == "failed"
+            assert status["problem"] is None  # the first app's, at the top as always
+            assert "not-the-secret" not in answer.text
+            # /metrics: each app's own series.
+            for app in ("claude", "team"):
+                assert f'bridge_inbound_events_total{{app="{app}",fate="accepted"}} 1.0' in metrics
+            assert 'bridge_inbound_events_total{app="codex"' not in metrics
+            for app in ("claude", "codex", "team"):
+                assert f'bridge_feishu_api_down{{app="{app}"}} 0.0' in metrics
+                assert f'bridge_feishu_budget_rate_limited_total{{app="{app}"}} 0.0' in metrics
             words = log.read_text()
             assert "app codex: cannot fetch the bot's identity" in words
             assert "app claude: cannot fetch" not in words
