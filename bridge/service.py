@@ -61,7 +61,7 @@ from bridge.ops.metrics import MetricsRegistry
 from bridge.ops.projection import ProcessWatch, Projection
 from bridge.ops.routes import health_routes, ops_routes
 from bridge.ops.sessions import SessionDirectory
-from bridge.ops.turns import turn_view
+from bridge.ops.turns import TurnView, app_turn_view, turn_view
 from bridge.receiver import AccessPolicy, Receiver
 from bridge.runtime.port import AgentRuntime
 from bridge.runtime.router import RoutedRuntime, Routes, acp_routed
@@ -410,7 +410,9 @@ def build_service(
             projection,
             ready=readiness.healthy,
             status=status,
-            turn_view=partial(turn_view, first.store, pending=first.engine.executor.traces.pending),
+            turn_view=partial(
+                app_turn_view, [_turns(stack, n == 0) for n, stack in enumerate(stacks)]
+            ),
             metrics=metrics,
             sessions=first.sessions,
         )
@@ -469,7 +471,7 @@ class _Shared:
         elif isinstance(feishu, FeishuClient):
             feishu.pace(budget)  # a client made by a test or the demo, paced as the product's
         routes = Routes.of(agent.agent_profiles, agent.workspace_roots)
-        watch = ProcessWatch(projection, routes.agents[0][0], routes.workspaces[0][0])
+        watch = ProcessWatch(projection, routes.agents[0][0], routes.workspaces[0][0], app.name)
         if runtime is None:
             options = {"env": self.runtime_env, "on_change": watch.changed}
             runtime = acp_routed(project_settings(settings, project), routes, clock, options)
@@ -611,6 +613,12 @@ def app_client(app: App, clock: Clock, translator: Translator, budget: CallBudge
         cut_notice=lambda kept, total: translator("reply.cut", kept=kept, total=total),
         budget=budget,
     )
+
+
+def _turns(stack: AppStack, first: bool) -> tuple[str, str, TurnView]:
+    """An app's turn view for `/turns/{id}`, with the prefix of its conversation keys."""
+    view = partial(turn_view, stack.store, pending=stack.engine.executor.traces.pending)
+    return stack.name, "" if first else f"{stack.name}/", view
 
 
 def _webhook(app: App, stack: AppStack) -> list[web.RouteDef]:

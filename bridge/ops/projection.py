@@ -69,7 +69,8 @@ class Projection:
     _states: dict[str, dict[str, Any]] = field(default_factory=dict)
     _raw: dict[str, dict[str, Any]] = field(default_factory=dict)  # as published, no name
     _names: dict[str, str] = field(default_factory=dict)
-    _processes: list[dict[str, Any]] = field(default_factory=list)
+    _processes: list[dict[str, Any]] = field(default_factory=list)  # every app's, in order
+    _app_processes: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     _faults: deque[dict[str, Any]] = field(default_factory=deque)
     _ring: deque[Frame] = field(default_factory=deque)
     _subscribers: set[Subscription] = field(default_factory=set)
@@ -122,10 +123,12 @@ class Projection:
             self.fault(SESSION_DIED, conversation_key, reason)
         return frame.data
 
-    def processes(self, view: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
-        """The agent processes' view (`ProcessWatch`); published when it changed.
-        A process seen alive and now gone (or replaced) is a fault."""
-        shown = [dict(p) for p in view]
+    def processes(self, view: Sequence[Mapping[str, Any]], app: str = "") -> dict[str, Any] | None:
+        """An app's agent processes (`ProcessWatch`; each row then names the `app`), with
+        every other app's as they were; published when it changed. A process seen alive and
+        now gone (or replaced) is a fault."""
+        self._app_processes[app] = [{**p, "app": app} if app else dict(p) for p in view]
+        shown = [dict(p) for rows in self._app_processes.values() for p in rows]
         if shown == self._processes:
             return None
         now_by_slot = {_slot_key(p): p for p in shown}
@@ -138,17 +141,22 @@ class Projection:
                     after.get("returncode") if after and after.get("pid") == before["pid"] else None
                 )
                 detail = f"{before.get('agent', '')} pid {before.get('pid')}"
-                self.fault("agent_exit", None, detail + ("" if code is None else f" code {code}"))
+                detail += "" if code is None else f" code {code}"
+                self.fault("agent_exit", None, detail, app=before.get("app"))
         self._processes = shown
         return self._emit("runtime_processes", {"processes": shown}).data
 
-    def fault(self, kind: str, conversation_key: str | None, detail: str = "") -> dict[str, Any]:
-        """Record a fault (kinds and ids only, never message text) and publish it."""
+    def fault(
+        self, kind: str, conversation_key: str | None, detail: str = "", *, app: str | None = None
+    ) -> dict[str, Any]:
+        """Record a fault (kinds and ids only, never message text) and publish it. `app`:
+        whose process it was (a conversation's fault is of its conversation's app)."""
         entry = {
             "at": self.clock(),
             "conversation": conversation_key,
             "kind": kind,
             "detail": detail[:160],
+            **({"app": app} if app else {}),
         }
         self._faults.append(entry)
         while len(self._faults) > self.fault_limit:
@@ -279,7 +287,7 @@ class Projection:
 
 
 def _slot_key(process: Mapping[str, Any]) -> tuple[Any, ...]:
-    return (process.get("agent"), process.get("workspace"), process.get("slot"))
+    return (process.get("app"), process.get("agent"), process.get("workspace"), process.get("slot"))
 
 
 def _ages(frame: Mapping[str, Any], now: float) -> dict[str, float | None]:
@@ -332,15 +340,17 @@ class ProcessWatch:
     """Pushes the agent processes' view onto the projection when it changed (never polled):
     told by the runtime when a process starts or exits, a session opens or is let go, and a
     turn begins or ends (not at each of a turn's updates: a streamed answer's every chunk
-    recomputed the view). `runtime` is set once it is built."""
+    recomputed the view). `runtime` is set once it is built; `app`: whose agents they are
+    (with several apps, each its own)."""
 
-    def __init__(self, projection: Projection, agent: str, workspace: str) -> None:
+    def __init__(self, projection: Projection, agent: str, workspace: str, app: str = "") -> None:
         self._projection = projection
         self._agent = agent
         self._workspace = workspace
+        self._app = app
         self.runtime: AgentRuntime | None = None
 
     def changed(self) -> None:
         if self.runtime is not None:
             view = process_view(self.runtime.snapshot(), self._agent, self._workspace)
-            self._projection.processes(view)
+            self._projection.processes(view, self._app)

@@ -6,7 +6,8 @@ GET /status          process-level summary plus every conversation's snapshot
 GET /runtime-states  versioned snapshots (projection_epoch, revision, conversations,
                      processes, faults)
 GET /events          SSE, below
-GET /turns/{turn_id} one turn's outcome and timeline (what was shown when; never any text)
+GET /turns/{turn_id} one turn's outcome and timeline (what was shown when; never any text);
+                     `?app=<name>`: of that app (one message can be a turn of two bots)
 GET /metrics         Prometheus text format
 GET /console         the operator console: a static HTML shell and its script, no data (below)
 GET /sessions        every conversation's session: key, session id, agent, workspace, folder,
@@ -58,7 +59,7 @@ from bridge.ops.sessions import (
 )
 
 StatusProvider = Callable[[], dict[str, Any]]
-TurnView = Callable[[str], Awaitable[dict[str, object] | None]]
+TurnView = Callable[[str, str | None], Awaitable[dict[str, object] | None]]
 
 
 # The console's files: served without the token (a browser cannot send a header when it
@@ -177,7 +178,7 @@ def ops_routes(
         return web.json_response(entry)
 
     async def turn(request: web.Request) -> web.Response:
-        found = await turn_view(request.match_info["turn_id"])
+        found = await turn_view(request.match_info["turn_id"], request.query.get("app"))
         if found is None:
             return web.json_response({"error": "unknown turn"}, status=404)
         return web.json_response(found)

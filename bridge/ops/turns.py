@@ -3,9 +3,11 @@ user wrote: the store keeps prompts out of traces)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Sequence
 
 from bridge.store.port import Store, TraceEntry
+
+TurnView = Callable[[str], Awaitable[dict[str, object] | None]]
 
 
 def _none_pending(turn_id: str) -> list[TraceEntry]:
@@ -32,6 +34,22 @@ async def turn_view(
         "finished_at": turn.finished_at,
         "trace": [{"at": e.at, "kind": e.kind, "detail": e.detail} for e in trace],
     }
+
+
+async def app_turn_view(
+    apps: Sequence[tuple[str, str, TurnView]], turn_id: str, app: str | None = None
+) -> dict[str, object] | None:
+    """A turn of the app named `app` (the console names it: in a group with two bots one
+    message is a turn of each), else of the first app that has it. `apps`: (name, the prefix
+    of its conversation keys in the projection, its turn view), the first app first. The
+    view names its `app`, and its conversation as the projection does."""
+    for name, prefix, view in apps:
+        if app is not None and name != app:
+            continue
+        found = await view(turn_id)
+        if found is not None:
+            return {**found, "app": name, "conversation": f"{prefix}{found['conversation']}"}
+    return None
 
 
 def _ending(trace: list[TraceEntry]) -> str | None:

@@ -54,12 +54,18 @@ async def test_the_console_shows_conversations_live_and_a_turn_timeline(tmp_path
                 wait_until="domcontentloaded",
             )
             await expect(page.locator("#status")).to_have_text("live")
-            # Feishu's API as the bridge finds it, and the call budget's use (GET /status).
-            await expect(page.locator("#feishu")).to_contain_text("Feishu API: up")
-            await expect(page.locator("#feishu")).to_contain_text(
-                re.compile(r"each API at most \d+/s now")
-            )
-            await expect(page.locator("#feishu")).to_contain_text("waiting: ending 0, answer 0")
+            # The app: its bot, its health, Feishu's API as its posts find it, and the call
+            # budget's use (GET /status).
+            app = page.locator("#app-rows tr.app")
+            await expect(app).to_have_count(1)
+            await expect(app.locator(".app")).to_have_text("default")
+            await expect(app.locator(".bot .name")).to_have_text(stack.emu.app().bot_name)
+            await expect(app.locator(".health")).to_have_text("ok")
+            await expect(app.locator(".longconn")).to_have_text("webhook")
+            feishu = app.locator(".feishu")
+            await expect(feishu).to_contain_text("Feishu API: up")
+            await expect(feishu).to_contain_text(re.compile(r"each API at most \d+/s now"))
+            await expect(feishu).to_contain_text("waiting: ending 0, answer 0")
             assert "#" not in page.url  # the token left the address bar
             await expect(page.locator("#empty")).to_be_visible()
 
@@ -67,6 +73,7 @@ async def test_the_console_shows_conversations_live_and_a_turn_timeline(tmp_path
             await stack.settled()
             row = page.locator("tr.conversation").filter(has_text=stack.chat)
             await expect(row).to_have_count(1)
+            await expect(row.locator(".app")).to_have_text("default")
             await expect(row.locator(".state")).to_have_text("idle")
 
             sent = await stack.say(APPROVAL_PROMPT)

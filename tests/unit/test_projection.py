@@ -205,3 +205,26 @@ def test_ages_are_derived_when_read_and_quiet_republishing_is_deduplicated() -> 
     conv = p.snapshot()["conversations"]["chat"]
     assert (conv["elapsed"], conv["silent_for"]) == (160.0, 70.0)
     assert p.revision == 1
+
+
+def test_each_apps_processes_are_kept_beside_the_others() -> None:
+    """Several apps, each its own agents: one app's new view leaves the others' rows as they
+    were, every row names its app, and a process lost is a fault of its app."""
+    p = projection()
+    claude = {"agent": "scripted", "workspace": "w", "slot": 0, "pid": 10, "alive": True}
+    codex = {**claude, "pid": 20}
+    p.processes([claude], "claude")
+    frame = p.processes([codex], "codex")
+    assert frame is not None
+    assert frame["processes"] == [{**claude, "app": "claude"}, {**codex, "app": "codex"}]
+    assert p.processes([codex], "codex") is None  # unchanged
+    gone = {**codex, "alive": False, "returncode": 1}
+    frame = p.processes([gone], "codex")
+    assert frame is not None
+    assert frame["processes"] == [{**claude, "app": "claude"}, {**gone, "app": "codex"}]
+    [fault] = p.snapshot()["faults"]
+    assert (fault["kind"], fault["detail"], fault["app"]) == (
+        "agent_exit",
+        "scripted pid 20 code 1",
+        "codex",
+    )

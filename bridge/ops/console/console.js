@@ -1,7 +1,10 @@
 // The operator console. Live from GET /events, read with fetch() and a streaming body reader
 // (EventSource cannot send the Authorization header the operator API requires). Only the
-// Feishu line (its API up or down, the call budget's use) is read from GET /status, every
-// FEISHU_POLL_MS: it is the bridge's, not a conversation's, and has no event of its own.
+// apps' table (each Feishu app the bridge serves: its bot, its health and what is wrong, its
+// long connection, its Feishu API up or down and its call budget's use) is read from
+// GET /status, every FEISHU_POLL_MS: it is the apps', not a conversation's, and has no event
+// of its own. A conversation, an agent process and a fault each show their app (a
+// conversation of an app other than the first is keyed `<app>/<chat>`).
 // A reconnect sends the last frame id read (Last-Event-ID): the bridge replays what was
 // missed, or sends a fresh snapshot when it cannot (restarted, or too long ago).
 // Every value shown comes from the bridge, the agent or an operator (display names) and is
@@ -14,6 +17,7 @@ const MAX_FAULTS = 50;
 const FEISHU_POLL_MS = 5000;
 const conversations = new Map(); // key -> snapshot (with revision)
 let processes = [];
+let apps = []; // [name, its /status entry], the first app first
 let faults = []; // oldest first
 let epoch = null;
 let lastId = null; // the id of the last frame read, for Last-Event-ID
@@ -95,6 +99,15 @@ function tick() {
   }
 }
 
+// The app a conversation is of: its snapshot says; else its key's `<app>/` prefix, else the
+// first app's (whose keys have no prefix).
+function appOf(key, snap) {
+  if (snap && snap.app) return snap.app;
+  const slash = key ? key.indexOf("/") : -1;
+  if (slash > 0 && apps.some(([name]) => name === key.slice(0, slash))) return key.slice(0, slash);
+  return apps.length ? apps[0][0] : "";
+}
+
 function render() {
   const rows = $("rows");
   const now = Date.now() / 1000;
@@ -109,7 +122,9 @@ function render() {
     const who = el("td", null, "who");
     if (snap.display_name) who.append(el("span", snap.display_name, "name"));
     who.append(el("span", key, snap.display_name ? "muted key" : "key"));
+    tr.dataset.app = appOf(key, snap);
     tr.append(
+      el("td", tr.dataset.app, "app"),
       who,
       el("td", snap.state, "state"),
       elapsedCell(since, now),
@@ -130,7 +145,7 @@ function renderProcesses() {
     const tr = el("tr", null, "process");
     const up = p.alive && p.started_at ? utc(p.started_at) + " (" + duration(now - p.started_at) + ")" : "–";
     tr.append(
-      el("td", p.agent), el("td", p.workspace), el("td", p.slot), el("td", p.pid ?? "–", "pid"),
+      el("td", p.app || (apps.length ? apps[0][0] : ""), "app"), el("td", p.agent), el("td", p.workspace), el("td", p.slot), el("td", p.pid ?? "–", "pid"),
       el("td", p.state, "health proc-" + p.state), el("td", up, "up"), el("td", p.restarts ?? 0, "restarts"),
       el("td", p.sessions ?? 0), el("td", p.running_turns ?? 0),
     );
@@ -144,7 +159,8 @@ function renderFaults() {
     const tr = el("tr", null, "fault");
     const named = f.conversation && conversations.get(f.conversation);
     const who = f.conversation ? (named && named.display_name ? named.display_name + " · " : "") + f.conversation : "(process)";
-    tr.append(el("td", utc(f.at)), el("td", who), el("td", f.kind, "kind"), el("td", f.detail || ""));
+    const app = f.app || (f.conversation ? appOf(f.conversation, named) : "");
+    tr.append(el("td", utc(f.at)), el("td", app, "app"), el("td", who), el("td", f.kind, "kind"), el("td", f.detail || ""));
     return tr;
   }));
   $("no-fault").hidden = faults.length > 0;
@@ -254,7 +270,10 @@ async function showTurn(key) {
   $("turn-outcome").textContent = "";
   const timeline = $("timeline");
   if (!turnId) { timeline.replaceChildren(); return; }
-  const response = await fetch("/turns/" + encodeURIComponent(turnId), { headers: headers(), cache: "no-store" });
+  // In a group with two bots one message is a turn of each: ask for this conversation's app's.
+  const app = appOf(key, snap);
+  const query = app ? "?app=" + encodeURIComponent(app) : "";
+  const response = await fetch("/turns/" + encodeURIComponent(turnId) + query, { headers: headers(), cache: "no-store" });
   if (selected !== key) return;
   if (!response.ok) {
     $("turn-outcome").textContent = response.status === 401 ? "wrong or missing token" : "HTTP " + response.status;
@@ -287,33 +306,60 @@ takeToken();
 reconnect("connecting");
 setInterval(() => { tick(); renderProcesses(); }, 1000); // ages count up (no request)
 
-// Feishu's API as the bridge's posts find it, and the call budget's use (GET /status).
-async function showFeishu() {
-  const line = $("feishu");
+// Each app: its bot, its health (what is wrong, as /status words it), its long connection,
+// its Feishu API as its posts find it and its call budget's use (GET /status `apps`).
+function feishuText(app) {
+  const api = app.feishu_api || {};
+  let text = api.down
+    ? "Feishu API: DOWN for " + Math.round(api.down_seconds) + " s (since " + utc(api.down_since) +
+      "); " + api.probes + " probes; posts are owed and go out, in order, when it is back"
+    : "Feishu API: up";
+  const budget = app.feishu_budget;
+  if (budget) {
+    const waiting = Object.entries(budget.waiting || {})
+      .map(([lane, count]) => lane + " " + count).join(", ");
+    text += " · calls " + budget.calls_per_second + "/s, each API at most " + budget.rate +
+      "/s now (limit " + budget.limit + "/s" +
+      (budget.total_limit ? ", all together " + budget.total_limit + "/s" : "") +
+      ") · sends " + budget.sends_per_second + "/s, " + Math.floor(budget.sends_ready) +
+      " ready · waiting: " + waiting + " · 429s " + budget.rate_limited;
+  }
+  return text;
+}
+
+function renderApps() {
+  $("app-rows").replaceChildren(...apps.map(([name, app]) => {
+    const tr = el("tr", null, "app");
+    tr.dataset.app = name;
+    const bot = el("td", null, "bot");
+    bot.append(el("span", app.bot_name || "–", "name"));
+    if (app.bot_open_id) bot.append(el("span", app.bot_open_id, "muted"));
+    const healthy = app.healthy !== false;
+    const api = app.feishu_api || {};
+    tr.append(
+      el("td", name, "app"),
+      bot,
+      el("td", healthy ? "ok" : app.problem, "health " + (healthy ? "app-ok" : "app-problem")),
+      el("td", app.long_connection || "webhook", "longconn"),
+      el("td", app.conversations ?? 0, "count"),
+      el("td", feishuText(app), "feishu" + (api.down ? " proc-exited" : "")),
+    );
+    return tr;
+  }));
+  $("no-app").hidden = apps.length > 0;
+}
+
+async function showApps() {
   try {
     const response = await fetch("/status", { headers: headers(), cache: "no-store" });
     if (!response.ok) return;
     const body = await response.json();
-    const api = body.feishu_api || {};
-    let text = api.down
-      ? "Feishu API: DOWN for " + Math.round(api.down_seconds) + " s; " + api.probes +
-        " probes; posts are owed and go out, in order, when it is back"
-      : "Feishu API: up";
-    const budget = body.feishu_budget;
-    if (budget) {
-      const waiting = Object.entries(budget.waiting || {})
-        .map(([lane, count]) => lane + " " + count).join(", ");
-      text += " · calls " + budget.calls_per_second + "/s, each API at most " + budget.rate +
-        "/s now (limit " + budget.limit + "/s" +
-        (budget.total_limit ? ", all together " + budget.total_limit + "/s" : "") +
-        ") · sends " + budget.sends_per_second + "/s, " + Math.floor(budget.sends_ready) +
-        " ready · waiting: " + waiting + " · 429s " + budget.rate_limited;
-    }
-    line.textContent = text;
-    line.className = api.down ? "proc-exited" : "";
+    apps = Object.entries(body.apps || {});
+    renderApps();
+    render(); // the conversations' apps, now that the apps are known
   } catch (error) {
     // Not reachable now: the next round tries again.
   }
 }
-setInterval(showFeishu, FEISHU_POLL_MS);
-showFeishu();
+setInterval(showApps, FEISHU_POLL_MS);
+showApps();
