@@ -177,7 +177,9 @@ async def running_stack(
     emulator_options: dict[str, Any] | None = None,
     agent_command: str | None = None,
     tuning: dict[str, Any] | None = None,
+    bots: int = 1,
 ) -> AsyncIterator[Stack]:
+    """`bots=2`: the demo's two bots (Claude and Codex), each its own app, in one bridge."""
     waits: list[float] = []
 
     def client(emu: FeishuEmulator) -> FeishuClient:
@@ -190,6 +192,7 @@ async def running_stack(
         settings={**FAST, **(settings or {})},
         agent_command=agent_command,
         tuning=replace(FAST_TUNING, **(tuning or {})),
+        bots=bots,
     )
     try:
         yield Stack(demo, waits)

@@ -175,3 +175,86 @@ async def test_the_console_shell_holds_no_data_and_data_routes_need_the_token(
         # Only the shell is open: nothing under it, and the Feishu port serves none of it.
         assert (await http.get(f"{stack.ops_url}/console/other.js")).status_code == 401
         assert (await http.get(f"{stack.feishu_url}/console")).status_code == 404
+
+
+TWO_APPS_SHOT = REPO_ROOT / "artifacts" / "console-two-apps.png"
+CLAUDE, CODEX = "cli_demo_claude", "cli_demo_codex"
+
+
+@pytest.mark.browser
+async def test_the_console_tells_the_apps_apart_and_which_one_is_unhealthy(
+    tmp_path: Path,
+) -> None:
+    """The demo's two bots in one bridge: the console lists both apps and their health,
+    labels each conversation with its app (the group is a conversation of each), shows a
+    Codex conversation's turn as Codex's, and says when Codex's Feishu API is down while
+    Claude stays healthy."""
+    _need_browser()
+    from urllib.parse import quote
+
+    from playwright.async_api import async_playwright, expect
+
+    expect.set_options(timeout=TIMEOUT_MS)
+    settings = {"bridge_ops_token": TOKEN}
+    async with (
+        running_stack(tmp_path / "bridge", settings=settings, bots=2) as stack,
+        async_playwright() as pw,
+    ):
+        emu, group = stack.emu, stack.emu.group_chat_id
+        sent = await emu.send_user_message(
+            "say hello", chat_id=group, chat_type="group", mention_apps=[CLAUDE, CODEX]
+        )
+        await emu.wait_for(
+            lambda: all(emu.bot_messages(group, app_id=a) for a in (CLAUDE, CODEX)), 15.0
+        )
+        await stack.settled()
+        browser = await pw.chromium.launch(
+            executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True
+        )
+        try:
+            page = await browser.new_page(viewport={"width": 1200, "height": 900})
+            page.set_default_timeout(TIMEOUT_MS)
+            requests: list[str] = []
+            page.on("request", lambda r: requests.append(r.url))
+            await page.goto(
+                f"{stack.ops_url}/console#token={quote(TOKEN, safe='')}",
+                wait_until="domcontentloaded",
+            )
+            await expect(page.locator("#status")).to_have_text("live")
+            apps = page.locator("#app-rows tr.app")
+            await expect(apps.locator(".app")).to_have_text(["claude", "codex"])
+            await expect(apps.locator(".bot .name")).to_have_text(["Claude", "Codex"])
+            await expect(apps.locator(".health")).to_have_text(["ok", "ok"])
+            await expect(apps.locator(".longconn")).to_have_text(["webhook", "webhook"])
+
+            # The group is a conversation of each bot: the first app's key as a single
+            # app's, the other's prefixed with its name.
+            rows = page.locator("tr.conversation")
+            claude = rows.filter(has=page.get_by_text(group, exact=True))
+            codex = rows.filter(has=page.get_by_text(f"codex/{group}", exact=True))
+            await expect(claude.locator(".app")).to_have_text("claude")
+            await expect(codex.locator(".app")).to_have_text("codex")
+            await codex.click()
+            await expect(page.locator("#turn-id")).to_have_text(sent.message_id)
+            await expect(page.locator("#turn-outcome")).to_have_text("outcome: completed")
+            assert f"{stack.ops_url}/turns/{sent.message_id}?app=codex" in requests
+
+            # Codex's Feishu API goes down: its row says so, and why; Claude's stays ok.
+            emu.set_api_outage("503", apps=[CODEX])
+            await emu.send_user_message(
+                "say later", chat_id=group, chat_type="group", mention_apps=[CODEX]
+            )
+            down = "Feishu's API is taken to be down for this app since"
+            await expect(apps.nth(1).locator(".health.app-problem")).to_contain_text(
+                down, timeout=30_000
+            )
+            await expect(apps.nth(1).locator(".feishu")).to_contain_text("Feishu API: DOWN")
+            await expect(apps.nth(0).locator(".health")).to_have_text("ok")
+            TWO_APPS_SHOT.parent.mkdir(parents=True, exist_ok=True)
+            await page.screenshot(path=str(TWO_APPS_SHOT), full_page=True)
+            emu.set_api_outage("up")
+            await emu.wait_for(
+                lambda: "later" in [m.text for m in emu.bot_messages(group, app_id=CODEX)], 30.0
+            )
+        finally:
+            await browser.close()

@@ -44,12 +44,14 @@ pytestmark = pytest.mark.browser
 
 
 @asynccontextmanager
-async def chat_page(tmp_path: Path, settings: dict[str, object]) -> AsyncIterator[Any]:
-    """The demo stack with `settings`, and its chat page open and live in Chromium."""
+async def chat_page(
+    tmp_path: Path, settings: dict[str, object], *, bots: int = 1
+) -> AsyncIterator[Any]:
+    """The demo stack with `settings` (and `bots`), its chat page open and live in Chromium."""
     from playwright.async_api import async_playwright, expect
 
     async with (
-        running_stack(tmp_path / "bridge", settings=settings) as stack,
+        running_stack(tmp_path / "bridge", settings=settings, bots=bots) as stack,
         async_playwright() as pw,
     ):
         browser = await pw.chromium.launch(
@@ -275,3 +277,45 @@ async def test_the_bot_menu_under_the_private_chat_stops_and_shows_status(tmp_pa
 
         await page.locator("#chat-group").check()
         await expect(menu).to_be_hidden()  # Feishu shows the bot menu in the private chat only
+
+
+TWO_BOTS_SHOT = REPO_ROOT / "artifacts" / "demo-two-bots.png"
+
+
+async def test_the_demos_two_bots_answer_in_the_group_each_by_its_name(tmp_path: Path) -> None:
+    """`feishu-bridge demo`'s two bots: the group lists Claude and Codex; a message that
+    @-mentions both is answered by each, under its own name (its agent says who it is);
+    one that mentions Codex alone, by Codex alone."""
+    _need_browser()
+    from playwright.async_api import expect
+
+    expect.set_options(timeout=TIMEOUT_MS)
+    async with chat_page(tmp_path, {"bridge_locale": "zh_CN"}, bots=2) as page:
+        await expect(page.locator("#bot-name")).to_have_text("Claude · Codex")
+        await page.locator("#chat-group").check()
+        await expect(page.locator("#members .member")).to_have_text(
+            ["Emulated User", "Claude（机器人）", "Codex（机器人）"]
+        )
+        picker = page.locator("#mention-picker label")
+        await expect(picker).to_have_text(["@Claude", "@Codex"])
+        await picker.nth(1).locator("input").check()  # Claude is ticked already: both
+        await page.locator("#composer").fill("whoami")
+        await page.locator("#send").click()
+
+        bot = page.locator(".msg.bot")
+        claude = bot.filter(has_text="Claude: resumed=0")
+        codex = bot.filter(has_text="Codex: resumed=0")
+        await expect(claude).to_have_count(1)
+        await expect(codex).to_have_count(1)
+        await expect(claude.locator(".sender")).to_have_text("Claude")
+        await expect(codex.locator(".sender")).to_have_text("Codex")
+
+        await picker.nth(0).locator("input").uncheck()  # Codex alone
+        await page.locator("#composer").fill("history")
+        await page.locator("#send").click()
+        history = bot.filter(has_text="history: 2 prompts")
+        await expect(history).to_have_count(1)
+        await expect(history.locator(".sender")).to_have_text("Codex")
+        await expect(bot.filter(has_text="history")).to_have_count(1)  # Claude was not asked
+        TWO_BOTS_SHOT.parent.mkdir(parents=True, exist_ok=True)
+        await page.screenshot(path=str(TWO_BOTS_SHOT), full_page=True)

@@ -141,7 +141,10 @@ function render() {
 
 function renderProcesses() {
   const now = Date.now() / 1000;
-  $("process-rows").replaceChildren(...processes.map((p) => {
+  // The apps in their order (the first first), each app's processes as its runtime lists them.
+  const order = (p) => { const i = apps.findIndex(([name]) => name === p.app); return i < 0 ? 0 : i; };
+  const rows = processes.map((p, i) => [order(p), i, p]).sort((x, y) => x[0] - y[0] || x[1] - y[1]);
+  $("process-rows").replaceChildren(...rows.map(([, , p]) => {
     const tr = el("tr", null, "process");
     const up = p.alive && p.started_at ? utc(p.started_at) + " (" + duration(now - p.started_at) + ")" : "–";
     tr.append(
