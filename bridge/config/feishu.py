@@ -29,8 +29,8 @@ class FeishuSection(Section):
         description="A TOML file of several Feishu apps, the projects their chats work on and"
         " the routes between them (docs/operators/apps.md); it replaces the FEISHU_* app"
         " settings and the allow-lists, and gives each project's agent settings. Unset: the"
-        " one app of FEISHU_APP_ID. For now `check-config` checks it; `run` still serves the"
-        " one app of the environment.",
+        " one app of FEISHU_APP_ID. `run` serves every app of it, each with its own long"
+        " connection or webhook path, data and health (/status `apps`, /metrics `app`).",
         json_schema_extra=why("To serve several Feishu apps (bots) from one bridge."),
     )
     feishu_app_id: Annotated[str | None, BeforeValidator(empty_is_unset)] = Field(
