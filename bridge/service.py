@@ -60,7 +60,7 @@ from bridge.ops.housekeeping import Housekeeping, reachable_url
 from bridge.ops.metrics import MetricsRegistry
 from bridge.ops.projection import ProcessWatch, Projection
 from bridge.ops.routes import health_routes, ops_routes
-from bridge.ops.sessions import SessionDirectory
+from bridge.ops.sessions import AppSessions, SessionDirectory
 from bridge.ops.turns import TurnView, app_turn_view, turn_view
 from bridge.receiver import AccessPolicy, Receiver
 from bridge.runtime.port import AgentRuntime
@@ -414,7 +414,7 @@ def build_service(
                 app_turn_view, [_turns(stack, n == 0) for n, stack in enumerate(stacks)]
             ),
             metrics=metrics,
-            sessions=first.sessions,
+            sessions=AppSessions([stack.sessions for stack in stacks]),
         )
     )
     if first.ownership is not None:
@@ -548,7 +548,9 @@ class _Shared:
             store=store,
             engine=engine,
             receiver=receiver,
-            sessions=SessionDirectory(store, engine, projection, routes, wall),
+            sessions=SessionDirectory(
+                store, engine, projection, routes, wall, app=app.name, prefix=prefix
+            ),
             housekeeping=Housekeeping(
                 store,
                 wall,

@@ -52,9 +52,9 @@ from bridge.ops.access import client_id
 from bridge.ops.metrics import CONTENT_TYPE, MetricsRegistry
 from bridge.ops.projection import STREAM_TERMINALS, Frame, Projection
 from bridge.ops.sessions import (
+    AppSessions,
     InvalidMetadata,
     SessionBusy,
-    SessionDirectory,
     UnknownConversation,
 )
 
@@ -114,7 +114,7 @@ def ops_routes(
     status: StatusProvider,
     turn_view: TurnView,
     metrics: MetricsRegistry,
-    sessions: SessionDirectory | None = None,
+    sessions: AppSessions | None = None,
 ) -> list[web.RouteDef]:
     async def status_view(_: web.Request) -> web.Response:
         return web.json_response({**status(), "runtime_states": projection.snapshot()})
@@ -206,9 +206,10 @@ def ops_routes(
         *(
             [
                 web.get("/sessions", sessions_view),
-                web.patch("/sessions/{conversation}", session_metadata),
-                web.put("/sessions/{conversation}", session_metadata),
-                web.post("/sessions/{conversation}/close", session_close),
+                # Another app's keys are `<app>/<key>`: a conversation may hold one `/`.
+                web.patch("/sessions/{conversation:[^/]+(?:/[^/]+)?}", session_metadata),
+                web.put("/sessions/{conversation:[^/]+(?:/[^/]+)?}", session_metadata),
+                web.post("/sessions/{conversation:[^/]+(?:/[^/]+)?}/close", session_close),
             ]
             if sessions is not None
             else []

@@ -3,7 +3,7 @@ emulator in one bridge, each on its own webhook path with its own agent (the scr
 under the bot's name). In the group both are members: a message that @-mentions both is
 answered by each in its own session, one that mentions one by that one alone; each has its
 own private chat. The operator API tells them apart: /status `apps`, conversations keyed
-and labelled by app, a turn of each, /metrics by app."""
+and labelled by app, a turn of each, /sessions of each, /metrics by app."""
 
 from __future__ import annotations
 
@@ -89,6 +89,30 @@ async def test_two_bots_in_one_group_each_answer_what_is_addressed_to_them(
         assert (await _get(stack, f"/turns/{both.message_id}"))["app"] == "claude"
         turn = await _get(stack, f"/turns/{only_codex.message_id}")  # Codex's alone
         assert turn["app"] == "codex"
+
+        # /sessions: every app's conversations, each by its key and app; a name and a
+        # close go to the app the key says.
+        sessions = {e["conversation"]: e for e in (await _get(stack, "/sessions"))["sessions"]}
+        assert {key: e["app"] for key, e in sessions.items()} == {
+            group: "claude",
+            f"codex/{group}": "codex",
+            f"codex/{chat}": "codex",
+        }
+        assert sessions[f"codex/{group}"]["session_id"] != sessions[group]["session_id"]
+        async with httpx.AsyncClient(trust_env=False, timeout=5.0) as http:
+            named = await http.patch(
+                f"{stack.ops_url}/sessions/codex/{group}", json={"display_name": "Codex room"}
+            )
+            closed = await http.post(f"{stack.ops_url}/sessions/codex/{group}/close")
+            unknown = await http.post(f"{stack.ops_url}/sessions/nobody/{group}/close")
+        assert (named.status_code, named.json()["display_name"]) == (200, "Codex room")
+        assert (closed.status_code, closed.json()["session_id"]) == (200, None)
+        assert unknown.status_code == 404
+        states = (await _get(stack, "/runtime-states"))["conversations"]
+        assert states[f"codex/{group}"]["display_name"] == "Codex room"
+        assert "display_name" not in states[group]
+        sessions = {e["conversation"]: e for e in (await _get(stack, "/sessions"))["sessions"]}
+        assert sessions[group]["session_id"]  # Claude's session in the group goes on
 
         metrics = await _get(stack, "/metrics")
         assert 'bridge_conversations{app="claude",state="idle"} 1.0' in metrics
