@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
 
@@ -62,7 +62,7 @@ from bridge.ops.routes import health_routes, ops_routes
 from bridge.ops.sessions import SessionDirectory
 from bridge.ops.turns import turn_view
 from bridge.receiver import AccessPolicy, Receiver
-from bridge.runtime.port import AgentRuntime
+from bridge.runtime.port import CONFIG_CHOICE, MODE_CHOICE, AgentRuntime
 from bridge.runtime.router import Projects, RoutedRuntime, Routes, acp_routed
 from bridge.schedules.scheduler import ScheduleSettings
 from bridge.store.port import Store
@@ -595,8 +595,10 @@ def app_projects(settings: Settings, apps: Apps, app: App) -> tuple[Projects, di
     own = {name: project_settings(settings, apps.projects[name]) for name in names}
 
     def routes(name: str) -> Routes:
-        agent = own[name].agent
-        return Routes.of(agent.agent_profiles, agent.workspace_roots)
+        agent, project = own[name].agent, apps.projects[name]
+        found = Routes.of(agent.agent_profiles, agent.workspace_roots)
+        defaults = ((MODE_CHOICE, project.mode), (CONFIG_CHOICE + "model", project.model))
+        return replace(found, defaults=tuple((k, v) for k, v in defaults if v))
 
     if len(names) == 1:
         return Projects.single(routes(names[0])), {"": own[names[0]], **own}

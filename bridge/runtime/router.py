@@ -69,6 +69,9 @@ class Routes:
 
     agents: tuple[tuple[str, tuple[str, ...]], ...]
     workspaces: tuple[tuple[str, Path], ...]
+    # A project's mode and model for a session the conversation set nothing for
+    # (`MODE_CHOICE`, `CONFIG_CHOICE` + "model"), applied where its agent offers them.
+    defaults: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         if not self.agents or not self.workspaces:
@@ -224,6 +227,7 @@ class RoutedRuntime:
         chosen = dict(chosen or {})
         project = self.projects.name(conversation_key, chosen)
         routes = dict(self.projects.projects)[project]
+        chosen = {**dict(routes.defaults), **chosen}
         root, folder = routes.folder(chosen)
         runtime = self.runtime(routes.agent(chosen), root, project)
         before = self._placed.get(conversation_key)
