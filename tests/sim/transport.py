@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import json
 import random
 import re
 from collections.abc import Callable
@@ -31,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
+import orjson
 
 from bridge.devtools.emulator.cardkit import CardKit
 from bridge.devtools.emulator.codes import (
@@ -180,10 +180,10 @@ class SimTransport(httpx.AsyncBaseTransport):
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         method, path = request.method, request.url.path
         raw = await request.aread()
-        body = json.loads(raw) if raw else {}
+        body = orjson.loads(raw) if raw else {}
         if path == TOKEN_PATH:
             return _response(self._token(), request)
-        post = Post(self.now(), *_op(method, path, request.url.params, body))
+        post = Post(self.now(), *_op(method, path, request.url, body))
         self.posts.append(post)
         try:
             answer = await self._answer(post, method, path, request, body)
@@ -367,18 +367,18 @@ _NEW_MESSAGES = frozenset(
 
 
 def _op(
-    method: str, path: str, params: httpx.QueryParams, body: dict[str, Any]
+    method: str, path: str, url: httpx.URL, body: dict[str, Any]
 ) -> tuple[str, str, str, dict[str, Any] | None, str]:
     """(op, target, text, card, uuid) of a call, named as the `FeishuApi` port names it."""
     uuid = str(body.get("uuid", ""))  # a send's, or a card change's (Feishu dedups both)
     if path == _MESSAGES and method == "POST":
-        if params.get("receive_id_type") == "open_id":
+        if url.params.get("receive_id_type") == "open_id":
             return "send_text_to_user", body["receive_id"], _text(body), None, uuid
         if body.get("msg_type") == "interactive":
-            return "send_card", body["receive_id"], "", json.loads(body["content"]), uuid
+            return "send_card", body["receive_id"], "", orjson.loads(body["content"]), uuid
         return "send_text", body["receive_id"], _text(body), None, uuid
     if path == _CARDS and method == "POST":
-        return "create_card", "", "", json.loads(body["data"]), ""
+        return "create_card", "", "", orjson.loads(body["data"]), ""
     card = _CARD.fullmatch(path)
     if card is not None:
         return _card_op(method, card["id"], card["rest"] or "", body)
@@ -389,7 +389,7 @@ def _op(
     if rest == "/reply":
         if body.get("msg_type") != "interactive":
             return "reply_text", target, _text(body), None, uuid
-        content = json.loads(body["content"])
+        content = orjson.loads(body["content"])
         if content.get("type") == "card":
             return "reply_card_entity", target, content["data"]["card_id"], None, uuid
         return "reply_card", target, "", content, uuid
@@ -400,7 +400,7 @@ def _op(
     if rest == "/urgent_app":
         return "urgent_app", target, ",".join(body.get("user_id_list", [])), None, ""
     if rest == "" and method == "PATCH":
-        return "update_card", target, "", json.loads(body["content"]), ""
+        return "update_card", target, "", orjson.loads(body["content"]), ""
     if rest == "" and method == "PUT":
         return "edit_text", target, _text(body), None, ""
     if rest == "" and method == "GET":
@@ -412,21 +412,21 @@ def _card_op(
     method: str, card_id: str, rest: str, body: dict[str, Any]
 ) -> tuple[str, str, str, dict[str, Any] | None, str]:
     if rest == "" and method == "PUT":
-        return "update_card_entity", card_id, "", json.loads(body["card"]["data"]), ""
+        return "update_card_entity", card_id, "", orjson.loads(body["card"]["data"]), ""
     if rest == "/settings":
-        return "card_settings", card_id, "", json.loads(body["settings"]), ""
+        return "card_settings", card_id, "", orjson.loads(body["settings"]), ""
     if rest == "/batch_update":
-        actions = json.loads(body["actions"])
+        actions = orjson.loads(body["actions"])
         contents = [str(a["params"]["partial_element"].get("content", "")) for a in actions]
         return "batch_update_card", card_id, "\n".join(contents), None, ""
     element = _ELEMENT.fullmatch(rest)
     if element is not None and element["content"]:
         return "stream_card_text", card_id, str(body.get("content", "")), None, ""
     if element is not None and method == "PUT":
-        content = json.loads(body["element"]).get("content", "")
+        content = orjson.loads(body["element"]).get("content", "")
         return "update_card_element", card_id, str(content), None, ""
     if element is not None and method == "PATCH":
-        content = json.loads(body["partial_element"]).get("content", "")
+        content = orjson.loads(body["partial_element"]).get("content", "")
         return "patch_card_element", card_id, str(content), None, ""
     return f"{method} {rest}", card_id, "", None, ""
 
@@ -438,7 +438,7 @@ def _card_of(path: str) -> str | None:
 
 
 def _text(body: dict[str, Any]) -> str:
-    return str(json.loads(body.get("content") or "{}").get("text", ""))
+    return str(orjson.loads(body.get("content") or "{}").get("text", ""))
 
 
 def _error_body(error: Refused, post: Post) -> dict[str, Any]:
@@ -450,10 +450,19 @@ def _refusal(error: Refused, post: Post) -> _Answer:
     return _Answer(error.http_status, _error_body(error, post))
 
 
+_JSON = (b"Content-Type", b"application/json; charset=utf-8")
+
+
 def _response(answer: _Answer, request: httpx.Request) -> httpx.Response:
-    content = json.dumps(answer.body).encode()
-    headers = {"Content-Type": "application/json; charset=utf-8", **answer.headers}
-    return httpx.Response(answer.status, headers=headers, content=content, request=request)
+    # Built as read: httpx would otherwise pass the bytes through its decoders and chunker
+    # (Response(content=...) reads at once; a stream, in the client), a tenth of a sweep.
+    content = orjson.dumps(answer.body)
+    headers = [_JSON, *((k.encode(), v.encode()) for k, v in answer.headers.items())]
+    response = httpx.Response(
+        answer.status, headers=headers, stream=httpx.ByteStream(content), request=request
+    )
+    response._content = content
+    return response
 
 
 def buttons(card: dict[str, Any]) -> list[dict[str, Any]]:
