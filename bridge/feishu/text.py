@@ -284,7 +284,9 @@ _HEADING = {"h1": "##", "h2": "###"}  # the largest sizes look shouting in a cha
 
 # What any rich node needs somewhere in the text: a marker character (headings, lists,
 # emphasis, code, fences, tables, quotes, rules, setext underlines, links), an ordered
-# list's number, or an indented code block's indent. Text with none of them is plain
+# list's number at a line's start (within another list or a quote, that one's marker is
+# found), or an indented code block's indent. Lines end at "\n" or a lone "\r", as
+# markdown-it reads them. Text with none of them is plain
 # whatever markdown-it would say, and is not parsed (most short answers: a parse and its
 # tree cost more than the rest of relaying them).
 # What Markdown needs to be more than plain text, as three scans: one alternation of them
@@ -292,8 +294,8 @@ _HEADING = {"h1": "##", "h2": "###"}  # the largest sizes look shouting in a cha
 # looked at on every refresh of a card).
 _MAYBE_RICH = (
     re.compile(r"[#*_+=|>`~\[<\t-]"),
-    re.compile(r"\d[.)]"),
-    re.compile(r"^ {4}", re.MULTILINE),
+    re.compile(r"(?:^|\r) {0,3}\d+[.)]", re.MULTILINE),  # not "v1.2" or "0.5 s" mid-line
+    re.compile(r"(?:^|\r) {4}", re.MULTILINE),
 )
 
 

@@ -149,10 +149,11 @@ def open_fence_at_end(part: str) -> bool:
 
 
 # Everything but the markers `answer_parts` looks for before it parses: spaces, line ends,
-# words, digits without a dot or bracket after them, and the punctuation of plain prose.
+# words, digits (with a dot or bracket after them too, but not at a line's start), and the
+# punctuation of plain prose.
 _PLAIN = st.text(
     alphabet=st.sampled_from(list("ab 中文\n\r.,:;!?'\"()/@&%$^{}0123456789")), max_size=80
-).filter(lambda text: not re.search(r"\d[.)]|^ {4}", text, re.MULTILINE))
+).filter(lambda text: not re.search(r"(?:^|\r)( {0,3}\d+[.)]| {4})", text, re.MULTILINE))
 
 
 @settings(max_examples=500, deadline=None)
