@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
 
@@ -63,8 +63,8 @@ from bridge.ops.routes import health_routes, ops_routes
 from bridge.ops.sessions import AppSessions, SessionDirectory
 from bridge.ops.turns import TurnView, app_turn_view, turn_view
 from bridge.receiver import AccessPolicy, Receiver
-from bridge.runtime.port import AgentRuntime
-from bridge.runtime.router import RoutedRuntime, Routes, acp_routed
+from bridge.runtime.port import CONFIG_CHOICE, MODE_CHOICE, AgentRuntime
+from bridge.runtime.router import Projects, RoutedRuntime, Routes, acp_routed
 from bridge.schedules.scheduler import ScheduleSettings
 from bridge.store.port import Store
 from bridge.stores import app_folder, ownership_for, secret, store_for
@@ -381,9 +381,8 @@ def build_service(
     parts = _Shared(settings, tuning, clock, projection, readiness, runtime_env, metrics)
     stacks: list[AppStack] = []
     for number, app in enumerate(apps.apps.values()):
-        project = apps.projects[app.default_project]
         given = (feishu, runtime) if number == 0 else (None, None)
-        stacks.append(parts.stack(app, project, number == 0, *given))
+        stacks.append(parts.stack(app, apps, number == 0, *given))
     for stack in stacks:  # the bots that share its groups, by the names they go by
         stack.bot.siblings = [other.bot for other in stacks if other is not stack]
     feishu_app = web.Application()
@@ -449,7 +448,7 @@ class _Shared:
     def stack(
         self,
         app: App,
-        project: Project,
+        apps: Apps,
         first: bool,
         feishu: FeishuApi | None,
         runtime: AgentRuntime | None,
@@ -461,7 +460,8 @@ class _Shared:
             self.projection,
         )
         wall = clock.wall
-        presence, agent = settings.presence, project_settings(settings, project).agent
+        projects, settings_of = app_projects(settings, apps, app)
+        presence, agent = settings.presence, settings_of[app.default_project].agent
         translator = Translator(presence.bridge_locale)
         own = None if first else app.name  # the first app's keys where one app's always were
         store = store_for(settings, own)
@@ -470,11 +470,12 @@ class _Shared:
             feishu = app_client(app, clock, translator, budget)
         elif isinstance(feishu, FeishuClient):
             feishu.pace(budget)  # a client made by a test or the demo, paced as the product's
-        routes = Routes.of(agent.agent_profiles, agent.workspace_roots)
+        routes = projects.first
         watch = ProcessWatch(projection, routes.agents[0][0], routes.workspaces[0][0], app.name)
         if runtime is None:
             options = {"env": self.runtime_env, "on_change": watch.changed}
-            runtime = acp_routed(project_settings(settings, project), routes, clock, options)
+            own_settings = settings_of[app.default_project]
+            runtime = acp_routed(own_settings, projects, clock, options, settings_of)
         watch.runtime = runtime
         metrics = self.metrics.for_app(app.name)  # every series labelled with the app
         metrics.watch_budget(budget.state)
@@ -502,7 +503,7 @@ class _Shared:
                     state_reactions=presence.bridge_state_reactions,
                     urgency=Urgency.APP if presence.bridge_urgent else Urgency.OFF,
                 ),
-                routes=routes,
+                routes=projects,
                 attachments_dir=data / "inbox",
                 max_attachment_mb=agent.bridge_max_attachment_mb,
                 voice=settings.voice.bridge_voice,
@@ -594,6 +595,24 @@ def _ended_as(
     ended: SessionEnded, prefix: str, kind: str, key: str, session_id: str, reason: str
 ) -> dict[str, Any]:
     return ended(kind, f"{prefix}{key}", session_id, reason)
+
+
+def app_projects(settings: Settings, apps: Apps, app: App) -> tuple[Projects, dict[str, Settings]]:
+    """The projects a chat of `app` may work on (its default first; one project: unnamed,
+    as the environment settings' always was), and each project's settings."""
+    names = [app.default_project, *(n for n in apps.projects if n != app.default_project)]
+    own = {name: project_settings(settings, apps.projects[name]) for name in names}
+
+    def routes(name: str) -> Routes:
+        agent, project = own[name].agent, apps.projects[name]
+        found = Routes.of(agent.agent_profiles, agent.workspace_roots)
+        defaults = ((MODE_CHOICE, project.mode), (CONFIG_CHOICE + "model", project.model))
+        return replace(found, defaults=tuple((k, v) for k, v in defaults if v))
+
+    if len(names) == 1:
+        return Projects.single(routes(names[0])), {"": own[names[0]], **own}
+    routed = {(r.chat, r.thread): r.project for r in apps.routes if r.app == app.name}
+    return Projects(tuple((name, routes(name)) for name in names), routed), own
 
 
 def project_settings(settings: Settings, project: Project) -> Settings:

@@ -334,7 +334,7 @@ class AskSwitch:
     that folder, or an earlier session); answered by `SwitchAnswered`."""
 
     message_id: str
-    kind: str  # "agent", "cd" or "resume"
+    kind: str  # "project", "agent", "cd" or "resume"
     choice: str = ""
 
 

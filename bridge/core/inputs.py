@@ -127,6 +127,7 @@ class CommandName(StrEnum):
     MODE = "mode"
     MODEL = "model"
     CONFIG = "config"
+    PROJECT = "project"
     AGENT = "agent"
     CD = "cd"
     SESSIONS = "sessions"

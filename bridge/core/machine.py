@@ -330,7 +330,13 @@ def _on_command(ctx: StepContext, cmd: Command) -> None:
             on_send_command(ctx, cmd)
         case CommandName.DIFF:
             on_diff_command(ctx, cmd)
-        case CommandName.AGENT | CommandName.CD | CommandName.SESSIONS | CommandName.RESUME:
+        case (
+            CommandName.PROJECT
+            | CommandName.AGENT
+            | CommandName.CD
+            | CommandName.SESSIONS
+            | CommandName.RESUME
+        ):
             on_switch_command(ctx, cmd)
         case CommandName.STOP | CommandName.NEW if _someone_elses_round(ctx, cmd.sender):
             # In a group, a bystander must not cut another person's round.

@@ -24,11 +24,11 @@ _ALIASES: Final = {
     "status": CommandName.STATUS,
     "help": CommandName.HELP,
     "agent": CommandName.AGENT,
-    "project": CommandName.CD,
+    "project": CommandName.PROJECT,
     "cd": CommandName.CD,
 }
 # The menu switches; an argument to any other command is ignored.
-_TAKES_ARG: Final = frozenset({CommandName.AGENT, CommandName.CD})
+_TAKES_ARG: Final = frozenset({CommandName.PROJECT, CommandName.AGENT, CommandName.CD})
 
 
 def menu_command(event_key: str) -> tuple[CommandName, str] | None:

@@ -1,5 +1,5 @@
-"""`/agent`, `/cd`, `/sessions` and `/resume`: who may move the conversation, when, and the
-line each answer gets.
+"""`/project`, `/agent`, `/cd`, `/sessions` and `/resume`: who may move the conversation,
+when, and the line each answer gets.
 
 A move needs a new session (another agent, another folder, an earlier session), so it is
 refused while a round runs rather than queued: the user sees at once why nothing moved and
@@ -23,6 +23,7 @@ from bridge.core.state import ExecState
 from bridge.core.text import Params
 
 _KIND = {
+    CommandName.PROJECT: "project",
     CommandName.AGENT: "agent",
     CommandName.CD: "cd",
     CommandName.SESSIONS: "resume",

@@ -37,7 +37,7 @@ from bridge.media.attachments import Attachments
 from bridge.media.voice import SpeechApi, Voice, VoiceMode
 from bridge.ops.metrics import Metrics
 from bridge.runtime.port import AgentRuntime
-from bridge.runtime.router import Routes
+from bridge.runtime.router import Projects, Routes
 from bridge.schedules.scheduler import Claims, Scheduler, ScheduleSettings
 from bridge.store.port import JournaledMessage, Store
 from bridge.store.steady import StoreRetry
@@ -54,7 +54,8 @@ class EngineConfig:
     max_running_turns: int
     card_interval: float = 0.5  # least seconds between two changes of one status card
     # The agents and workspaces a conversation may move between (/agent, /cd).
-    routes: Routes = field(default_factory=Routes.single)
+    # The projects a conversation may work on (a single `Routes`: one, unnamed).
+    routes: Routes | Projects = field(default_factory=Routes.single)
     attachments_dir: Path | None = None  # where a turn's images and files wait (None: none)
     max_attachment_mb: int = 20
     voice: str | None = None  # BRIDGE_VOICE (None: transcribe when Feishu grants it)
@@ -142,6 +143,8 @@ class Engine:
             gate=self.gate,
             metrics=metrics,
         )
+        routes = config.routes
+        projects = routes if isinstance(routes, Projects) else Projects.single(routes)
         self.executor = EffectExecutor(
             feishu=feishu,
             runtime=runtime,
@@ -150,9 +153,9 @@ class Engine:
             cards=cards,
             runner=runner,
             switches=Switches(
-                routes=config.routes, runtime=runtime, store=store, runner=runner, clock=now
+                routes=projects, runtime=runtime, store=store, runner=runner, clock=now
             ),
-            routes=config.routes,
+            routes=projects,
             status_cards=status_cards,
             schedules=self.schedules,
             clock=now,

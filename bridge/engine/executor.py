@@ -76,7 +76,7 @@ from bridge.ops.metrics import Metrics
 from bridge.runtime.port import (
     AgentRuntime,
 )
-from bridge.runtime.router import Routes
+from bridge.runtime.router import Projects
 from bridge.schedules.scheduler import Scheduler
 from bridge.store.port import MessageState, Store, StoreUnavailable, TurnOutcome
 from bridge.store.steady import StoreRetry
@@ -106,7 +106,7 @@ class EffectExecutor:
         cards: CardViews,
         runner: TurnRunner,
         switches: Switches,
-        routes: Routes,
+        routes: Projects,
         status_cards: StatusCards,
         schedules: Scheduler,
         clock: Callable[[], float],

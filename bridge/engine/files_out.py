@@ -19,7 +19,7 @@ from bridge.feishu.errors import FeishuError
 from bridge.feishu.requests import CallTerms
 from bridge.feishu.resources import FILE_LIMIT, IMAGE_LIMIT, IMAGE_TYPES
 from bridge.paths import within
-from bridge.runtime.router import Routes
+from bridge.runtime.router import Projects
 from bridge.store.port import Store
 
 log = logging.getLogger(__name__)
@@ -33,7 +33,7 @@ class FilesOut:
         *,
         feishu: FeishuApi,
         store: Store,
-        routes: Routes,
+        routes: Projects,
         answers: Answers,
         clock: Callable[[], float],
     ) -> None:
@@ -44,7 +44,8 @@ class FilesOut:
         self._clock = clock
 
     async def send(self, actor: ConversationActor, work: SendFile) -> None:
-        root, folder = self._routes.folder(await self._store.preferences(actor.key))
+        chosen = await self._store.preferences(actor.key)
+        root, folder = self._routes.of(actor.key, chosen).folder(chosen)
         asked = work.path
         path = (
             Path(unquote(urlparse(asked).path)) if asked.startswith("file://") else folder / asked

@@ -35,6 +35,7 @@ from bridge.feishu.api import FeishuApi
 from bridge.feishu.budget import SEND, CallBudget
 from bridge.feishu.delivery import FeishuGate, Moot, Superseded, Undeliverable
 from bridge.feishu.errors import MESSAGE_RECALLED, BusinessError
+from bridge.feishu.json_codec import dumps
 from bridge.feishu.requests import CallTerms, Paid
 from bridge.feishu.text import answer_card, answer_parts, mention_tags, neutralize_mentions
 from bridge.ops.metrics import Metrics
@@ -92,7 +93,7 @@ def idempotency_key(effect: Effect) -> str:
 def owed_payload(effect: Effect) -> str:
     """The outbox record of an effect: its type and its fields, terms included."""
     fields = _adapter(type(effect)).dump_python(effect, mode="json", exclude=_NOT_KEPT)
-    return json.dumps({"effect": type(effect).__name__, "fields": fields}, ensure_ascii=False)
+    return dumps({"effect": type(effect).__name__, "fields": fields})  # compact, UTF-8
 
 
 def owed_of(post: OwedPost) -> Owed:

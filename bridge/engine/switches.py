@@ -1,4 +1,4 @@
-"""Carrying out `/agent`, `/cd`, `/sessions`, `/resume` and `/status`: what the
+"""Carrying out `/project`, `/agent`, `/cd`, `/sessions`, `/resume` and `/status`: what the
 conversation may move to, moving it, and what its session runs on. The core chose to ask
 and chooses the words; this module finds the facts (paths resolved on disk, the store's
 record of sessions, the runtime's view of the session).
@@ -22,11 +22,12 @@ from bridge.engine.turn_runner import TurnRunner
 from bridge.runtime.events import SessionFacts
 from bridge.runtime.port import (
     AGENT_CHOICE,
+    PROJECT_CHOICE,
     WORKSPACE_CHOICE,
     AgentRuntime,
     RuntimeUnavailable,
 )
-from bridge.runtime.router import Routes
+from bridge.runtime.router import Projects
 from bridge.store.port import SessionRecord, Store
 
 SESSIONS_LISTED = 10
@@ -36,7 +37,7 @@ class Switches:
     def __init__(
         self,
         *,
-        routes: Routes,
+        routes: Projects,
         runtime: AgentRuntime,
         store: Store,
         runner: TurnRunner,
@@ -54,6 +55,8 @@ class Switches:
             answer = await self._agent(key, work)
         elif work.kind == "cd":
             answer = await self._cd(key, work)
+        elif work.kind == "project":
+            answer = await self._project(key, work)
         else:
             answer = await self._resume(key, work)
         actor.feed(answer)
@@ -62,13 +65,15 @@ class Switches:
         facts = await self._runtime.facts(work.session_id) if work.session_id else None
         if facts is None:  # no session yet: where the next one will be opened
             chosen = await self._store.preferences(actor.key)
-            facts = SessionFacts(self._routes.agent(chosen), str(self._routes.folder(chosen)[1]))
+            routes = self._routes.of(actor.key, chosen)
+            facts = SessionFacts(routes.agent(chosen), str(routes.folder(chosen)[1]))
         actor.feed(StatusAnswered(work.message_id, facts))
 
     async def _agent(self, key: str, work: AskSwitch) -> SwitchAnswered:
         chosen = await self._store.preferences(key)
-        current = self._routes.agent(chosen)
-        entries = tuple(f"{name} — {Path(argv[0]).name}" for name, argv in self._routes.agents)
+        routes = self._routes.of(key, chosen)
+        current = routes.agent(chosen)
+        entries = tuple(f"{name} — {Path(argv[0]).name}" for name, argv in routes.agents)
 
         def answer(result: SwitchResult, detail: str = "") -> SwitchAnswered:
             return SwitchAnswered(
@@ -77,7 +82,7 @@ class Switches:
 
         if not work.choice:
             return answer(SwitchResult.LISTED)
-        if work.choice not in self._routes.agent_names:
+        if work.choice not in routes.agent_names:
             return answer(SwitchResult.UNKNOWN)
         if work.choice == current:
             return answer(SwitchResult.SAME, current)
@@ -86,8 +91,9 @@ class Switches:
 
     async def _cd(self, key: str, work: AskSwitch) -> SwitchAnswered:
         chosen = await self._store.preferences(key)
-        _, folder = self._routes.folder(chosen)
-        entries = tuple(f"{name} — {root}" for name, root in self._routes.workspaces)
+        routes = self._routes.of(key, chosen)
+        _, folder = routes.folder(chosen)
+        entries = tuple(f"{name} — {root}" for name, root in routes.workspaces)
 
         def answer(result: SwitchResult, detail: str = "") -> SwitchAnswered:
             return SwitchAnswered(
@@ -96,10 +102,10 @@ class Switches:
 
         if not work.choice:
             return answer(SwitchResult.LISTED)
-        named = dict(self._routes.workspaces).get(work.choice)
+        named = dict(routes.workspaces).get(work.choice)
         # Symlinks and `..` resolved before the check: the real folder must be inside a root.
         target = named or (folder / work.choice).resolve()
-        if self._routes.root_of(target) is None:
+        if routes.root_of(target) is None:
             return answer(SwitchResult.OUTSIDE)
         if not target.is_dir():
             return answer(SwitchResult.UNKNOWN)
@@ -107,6 +113,32 @@ class Switches:
             return answer(SwitchResult.SAME, str(target))
         await self._move(key, {WORKSPACE_CHOICE: str(target)})
         return answer(SwitchResult.SWITCHED, str(target))
+
+    async def _project(self, key: str, work: AskSwitch) -> SwitchAnswered:
+        """`/project`: the projects of this bot (its agents and first folder each), or a move
+        to one: its own agents and folders from then on, each at its default."""
+        chosen = await self._store.preferences(key)
+        current = self._routes.name(key, chosen)
+        projects = self._routes.projects
+        entries = tuple(  # one project: nothing to switch to (`command.project_none`)
+            f"{name} — {Path(routes.agents[0][1][0]).name} · {routes.workspaces[0][1]}"
+            for name, routes in (projects if len(projects) > 1 else ())
+        )
+
+        def answer(result: SwitchResult, detail: str = "") -> SwitchAnswered:
+            return SwitchAnswered(
+                work.message_id, "project", result, current, entries, work.choice, detail
+            )
+
+        if not work.choice:
+            return answer(SwitchResult.LISTED)
+        if work.choice not in self._routes.names:
+            return answer(SwitchResult.UNKNOWN)
+        if work.choice == current:
+            return answer(SwitchResult.SAME, current)
+        # The agent and folder chosen in the other project mean nothing in this one.
+        await self._move(key, {PROJECT_CHOICE: work.choice, AGENT_CHOICE: "", WORKSPACE_CHOICE: ""})
+        return answer(SwitchResult.SWITCHED, work.choice)
 
     async def _resume(self, key: str, work: AskSwitch) -> SwitchAnswered:
         records = await self._titled(await self._store.sessions_of(key, SESSIONS_LISTED))

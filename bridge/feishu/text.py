@@ -283,17 +283,22 @@ _HEADING = {"h1": "##", "h2": "###"}  # the largest sizes look shouting in a cha
 
 
 # What any rich node needs somewhere in the text: a marker character (headings, lists,
-# emphasis, code, fences, tables, quotes, rules, setext underlines, links), an ordered
-# list's number, or an indented code block's indent. Text with none of them is plain
-# whatever markdown-it would say, and is not parsed (most short answers: a parse and its
-# tree cost more than the rest of relaying them).
-# What Markdown needs to be more than plain text, as three scans: one alternation of them
-# all tries every branch at every character (twice the time on a long answer, which is
-# looked at on every refresh of a card).
+# emphasis, code, fences, tables, quotes, rules, setext underlines, links); an underscore
+# that may open or close emphasis (not inside a word: "snake_case" is plain); at a line's
+# start, a list's "-", an ordered list's number or an indented code block's indent (a list
+# within another list or a quote: that one's marker is found). Lines end at "\n" or a lone
+# "\r", as markdown-it reads them. Text with none of them is plain whatever markdown-it
+# would say, and is not parsed (most short answers: a parse and its tree cost more than the
+# rest of relaying them).
+# What Markdown needs to be more than plain text, as four scans, each led by what it looks
+# for (a character class, "_", a line's start, "\r"): one alternation of them all tries
+# every branch at every character (twice the time on a long answer, which is looked at on
+# every refresh of a card).
 _MAYBE_RICH = (
-    re.compile(r"[#*_+=|>`~\[<\t-]"),
-    re.compile(r"\d[.)]"),
-    re.compile(r"^ {4}", re.MULTILINE),
+    re.compile(r"[#*+=|>`~\[<\t]"),
+    re.compile(r"_(?:(?<!\w_)|(?!\w))"),
+    re.compile(r"^(?: {0,3}(?:-|\d+[.)])| {4})", re.MULTILINE),
+    re.compile(r"\r(?: {0,3}(?:-|\d+[.)])| {4})"),
 )
 
 

@@ -24,6 +24,7 @@ CONFIG_CHOICE: Final = "config:"
 # inside one of the workspaces); unset: the first profile and the first workspace.
 AGENT_CHOICE: Final = "agent"
 WORKSPACE_CHOICE: Final = "workspace"
+PROJECT_CHOICE: Final = "project"  # `/project`: what the conversation works on
 
 
 @dataclass(frozen=True)

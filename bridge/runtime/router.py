@@ -1,4 +1,9 @@
-"""Routes: which agent profile, in which workspace, serves a conversation.
+"""Routes: which project, which agent profile, in which workspace, serves a conversation.
+
+A project (several in BRIDGE_CONFIG_FILE; one otherwise) is a set of agent profiles and
+workspaces of its own (`Routes`); a conversation works on the project it chose (`/project`,
+kept as `PROJECT_CHOICE`), else the one its chat (or topic thread) is routed to, else its
+app's default (`Projects`).
 
 `BRIDGE_AGENTS` names agent profiles and `BRIDGE_WORKSPACES` named folders; a conversation
 picks one of each (`/agent`, `/cd`, kept as its choices `AGENT_CHOICE` and
@@ -22,7 +27,7 @@ import asyncio
 import contextlib
 import importlib
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
@@ -38,6 +43,7 @@ from bridge.runtime.events import (
 )
 from bridge.runtime.port import (
     AGENT_CHOICE,
+    PROJECT_CHOICE,
     WORKSPACE_CHOICE,
     AgentRuntime,
     EventSink,
@@ -63,6 +69,9 @@ class Routes:
 
     agents: tuple[tuple[str, tuple[str, ...]], ...]
     workspaces: tuple[tuple[str, Path], ...]
+    # A project's mode and model for a session the conversation set nothing for
+    # (`MODE_CHOICE`, `CONFIG_CHOICE` + "model"), applied where its agent offers them.
+    defaults: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         if not self.agents or not self.workspaces:
@@ -106,6 +115,45 @@ class Routes:
         return next((name for name, folder in self.workspaces if folder == root), root.name)
 
 
+@dataclass(frozen=True)
+class Projects:
+    """Every project a conversation may work on (name, its `Routes`), the first its app's
+    default; `routed`: the project a chat (chat id, None) or one topic thread of it (chat
+    id, thread id) works on unless it chose another."""
+
+    projects: tuple[tuple[str, Routes], ...]
+    routed: Mapping[tuple[str, str | None], str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.projects:
+            raise ValueError("at least one project")
+
+    @classmethod
+    def single(cls, routes: Routes) -> Projects:
+        """One project (the environment settings': unnamed)."""
+        return cls((("", routes),))
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(name for name, _ in self.projects)
+
+    @property
+    def first(self) -> Routes:
+        return self.projects[0][1]
+
+    def name(self, conversation_key: str, chosen: Mapping[str, str]) -> str:
+        wanted = chosen.get(PROJECT_CHOICE, "")
+        if wanted and wanted in self.names:
+            return wanted
+        chat, _, thread = conversation_key.partition(":")
+        found = self.routed.get((chat, thread or None)) or self.routed.get((chat, None))
+        return found if found in self.names else self.projects[0][0]
+
+    def of(self, conversation_key: str, chosen: Mapping[str, str]) -> Routes:
+        """The `Routes` of the project the conversation works on."""
+        return dict(self.projects)[self.name(conversation_key, chosen)]
+
+
 class RouteRuntime(AgentRuntime, Protocol):
     """What serves one route: the port, plus letting a conversation go that moved to another
     route, plus the diagnostics operators and tests read."""
@@ -118,26 +166,44 @@ class RouteRuntime(AgentRuntime, Protocol):
 
 
 Build = Callable[[Sequence[str], Path], RouteRuntime]
+# A project's builder: its name first (its sandbox and limits are its own).
+ProjectBuild = Callable[[str, Sequence[str], Path], RouteRuntime]
 
 
 class RoutedRuntime:
-    """Implements `AgentRuntime` over one runtime per (agent profile, workspace), each built
-    when a call first needs it."""
+    """Implements `AgentRuntime` over one runtime per (project, agent profile, workspace),
+    each built when a call first needs it."""
 
-    def __init__(self, routes: Routes, build: Build) -> None:
-        self.routes = routes
-        self._build = build
-        self._runtimes: dict[tuple[str, Path], RouteRuntime] = {}
+    def __init__(
+        self,
+        routes: Routes | Projects,
+        build: Build | None = None,
+        *,
+        of: ProjectBuild | None = None,
+    ) -> None:
+        self.projects = routes if isinstance(routes, Projects) else Projects.single(routes)
+        self.routes = self.projects.first
+        if of is None:
+            if build is None:
+                raise TypeError("a builder is needed")
+            one = build
+
+            def of(project: str, argv: Sequence[str], root: Path) -> RouteRuntime:
+                return one(argv, root)
+
+        self._build = of
+        self._runtimes: dict[tuple[str, str, Path], RouteRuntime] = {}
         self._owner: dict[str, RouteRuntime] = {}  # session id -> its runtime
         self._owners_kept = OWNERS_KEPT
         self._requests: dict[str, RouteRuntime] = {}  # pending request id -> its runtime
         self._placed: dict[str, RouteRuntime] = {}  # conversation key -> its runtime now
 
-    def runtime(self, agent: str, root: Path) -> RouteRuntime:
-        found = self._runtimes.get((agent, root))
+    def runtime(self, agent: str, root: Path, project: str | None = None) -> RouteRuntime:
+        project = self.projects.names[0] if project is None else project
+        found = self._runtimes.get((project, agent, root))
         if found is None:
-            argv = dict(self.routes.agents)[agent]
-            found = self._runtimes[(agent, root)] = self._build(argv, root)
+            argv = dict(dict(self.projects.projects)[project].agents)[agent]
+            found = self._runtimes[(project, agent, root)] = self._build(project, argv, root)
         return found
 
     @property
@@ -159,8 +225,11 @@ class RoutedRuntime:
         chosen: Mapping[str, str] | None = None,
     ) -> SessionHandle:
         chosen = dict(chosen or {})
-        root, folder = self.routes.folder(chosen)
-        runtime = self.runtime(self.routes.agent(chosen), root)
+        project = self.projects.name(conversation_key, chosen)
+        routes = dict(self.projects.projects)[project]
+        chosen = {**dict(routes.defaults), **chosen}
+        root, folder = routes.folder(chosen)
+        runtime = self.runtime(routes.agent(chosen), root, project)
         before = self._placed.get(conversation_key)
         if before is not None and before is not runtime:
             before.release(conversation_key)  # it moved: its idle session there goes
@@ -232,13 +301,23 @@ class RoutedRuntime:
         found = await (runtime or self.default).facts(session_id)
         if found is None:
             return None
-        agent = next((a for (a, _), rt in self._runtimes.items() if rt is runtime), "")
+        agent = next((a for (_, a, _), rt in self._runtimes.items() if rt is runtime), "")
         return replace(found, agent=agent or self.routes.agents[0][0])
 
     async def session_titles(self, chosen: Mapping[str, str]) -> dict[str, str]:
-        root, folder = self.routes.folder(chosen)
-        key = (self.routes.agent(chosen), root)
-        runtime = self._runtimes.get(key)  # never built just to list
+        """The titles the runtime of `chosen`'s agent and folder keeps: of the project that
+        has that agent and folder, else of the first; never built just to list."""
+        wanted = Path(chosen.get(WORKSPACE_CHOICE) or ".")
+        project, routes = next(
+            (
+                (name, routes)
+                for name, routes in self.projects.projects
+                if chosen.get(AGENT_CHOICE) in routes.agent_names and routes.root_of(wanted)
+            ),
+            self.projects.projects[0],
+        )
+        root, folder = routes.folder(chosen)
+        runtime = self._runtimes.get((project, routes.agent(chosen), root))
         if runtime is None:
             return {}
         return await runtime.session_titles({**chosen, WORKSPACE_CHOICE: str(folder)})
@@ -275,22 +354,33 @@ class RoutedRuntime:
             return self.default.snapshot()
         merged = dict(self.default.snapshot())
         merged["routes"] = [
-            {"agent": agent, "workspace": self.routes.workspace_name(root), **rt.snapshot()}
-            for (agent, root), rt in self._runtimes.items()
+            {
+                **({"project": project} if project else {}),
+                "agent": agent,
+                "workspace": dict(self.projects.projects)[project].workspace_name(root),
+                **rt.snapshot(),
+            }
+            for (project, agent, root), rt in self._runtimes.items()
         ]
         return merged
 
 
 def acp_routed(
-    settings: Settings, routes: Routes, clock: Clock, options: Mapping[str, Any]
+    settings: Settings,
+    routes: Routes | Projects,
+    clock: Clock,
+    options: Mapping[str, Any],
+    project_settings: Mapping[str, Settings] | None = None,
 ) -> RoutedRuntime:
-    """One ACP runtime per agent profile and workspace, built as conversations need them
-    (`options`: the agent's extra environment, the process-change hook)."""
+    """One ACP runtime per project, agent profile and workspace, built as conversations need
+    them (`options`: the agent's extra environment, the process-change hook;
+    `project_settings`: a project's own agent settings, its sandbox among them)."""
 
-    def build(argv: Sequence[str], folder: Path) -> RouteRuntime:
+    def build(project: str, argv: Sequence[str], folder: Path) -> RouteRuntime:
         # The ACP SDK is imported here, at the first build, never at start-up (see above).
         from bridge.runtime.acp.runtime import AcpRuntime
 
-        return AcpRuntime.from_settings(settings, clock=clock, argv=argv, workdir=folder, **options)
+        own = (project_settings or {}).get(project, settings)
+        return AcpRuntime.from_settings(own, clock=clock, argv=argv, workdir=folder, **options)
 
-    return RoutedRuntime(routes, build)
+    return RoutedRuntime(routes, of=build)

@@ -223,7 +223,7 @@ if os.geteuid() == 0:
     os.setresgid(NOBODY, NOBODY, NOBODY)
     os.setresuid(NOBODY, NOBODY, NOBODY)
     ctypes.CDLL(None).prctl(4, 1, 0, 0, 0)
-def settings_for_run(out, secrets=None):
+def settings_for_run(out, secrets=None, environ=None):
     print("ready", flush=True)
     sys.stdin.readline()
     return None

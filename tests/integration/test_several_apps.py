@@ -27,6 +27,7 @@ CLAUDE, CODEX, TEAM = "cli_claude_app", "cli_codex_app", "cli_team_app"
 SECRETS = {CLAUDE: "claude-secret", CODEX: "codex-secret", TEAM: "team-secret"}
 TEAM_TOKEN = "team-verification-token"
 CHATS_PER_APP = 20
+DOCS_GROUP = "oc_docs_group"  # routed to the docs project for Claude
 
 
 def _config(folder: Path, domain: str) -> Path:
@@ -64,6 +65,11 @@ domain = "{{domain}}"
 mode = "webhook"
 allow_all = true
 default_project = "backend"
+
+[[routes]]
+app = "claude"
+chat = "{DOCS_GROUP}"
+project = "docs"
 """
     path = folder / "bridge.toml"
     path.write_text(text.replace("{domain}", domain))
@@ -235,3 +241,37 @@ async def test_an_app_with_a_wrong_secret_is_reported_alone(tmp_path: Path) -> N
             assert "app claude: cannot fetch" not in words
             assert "not-the-secret" not in words
             assert emu.long_connection_refused(CODEX)
+
+
+async def test_a_routed_chat_works_on_its_project_until_it_switches(tmp_path: Path) -> None:
+    async with three_apps() as emu:
+        with bridge(emu, tmp_path) as (process, port, _, _):
+            await wait_healthy(port, process)
+            await connected(emu, CLAUDE)
+            emu.open_chat("group", chat_id=DOCS_GROUP, bots=[CLAUDE])
+
+            async def say(text: str) -> str:
+                sent = await emu.send_user_message(
+                    text, chat_id=DOCS_GROUP, chat_type="group", mention_apps=[CLAUDE]
+                )
+
+                def answer() -> str | None:
+                    said = [m for m in emu.bot_messages(DOCS_GROUP) if m.parent_id]
+                    return next(
+                        (m.text for m in said if m.parent_id == sent.message_id and m.text), None
+                    )
+
+                return await emu.wait_for(answer, 30.0)
+
+            assert (await say("whoami")).startswith("docs: ")  # the route's project
+            listed = await say("/project")
+            assert "docs" in listed
+            assert "backend" in listed
+            assert (await say("/project backend")).startswith("已切换到项目 backend")
+            assert (await say("whoami")).startswith("backend: ")  # its choice wins
+            assert (await say("/project nowhere")).startswith("没有项目 nowhere")
+            # A private chat with the same bot is on the app's default all along.
+            await emu.send_user_message("whoami", app_id=CLAUDE, sender_open_id="ou_p")
+            private = emu.p2p_chat(CLAUDE, "ou_p")
+            said = await emu.wait_for(lambda: emu.bot_messages(private, app_id=CLAUDE), 30.0)
+            assert (said[0].text or "").startswith("backend: ")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Awaitable, Callable, Collection
+from contextlib import closing
 from typing import Any
 
 import pytest
@@ -19,6 +20,7 @@ from bridge.feishu import session
 from bridge.feishu.cards.parts import BY_ELEMENT
 from bridge.feishu.delivery import FeishuGate
 from tests.sim.invariants import check, transcript
+from tests.sim.sweep import sweep
 from tests.sim.world import run_seed
 
 SEEDS = int(os.environ.get("SIM_SEEDS", "2000"))
@@ -27,14 +29,12 @@ SEEDS = int(os.environ.get("SIM_SEEDS", "2000"))
 def _sweep(
     seeds: range, sign: str = "", skip: Collection[int] = ()
 ) -> tuple[int, list[str], str] | None:
-    """The first seed that breaks a rule (with `sign` in one of its problems, if given)."""
-    for seed in seeds:
-        if seed in skip:
-            continue
-        run = run_seed(seed)
-        problems = check(run)
-        if any(sign in problem for problem in problems):
-            return seed, problems, transcript(run)
+    """The first seed that breaks a rule (with `sign` in one of its problems, if given);
+    the seeds run on every core (tests/sim/sweep.py)."""
+    with closing(sweep(seeds, skip=skip)) as results:
+        for result in results:
+            if any(sign in problem for problem in result.problems):
+                return result.seed, result.problems, result.transcript
     return None
 
 

@@ -23,13 +23,13 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import json
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
+import orjson
 
 from bridge.devtools.emulator.cardkit import CardKit
 from bridge.devtools.emulator.codes import (
@@ -174,7 +174,7 @@ class SimTransport(httpx.AsyncBaseTransport):
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         method, path = request.method, request.url.path
         raw = await request.aread()
-        body = json.loads(raw) if raw else {}
+        body = orjson.loads(raw) if raw else {}
         if path == TOKEN_PATH:
             return _response(self._token(), request)
         post = Post(self.now(), *read_call(method, path, request.url.params, body))
@@ -371,10 +371,19 @@ def _refusal(error: Refused, post: Post) -> _Answer:
     return _Answer(error.http_status, _error_body(error, post))
 
 
+_JSON = (b"Content-Type", b"application/json; charset=utf-8")
+
+
 def _response(answer: _Answer, request: httpx.Request) -> httpx.Response:
-    content = json.dumps(answer.body).encode()
-    headers = {"Content-Type": "application/json; charset=utf-8", **answer.headers}
-    return httpx.Response(answer.status, headers=headers, content=content, request=request)
+    # Built as read: httpx would otherwise pass the bytes through its decoders and chunker
+    # (Response(content=...) reads at once; a stream, in the client), a tenth of a sweep.
+    content = orjson.dumps(answer.body)
+    headers = [_JSON, *((k.encode(), v.encode()) for k, v in answer.headers.items())]
+    response = httpx.Response(
+        answer.status, headers=headers, stream=httpx.ByteStream(content), request=request
+    )
+    response._content = content
+    return response
 
 
 def buttons(card: dict[str, Any]) -> list[dict[str, Any]]:

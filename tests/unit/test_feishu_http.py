@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import httpx
 import pytest
 
+from bridge.feishu import http
 from bridge.feishu.http import FeishuHttp
 from bridge.loops import loop_factory
 
@@ -135,3 +136,41 @@ def test_the_bridge_runs_on_uvloop_unless_told_otherwise(
     with caplog.at_level(logging.WARNING, logger="bridge.loops"):
         assert loop_factory("uvloop") is None
     assert "uvloop is not installed" in caplog.text
+
+
+async def test_each_url_is_parsed_once_and_every_call_goes_where_it_was_sent(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    parsed: list[str] = []
+    parse = httpx._urls.urlparse
+
+    def counted(url: str = "", **kwargs: object) -> object:
+        parsed.append(url)
+        return parse(url, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(httpx._urls, "urlparse", counted)
+    monkeypatch.setattr(http, "PARSED_URLS", 3)
+    seen: list[str] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        seen.append(str(request.url))
+        return httpx.Response(200)
+
+    base = "https://open.feishu.test"
+    async with FeishuHttp(base_url=base, transport=httpx.MockTransport(answer)) as client:
+        parsed.clear()  # the base URL's
+        await client.post(f"{base}/a/reply")
+        await client.post(f"{base}/a/reply")  # the same string: not parsed again
+        assert parsed == [f"{base}/a/reply"]
+        await client.post("/relative", params={"receive_id_type": "chat_id"})
+        for n in range(5):  # past the cap: the oldest are let go, every call still goes right
+            await client.patch(f"{base}/cards/{n}")
+        await client.post(f"{base}/a/reply")
+    assert seen == [
+        f"{base}/a/reply",
+        f"{base}/a/reply",
+        f"{base}/relative?receive_id_type=chat_id",
+        *(f"{base}/cards/{n}" for n in range(5)),
+        f"{base}/a/reply",
+    ]
+    assert len(client._urls) == 3

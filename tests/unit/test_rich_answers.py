@@ -149,10 +149,12 @@ def open_fence_at_end(part: str) -> bool:
 
 
 # Everything but the markers `answer_parts` looks for before it parses: spaces, line ends,
-# words, digits without a dot or bracket after them, and the punctuation of plain prose.
+# words, underscores inside them, hyphens and digits with a dot or bracket after them (not at
+# a line's start), and the punctuation of plain prose.
+_MARKED = re.compile(r"(?<!\w)_|_(?!\w)|(?:^|\r)(?: {0,3}(?:-|\d+[.)])| {4})", re.MULTILINE)
 _PLAIN = st.text(
-    alphabet=st.sampled_from(list("ab 中文\n\r.,:;!?'\"()/@&%$^{}0123456789")), max_size=80
-).filter(lambda text: not re.search(r"\d[.)]|^ {4}", text, re.MULTILINE))
+    alphabet=st.sampled_from(list("ab 中文\n\r.,:;!?'\"()/@&%$^{}0123456789_-")), max_size=80
+).filter(lambda text: not _MARKED.search(text))
 
 
 @settings(max_examples=500, deadline=None)

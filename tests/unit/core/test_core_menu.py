@@ -38,8 +38,8 @@ CHAT = "oc_p2p"
         ("agent", (CommandName.AGENT, "")),
         ("agent:codex", (CommandName.AGENT, "codex")),
         ("/agent codex", (CommandName.AGENT, "codex")),
-        ("project", (CommandName.CD, "")),
-        ("project:docs", (CommandName.CD, "docs")),
+        ("project", (CommandName.PROJECT, "")),
+        ("project:docs", (CommandName.PROJECT, "docs")),
         ("cd app", (CommandName.CD, "app")),
         ("status:verbose", (CommandName.STATUS, "")),  # only the switches take an argument
         ("frobnicate", None),
