@@ -26,10 +26,13 @@ whole. When calls wait, the next to go is chosen by:
 4. then arrival order.
 
 A call whose chat or API has no token left is passed over, not waited for: one chat or
-API at its limit never holds the others. A 429 pauses the chat it hit (or its API) for
-Feishu's reset, and halves that API's rate; the rate then grows back by a fixed step a
-second while no 429 comes (additive increase, multiplicative decrease), so the budget
-settles just under whatever limit Feishu really applies.
+API at its limit never holds the others. No lane starves while Feishu allows its calls: a
+waiting call goes within its buckets' time to refill to what its lane may take and to what
+the calls that went meanwhile took (`CallQueue.longest_wait`, the bound the simulator
+holds the budget to). A 429 pauses the chat it hit (or its API) for Feishu's reset, and
+halves that API's rate; the rate then grows back by a fixed step a second while no 429
+comes (additive increase, multiplicative decrease), so the budget settles just under
+whatever limit Feishu really applies.
 
 The minute's sends are paced, not spent in a burst: each API's 50 a second would let the
 whole minute go in its first 20 s, and then every chat would see nothing for 40 s, cards
@@ -261,6 +264,25 @@ class CallQueue:
     def minute_rate(self) -> float:
         """Calls a second one API takes at its steady pace (its minute, spread)."""
         return self._sends.rate
+
+    def longest_wait(self, lane: Lane, send: bool, went: int, chat_went: int = 0) -> float:
+        """The longest a call of `lane` waits for its turn, given the calls that took from
+        its buckets meanwhile (`went` of its API, `chat_went` of its chat's sends): the
+        time its buckets take to refill, from empty, to what its lane may take (a whole
+        token, and in the minute's the share of its burst kept for the lanes above it)
+        and to the tokens those calls took. A wake-up is armed for that moment
+        (`next_wake`), so a call waiting longer was starved: passed over with its buckets'
+        room left (the simulator holds the budget to this, tests/sim/invariants.py).
+        At the rates set: a 429's pause and halved rate, or a cap on all calls together,
+        hold calls longer."""
+        policy = self.policy
+        refills = [
+            (1.0 + went) / policy.app_per_second,
+            (1.0 + self._send_keep[lane] + went) / self._sends.rate,
+        ]
+        if send:
+            refills.append((1.0 + chat_went) / policy.chat_per_second)
+        return max(refills)
 
     def _chat(self, chat: str, now: float) -> Bucket:
         bucket = self._chats.get(chat)
