@@ -300,12 +300,13 @@ class CallQueue:
         deadline = now + self.policy.hint_deadline if lane is Lane.HINT else math.inf
         return Waiter(lane, chat, send, now, api, next(self._seq), deadline)
 
-    def may_go(self, api: str, now: float) -> bool:
-        """Whether a call of `api` could have a token now (cheap: no waiter is looked at)."""
+    def may_go(self, api: str, now: float, lane: Lane = Lane.ENDING) -> bool:
+        """Whether a call of `api` in `lane` could have a token now (cheap: no waiter is
+        looked at): its minute's tokens beyond what is kept for the lanes above it too."""
         return (
             self._total_ready(now)
             and self._api(api, now).ready(now)
-            and self._minute(api, now).ready(now)
+            and self._minute(api, now).ready(now, self._send_keep[lane])
         )
 
     def _total_ready(self, now: float) -> bool:
@@ -625,16 +626,16 @@ class CallBudget:
         waiter.handle = future
         return waiter, future
 
-    def may_go(self, api: str) -> bool:
-        """Whether a call of `api` would find a token now (nothing is taken)."""
-        return self._sched.may_go(api, self._now())
+    def may_go(self, api: str, lane: Lane = Lane.ENDING) -> bool:
+        """Whether a call of `api` in `lane` would find a token now (nothing is taken)."""
+        return self._sched.may_go(api, self._now(), lane)
 
     def try_take(self, which: Lane, api: str) -> bool:
         """Take a token of `api` for the current scope's chat if one is there now (nothing
         queued waits for it); the caller then makes its call inside `paid`."""
         chat = _chat()
         now = self._now()
-        if not self._sched.may_go(api, now):
+        if not self._sched.may_go(api, now, which):
             return False  # under load, most asks: answered without queueing
         waiter = self._sched.waiter(which, chat, False, now, api)
         granted = self._sched.offer(waiter, now)
