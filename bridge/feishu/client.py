@@ -596,9 +596,9 @@ class FeishuClient:
     async def _call_once(
         self, method: str, path: str, params: dict[str, str] | None, content: bytes | None
     ) -> dict[str, Any]:
-        token = await self.tokens.get()
+        response, token = await self._paced(method, path, params, content)
         try:
-            return check_response(await self._paced(method, path, params, content, token))
+            return check_response(response)
         except RateLimited as exc:
             if self._budget is not None:
                 self._budget.rate_limited(exc.reset_after, method, path)
@@ -606,20 +606,19 @@ class FeishuClient:
         except TokenInvalid:
             # Revoked or expired early: fetch a new token and try exactly once more.
             await self.tokens.invalidate(token)
-            token = await self.tokens.get()
-            return check_response(await self._paced(method, path, params, content, token))
+            response, _ = await self._paced(method, path, params, content)
+            return check_response(response)
 
     async def _paced(
-        self,
-        method: str,
-        path: str,
-        params: dict[str, str] | None,
-        content: bytes | None,
-        token: str,
-    ) -> httpx.Response:
+        self, method: str, path: str, params: dict[str, str] | None, content: bytes | None
+    ) -> tuple[httpx.Response, str]:
+        """The call sent once its turn in the budget came, and the token it went with."""
         if self._budget is not None:
             await self._budget.before_call(method, path)
-        return await self._send(method, path, params, content, token)
+        # The token is taken then: one taken before a long wait for the turn (an API paused
+        # by an outage's 429s) may have lapsed meanwhile (the simulator's seed 1881).
+        token = await self.tokens.get()
+        return await self._send(method, path, params, content, token), token
 
     async def _send(
         self,
