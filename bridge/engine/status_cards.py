@@ -265,9 +265,11 @@ class StatusCards:
         return api_of_change(card.card_id, card.shown, card.pending, room=self._room)
 
     def _room(self, api: str) -> bool:
+        """Room for a refresh: a token beyond what the budget keeps for the lanes above
+        (an API whose minute has only those is passed over for one with room)."""
         if api in self._unknown:
             return False
-        return self._budget is None or self._budget.may_go(api)
+        return self._budget is None or self._budget.may_go(api, Lane.REFRESH)
 
     async def _flush(
         self, actor: ConversationActor, card: _Card, api: str, terms: CallTerms

@@ -25,10 +25,13 @@ whole. When calls wait, the next to go is chosen by:
 4. then arrival order.
 
 A call whose chat or API has no token left is passed over, not waited for: one chat or
-API at its limit never holds the others. A 429 pauses the chat it hit (or its API) for
-Feishu's reset, and halves that API's rate; the rate then grows back by a fixed step a
-second while no 429 comes (additive increase, multiplicative decrease), so the budget
-settles just under whatever limit Feishu really applies.
+API at its limit never holds the others. No lane starves while Feishu allows its calls: a
+waiting call goes within its buckets' time to refill to what its lane may take and to what
+the calls that went meanwhile took (`CallQueue.longest_wait`, the bound the simulator
+holds the budget to). A 429 pauses the chat it hit (or its API) for Feishu's reset, and
+halves that API's rate; the rate then grows back by a fixed step a second while no 429
+comes (additive increase, multiplicative decrease), so the budget settles just under
+whatever limit Feishu really applies.
 
 The minute's sends are paced, not spent in a burst: each API's 50 a second would let the
 whole minute go in its first 20 s, and then every chat would see nothing for 40 s, cards
@@ -262,6 +265,25 @@ class CallQueue:
         """Calls a second one API takes at its steady pace (its minute, spread)."""
         return self._sends.rate
 
+    def longest_wait(self, lane: Lane, send: bool, went: int, chat_went: int = 0) -> float:
+        """The longest a call of `lane` waits for its turn, given the calls that took from
+        its buckets meanwhile (`went` of its API, `chat_went` of its chat's sends): the
+        time its buckets take to refill, from empty, to what its lane may take (a whole
+        token, and in the minute's the share of its burst kept for the lanes above it)
+        and to the tokens those calls took. A wake-up is armed for that moment
+        (`next_wake`), so a call waiting longer was starved: passed over with its buckets'
+        room left (the simulator holds the budget to this, tests/sim/invariants.py).
+        At the rates set: a 429's pause and halved rate, or a cap on all calls together,
+        hold calls longer."""
+        policy = self.policy
+        refills = [
+            (1.0 + went) / policy.app_per_second,
+            (1.0 + self._send_keep[lane] + went) / self._sends.rate,
+        ]
+        if send:
+            refills.append((1.0 + chat_went) / policy.chat_per_second)
+        return max(refills)
+
     def _chat(self, chat: str, now: float) -> Bucket:
         bucket = self._chats.get(chat)
         if bucket is None:
@@ -278,12 +300,13 @@ class CallQueue:
         deadline = now + self.policy.hint_deadline if lane is Lane.HINT else math.inf
         return Waiter(lane, chat, send, now, api, next(self._seq), deadline)
 
-    def may_go(self, api: str, now: float) -> bool:
-        """Whether a call of `api` could have a token now (cheap: no waiter is looked at)."""
+    def may_go(self, api: str, now: float, lane: Lane = Lane.ENDING) -> bool:
+        """Whether a call of `api` in `lane` could have a token now (cheap: no waiter is
+        looked at): its minute's tokens beyond what is kept for the lanes above it too."""
         return (
             self._total_ready(now)
             and self._api(api, now).ready(now)
-            and self._minute(api, now).ready(now)
+            and self._minute(api, now).ready(now, self._send_keep[lane])
         )
 
     def _total_ready(self, now: float) -> bool:
@@ -551,15 +574,15 @@ class CallBudget:
         waiter.handle = future
         return waiter, future
 
-    def may_go(self, api: str) -> bool:
-        """Whether a call of `api` would find a token now (nothing is taken)."""
-        return self._sched.may_go(api, self._now())
+    def may_go(self, api: str, lane: Lane = Lane.ENDING) -> bool:
+        """Whether a call of `api` in `lane` would find a token now (nothing is taken)."""
+        return self._sched.may_go(api, self._now(), lane)
 
     def try_take(self, which: Lane, api: str, chat: str | None = None) -> bool:
         """Take a token of `api` for `chat` if one is there now (nothing queued waits for
         it); the caller then makes its call with it `Paid`."""
         now = self._now()
-        if not self._sched.may_go(api, now):
+        if not self._sched.may_go(api, now, which):
             return False  # under load, most asks: answered without queueing
         waiter = self._sched.waiter(which, chat, False, now, api)
         granted = self._sched.offer(waiter, now)

@@ -36,15 +36,22 @@ class Plan:
         return self.steps[0].after
 
 
+_PAUSES = (0.05, 0.3, 1.0, 2.5, 5.0)
+
+
 def answer_for(prompt: str) -> str:
     return f"answer to {prompt}"
 
 
-def draw_plan(rng: random.Random, prompt: str) -> Plan:
+def draw_plan(rng: random.Random, prompt: str, *, streams: bool = False) -> Plan:
+    """`streams`: a long turn of text, tool calls and approvals in quick succession (a
+    crowd's: its live card is asked to change every moment)."""
     steps: list[Step] = []
-    for _ in range(rng.randint(0, 4)):
-        kind = rng.choice(("chunk", "tool", "chunk", "tool", "permission"))
-        steps.append(Step(rng.choice((0.05, 0.3, 1.0, 2.5, 5.0)), kind, f"{kind} of {prompt}"))
+    count, pauses = ((8, 16), (0.05, 0.3, 0.6, 1.0)) if streams else ((0, 4), _PAUSES)
+    kinds = ("chunk", "tool") * (3 if streams else 2) + ("permission",)
+    for _ in range(rng.randint(*count)):
+        kind = rng.choice(kinds)
+        steps.append(Step(rng.choice(pauses), kind, f"{kind} of {prompt}"))
     if rng.random() < 0.05:  # the agent process dies mid-turn
         steps.append(Step(rng.choice((0.1, 1.0, 3.0)), "crash"))
     steps.append(Step(rng.choice((0.1, 0.5, 1.0, 3.0)), "chunk", answer_for(prompt)))

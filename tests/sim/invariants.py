@@ -6,12 +6,16 @@ Times are the virtual seconds since the run began.
 
 from __future__ import annotations
 
+import bisect
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from bridge.core.delivery import Lane
 from bridge.core.state import PresenceStyle
 from bridge.devtools.emulator.codes import CARD_SEQUENCE
+from bridge.engine.reactions import PATIENCE
+from bridge.engine.status_cards import REFRESH_SHARE
 from bridge.feishu.cards.status import answer_markdown
 from bridge.feishu.retry import RetryPolicy
 from bridge.i18n import Translator
@@ -24,6 +28,10 @@ from .world import Run, Sent
 T = Translator("zh_CN")
 TOLERANCE = 0.3  # seconds a deadline may be missed by (one loop's worth of work)
 ACK_LATE = 60.0  # how long an ack may wait behind its chat's slow or owed posts
+RECOVERY = 30.0  # seconds an API's rate takes to grow back after a 429 halved it (at most)
+# Seconds a token may be held before its call reaches Feishu: a reaction's add takes its
+# token before the old reaction's removal, whose answer takes up to 3 s (transport.py).
+HELD = 3.0
 _ENDING_KEYS = (
     "presence.ended_empty",
     "presence.ended_rejected",
@@ -218,10 +226,35 @@ def nothing_running_once_the_agent_ended(run: Run, seen: dict[str, list[Seen]]) 
     return out
 
 
+def held(run: Run) -> dict[str, list[Seen]]:
+    """Each chat's calls waiting for their turn in the call budget (from..until), as the
+    chat's calls in flight are: what comes after waits for them. Not the changes of a
+    message's reaction after its ack, made on the side (nothing of the chat waits for them)."""
+    out: dict[str, list[Seen]] = defaultdict(list)
+    for wait in run.waits:
+        side = wait.lane is Lane.REFRESH and "/reactions" in wait.api
+        if wait.chat is not None and not side and wait.until > wait.since:
+            out[wait.chat].append(Seen(_t(wait.since), _t(wait.until), "wait", wait.lane.name))
+    return out
+
+
+def card_spacing(run: Run) -> float:
+    """The most a live card's changes are spaced: the card interval, or longer when so many
+    cards are live that together they would ask more than the card APIs' pace allows
+    (bridge/engine/status_cards.py `_spacing`; here every chat's card live at once)."""
+    if run.style is not PresenceStyle.CARD:
+        return 0.0
+    scheduler = run.budgets[0].scheduler
+    pace = min(scheduler.policy.app_per_second, scheduler.minute_rate())
+    cards = len({s.chat for s in run.sent})
+    return max(run.card_interval, cards / (pace * REFRESH_SHARE))
+
+
 def _busy_until(deadline: float, calls: list[Seen], after: float) -> float:
-    """The deadline, moved past every call of the chat still in flight at it (one performer
-    per chat: a hint cannot start before the slow call ahead of it returns), plus `after`
-    (what the surface must wait after a change)."""
+    """The deadline, moved past every call of the chat still in flight at it, or waiting
+    for its turn in the call budget (one performer per chat: a hint cannot start before
+    the slow call ahead of it returns), plus `after` (what the surface must wait after a
+    change)."""
     moved = True
     while moved:
         moved = False
@@ -237,9 +270,11 @@ def hint_and_heartbeat(run: Run, seen: dict[str, list[Seen]]) -> list[str]:
     out = []
     by_text = {s.text: s for s in run.sent if s.plan is not None}
     chat_calls = by_chat(run)
+    waiting = held(run)
+    busy = {chat: [*chat_calls[chat], *waiting[chat]] for chat in {s.chat for s in run.sent}}
     t = run.timings
-    # A card changes at most once per card interval: a change due meanwhile waits for it.
-    after = run.card_interval if run.style is PresenceStyle.CARD else 0.0
+    # A card changes at most once per its spacing: a change due meanwhile waits for it.
+    after = card_spacing(run)
     slack = TOLERANCE + after
     for prompt in run.runtime.prompts:
         sent = by_text.get(prompt.text)
@@ -261,7 +296,7 @@ def hint_and_heartbeat(run: Run, seen: dict[str, list[Seen]]) -> list[str]:
         )
         due = start + t.first_hint
         if silent_until > due + TOLERANCE and ended > due + TOLERANCE:
-            limit = _busy_until(due, chat_calls[sent.chat], after) + slack
+            limit = _busy_until(due, busy[sent.chat], after) + slack
             # The chat's posts were waiting for Feishu to come back, or the hint was on its
             # way when the bridge was killed (a card's create call, cut off).
             late = min(shown[0], limit + ACK_LATE) if shown else limit
@@ -285,7 +320,7 @@ def hint_and_heartbeat(run: Run, seen: dict[str, list[Seen]]) -> list[str]:
             for w0, w1 in waits:  # waiting on a person: no heartbeat owed meanwhile
                 if w0 < at and w1 > last:
                     last = max(last, min(w1, at))
-            limit = _busy_until(last + t.heartbeat, chat_calls[sent.chat], after) + slack
+            limit = _busy_until(last + t.heartbeat, busy[sent.chat], after) + slack
             if _touches_outage(run, start, limit):
                 break
             if at > limit and shown:
@@ -342,6 +377,20 @@ def _touches_outage(run: Run, start: float, end: float) -> bool:
 def _paused(run: Run, start: float, end: float) -> bool:
     """Whether the client's breaker paused reactions at some time in [start, end]."""
     return any(start <= _t(b) and end >= _t(a) for a, b in run.reactions_paused)
+
+
+def _reaction_given_up(run: Run, sent: Sent) -> bool:
+    """Whether a change of a reaction in the message's chat, after it was sent, waited its
+    patience for the reaction API's budget in vain and was left as it is (busier than
+    Feishu's reaction APIs allow: bridge/engine/reactions.py)."""
+    return any(
+        not w.granted
+        and w.chat == sent.chat
+        and "/reactions" in w.api
+        and w.since >= sent.at
+        and w.until - w.since >= PATIENCE - TOLERANCE
+        for w in run.waits
+    )
 
 
 def answers_in_order(run: Run, seen: dict[str, list[Seen]]) -> list[str]:
@@ -436,6 +485,8 @@ def one_reaction_ending_in_its_rounds_state(run: Run, seen: dict[str, list[Seen]
             continue  # best-effort: a change Feishu refused is not tried again
         if _paused(run, _t(sent.at), float("inf")):
             continue  # nor one skipped while the breaker paused reactions
+        if _reaction_given_up(run, sent):
+            continue  # nor one whose turn in the reaction API's budget did not come in time
         ends = _ends(seen[sent.message_id], sent.text)
         if not ends:
             continue  # in a card, or never ran
@@ -455,11 +506,17 @@ def no_agent_process_leaked(run: Run, seen: dict[str, list[Seen]]) -> list[str]:
 def no_429_at_its_own_pace(run: Run, seen: dict[str, list[Seen]]) -> list[str]:
     """Paced by its own call budget (Feishu's limits × the margin), the bridge never meets
     one of Feishu's limits: no call is answered 429 for a limit (an outage's 429s are not
-    limits, and the world injects no lower limit than Feishu's published ones)."""
+    limits; the world's Feishu meters the app at the limits the bridge is set to: the
+    published ones, or a crowd's smaller share of them)."""
+    restart = run.restarted_at if run.restarted_at is not None else float("inf")
     return [
         f"{p.op} {p.target} at {_t(p.start)}: 429, past Feishu's {p.limited} limit"
         for p in run.posts
         if p.limited is not None
+        # A second's limit met in the second after a restart: the world starts the new
+        # process at once, its budget full while Feishu still counts the old one's calls
+        # (a real process takes longer than that to start).
+        and not (p.limited in ("api", "chat") and 0.0 <= p.start - restart < 1.0)
     ]
 
 
@@ -467,15 +524,23 @@ def nothing_refused_as_malformed(run: Run, seen: dict[str, list[Seen]]) -> list[
     """Feishu refuses none of the bridge's calls for what it asks: a card's sequence, an
     element that is not there, a reaction that is not, an expired token."""
     out = []
+    restart = run.restarted_at
+    changed: dict[str, list[Post]] = defaultdict(list)  # card id -> its changes, in order
+    for post in run.posts:
+        if post.op in _CARD_CHANGES:
+            changed[post.target].append(post)
     for post in run.posts:
         if not post.refused:
             continue
-        # A card's sequence counts tenths of a second (bridge/engine/status_cards.py): a
-        # process started within the tenth of the old one's last change may repeat it. The
-        # world restarts the bridge at once; a real process takes longer than that to start.
-        since = post.start - (run.restarted_at or -1.0)
-        if post.refused == CARD_SEQUENCE.code and run.restarted_at and 0.0 <= since < 0.1:
-            continue
+        if post.refused == CARD_SEQUENCE.code and restart is not None:
+            # A card's sequence counts tenths of a second (bridge/engine/status_cards.py):
+            # a process started within the tenth of the old one's last change may repeat it
+            # in its first (drawn then, sent once its turn in the call budget came). The
+            # world restarts the bridge at once; a real process takes longer to start.
+            before = [p for p in changed[post.target] if p.start < restart]
+            first = next((p for p in changed[post.target] if p.start >= restart), None)
+            if before and first is post and restart - before[-1].start < 0.1:
+                continue
         out.append(f"{post.op} {post.target} at {_t(post.start)}: refused with code {post.refused}")
     return out
 
@@ -483,6 +548,45 @@ def nothing_refused_as_malformed(run: Run, seen: dict[str, list[Seen]]) -> list[
 SPACING_TOLERANCE = (
     1e-6  # seconds: the bridge re-checks every wake-up (see cards_keep_their_spacing)
 )
+
+
+def cards_follow_their_views(run: Run, seen: dict[str, list[Seen]]) -> list[str]:
+    """A live card shows each view it is asked to (or a newer one): a change of it starts
+    by the later of the asking and its spacing after its previous change came back (the
+    change in flight then, or the last before it), moved past its changes' waits for
+    their turn in the call budget (`no_lane_starved` bounds those). A view left pending behind
+    a slow change, until the next view happens to come, breaks it (seed 1252's bug). Not
+    held to it: a view asked while Feishu was away or the bridge restarting."""
+    if not run.asked:
+        return []
+    changes: dict[str, list[Post]] = defaultdict(list)  # card id -> its posting and changes
+    for post in sorted(run.posts, key=lambda p: p.start):
+        if post.op in _CARD_CHANGES and post.op != "update_card":
+            changes[post.target].append(post)
+        elif post.op == "reply_card_entity" and post.ok:
+            changes[post.text].append(post)
+    waits: dict[str, list[Seen]] = defaultdict(list)  # chat -> its card changes' waits
+    for wait in run.waits:
+        if "cardkit" in wait.api and wait.chat is not None:
+            waits[wait.chat].append(Seen(_t(wait.since), _t(wait.until), "wait", ""))
+    spacing = card_spacing(run)
+    out = []
+    for asked in run.asked:
+        if asked.final:
+            continue
+        at = _t(asked.at)
+        calls = [(_t(p.start), _t(p.end or p.start)) for p in changes[asked.card]]
+        before = [end for start, end in calls if start < at]
+        after = [start for start, _ in calls if start >= at]
+        due = max(at, before[-1] + spacing) if before else at + spacing
+        due = _busy_until(due, waits[asked.chat], 0.0)
+        came = after[0] if after else None
+        if came is not None and came <= due + TOLERANCE:
+            continue
+        if _touches_outage(run, at, came if came is not None else float("inf")):
+            continue
+        out.append(f"card {asked.card}: a view asked at {at} was due by {due:.3f}, came at {came}")
+    return out
 
 
 def _final(post: Post) -> bool:
@@ -571,6 +675,56 @@ def the_answer_is_what_the_agent_said(run: Run, seen: dict[str, list[Seen]]) -> 
     return out
 
 
+def no_lane_starved(run: Run, seen: dict[str, list[Seen]]) -> list[str]:
+    """No call waits for its turn in the call budget longer than the budget says it may
+    (`CallQueue.longest_wait`): its buckets' time to refill, from empty, to what its lane
+    may take and to what the calls that took from them meanwhile took. Those calls are
+    Feishu's record: every call Feishu saw of the wait's API (its second's and its minute's
+    windows) and, for a send, of its chat's sends, each a token of the bridge's (counted
+    until `HELD` after the wait: a token held for a call that goes later). A call waiting
+    longer was passed over while Feishu allowed it: its lane or its chat starved.
+    Not held to it: a wait that touches an outage or the bridge's restart, or follows a
+    429 (Feishu's reset is a pause the budget keeps, and it halves the API's rate)."""
+    if not run.waits:
+        return []
+    scheduler = run.budgets[0].scheduler
+    calls: dict[str, list[float]] = defaultdict(list)  # API -> when Feishu saw each call
+    sends: dict[str, list[float]] = defaultdict(list)  # chat -> when Feishu saw each send
+    limited: list[float] = []
+    for post in run.posts:
+        calls[post.api].append(post.start)
+        if post.chat is not None:
+            sends[post.chat].append(post.start)
+        if post.limited is not None:
+            limited.append(post.start)
+
+    def went(times: list[float], since: float, until: float) -> int:
+        return bisect.bisect_left(times, until) - bisect.bisect_left(times, since)
+
+    out = []
+    for wait in run.waits:
+        waited = wait.until - wait.since
+        if waited <= TOLERANCE:
+            continue
+        end = wait.until + HELD
+        chat_went = went(sends[wait.chat], wait.since, end) if wait.chat else 0
+        took = went(calls[wait.api], wait.since, end)
+        bound = scheduler.longest_wait(wait.lane, wait.send, took, chat_went)
+        if waited <= bound + TOLERANCE:
+            continue
+        if _touches_outage(run, _t(wait.since), _t(wait.until)):
+            continue
+        if any(wait.since - RECOVERY <= at <= wait.until for at in limited):
+            continue
+        state = "waited" if wait.granted else "waited in vain"
+        out.append(
+            f"{wait.lane.name.lower()} call of {wait.api} in {wait.chat}: {state} "
+            f"{_t(wait.since)}..{_t(wait.until)}, {waited:.3f} s, past its bound {bound:.3f} s "
+            f"({took} calls of its API, {chat_went} sends to its chat meanwhile)"
+        )
+    return out
+
+
 def every_conversation_settles(run: Run, seen: dict[str, list[Seen]]) -> list[str]:
     return [f"{key}: still running or queued at the horizon" for key in run.stuck]
 
@@ -593,7 +747,9 @@ RULES: tuple[Callable[[Run, dict[str, list[Seen]]], list[str]], ...] = (
     no_429_at_its_own_pace,
     nothing_refused_as_malformed,
     cards_keep_their_spacing,
+    cards_follow_their_views,
     the_answer_is_what_the_agent_said,
+    no_lane_starved,
 )
 
 
@@ -604,6 +760,12 @@ def transcript(run: Run) -> str:
     down = f", Feishu down {outage[0]:.3f}..{outage[1]:.3f}" if outage else ""
     if run.restarted_at is not None:
         down += f", bridge killed and restarted at {_t(run.restarted_at):.3f}"
+    crowd = run.crowd
+    if crowd is not None:
+        down += (
+            f", a crowd of {crowd.chats} chats at {crowd.calls_per_second:g} calls a second"
+            f" and {crowd.per_minute} a minute to each API"
+        )
     lines = [f"seed {run.seed}, style {run.style.value}{down}"]
     for sent in sorted(run.sent, key=lambda s: (s.chat, s.at)):
         plan = "" if sent.plan is None else f"  plan {[(s.after, s.kind) for s in sent.plan.steps]}"

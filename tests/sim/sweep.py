@@ -16,7 +16,7 @@ import multiprocessing
 import os
 import sys
 import threading
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass
 
 from .invariants import check, transcript
@@ -43,7 +43,9 @@ def checked(seed: int, *, storms: bool = True) -> Checked:
     return Checked(seed, problems, transcript(run) if problems else "")
 
 
-def sweep(seeds: range, *, skip: Collection[int] = (), processes: int = 0) -> Iterator[Checked]:
+def sweep(
+    seeds: Iterable[int], *, skip: Collection[int] = (), processes: int = 0
+) -> Iterator[Checked]:
     """Each seed's result, in seed order. A caller that stops early (at the first failure)
     stops the workers too: close the generator, or let it be collected."""
     todo = [seed for seed in seeds if seed not in skip]

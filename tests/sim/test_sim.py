@@ -4,8 +4,9 @@ transcript; `python -m tests.sim --seed N` replays it byte for byte."""
 
 from __future__ import annotations
 
+import asyncio
 import os
-from collections.abc import Awaitable, Callable, Collection
+from collections.abc import Awaitable, Callable, Collection, Iterable
 from contextlib import closing
 from typing import Any
 
@@ -13,21 +14,23 @@ import pytest
 
 from bridge.clock import Alarm
 from bridge.core import Conversation, Timings, presence
+from bridge.core.delivery import Lane
 from bridge.core.state import ExecState
 from bridge.engine.actor import ConversationActor
 from bridge.engine.status_cards import StatusCards
 from bridge.feishu import session
+from bridge.feishu.budget import CallBudget
 from bridge.feishu.cards.parts import BY_ELEMENT
 from bridge.feishu.delivery import FeishuGate
 from tests.sim.invariants import check, transcript
 from tests.sim.sweep import sweep
-from tests.sim.world import run_seed
+from tests.sim.world import crowd_of, run_seed
 
 SEEDS = int(os.environ.get("SIM_SEEDS", "2000"))
 
 
 def _sweep(
-    seeds: range, sign: str = "", skip: Collection[int] = ()
+    seeds: Iterable[int], sign: str = "", skip: Collection[int] = ()
 ) -> tuple[int, list[str], str] | None:
     """The first seed that breaks a rule (with `sign` in one of its problems, if given);
     the seeds run on every core (tests/sim/sweep.py)."""
@@ -44,8 +47,9 @@ KNOWN_BUGS: dict[int, str] = {}
 
 
 # The sweep in slices, each well inside the suite's per-test timeout (a world with the
-# real Feishu client and the real ACP adapter takes about 40 ms).
-SLICE = 250
+# real Feishu client and the real ACP adapter takes about 40 ms, a crowd's three times
+# that; a loaded machine doubles both).
+SLICE = 125
 
 
 @pytest.mark.parametrize("first", range(0, SEEDS, SLICE))
@@ -143,6 +147,22 @@ def test_the_sweep_finds_an_approval_timed_out_before_its_card_was_shown(
     assert any("timed out at" in problem for problem in found[1]), found[1]
 
 
+def test_the_sweep_finds_a_lane_starved_by_a_wake_up_lost(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No lane starved: put back a budget whose wake-up grants what may go and arms no next
+    one, so a call whose turn comes later waits for whatever call comes next. The sweep
+    must find a call that waited past the budget's own bound while Feishu had room (it did
+    at seed 0; 55 of the first 100 seeds)."""
+
+    def pump(self: CallBudget) -> None:
+        self._wake = None
+        for waiter in self._sched.grant(self._now()):
+            if isinstance(waiter.handle, asyncio.Future) and not waiter.handle.done():
+                waiter.handle.set_result(None)
+
+    monkeypatch.setattr(CallBudget, "_pump", pump)
+    assert _sweep(range(10), "past its bound") is not None
+
+
 @pytest.mark.xfail(strict=True, reason="a known product bug (KNOWN_BUGS)")
 @pytest.mark.parametrize("seed", sorted(KNOWN_BUGS))
 def test_known_bugs(seed: int) -> None:
@@ -175,17 +195,42 @@ async def _hasty_flush(self: StatusCards, actor: ConversationActor, card: Any, a
             self._give_up(actor, card.turn_id, card.reply_to, view, False, None)
 
 
-@pytest.mark.xfail(strict=True, reason="the world does not make the race yet (see docstring)")
 def test_the_sweep_finds_a_card_change_right_after_an_inline_one(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """37b3d1f's race, put back: a refresh that waited for the card's lock while an inline
-    change was in flight follows it at once. Not found yet in 300 seeds: an inline change runs
-    inside its conversation's lane, so the next view of that card comes only after it returns,
-    and at the world's load the budget never holds the flusher back (200 seeds: 2 flushes in
-    1,300 found the lock held). It needs worlds with many live cards or a tight budget."""
+    change was in flight follows it at once. It takes a crowd (world.py `Crowd`): a card's
+    flusher held back by the budget while its next view goes inline through another card
+    API with room, one element of it (the rest left pending), and the flusher's token
+    coming while that change is in flight. Only crowd worlds hold a flusher back so, so
+    only they are swept here: it did at seed 48, the 6th crowd world; 17 of the 97 crowd
+    worlds among the first 1,000 seeds break (and none of the other 903 worlds)."""
     monkeypatch.setattr(StatusCards, "_flush", _hasty_flush)
-    assert _sweep(range(300), "after its previous change came back") is not None
+    crowds = [seed for seed in range(400) if crowd_of(seed) is not None]
+    assert _sweep(crowds, "after its previous change came back") is not None
+
+
+async def _flush_once(self: StatusCards, actor: ConversationActor, card: Any, wait: float) -> None:
+    """`StatusCards._flush_later` before abe5dc2 (with what came since): one flush, then
+    gone, whatever view was asked for while it was in flight."""
+    await asyncio.sleep(max(0.0, wait))
+    api = self._api_for(card)
+    budget = self._budget
+    assert budget is not None
+    async with budget.ahead(Lane.REFRESH, api):
+        if self._clock() >= card.pushed_at + self._spacing():
+            await self._flush(actor, card, api)
+
+
+def test_the_sweep_finds_a_card_change_stranded_behind_a_slow_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Seed 1252's bug, put back: a card's flusher that leaves once it has changed the card,
+    so a view asked for while that change was in flight waits for the next view to come
+    (a heartbeat lost behind a slow call). The sweep must find a card lagging behind its
+    views (it did at seed 4; 14 of the first 100 seeds)."""
+    monkeypatch.setattr(StatusCards, "_flush_later", _flush_once)
+    assert _sweep(range(20), "was due by") is not None
 
 
 # Seeds that found bugs, kept: each failed before its fix. (`storms`: the worlds drawn before
@@ -204,6 +249,9 @@ def test_the_sweep_finds_a_card_change_right_after_an_inline_one(
         # A heartbeat decided while the agent ran, waiting behind a slow call in its chat, was
         # posted after the agent crashed: the crash now supersedes the turn's presence lines
         (937, True),
+        # A crowd's acks held 40 s by an outage's paused reaction API went with the token
+        # taken before they waited, expired meanwhile: the client now takes it at its turn
+        (1881, True),
     ],
 )
 def test_seeds_that_found_bugs(seed: int, storms: bool) -> None:

@@ -9,7 +9,8 @@ latency (milliseconds, or seconds for a share of calls) and, in the `FaultPlan`'
 503, a 429 with its reset header, or a call that hangs until the client's timeout.
 
 It also enforces Feishu's published limits on the virtual clock (docs/scaling.md): each API
-50 calls a second and 1,000 a minute (the API as `bridge.feishu.budget.api_of` names it),
+50 calls a second and 1,000 a minute (fewer for a crowd's app; the API as
+`bridge.feishu.budget.api_of` names it),
 5 sends a second to one chat, 10 changes a second to one card entity. Past one, the call is
 answered as Feishu does (HTTP 429, code 99991400, `x-ogw-ratelimit-reset`) and not carried
 out; its `Post` says which limit (`limited`), so an invariant can require that a bridge
@@ -77,6 +78,8 @@ class Post:
     limited: str | None = None  # past one of Feishu's limits: "api", "minute", "chat", "card"
     refused: int = 0  # Feishu's code when it refused the call for what it asked (a 4xx)
     reset: float = 0.0  # a 429's x-ogw-ratelimit-reset: seconds Feishu asked the bridge to wait
+    api: str = ""  # the API Feishu meters it under (`api_of`)
+    chat: str | None = None  # a send's chat (Feishu meters a chat's sends)
 
 
 @dataclass
@@ -91,10 +94,12 @@ class FaultPlan:
 
 
 class Limits:
-    """Feishu's limits: each API's second and minute, a chat's sends, a card's changes."""
+    """Feishu's limits: each API's second and minute (the published ones, or lower for an
+    app whose share of them is smaller), a chat's sends, a card's changes."""
 
-    def __init__(self) -> None:
+    def __init__(self, per_second: int = API_PER_SECOND, per_minute: int = API_PER_MINUTE) -> None:
         self._windows: dict[tuple[str, str], SlidingWindow] = {}
+        self._per_second, self._per_minute = per_second, per_minute
 
     def _window(self, kind: str, key: str, limit: int, seconds: float) -> SlidingWindow:
         window = self._windows.get((kind, key))
@@ -105,8 +110,8 @@ class Limits:
     def check(self, now: float, api: str, chat: str | None, card: str | None) -> str | None:
         """The limit the call is past (it is not counted then), or None (it is counted)."""
         windows = [
-            ("api", self._window("api", api, API_PER_SECOND, 1.0)),
-            ("minute", self._window("minute", api, API_PER_MINUTE, 60.0)),
+            ("api", self._window("api", api, self._per_second, 1.0)),
+            ("minute", self._window("minute", api, self._per_minute, 60.0)),
         ]
         if chat is not None:
             windows.append(("chat", self._window("chat", chat, CHAT_SENDS_PER_SECOND, 1.0)))
@@ -141,6 +146,7 @@ class SimTransport(httpx.AsyncBaseTransport):
         faults: FaultPlan,
         *,
         token_seconds: int = 7200,
+        limits: Limits | None = None,
     ) -> None:
         self.rng = rng
         self.now = now
@@ -152,7 +158,7 @@ class SimTransport(httpx.AsyncBaseTransport):
         self.chat_of: dict[str, str] = {}  # message id -> its chat (users' messages too)
         self.texts: dict[str, str] = {}  # the bot's text messages as they read now
         self.reactions: dict[str, tuple[str, str]] = {}  # reaction id -> (message, emoji)
-        self.limits = Limits()
+        self.limits = limits or Limits()
         self._token_seconds = token_seconds
         self._tokens: dict[str, float] = {}  # token -> when Feishu stops taking it
         self._by_uuid: dict[str, str] = {}  # Feishu's de-duplication: uuid -> message id
@@ -178,6 +184,7 @@ class SimTransport(httpx.AsyncBaseTransport):
         if path == TOKEN_PATH:
             return _response(self._token(), request)
         post = Post(self.now(), *read_call(method, path, request.url.params, body))
+        post.api, post.chat = api_of(method, path), self._chat(method, path, body)
         self.posts.append(post)
         try:
             answer = await self._answer(post, method, path, request, body)
@@ -196,9 +203,7 @@ class SimTransport(httpx.AsyncBaseTransport):
             return _refusal(INVALID_TENANT_TOKEN, post)
         if self.faults.down(self.now() - EPOCH):
             return self._outage(post)
-        limited = self.limits.check(
-            self.now(), api_of(method, path), self._chat(method, path, body), card_of(path)
-        )
+        limited = self.limits.check(self.now(), post.api, post.chat, card_of(path))
         if limited is not None:
             post.ok, post.limited, post.end, post.reset = False, limited, self.now(), 1.0
             headers = {LIMIT_HEADER: "0", RESET_HEADER: "1"}

@@ -12,7 +12,7 @@ import logging
 import random
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC
 from typing import Any
 
@@ -20,8 +20,12 @@ from bridge.config import Tuning
 from bridge.config.budget import BudgetSection
 from bridge.config.feishu import FeishuSection
 from bridge.core import Options, Timings
+from bridge.core.delivery import Lane
+from bridge.core.effects import ShowStatusCard
 from bridge.core.state import PresenceStyle
+from bridge.engine.actor import ConversationActor, terms_of
 from bridge.engine.engine import Engine, EngineConfig
+from bridge.feishu.budget import CallBudget, Waiter
 from bridge.feishu.delivery import CircuitBreaker
 from bridge.feishu.events import BotIdentity, CardAction, CardActionReply, InboundMessage
 from bridge.feishu.http import FeishuHttp
@@ -35,7 +39,7 @@ from bridge.store import MemoryStore
 from .acp_agent import SimAgents, WatchedRuntime, draw_temper
 from .agent import Plan, draw_plan
 from .loop import SimClock, SimLoop, WorldAtRest
-from .transport import DOMAIN, FaultPlan, Post, SimTransport, buttons
+from .transport import DOMAIN, FaultPlan, Limits, Post, SimTransport, buttons
 
 T = Translator("zh_CN")
 TUNING = Tuning()
@@ -61,6 +65,72 @@ BUDGET = BudgetSection(
     bridge_feishu_total_calls_per_second=0.0,
     _env_file=None,
 )
+
+
+@dataclass(frozen=True)
+class Crowd:
+    """A world where the call budget's pacing matters: many chats at once, each with a live
+    status card and a long streaming turn, their first messages in one burst, on an app
+    with a small share of Feishu's limits (each API's second, and a minute of a few dozen
+    calls: the bridge paces itself to those, and Feishu meters it at them)."""
+
+    chats: int
+    calls_per_second: float  # each API's (BRIDGE_FEISHU_APP_CALLS_PER_SECOND)
+    per_minute: int  # each API's, sends' too
+
+    @property
+    def budget(self) -> BudgetSection:
+        return BudgetSection(
+            bridge_feishu_app_calls_per_second=self.calls_per_second,
+            bridge_feishu_total_calls_per_second=0.0,
+            _env_file=None,
+        )
+
+    @property
+    def tuning(self) -> Tuning:
+        return replace(TUNING, feishu_sends_per_minute=float(self.per_minute))
+
+    @property
+    def limits(self) -> Limits:
+        return Limits(per_second=round(self.calls_per_second), per_minute=self.per_minute)
+
+
+def crowd_of(seed: int) -> Crowd | None:
+    """Whether the seed's world is a crowd, and how big (a stream of its own)."""
+    draw = random.Random(f"crowd:{seed}")
+    if draw.random() >= 0.1:
+        return None
+    # The minute is what binds (each API's pace half a call to a call a second); each API's
+    # second at 10 leaves a call of room over the budget's 8 and its one token's burst, for
+    # a call that goes with a token taken before it waited (a card's change, for its card or
+    # out an outage), as Feishu's 50 leaves room for a few.
+    return Crowd(
+        chats=draw.randint(5, 8), calls_per_second=10.0, per_minute=draw.choice((40, 60, 80))
+    )
+
+
+@dataclass(frozen=True)
+class Wait:
+    """A call's wait for its turn in the call budget: from its offer to its grant (or to
+    its withdrawal: moot, cancelled, or still waiting when the run ended)."""
+
+    lane: Lane
+    api: str
+    chat: str | None
+    send: bool
+    since: float
+    until: float
+    granted: bool
+
+
+@dataclass(frozen=True)
+class Asked:
+    """A live card asked to show a newer view (a `ShowStatusCard` of a card already up)."""
+
+    at: float
+    card: str  # its CardKit id
+    chat: str
+    final: bool
 
 
 @dataclass(frozen=True)
@@ -104,16 +174,21 @@ class Run:
     stuck: list[str] = field(default_factory=list)  # conversations never back to idle
     leaked: list[int] = field(default_factory=list)  # agent pids alive, no pool's own
     card_answers: dict[str, str] = field(default_factory=dict)  # card id -> its answer at the end
+    crowd: Crowd | None = None
+    # Every bridge process's call budget (one per process), and the waits for a turn in it.
+    budgets: list[CallBudget] = field(default_factory=list)
+    waits: list[Wait] = field(default_factory=list)
+    asked: list[Asked] = field(default_factory=list)
 
 
-def run_seed(seed: int, *, jitter: bool = True, storms: bool = True) -> Run:
+def run_seed(seed: int, *, jitter: bool = True, storms: bool = True, crowds: bool = True) -> Run:
     # Thousands of runs: the transcript says what matters. Restored after: the switch is
     # process-wide, and the tests that follow read their logs.
     was = logging.root.manager.disable
     logging.disable(logging.CRITICAL)
     loop = SimLoop()
     try:
-        return loop.run_until_complete(_world(seed, loop, jitter, storms))
+        return loop.run_until_complete(_world(seed, loop, jitter, storms, crowds))
     finally:
         _wind_down(loop)
         logging.disable(was)
@@ -161,11 +236,18 @@ class Bridge:
         self.engine.recall(conversation_key, message_id)
 
 
-async def _world(seed: int, loop: SimLoop, jitter: bool, storms: bool) -> Run:
+async def _world(seed: int, loop: SimLoop, jitter: bool, storms: bool, crowds: bool) -> Run:
     rng = random.Random(seed)
     clock = SimClock(loop, random.Random(rng.random()), jitter=jitter)
     style = rng.choice((PresenceStyle.MESSAGES, PresenceStyle.CARD))
+    # (Drawn from a stream of its own: the worlds drawn before crowds were stay as they were.)
+    crowd = crowd_of(seed) if crowds else None
+    if crowd is not None:
+        style = PresenceStyle.CARD
+    section = BUDGET if crowd is None else crowd.budget
     faults = FaultPlan(slow=rng.choice((0.0, 0.05, 0.2)))
+    if crowd is not None:
+        faults.slow = 0.5  # a crowd's Feishu is busy too: half its calls take seconds
     # Drawn from a stream of their own, so a calm world keeps the draws it always had (the
     # seeds that found bugs before storms existed still replay the same world).
     storm = random.Random(f"storm:{seed}")
@@ -178,7 +260,11 @@ async def _world(seed: int, loop: SimLoop, jitter: bool, storms: bool) -> Run:
         loop.busy = busy
     token_seconds = client.choice((7200, 7200, 7200, 40))  # 40: refreshed every 20 s
     feishu = SimTransport(
-        random.Random(rng.random()), clock.now, faults, token_seconds=token_seconds
+        random.Random(rng.random()),
+        clock.now,
+        faults,
+        token_seconds=token_seconds,
+        limits=None if crowd is None else crowd.limits,
     )
     https: list[FeishuHttp] = []
     paused: list[tuple[float, float]] = []
@@ -192,18 +278,24 @@ async def _world(seed: int, loop: SimLoop, jitter: bool, storms: bool) -> Run:
     await store.open()
     engine_rng = random.Random(storm.random())
     restart = storm.uniform(0.0, 60.0) if storms and storm.random() < 0.3 else None
+    budgets: list[CallBudget] = []
+    waits: list[Wait] = []
+    still: dict[int, Waiter] = {}  # the calls waiting for their turn now, in every budget
+    asked: list[Asked] = []
 
     def build() -> Engine:
         """A bridge process: its own client, token and call budget, and its own ACP runtime
         (its pool of agent processes); Feishu and the agents' world are the world's."""
         http = FeishuHttp(base_url=DOMAIN, transport=feishu)
         https.append(http)
-        budget = call_budget(BUDGET, clock, TUNING)
+        budget = call_budget(section, clock, TUNING if crowd is None else crowd.tuning)
+        budgets.append(budget)
+        _record_waits(budget, clock, still, waits)
         retry = RetryPolicy(rng=random.Random(client.random()))
         api = feishu_client(APP, clock, T, budget, http=http, retry=retry)
         _paused(api.breaker, clock, paused)
         runtimes.append(WatchedRuntime(agents, clock, agents.new_id))
-        return Engine(
+        engine = Engine(
             feishu=api,
             runtime=runtimes[-1],
             store=store,
@@ -221,6 +313,8 @@ async def _world(seed: int, loop: SimLoop, jitter: bool, storms: bool) -> Run:
             rng=engine_rng,
             budget=budget,
         )
+        _record_views(engine, clock, asked)
+        return engine
 
     gate_log: list[tuple[float, bool]] = []
     bridge = Bridge(_watched(build(), clock, gate_log))
@@ -232,7 +326,7 @@ async def _world(seed: int, loop: SimLoop, jitter: bool, storms: bool) -> Run:
     feishu.on_card = lambda post: tasks.add(
         asyncio.ensure_future(_click(clicking, post, bridge, sent, clock, clicks))
     )
-    chats = [f"oc_{n}" for n in range(rng.randint(1, 3))]
+    chats = [f"oc_{n}" for n in range(rng.randint(1, 3) if crowd is None else crowd.chats)]
     every = {c: _every(seed, c) if storms else None for c in chats}
     recalls: dict[str, float] = {}
     extra: list[asyncio.Future[None]] = []
@@ -257,6 +351,7 @@ async def _world(seed: int, loop: SimLoop, jitter: bool, storms: bool) -> Run:
             random.Random(f"mishaps:{seed}:{c}") if storms else None,
             recalls,
             extra,
+            crowd is not None,
         )
         for c in chats
     ]
@@ -274,7 +369,11 @@ async def _world(seed: int, loop: SimLoop, jitter: bool, storms: bool) -> Run:
         await asyncio.sleep(HORIZON)
     except WorldAtRest:
         pass
-    run = Run(seed, style, sent, feishu.posts, agents, faults=faults, clicks=clicks)
+    run = Run(seed, style, sent, feishu.posts, agents, faults=faults, clicks=clicks, crowd=crowd)
+    run.budgets = budgets
+    waits.extend(_wait(w, clock.now(), granted=False) for w in still.values())
+    run.waits = waits
+    run.asked = asked
     run.restarted_at = bridge.restarted_at
     run.recalled = recalls
     run.gate_down = _intervals(gate_log, clock.now())
@@ -293,6 +392,55 @@ async def _world(seed: int, loop: SimLoop, jitter: bool, storms: bool) -> Run:
     for http in https:
         await http.aclose()
     return run
+
+
+def _record_waits(
+    budget: CallBudget, clock: SimClock, still: dict[int, Waiter], log: list[Wait]
+) -> None:
+    """Note each call's wait for its turn in `budget`, from its offer to its grant or its
+    withdrawal (observation only: the scheduler's own methods, wrapped)."""
+    scheduler = budget.scheduler
+    offer, grant, withdraw = scheduler.offer, scheduler.grant, scheduler.withdraw
+
+    def on_offer(waiter: Waiter, now: float) -> list[Waiter]:
+        still[id(waiter)] = waiter
+        return offer(waiter, now)
+
+    def on_grant(now: float) -> list[Waiter]:
+        granted = grant(now)
+        for waiter in granted:
+            if still.pop(id(waiter), None) is not None:
+                log.append(_wait(waiter, now, granted=True))
+        return granted
+
+    def on_withdraw(waiter: Waiter) -> None:
+        if still.pop(id(waiter), None) is not None:
+            log.append(_wait(waiter, clock.now(), granted=False))
+        withdraw(waiter)
+
+    scheduler.offer = on_offer  # type: ignore[method-assign]
+    scheduler.grant = on_grant  # type: ignore[method-assign]
+    scheduler.withdraw = on_withdraw  # type: ignore[method-assign]
+
+
+def _record_views(engine: Engine, clock: SimClock, log: list[Asked]) -> None:
+    """Note each view a live card is asked to show (observation only: the executor's
+    handler of `ShowStatusCard`, wrapped)."""
+    executor = engine.executor
+    handler = executor._handlers[ShowStatusCard]
+    cards = executor._status_cards._cards
+
+    async def show(actor: ConversationActor, work: ShowStatusCard) -> None:
+        at, card = clock.now(), cards.get(work.card_key)
+        if card is not None and card.card_id is not None:
+            log.append(Asked(at, card.card_id, terms_of(actor, work).chat, work.final))
+        await handler.run(actor, work)
+
+    executor._handlers[ShowStatusCard] = replace(handler, run=show)
+
+
+def _wait(waiter: Waiter, until: float, *, granted: bool) -> Wait:
+    return Wait(waiter.lane, waiter.api, waiter.chat, waiter.send, waiter.since, until, granted)
 
 
 def _watched(engine: Engine, clock: SimClock, log: list[tuple[float, bool]]) -> Engine:
@@ -378,6 +526,7 @@ async def _user(
     mishaps: random.Random | None,
     recalls: dict[str, float],
     extra: list[asyncio.Future[None]],
+    crowd: bool,
 ) -> None:
     async def say(message_id: str, text: str, plan: Plan | None) -> None:
         sent.append(Sent(clock.now(), chat, message_id, text, plan))
@@ -386,11 +535,13 @@ async def _user(
 
     if schedule is not None:  # "/every 3s tick oc_0", taken back after the last message
         await say(f"om_{chat}_every", f"/every {schedule:g}s tick {chat}", None)
-    for n in range(rng.randint(1, 4)):
-        await asyncio.sleep(rng.choice((0.0, 0.3, 1.5, 4.0, 10.0, 30.0)))
+    # A crowd's chats send their first messages in one burst, a second one close behind.
+    pauses = (0.0, 0.3, 1.5, 4.0, 10.0, 30.0) if not crowd else (0.0, 0.3, 1.5, 4.0)
+    for n in range(rng.randint(1, 4) if not crowd else rng.randint(1, 2)):
+        await asyncio.sleep(rng.choice(pauses) if not crowd or n > 0 else 0.0)
         stop = n > 0 and rng.random() < 0.2
         text = "/stop" if stop else f"task {chat}.{n}"
-        plan = None if stop else draw_plan(rng, text)
+        plan = None if stop else draw_plan(rng, text, streams=crowd)
         if plan is not None:
             plans[text] = plan
         await say(f"om_{chat}_{n}", text, plan)

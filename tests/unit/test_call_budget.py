@@ -161,6 +161,38 @@ def test_message_sends_are_paced_over_the_minute_after_a_small_burst() -> None:
     assert sched.state(2 * step)["sends_per_second"] == pytest.approx(0.95)
 
 
+def test_a_refresh_behind_a_stream_of_answers_goes_within_its_stated_bound() -> None:
+    """`longest_wait`: a refresh waits no longer than its API's minute takes to refill to
+    what a refresh may take (a token beyond the half of the burst kept for the lanes
+    above) and to what the answers that went meanwhile took; answers coming at half the
+    minute's pace leave it that room."""
+    policy = BudgetPolicy(app_per_second=100.0, sends_per_minute=60.0, chat_per_second=100.0)
+    sched = CallQueue(policy, now=0.0)
+    card = "PUT cardkit/v1/cards/:id"
+    burst = [sched.waiter(Lane.ANSWER, "a", False, 0.0, card) for _ in range(3)]
+    assert [w for w in burst for w in sched.offer(w, 0.0)] == burst  # the minute emptied
+    refresh = sched.waiter(Lane.REFRESH, "r", False, 0.0, card)
+    assert sched.offer(refresh, 0.0) == []
+    went, now, granted, answer_at = 0, 0.0, [], 2.0
+    while refresh not in granted:  # woken when the budget asks, and at each answer
+        wake = sched.next_wake(now)
+        assert wake is not None
+        now = min(wake, answer_at)
+        if now == answer_at:  # an answer every 2 s: half the minute's pace
+            granted = sched.offer(sched.waiter(Lane.ANSWER, "a", False, now, card), now)
+            answer_at += 2.0
+        else:
+            granted = sched.grant(now)
+        went += len([w for w in granted if w is not refresh])
+    bound = sched.longest_wait(Lane.REFRESH, False, went)
+    assert went > 0
+    assert now <= bound + 1e-9
+    # Ahead of a refresh: a token, and half the burst beyond the first (3 of 60 a minute,
+    # 57 spread): (1 + 1 + went) / 0.95 seconds.
+    assert bound == pytest.approx((2.0 + went) / 0.95)
+    assert sched.longest_wait(Lane.ANSWER, False, 0) == pytest.approx(1 / 0.95)
+
+
 def test_each_api_is_metered_on_its_own_and_a_total_cap_meters_them_together() -> None:
     """Feishu limits each API of an app on its own: a flood of card changes does not hold
     a reaction. A tenant that meters the app as a whole sets a total cap."""

@@ -17,7 +17,7 @@ from bridge.core.state import ToolLine
 from bridge.devtools.emulator.codes import NOT_FOUND
 from bridge.engine.actor import ConversationActor
 from bridge.engine.status_cards import StatusCards
-from bridge.feishu.budget import CallBudget
+from bridge.feishu.budget import BudgetPolicy, CallBudget
 from bridge.feishu.cards.parts import (
     ELEMENT_API,
     PATCH_ELEMENT_API,
@@ -160,6 +160,27 @@ async def test_without_room_for_a_whole_update_a_batch_carries_every_change(
     done = ToolLine("t1", "Build", "completed")
     await cards.show(actor, view("Hello, world", elapsed=9.0, tools=(done,)))
     assert sorted(element for _, element, _ in changes(feishu)[2:]) == ["answer", "status", "tools"]
+    assert {op for op, _, _ in changes(feishu)[2:]} == {"batch_update_card"}
+
+
+async def test_a_refresh_passes_over_an_api_whose_minute_is_kept_for_the_lanes_above(
+    store: MemoryStore,
+) -> None:
+    """An API whose minute holds only what the budget keeps for the lanes above a refresh
+    has no room for one: the change goes at once through the next API with room, not
+    after a token the lanes above are owed first."""
+    feishu, now = FakeFeishu(), Now()
+    # The minute binds, not the second: 6 sends' burst, of which 3.5 are not a refresh's.
+    budget = CallBudget(BudgetPolicy(app_per_second=1000.0, sends_per_minute=120.0), now=now)
+    cards = status_cards(feishu, now, budget, store)
+    actor = cast(ConversationActor, Chat())
+    build = ToolLine("t1", "Build", "in_progress")
+    await cards.show(actor, view("Hello", tools=(build,)))
+    now.at += 1.0
+    spend(budget, UPDATE_API)
+    assert budget.may_go(UPDATE_API)  # an ending would still find a token there
+    done = ToolLine("t1", "Build", "completed")
+    await cards.show(actor, view("Hello, world", elapsed=9.0, tools=(done,)))
     assert {op for op, _, _ in changes(feishu)[2:]} == {"batch_update_card"}
 
 
