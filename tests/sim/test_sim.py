@@ -22,6 +22,7 @@ from bridge.feishu import session
 from bridge.feishu.budget import CallBudget
 from bridge.feishu.cards.parts import BY_ELEMENT
 from bridge.feishu.delivery import FeishuGate
+from bridge.feishu.requests import CallTerms
 from tests.sim.invariants import check, transcript
 from tests.sim.sweep import sweep
 from tests.sim.world import crowd_of, run_seed
@@ -181,16 +182,18 @@ def test_the_sweep_finds_a_post_retried_by_the_client_after_it_became_moot(
     assert _sweep(range(60), "after its agent ended") is not None
 
 
-async def _hasty_flush(self: StatusCards, actor: ConversationActor, card: Any, api: str) -> None:
+async def _hasty_flush(
+    self: StatusCards, actor: ConversationActor, card: Any, api: str, terms: CallTerms
+) -> None:
     """`StatusCards._flush` before 37b3d1f: no spacing re-check under the card's lock."""
     async with card.lock:
         view, card.pending = card.pending, None
         if view is None or self._cards.get(card.key) is not card:
             return
         by_element = api in BY_ELEMENT
-        if card.card_id is not None and by_element and await self._part(card, view, api):
+        if card.card_id is not None and by_element and await self._part(card, view, api, terms):
             return
-        if not await self._change(card, view, final=False):
+        if not await self._change(card, view, terms, final=False):
             self._forget(card)
             self._give_up(actor, card.turn_id, card.reply_to, view, False, None)
 
@@ -217,9 +220,9 @@ async def _flush_once(self: StatusCards, actor: ConversationActor, card: Any, wa
     api = self._api_for(card)
     budget = self._budget
     assert budget is not None
-    async with budget.ahead(Lane.REFRESH, api):
-        if self._clock() >= card.pushed_at + self._spacing():
-            await self._flush(actor, card, api)
+    await budget.acquire(Lane.REFRESH, card.chat, api=api)
+    if self._clock() >= card.pushed_at + self._spacing():
+        await self._flush(actor, card, api, self._refresh(card, api))
 
 
 def test_the_sweep_finds_a_card_change_stranded_behind_a_slow_one(
@@ -252,6 +255,9 @@ def test_the_sweep_finds_a_card_change_stranded_behind_a_slow_one(
         # A crowd's acks held 40 s by an outage's paused reaction API went with the token
         # taken before they waited, expired meanwhile: the client now takes it at its turn
         (1881, True),
+        # A message's send took its token, then waited out a 429's reset in the call budget
+        # past the token's life: Feishu refused it (99991663); the token is now taken after
+        (5827, True),
     ],
 )
 def test_seeds_that_found_bugs(seed: int, storms: bool) -> None:

@@ -368,6 +368,38 @@ async def test_invalid_token_is_refetched_once_and_retried(
     assert router.routes["token"].call_count == 2
 
 
+class HeldInBudget:
+    """The app's call budget as a 429's reset makes it: each call waits its turn (the next
+    of `waits`, in seconds) while the clock moves on."""
+
+    def __init__(self, clock: Clock, waits: list[float]) -> None:
+        self._clock, self._waits = clock, waits
+
+    async def before_call(self, *args: Any) -> None:
+        self._clock.now += self._waits.pop(0)
+
+    def rate_limited(self, *args: Any) -> None:
+        pass
+
+
+async def test_the_token_is_taken_once_the_call_has_waited_its_turn_in_the_budget(
+    router: respx.MockRouter, clock: Clock
+) -> None:
+    """A token taken before the wait may lapse meanwhile: Feishu would refuse the try."""
+    router.routes["token"].mock(
+        side_effect=[token_response("t-1", expire=40), token_response("t-2", expire=40)]
+    )
+    route = router.post(MESSAGES).mock(return_value=ok({"message_id": "om_1"}))
+    budget: Any = HeldInBudget(clock, [0.0, 35.0])
+    async with FeishuClient("cli_test", SECRET, DOMAIN, clock=clock, budget=budget) as client:
+        await client.send_text("oc_1", "first", uuid="u1")  # t-1, good for 40 s
+        clock.now += 10.0
+        await client.send_text("oc_1", "then", uuid="u2")  # goes out at 45 s: t-1 lapsed
+
+    auth = [call.request.headers["authorization"] for call in route.calls]
+    assert auth == ["Bearer t-1", "Bearer t-2"]
+
+
 async def test_token_rejected_twice_raises(router: respx.MockRouter, client: FeishuClient) -> None:
     stale = httpx.Response(400, json={"code": 99991668, "msg": "Invalid access token"})
     route = router.post(MESSAGES).mock(return_value=stale)
