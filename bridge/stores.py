@@ -67,9 +67,8 @@ def ownership_for(
     keeper = LeaseKeeper(
         store, me, ttl, clock=clock, on_lost=lambda key, why: ownership.lost(key, why)
     )
-    forwarder = Forwarder(
-        store, me, token=secret(settings.ops.bridge_ops_token), stale_after=ttl, clock=clock
-    )
+    token = secret(settings.ops.bridge_ops_token)
+    forwarder = Forwarder(store, me, token=token, stale_after=ttl, clock=clock, app=app)
     ownership = Ownership(
         keeper=keeper,
         wake=PgWake(url) if app is None else PgWake(url, channel=f"{DEFAULT_CHANNEL}_{app}"),
