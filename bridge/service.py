@@ -416,8 +416,13 @@ def build_service(
             sessions=AppSessions([stack.sessions for stack in stacks]),
         )
     )
-    if first.ownership is not None:
-        ops_app.add_routes(cluster_routes(first.ownership.take_forwarded))
+    owners = {  # the app a forward names: none for the first, as the Forwarders say
+        None if stack is first else stack.name: stack.ownership
+        for stack in stacks
+        if stack.ownership is not None
+    }
+    if owners:
+        ops_app.add_routes(cluster_routes(partial(_take_forwarded, owners)))
     ops = settings.ops
     return BridgeService(
         settings=settings,
@@ -663,6 +668,16 @@ def _longconn(app: App, stack: AppStack) -> LongConnection:
         asyncio.get_running_loop(),
         bot=stack.bot,
     )
+
+
+async def _take_forwarded(
+    owners: Mapping[str | None, Ownership], body: dict[str, Any]
+) -> dict[str, Any] | None:
+    """Another instance's forward, to the app it names: a click or a recall of one app's
+    conversation never reaches another's (which may have the same key); None: not held."""
+    app = body.get("app")
+    owner = owners.get(app if isinstance(app, str) else None)
+    return None if owner is None else await owner.take_forwarded(body)
 
 
 def _facts(engine: Engine) -> dict[str, Any]:

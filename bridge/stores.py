@@ -13,6 +13,7 @@ from bridge.cluster.forward import Forwarder
 from bridge.cluster.leases import LeaseKeeper
 from bridge.cluster.ownership import Ownership
 from bridge.config import Settings
+from bridge.config.apps import store_name
 from bridge.engine.engine import Engine
 from bridge.store.port import Store
 from bridge.store.sqlite import SqliteStore
@@ -45,7 +46,7 @@ def app_folder(settings: Settings, app: str) -> Path:
 
 def app_schema(app: str) -> str:
     """The PostgreSQL schema of one app of several (a bare lower-case identifier)."""
-    return "bridge_app_" + app.lower().replace("-", "_")
+    return "bridge_app_" + store_name(app)
 
 
 def ownership_for(
@@ -67,9 +68,8 @@ def ownership_for(
     keeper = LeaseKeeper(
         store, me, ttl, clock=clock, on_lost=lambda key, why: ownership.lost(key, why)
     )
-    forwarder = Forwarder(
-        store, me, token=secret(settings.ops.bridge_ops_token), stale_after=ttl, clock=clock
-    )
+    token = secret(settings.ops.bridge_ops_token)
+    forwarder = Forwarder(store, me, token=token, stale_after=ttl, clock=clock, app=app)
     ownership = Ownership(
         keeper=keeper,
         wake=PgWake(url) if app is None else PgWake(url, channel=f"{DEFAULT_CHANNEL}_{app}"),

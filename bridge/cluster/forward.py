@@ -7,7 +7,8 @@ key, so the forwarder asks every other live instance at once (`POST /cluster/for
 with the shared BRIDGE_OPS_TOKEN) and takes the first that knows the request; the others
 answer 404. The live instances and their operator URLs come from the `instances` table,
 which every instance's heartbeat fills; one whose heartbeat is older than `stale_after`
-is not asked.
+is not asked. A forward names its app (one of several; none: the first), whose
+conversations it is about: another app's may have the same key (a group with both bots).
 """
 
 from __future__ import annotations
@@ -50,8 +51,10 @@ class Forwarder:
         clock: Callable[[], float],
         timeout: float = 2.0,  # inside Feishu's 3 s, with room for our own answer
         transport: httpx.AsyncBaseTransport | None = None,
+        app: str | None = None,
     ) -> None:
         self._store = store
+        self._app = app
         self._me = instance_id
         self._headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._stale_after = stale_after
@@ -90,6 +93,8 @@ class Forwarder:
         peers = await self._peers()
         if not peers:
             return None
+        if self._app is not None:
+            body = {**body, "app": self._app}
         asks = [asyncio.create_task(self._post(url, body)) for url in peers]
         unreachable = False
         try:

@@ -27,6 +27,13 @@ WEBHOOK_PATHS = "/feishu/events/"  # + the app's name: each app of the file its 
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,31}")
 Name = Annotated[str, StringConstraints(pattern=f"^{NAME.pattern}$")]
 
+
+def store_name(app: str) -> str:
+    """The name an app's data goes by beside the others' (its PostgreSQL schema's,
+    bridge/stores.py): two names that differ only in case or in `-` for `_` would share it."""
+    return app.lower().replace("-", "_")
+
+
 Intake = Literal["longconn", "webhook"]
 Sandbox = Literal["none", "bwrap"]
 

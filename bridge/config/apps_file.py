@@ -59,6 +59,7 @@ from bridge.config.apps import (
     Route,
     Sandbox,
     apps_from_settings,
+    store_name,
 )
 from bridge.config.base import NamedList
 from bridge.config.checks import (
@@ -346,11 +347,13 @@ class _FileReading:
         apps: dict[str, App | None] = {}
         seen_ids: dict[str, str] = {}
         seen_paths: dict[str, str] = {}
+        seen_stores: dict[str, str] = {}
         for name, item in raw.items():
             apps[name] = None
             if not isinstance(item, dict):
                 continue
             at = ("apps", name)
+            self._once(seen_stores, store_name(name), at, "file_duplicate_app_name")
             # Across apps, on what is written: found even in an app with problems of its own.
             if isinstance(item.get("app_id"), str):
                 self._once(seen_ids, item["app_id"], (*at, "app_id"), "file_duplicate_app_id")

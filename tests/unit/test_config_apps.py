@@ -322,6 +322,24 @@ def test_names_given_twice_are_named_at_the_second(folder: Path) -> None:
     ]
 
 
+def test_names_that_would_share_an_apps_data_are_named(folder: Path) -> None:
+    """The schema of an app of several on PostgreSQL is its name in lower case, `_` for
+    `-` (bridge/stores.py): names that differ only so would mix two apps' conversations."""
+    app = 'app_id = "cli_{0}"\napp_secret_env = "TEAM_APP_SECRET"\nallow_all = true\n'
+    text = (
+        f'[projects.p]\nagent_command = "{AGENT}"\nworkdir = "backend"\n\n'
+        f"[apps.team-a]\n{app.format('a')}\n[apps.Team_A]\n{app.format('b')}\n"
+        f"[apps.team]\n{app.format('c')}\n[apps.TEAM]\n{app.format('d')}"
+    )
+    path = write(folder, text)
+    _, problems = read(path)
+    twice = "but for case or - for _: each app's data is kept under its name, so each needs"
+    assert problems == [
+        f"{path}:10 apps.Team_A: the same name as apps.team-a {twice} a name of its own",
+        f"{path}:20 apps.TEAM: the same name as apps.team {twice} a name of its own",
+    ]
+
+
 @pytest.mark.parametrize(
     ("reference", "expected"),
     [
