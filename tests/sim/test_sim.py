@@ -252,6 +252,9 @@ def test_the_sweep_finds_a_card_change_stranded_behind_a_slow_one(
         # A crowd's acks held 40 s by an outage's paused reaction API went with the token
         # taken before they waited, expired meanwhile: the client now takes it at its turn
         (1881, True),
+        # The prompt after a cancel took a tail for its answer: the agent's first chunk, read
+        # with the tail in one batch, counted as an update before it (the answer cut short)
+        (4793, True),
     ],
 )
 def test_seeds_that_found_bugs(seed: int, storms: bool) -> None:

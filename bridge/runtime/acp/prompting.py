@@ -259,7 +259,15 @@ async def run_prompt(
 
     An error answer to a cancelled prompt counts as the `cancelled` stop reason (the spec
     asks agents not to do that, but some do)."""
-    request = asyncio.ensure_future(process.prompt(turn.session_id, blocks))
+
+    async def answer() -> Any:
+        response = await process.prompt(turn.session_id, blocks)
+        # Counted as the answer is read: an update read after it in the same batch (this
+        # prompt's first chunk, after a tail) reaches the turn before this task resumes.
+        turn.answered_after = turn.updates
+        return response
+
+    request = asyncio.ensure_future(answer())
     try:
         watched: list[asyncio.Future[Any]] = [request, process.exited]
         await asyncio.wait(watched, return_when=asyncio.FIRST_COMPLETED)
@@ -314,7 +322,7 @@ async def absorb_tail(
 
 
 def _is_stale_tail(turn: AcpTurn, request: asyncio.Future[Any]) -> bool:
-    if not turn.suspect_tail or turn.updates or turn.cancel_requested:
+    if not turn.suspect_tail or turn.answered_after or turn.cancel_requested:
         return False
     if request.cancelled() or request.exception() is not None:
         return False

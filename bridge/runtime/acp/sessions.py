@@ -70,6 +70,7 @@ class AcpTurn:
     done: bool = False
     cancel_requested: bool = False
     updates: int = 0  # session updates relayed for this prompt
+    answered_after: int = 0  # of them, those relayed before its answer was read
     # The first prompt after a cancel (on the same process): an empty `end_turn` before any
     # update is the cancelled turn's leftover (a tail), not this prompt's answer.
     suspect_tail: bool = False
