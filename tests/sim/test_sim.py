@@ -255,6 +255,9 @@ def test_the_sweep_finds_a_card_change_stranded_behind_a_slow_one(
         # The prompt after a cancel took a tail for its answer: the agent's first chunk, read
         # with the tail in one batch, counted as an update before it (the answer cut short)
         (4793, True),
+        # A tail agent that cannot load sessions stayed one turn behind after a cancel: each
+        # round after it ended by the stall rules, the queue past the horizon
+        (3602, True),
     ],
 )
 def test_seeds_that_found_bugs(seed: int, storms: bool) -> None:

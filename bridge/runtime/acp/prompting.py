@@ -3,7 +3,8 @@ turn calls, which `AcpRuntime` hands to it.
 
 * **Cancel in place.** `/stop` sends `session/cancel`; once the cancelled prompt's own result
   is back, the next prompt goes to the same process and session. Only an agent known to
-  leave a tail (`cancel_tails`) is restarted and the session reloaded first; a cancel that
+  leave a tail (`cancel_tails`) is restarted and the session reloaded first (a fresh one
+  opened, when it cannot load it: one turn behind for good costs more); a cancel that
   never settles is ended by the core, which kills the agent (`abandon`; it restarts on
   demand).
 * **A tail is never an answer.** The first prompt after a cancel is watched: answered by

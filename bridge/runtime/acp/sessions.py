@@ -372,10 +372,13 @@ class Sessions:
         Cancel in place: the next prompt goes to the same process and session, watched for
         a tail (`cancel_tails`). An agent known to leave one is restarted and the session
         reloaded first (a `session/load` on the same process does not clear it), when no
-        other conversation's turn runs on it. Returns the process to prompt and whether the
-        prompt is to be watched for a tail."""
+        other conversation's turn runs on it. One that cannot load it is restarted all the
+        same: kept, it would be one turn behind for good, each round ended by the stall
+        rules; the prompt goes on in a fresh session (`RuntimeUnavailable`, the turn
+        runner's `session.fresh`). Returns the process to prompt and whether the prompt is
+        to be watched for a tail."""
         session.after_cancel = False
-        if not self.tails.leaves_tail(process.agent_info) or not self.can_restart(process):
+        if not self.tails.leaves_tail(process.agent_info) or self.turns_on(process):
             return process, True
         return await self.restart(session, process, "after a cancelled turn"), False
 
