@@ -56,6 +56,7 @@ from bridge.feishu.resources import Downloaded, FileTransfer
 from bridge.feishu.retry import RetryPolicy
 from bridge.feishu.session import (
     Authorized,
+    Bearer,
     Breaker,
     FeishuSession,
     HttpTransport,
@@ -228,6 +229,7 @@ class FeishuClient:
                 Retried(retry or RetryPolicy(), sleep),
                 Authorized(self.tokens),
                 self._paced,
+                Bearer(self.tokens),
             ],
             HttpTransport(self._http, self._domain),
         )

@@ -7,9 +7,10 @@ through the middlewares, outermost first, down to the transport:
 - `Logged`: a call that finally fails is logged once (code, msg, log_id; never the body);
 - `Retried`: 5xx, 429 and transport errors are retried with the very same bytes (so the same
   `uuid`), unless the call became moot meanwhile (its terms' `moot`);
-- `Authorized`: the tenant token, fetched anew once when Feishu rejects it;
+- `Authorized`: a try Feishu refused for its tenant token is made once more, with a new one;
 - `Paced`: each try waits for its turn in the app's call budget, as its terms' chat and
   lane (unless its caller paid ahead); a 429 tells the budget;
+- `Bearer`: the tenant token, taken once the try's turn has come;
 - the transport: httpx over the client's pool; every answer mapped once
   (`errors.check_response`).
 
@@ -152,14 +153,25 @@ class Authorized:
         self._tokens = tokens
 
     async def __call__(self, sending: Sending, call_next: Next) -> dict[str, Any]:
-        sending.token = await self._tokens.get()
         try:
             return await call_next(sending)
         except TokenInvalid:
-            # Revoked or expired early: fetch a new token and try exactly once more.
+            # Revoked or expired early: forget it and try exactly once more (paced again,
+            # and `Bearer` takes a new token).
             await self._tokens.invalidate(sending.token)
-            sending.token = await self._tokens.get()
             return await call_next(sending)
+
+
+class Bearer:
+    """The token, taken as the try goes out: one taken before its wait in the call budget
+    (a 429's reset can hold a call for tens of seconds) may have lapsed by then."""
+
+    def __init__(self, tokens: Tokens) -> None:
+        self._tokens = tokens
+
+    async def __call__(self, sending: Sending, call_next: Next) -> dict[str, Any]:
+        sending.token = await self._tokens.get()
+        return await call_next(sending)
 
 
 class Paced:
