@@ -3,10 +3,10 @@ turn calls, which `AcpRuntime` hands to it.
 
 * **Cancel in place.** `/stop` sends `session/cancel`; once the cancelled prompt's own result
   is back, the next prompt goes to the same process and session. Only an agent known to
-  leave a tail (`cancel_tails`) is restarted and the session reloaded first (a fresh one
-  opened, when it cannot load it: one turn behind for good costs more); a cancel that
-  never settles is ended by the core, which kills the agent (`abandon`; it restarts on
-  demand).
+  leave a tail (`cancel_tails`) is restarted and the session reloaded first (or, when it
+  cannot load sessions, the session let go for a new one: one turn behind for good costs
+  more); a cancel that never settles is ended by the core, which kills the agent
+  (`abandon`; it restarts on demand).
 * **A tail is never an answer.** The first prompt after a cancel is watched: answered by
   the cancelled turn's leftover result, the agent is restarted, the session reloaded and
   the prompt sent again, so the bridge is never one turn behind (logged, and counted in
