@@ -168,7 +168,9 @@ async def test_without_session_load_an_immediate_empty_end_turn_is_not_the_answe
     tmp_path: Path,
 ) -> None:
     """cancel-tail on an agent that cannot load sessions: the leftover `end_turn` that comes
-    before any update is absorbed instead of ending hello's round with an 'ended' line."""
+    before any update is absorbed instead of ending hello's round with an 'ended' line. The
+    agent is one turn behind from then on until a new process: the next message goes to one,
+    in a fresh session (said so), and is answered as usual."""
     command = agent("cancel-tail", no_load=True)
     settings = {"bridge_stale_seconds": 2.0}  # the absorbed round ends by the stall rule
     async with running_stack(tmp_path, agent_command=command, settings=settings) as stack:
@@ -180,6 +182,34 @@ async def test_without_session_load_an_immediate_empty_end_turn_is_not_the_answe
         await stack.say("/stop")
         await stack.emu.wait_for(lambda: stack.texts().count(STOPPED) == 2)
         assert T("presence.ended_empty") not in stack.texts()
+        shown = len(stack.texts())
+        await answered(stack, "after", "echo: after")
+        await stack.settled()
+        assert stack.texts()[shown:] == [T("session.fresh"), "echo: after"]
+
+
+async def test_without_session_load_a_stop_costs_only_its_own_chat_its_session(
+    tmp_path: Path,
+) -> None:
+    """An agent in the cancel-tail table that cannot load sessions, one process for two
+    chats: after /stop in one, its next message goes on in a new session, said so; the
+    process is not restarted, so the other chat's session and its history stay."""
+    command = agent("cancel-tail", no_load=True, info=CLAUDE_0_23)
+    settings = {"bridge_max_agents": 1, "bridge_stale_seconds": 2.0}
+    async with running_stack(tmp_path, agent_command=command, settings=settings) as stack:
+        other = stack.emu.open_chat("p2p", user_open_id="ou_other")
+        await stack.say("say kept", sender_open_id="ou_other")
+        await stack.wait_text(lambda shown: shown == "kept", chat_id=other)
+        pids = await agent_pids(stack)
+        await stop_a_running_turn(stack)
+        shown = len(stack.texts())
+        await answered(stack, "after", "echo: after")
+        await stack.say("history", sender_open_id="ou_other")
+        await stack.wait_text(lambda shown: shown.startswith("history"), chat_id=other)
+        await stack.settled()
+        assert stack.texts()[shown:] == [T("session.fresh"), "echo: after"]
+        assert stack.texts(other) == ["kept", "history: 2 prompts"]
+        assert await agent_pids(stack) == pids
 
 
 async def test_a_stop_answered_end_turn_is_still_a_stop(tmp_path: Path) -> None:

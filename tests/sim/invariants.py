@@ -122,13 +122,23 @@ def by_chat(run: Run) -> dict[str, list[Seen]]:
             chat_of[post.result] = chat
         if chat is not None and post.op == "reply_card_entity":
             chat_of[post.text] = chat
+    # A try Feishu refused holds its chat's lane through the client's backoff, until the
+    # next try of its call (the tries of one post share its uuid).
+    retried_at: dict[int, float] = {}
+    tries: dict[str, Post] = {}
+    for post in run.posts:
+        if post.uuid:
+            before = tries.get(post.uuid)
+            if before is not None and not before.ok:
+                retried_at[id(before)] = post.start
+            tries[post.uuid] = post
     calls: dict[str, list[Seen]] = defaultdict(list)
     for post in run.posts:
         chat = chat_of.get(post.target) or chat_of.get(post.result)
         if chat is None or _state_reaction(post):
             continue
         text = post.text if post.card is None else repr(post.card)
-        end = _t(post.end or post.start)
+        end = _t(retried_at.get(id(post), post.end or post.start))
         calls[chat].append(Seen(_t(post.start), end, post.op, text, post.ok))
     return calls
 

@@ -44,7 +44,13 @@ def _sweep(
 
 # Seeds that break a rule by a product bug not fixed yet: left out of the sweep, each pinned
 # by a strict xfail below (it flips to a failure once fixed: move it to the seeds kept then).
-KNOWN_BUGS: dict[int, str] = {}
+KNOWN_BUGS: dict[int, str] = {
+    # An agent that leaves a tail after a cancel, on a process another chat's turn keeps
+    # busy, is not restarted: the next prompt's tail is absorbed and its round ended by the
+    # stall rules, itself a cancel, so the chat stays one turn behind while the process is
+    # busy at each of its prompts (docs/agents.md, cancel-tail); its queue passed the horizon.
+    6011: "still running or queued at the horizon",
+}
 
 
 # The sweep in slices, each well inside the suite's per-test timeout (a world with the
@@ -255,6 +261,12 @@ def test_the_sweep_finds_a_card_change_stranded_behind_a_slow_one(
         # A crowd's acks held 40 s by an outage's paused reaction API went with the token
         # taken before they waited, expired meanwhile: the client now takes it at its turn
         (1881, True),
+        # The prompt after a cancel took a tail for its answer: the agent's first chunk, read
+        # with the tail in one batch, counted as an update before it (the answer cut short)
+        (4793, True),
+        # A tail agent that cannot load sessions stayed one turn behind after a cancel: each
+        # round after it ended by the stall rules, the queue past the horizon
+        (3602, True),
         # A message's send took its token, then waited out a 429's reset in the call budget
         # past the token's life: Feishu refused it (99991663); the token is now taken after
         (5827, True),

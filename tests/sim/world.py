@@ -26,7 +26,7 @@ from bridge.core.state import PresenceStyle
 from bridge.engine.actor import ConversationActor, terms_of
 from bridge.engine.engine import Engine, EngineConfig
 from bridge.feishu.budget import CallBudget, Waiter
-from bridge.feishu.delivery import CircuitBreaker
+from bridge.feishu.delivery import BreakerState, CircuitBreaker
 from bridge.feishu.events import BotIdentity, CardAction, CardActionReply, InboundMessage
 from bridge.feishu.http import FeishuHttp
 from bridge.feishu.retry import RetryPolicy
@@ -461,15 +461,27 @@ def _watched(engine: Engine, clock: SimClock, log: list[tuple[float, bool]]) -> 
 
 
 def _paused(breaker: CircuitBreaker, clock: SimClock, log: list[tuple[float, float]]) -> None:
-    """Note when the client's breaker paused reactions, and until when (observation only)."""
-    opened = breaker.record_rate_limited
+    """Note when the client's breaker paused reactions, and until when: its window, and on
+    past it until a call closes it (half-open, it lets one probe through at a time and skips
+    the others) (observation only)."""
+    opened, closed = breaker.record_rate_limited, breaker.record_ok
+    mine: list[int] = []  # this breaker's windows in the log (a restart's breaker shares it)
 
     def on_limited(reset_after: float | None = None) -> float:
         window = opened(reset_after)
+        mine.append(len(log))
         log.append((clock.now(), clock.now() + window))
         return window
 
+    def on_ok() -> None:
+        half_open = breaker.state is BreakerState.HALF_OPEN
+        closed()
+        if half_open and mine:
+            since, until = log[mine[-1]]
+            log[mine[-1]] = (since, max(until, clock.now()))
+
     breaker.record_rate_limited = on_limited  # type: ignore[method-assign]
+    breaker.record_ok = on_ok  # type: ignore[method-assign]
 
 
 def _intervals(log: list[tuple[float, bool]], end: float) -> list[tuple[float, float]]:

@@ -5,9 +5,10 @@ quirks", `cancel-tail`), matched by the `agentInfo` name and version an agent re
 A tail is the cancelled turn's leftover result handed to the next prompt (an immediate empty
 `end_turn`), after which every answer is one turn behind. Only a new process clears it, so
 after a cancel the bridge restarts such an agent and reloads the session before the next
-prompt. Every other agent is cancelled in place: the next prompt goes to the same process
-and session. A tail from an agent not in the table is still caught on that prompt (see
-`turns.run_prompt`); the agent is then remembered here for as long as the bridge runs.
+prompt (or lets it go for a new one, when the agent cannot load it). Every other agent is
+cancelled in place: the next prompt goes to the same process and session. A tail from an
+agent not in the table is still caught on that prompt (see `turns.run_prompt`); the agent
+is then remembered here for as long as the bridge runs.
 """
 
 from __future__ import annotations

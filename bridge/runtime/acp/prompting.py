@@ -3,9 +3,10 @@ turn calls, which `AcpRuntime` hands to it.
 
 * **Cancel in place.** `/stop` sends `session/cancel`; once the cancelled prompt's own result
   is back, the next prompt goes to the same process and session. Only an agent known to
-  leave a tail (`cancel_tails`) is restarted and the session reloaded first; a cancel that
-  never settles is ended by the core, which kills the agent (`abandon`; it restarts on
-  demand).
+  leave a tail (`cancel_tails`) is restarted and the session reloaded first (or, when it
+  cannot load sessions, the session let go for a new one: one turn behind for good costs
+  more); a cancel that never settles is ended by the core, which kills the agent
+  (`abandon`; it restarts on demand).
 * **A tail is never an answer.** The first prompt after a cancel is watched: answered by
   the cancelled turn's leftover result, the agent is restarted, the session reloaded and
   the prompt sent again, so the bridge is never one turn behind (logged, and counted in
@@ -259,7 +260,15 @@ async def run_prompt(
 
     An error answer to a cancelled prompt counts as the `cancelled` stop reason (the spec
     asks agents not to do that, but some do)."""
-    request = asyncio.ensure_future(process.prompt(turn.session_id, blocks))
+
+    async def answer() -> Any:
+        response = await process.prompt(turn.session_id, blocks)
+        # Counted as the answer is read: an update read after it in the same batch (this
+        # prompt's first chunk, after a tail) reaches the turn before this task resumes.
+        turn.answered_after = turn.updates
+        return response
+
+    request = asyncio.ensure_future(answer())
     try:
         watched: list[asyncio.Future[Any]] = [request, process.exited]
         await asyncio.wait(watched, return_when=asyncio.FIRST_COMPLETED)
@@ -314,7 +323,7 @@ async def absorb_tail(
 
 
 def _is_stale_tail(turn: AcpTurn, request: asyncio.Future[Any]) -> bool:
-    if not turn.suspect_tail or turn.updates or turn.cancel_requested:
+    if not turn.suspect_tail or turn.answered_after or turn.cancel_requested:
         return False
     if request.cancelled() or request.exception() is not None:
         return False

@@ -70,6 +70,7 @@ class AcpTurn:
     done: bool = False
     cancel_requested: bool = False
     updates: int = 0  # session updates relayed for this prompt
+    answered_after: int = 0  # of them, those relayed before its answer was read
     # The first prompt after a cancel (on the same process): an empty `end_turn` before any
     # update is the cancelled turn's leftover (a tail), not this prompt's answer.
     suspect_tail: bool = False
@@ -372,9 +373,21 @@ class Sessions:
         a tail (`cancel_tails`). An agent known to leave one is restarted and the session
         reloaded first (a `session/load` on the same process does not clear it), when no
         other conversation's turn runs on it. Returns the process to prompt and whether the
-        prompt is to be watched for a tail."""
+        prompt is to be watched for a tail.
+
+        One that cannot load sessions cannot take this one back clean on any process: kept,
+        it would be one turn behind for good (each round absorbed and ended by the stall
+        rules, a cancel again). It is let go, and `SessionLost` raised: the turn runner
+        opens a new session (`session.fresh`). Not by a restart, which would cost the
+        process's other conversations their sessions too."""
         session.after_cancel = False
-        if not self.tails.leaves_tail(process.agent_info) or not self.can_restart(process):
+        if not self.tails.leaves_tail(process.agent_info):
+            return process, True
+        if not (process.can_load or process.can_resume):
+            self._sessions.drop(session.session_id)
+            process.sessions.discard(session.session_id)
+            raise SessionLost(f"session {session.session_id} holds a cancelled turn's result")
+        if not self.can_restart(process):
             return process, True
         return await self.restart(session, process, "after a cancelled turn"), False
 
