@@ -189,8 +189,10 @@ class SimTransport(httpx.AsyncBaseTransport):
         try:
             answer = await self._answer(post, method, path, request, body)
         except _Hang:
-            await asyncio.sleep(TIMEOUT)
-            post.end = self.now()
+            try:
+                await asyncio.sleep(TIMEOUT)
+            finally:  # cancelled too: the bridge stopped waiting (a card's final view)
+                post.end = self.now()
             raise httpx.ReadTimeout("simulated timeout", request=request) from None
         return _response(answer, request)
 
