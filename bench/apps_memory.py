@@ -29,28 +29,13 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.spawned import BRIDGE, bridge_env, free_port, wait_healthy  # noqa: E402
+from bench.spawned import BRIDGE, apps_config, bridge_env, free_port, wait_healthy  # noqa: E402
 
 LIMIT_MIB = 10.0  # the issue's
 
 
 def app_ids(count: int) -> list[str]:
     return [f"cli_memory_{chr(ord('a') + n)}" for n in range(count)]
-
-
-def config(folder: Path, domain: str, apps: list[str], mode: str) -> Path:
-    (folder / "work").mkdir(parents=True, exist_ok=True)
-    agent = f"{sys.executable} -m bridge.devtools.scripted_agent"
-    text = f"[projects.work]\nagent_command = '{agent}'\nworkdir = 'work'\n"
-    for n, app in enumerate(apps):
-        text += (
-            f'\n[apps.app{n}]\napp_id = "{app}"\napp_secret_env = "SECRET_{n}"\n'
-            f'verification_token_env = "TOKEN_{n}"\ndomain = "{domain}"\nmode = "{mode}"\n'
-            'allow_all = true\ndefault_project = "work"\n'
-        )
-    path = folder / "bridge.toml"
-    path.write_text(text)
-    return path
 
 
 def memory(pid: int) -> tuple[float, float]:
@@ -78,7 +63,11 @@ async def idle(count: int, args: argparse.Namespace) -> tuple[float, float]:
             env = bridge_env(emu, Path(folder), port, BRIDGE_LOG_LEVEL="WARNING", **keys)
             for key in [k for k in env if k.startswith("FEISHU_")]:
                 del env[key]  # the apps are the file's
-            env["BRIDGE_CONFIG_FILE"] = str(config(Path(folder), emu.url, apps, args.mode))
+            env["BRIDGE_CONFIG_FILE"] = str(
+                apps_config(
+                    Path(folder), emu.url, apps, [f"app{n}" for n in range(len(apps))], args.mode
+                )
+            )
             with open(Path(folder, "bridge.log"), "ab") as log:  # noqa: ASYNC230
                 process = subprocess.Popen(  # noqa: ASYNC220
                     [str(BRIDGE), "run"], env=env, stdin=subprocess.DEVNULL, stderr=log

@@ -48,7 +48,15 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.outage_bench import schedule  # noqa: E402
-from bench.spawned import BRIDGE, bridge_env, cpu_s, free_port, loop_lag, wait_healthy  # noqa: E402
+from bench.spawned import (  # noqa: E402
+    BRIDGE,
+    apps_config,
+    bridge_env,
+    cpu_s,
+    free_port,
+    loop_lag,
+    wait_healthy,
+)
 from bridge.config.budget import BudgetSection  # noqa: E402
 
 TWINS = ("X", "Y")
@@ -92,21 +100,6 @@ def app_name(n: int) -> str:
     return chr(ord("a") + n)
 
 
-def config(folder: Path, domain: str, apps: list[str]) -> Path:
-    (folder / "work").mkdir(parents=True, exist_ok=True)
-    agent = f"{sys.executable} -m bridge.devtools.scripted_agent"
-    text = f"[projects.work]\nagent_command = '{agent}'\nworkdir = 'work'\n"
-    for n, app in enumerate(apps):
-        text += (
-            f'\n[apps.{app_name(n)}]\napp_id = "{app}"\napp_secret_env = "SECRET_{n}"\n'
-            f'verification_token_env = "TOKEN_{n}"\ndomain = "{domain}"\nmode = "webhook"\n'
-            'allow_all = true\ndefault_project = "work"\n'
-        )
-    path = folder / "bridge.toml"
-    path.write_text(text)
-    return path
-
-
 def start(emu: Any, twin: Twin, folder: Path, args: argparse.Namespace) -> None:
     keys = {f"SECRET_{n}": f"{a}-secret" for n, a in enumerate(twin.apps)}
     keys |= {f"TOKEN_{n}": f"{a}-t" for n, a in enumerate(twin.apps)}
@@ -114,7 +107,9 @@ def start(emu: Any, twin: Twin, folder: Path, args: argparse.Namespace) -> None:
     env = bridge_env(emu, folder, twin.port, BRIDGE_LOG_LEVEL="WARNING", **keys)
     for key in [k for k in env if k.startswith("FEISHU_")]:
         del env[key]  # the apps are the file's
-    env["BRIDGE_CONFIG_FILE"] = str(config(folder, emu.url, twin.apps))
+    env["BRIDGE_CONFIG_FILE"] = str(
+        apps_config(folder, emu.url, twin.apps, [app_name(n) for n in range(len(twin.apps))])
+    )
     env["BRIDGE_DELIVERY_GIVE_UP_SECONDS"] = str(args.give_up)
     with open(folder / "bridge.log", "ab") as log:
         twin.process = subprocess.Popen(

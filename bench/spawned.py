@@ -74,6 +74,26 @@ def bridge_env(emu: Any, folder: Path, port: int, **settings: str) -> dict[str, 
     }
 
 
+def apps_config(
+    folder: Path, domain: str, app_ids: list[str], names: list[str], mode: str = "webhook"
+) -> Path:
+    """A BRIDGE_CONFIG_FILE in `folder`: the apps `app_ids` of the emulator at `domain`,
+    named `names`, their secrets in SECRET_<n> and TOKEN_<n>, all on one project of the
+    scripted agent."""
+    (folder / "work").mkdir(parents=True, exist_ok=True)
+    agent = f"{sys.executable} -m bridge.devtools.scripted_agent"
+    text = f"[projects.work]\nagent_command = '{agent}'\nworkdir = 'work'\n"
+    for n, (app, name) in enumerate(zip(app_ids, names, strict=True)):
+        text += (
+            f'\n[apps.{name}]\napp_id = "{app}"\napp_secret_env = "SECRET_{n}"\n'
+            f'verification_token_env = "TOKEN_{n}"\ndomain = "{domain}"\nmode = "{mode}"\n'
+            'allow_all = true\ndefault_project = "work"\n'
+        )
+    path = folder / "bridge.toml"
+    path.write_text(text)
+    return path
+
+
 async def wait_healthy(port: int, process: subprocess.Popen[bytes]) -> None:
     """Until `GET /healthz` on `port` answers 200, polled every 10 ms (30 s at most)."""
     async with httpx.AsyncClient(trust_env=False, timeout=1.0) as http:

@@ -81,11 +81,6 @@ class Readiness:
     ready: bool = False
     started_at: float = 0.0
 
-    @property
-    def longconn(self) -> LongConnection | None:
-        """The first app's long connection (the only one of a single app)."""
-        return self.longconns[0] if self.longconns else None
-
     def healthy(self) -> bool:
         """Ready, and (in websocket mode) some app's long connection that has not given up:
         one app's dead connection (a wrong secret) is its own fault, told by /status, not
@@ -332,15 +327,9 @@ def feishu_client(
     """The outbound Feishu stack as the service runs it: the client (its token, retries and
     breaker) paced by `budget`. The simulator gives it a transport that plays Feishu and a
     retry policy whose jitter comes from the seed."""
-    return FeishuClient(
-        section.feishu_app_id or "",
-        secret(section.feishu_app_secret) or "",
-        section.feishu_domain,
-        clock=clock.now,
-        cut_notice=lambda kept, total: translator("reply.cut", kept=kept, total=total),
-        budget=budget,
-        http=http,
-        retry=retry,
+    app_id, app_secret = section.feishu_app_id, secret(section.feishu_app_secret)
+    return _client(
+        app_id, app_secret, section.feishu_domain, clock, translator, budget, http, retry
     )
 
 
@@ -631,13 +620,28 @@ def project_settings(settings: Settings, project: Project) -> Settings:
 
 def app_client(app: App, clock: Clock, translator: Translator, budget: CallBudget) -> FeishuClient:
     """An app's outbound Feishu stack (`feishu_client`, for an app of several)."""
+    return _client(app.app_id, secret(app.app_secret), app.domain, clock, translator, budget)
+
+
+def _client(
+    app_id: str | None,
+    app_secret: str | None,
+    domain: str,
+    clock: Clock,
+    translator: Translator,
+    budget: CallBudget,
+    http: httpx.AsyncClient | None = None,
+    retry: RetryPolicy | None = None,
+) -> FeishuClient:
     return FeishuClient(
-        app.app_id or "",
-        secret(app.app_secret) or "",
-        app.domain,
+        app_id or "",
+        app_secret or "",
+        domain,
         clock=clock.now,
         cut_notice=lambda kept, total: translator("reply.cut", kept=kept, total=total),
         budget=budget,
+        http=http,
+        retry=retry,
     )
 
 
