@@ -136,9 +136,7 @@ class PostgresDriver:
             try:
                 await pool.open(wait=True, timeout=self._connect_timeout)
                 async with pool.connection() as conn:
-                    if self._schema is not None:
-                        await conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{self._schema}"')
-                    await migrate(conn)
+                    await migrate(conn, self._schema)
             except BaseException:
                 await pool.close()
                 raise

@@ -226,12 +226,16 @@ async def schema_version(conn: AsyncConnection[tuple[object, ...]]) -> int:
     return 0 if row is None else int(str(row[0]))
 
 
-async def migrate(conn: AsyncConnection[tuple[object, ...]]) -> None:
+async def migrate(conn: AsyncConnection[tuple[object, ...]], schema: str | None = None) -> None:
     """Bring the schema to the newest version in ONE transaction, holding an advisory lock
     so two bridges starting at once migrate one after the other (the second finds nothing
-    to do). `conn` must be in autocommit mode (no transaction open)."""
+    to do). `schema`, when given, is made first under the same lock: CREATE SCHEMA IF NOT
+    EXISTS from two connections at once can fail on the catalogue's key. `conn` must be in
+    autocommit mode (no transaction open)."""
     async with conn.transaction():
         await conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,))
+        if schema is not None:  # a name of letters, digits, `_` (apps.NAME): no quoting
+            await conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
         await conn.execute(
             "CREATE TABLE IF NOT EXISTS schema_version ("
             " version INTEGER PRIMARY KEY,"
