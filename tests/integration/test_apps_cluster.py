@@ -42,8 +42,10 @@ def _config(folder: Path, domain: str) -> Path:
             f'verification_token_env = "TOKEN_{name.upper()}"\ndomain = "{domain}"\n'
             'mode = "webhook"\nallow_all = true\ndefault_project = "work"\n'
         )
-    path = folder / "bridge.toml"
-    path.write_text(text)
+    # Each instance writes it as it starts, while the other may be reading it: whole or not at all.
+    path, draft = folder / "bridge.toml", folder / f"bridge.toml.{os.getpid()}.{id(text)}"
+    draft.write_text(text)
+    draft.replace(path)
     return path
 
 
@@ -132,8 +134,8 @@ async def test_sigkill_of_an_instance_serving_two_apps_loses_and_doubles_nothing
             instance(emu, pg_database, "doomed", tmp_path) as (doomed, doomed_port),
             instance(emu, pg_database, "survivor", tmp_path) as (survivor, survivor_port),
         ):
-            await wait_healthy(doomed_port, doomed)
-            await wait_healthy(survivor_port, survivor)
+            await wait_healthy(doomed_port, doomed, tmp_path / "doomed.log")
+            await wait_healthy(survivor_port, survivor, tmp_path / "survivor.log")
             group = emu.open_chat("group", bots=list(APPS.values()))
             # (app, how to write in the chat): each app's private chats, and the group,
             # where each message @-mentions one bot.

@@ -227,10 +227,19 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-async def wait_healthy(port: int, process: subprocess.Popen[bytes]) -> None:
+def _tail(log: Path) -> str:
+    return log.read_text(errors="replace")[-3000:]
+
+
+async def wait_healthy(
+    port: int, process: subprocess.Popen[bytes], log: Path | None = None
+) -> None:
+    """Until /healthz answers 200; an instance that exits first fails with its log's tail."""
     async with httpx.AsyncClient(trust_env=False, timeout=1.0) as http:
         for _ in range(3000):
-            assert process.poll() is None, "the instance exited at start"
+            if process.poll() is not None:
+                tail = _tail(log) if log is not None else ""
+                raise AssertionError(f"the instance exited at start ({process.returncode})\n{tail}")
             with contextlib.suppress(httpx.TransportError):
                 if (await http.get(f"http://127.0.0.1:{port}/healthz")).status_code == 200:
                     return
@@ -252,8 +261,8 @@ async def test_sigkill_of_an_instance_mid_run_tells_its_users_and_runs_its_queue
             emu, pg_url, "survivor", tmp_path, lease, state["survivor"]
         )
         try:
-            await wait_healthy(doomed_port, doomed)
-            await wait_healthy(survivor_port, survivor)
+            await wait_healthy(doomed_port, doomed, tmp_path / "doomed.log")
+            await wait_healthy(survivor_port, survivor, tmp_path / "survivor.log")
             to_doomed = f"http://127.0.0.1:{doomed_port}/feishu/events"
             to_survivor = f"http://127.0.0.1:{survivor_port}/feishu/events"
             running: list[str] = []
