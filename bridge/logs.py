@@ -27,6 +27,12 @@ def credentials_in(environ: Mapping[str, str]) -> list[str]:
     ]
 
 
+def app_prefix(app: str) -> str:
+    """What starts a line about one app of a bridge that serves several ("app NAME: ";
+    nothing when unnamed)."""
+    return f"app {app}: " if app else ""
+
+
 class SecretMask(logging.Formatter):
     """Formats a record (message and traceback), then masks every known secret in it."""
 

@@ -510,6 +510,7 @@ class _Shared:
                     *tuning.probes(settings.budget),
                     give_up_after=settings.budget.bridge_delivery_give_up_seconds,
                 ),
+                app=app.name,
             ),
             clock=clock,
             publish=publish,
@@ -620,7 +621,9 @@ def project_settings(settings: Settings, project: Project) -> Settings:
 
 def app_client(app: App, clock: Clock, translator: Translator, budget: CallBudget) -> FeishuClient:
     """An app's outbound Feishu stack (`feishu_client`, for an app of several)."""
-    return _client(app.app_id, secret(app.app_secret), app.domain, clock, translator, budget)
+    return _client(
+        app.app_id, secret(app.app_secret), app.domain, clock, translator, budget, name=app.name
+    )
 
 
 def _client(
@@ -632,6 +635,7 @@ def _client(
     budget: CallBudget,
     http: httpx.AsyncClient | None = None,
     retry: RetryPolicy | None = None,
+    name: str = "",
 ) -> FeishuClient:
     return FeishuClient(
         app_id or "",
@@ -642,6 +646,7 @@ def _client(
         budget=budget,
         http=http,
         retry=retry,
+        app=name,
     )
 
 

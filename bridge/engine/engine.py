@@ -65,6 +65,7 @@ class EngineConfig:
     # The other states' reactions (received: `ack_emoji`).
     reaction_emoji: ReactionEmoji = field(default_factory=ReactionEmoji)
     store_retry: StoreRetry = field(default_factory=StoreRetry)  # a turn's store calls, likewise
+    app: str = ""  # the app's name in log lines, when the bridge serves several
 
 
 class Engine:
@@ -87,7 +88,7 @@ class Engine:
         self.budget = budget  # the app's Feishu call budget (for /status)
         now = clock.now
         # Feishu's health as the posts find it: one gate for the app (delivery.py).
-        self.gate = FeishuGate(now, rng or system_random(), config.delivery)
+        self.gate = FeishuGate(now, rng or system_random(), config.delivery, config.app)
         if metrics is not None:
             metrics.watch_feishu(self.gate.state)
         cards = CardViews(translator, requester_may_approve=config.options.requester_may_approve)

@@ -60,9 +60,9 @@ from bridge.feishu.session import (
     Breaker,
     FeishuSession,
     HttpTransport,
+    Logged,
     Paced,
     Retried,
-    logged,
 )
 from bridge.feishu.text import (
     DEFAULT_MAX_BYTES,
@@ -72,6 +72,7 @@ from bridge.feishu.text import (
     split_text,
 )
 from bridge.i18n import Translator
+from bridge.logs import app_prefix
 
 log = logging.getLogger(__name__)
 
@@ -112,8 +113,10 @@ class TenantTokenManager:
         *,
         clock: Callable[[], float],
         refresh_margin: float = DEFAULT_REFRESH_MARGIN,
+        app: str = "",
     ) -> None:
         self._http = http
+        self._who = app_prefix(app)
         self._url = domain.rstrip("/") + TOKEN_PATH
         self._app_id = app_id
         self._app_secret = app_secret
@@ -142,7 +145,9 @@ class TenantTokenManager:
             except (ServerError, TransportError) as exc:
                 # Inside the refresh margin the old token still works: keep using it.
                 if cached is not None and now < cached.expires_at:
-                    log.warning("tenant token refresh failed, keeping current token: %s", exc)
+                    log.warning(
+                        "%stenant token refresh failed, keeping current token: %s", self._who, exc
+                    )
                     return cached.value
                 raise
             return self._cached.value
@@ -203,8 +208,10 @@ class FeishuClient:
         max_parts: int = DEFAULT_MAX_PARTS,
         cut_notice: Callable[[int, int], str] | None = None,
         budget: CallBudget | None = None,
+        app: str = "",
     ) -> None:
-        """`clock`: the bridge's (`Clock.now`), on which tokens expire and the breaker cools."""
+        """`clock`: the bridge's (`Clock.now`), on which tokens expire and the breaker cools;
+        `app`: its name in log lines, when the bridge serves several."""
         self._domain = domain.rstrip("/")
         self._owns_http = http is None
         self._http = http or FeishuHttp(base_url=self._domain, timeout=timeout)
@@ -219,13 +226,14 @@ class FeishuClient:
             app_secret,
             clock=clock,
             refresh_margin=token_refresh_margin,
+            app=app,
         )
-        self._breaker = Breaker(breaker or CircuitBreaker(now=clock))
+        self._breaker = Breaker(breaker or CircuitBreaker(now=clock), app)
         self._paced = Paced(budget)  # every try waits for its turn in the app's call budget
         self.session = FeishuSession(
             [
                 self._breaker,
-                logged,
+                Logged(app),
                 Retried(retry or RetryPolicy(), sleep),
                 Authorized(self.tokens),
                 self._paced,

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from bridge.feishu.errors import FeishuError, RateLimited, ServerError, TransportError
+from bridge.logs import app_prefix
 
 log = logging.getLogger(__name__)
 
@@ -70,8 +71,10 @@ class FeishuGate:
         now: Callable[[], float],
         rng: random.Random,
         policy: DeliveryPolicy | None = None,
+        app: str = "",
     ) -> None:
         self._now = now
+        self._who = app_prefix(app)  # whose Feishu, in the log lines of a bridge of several apps
         self._rng = rng
         self.policy = policy or DeliveryPolicy()
         self.down_since: float | None = None
@@ -140,7 +143,9 @@ class FeishuGate:
         self.failures += 1
         now = self._now()
         if self.down_since is None:
-            log.warning("Feishu looks down (%s); owed posts wait for it", type(exc).__name__)
+            log.warning(
+                "%sFeishu looks down (%s); owed posts wait for it", self._who, type(exc).__name__
+            )
             self.down_since = now
             self._wait = self.policy.first_probe
         elif probe:
@@ -187,7 +192,9 @@ class FeishuGate:
 
     def _up(self) -> None:
         if self.down_since is not None:
-            log.warning("Feishu answers again after %.1f s", self._now() - self.down_since)
+            log.warning(
+                "%sFeishu answers again after %.1f s", self._who, self._now() - self.down_since
+            )
         self.down_since = None
         self._probing = False
         self._changed.set()

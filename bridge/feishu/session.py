@@ -40,6 +40,7 @@ from bridge.feishu.errors import (
 from bridge.feishu.json_codec import dumps
 from bridge.feishu.requests import CallTerms, FeishuRequest
 from bridge.feishu.retry import RetryPolicy, Sleep, retried
+from bridge.logs import app_prefix
 from bridge.utf8 import utf8_safe
 
 log = logging.getLogger("bridge.feishu.client")  # the client's calls, logged as its own
@@ -72,8 +73,9 @@ class Tokens(Protocol):
 
 
 class Breaker:
-    def __init__(self, breaker: CircuitBreaker) -> None:
+    def __init__(self, breaker: CircuitBreaker, app: str = "") -> None:
         self.breaker = breaker
+        self._who = app_prefix(app)
 
     async def __call__(self, sending: Sending, call_next: Next) -> dict[str, Any]:
         request = sending.request
@@ -91,29 +93,34 @@ class Breaker:
         finally:
             if limited is not None:
                 window = self.breaker.record_rate_limited(limited.reset_after)
-                log.info("reactions paused for %.0fs after a rate limit", window)
+                log.info("%sreactions paused for %.0fs after a rate limit", self._who, window)
             else:
                 self.breaker.record_ok()
 
 
-async def logged(sending: Sending, call_next: Next) -> dict[str, Any]:
-    try:
-        return await call_next(sending)
-    except Skipped:
-        raise
-    except FeishuError as exc:
-        request = sending.request
-        log.log(
-            request.failure_level,
-            "feishu %s failed: %s code=%s msg=%r http_status=%s log_id=%s",
-            request.label(),
-            type(exc).__name__,
-            exc.code,
-            exc.msg,
-            exc.http_status,
-            exc.log_id,
-        )
-        raise
+class Logged:
+    def __init__(self, app: str = "") -> None:
+        self._who = app_prefix(app)
+
+    async def __call__(self, sending: Sending, call_next: Next) -> dict[str, Any]:
+        try:
+            return await call_next(sending)
+        except Skipped:
+            raise
+        except FeishuError as exc:
+            request = sending.request
+            log.log(
+                request.failure_level,
+                "%sfeishu %s failed: %s code=%s msg=%r http_status=%s log_id=%s",
+                self._who,
+                request.label(),
+                type(exc).__name__,
+                exc.code,
+                exc.msg,
+                exc.http_status,
+                exc.log_id,
+            )
+            raise
 
 
 class Retried:

@@ -329,6 +329,19 @@ async def test_business_error_not_retried_and_logged_once_without_secrets(
         assert TEXT not in message
 
 
+async def test_a_named_apps_failure_line_names_the_app(
+    router: respx.MockRouter, clock: Clock, sleeps: Sleeps, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A bridge serving several apps: the operator must tell whose Feishu refused.
+    router.post(MESSAGES).mock(return_value=httpx.Response(400, json={"code": 230002, "msg": "x"}))
+    caplog.set_level(logging.INFO, logger="bridge.feishu")
+    async with FeishuClient("cli_b", SECRET, DOMAIN, clock=clock, sleep=sleeps, app="b") as b:
+        with pytest.raises(BusinessError):
+            await b.send_text("oc_1", TEXT, uuid="u")
+    [failure] = [r.getMessage() for r in caplog.records if "failed" in r.getMessage()]
+    assert failure.startswith("app b: feishu ")
+
+
 async def test_long_rate_limit_wait_is_raised_not_slept(
     router: respx.MockRouter, client: FeishuClient, sleeps: Sleeps
 ) -> None:
