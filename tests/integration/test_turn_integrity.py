@@ -212,6 +212,36 @@ async def test_without_session_load_a_stop_costs_only_its_own_chat_its_session(
         assert await agent_pids(stack) == pids
 
 
+async def test_after_stop_on_an_agent_another_chat_keeps_busy_the_restart_waits_its_turn(
+    tmp_path: Path,
+) -> None:
+    """An agent in the cancel-tail table, one process for two chats: after /stop in one,
+    its next message comes while the other chat's turn runs there. Restarting now would
+    cost the other chat its turn; prompting now would get the tail (one turn behind, each
+    time the process is busy). The message waits for the other turn to end, then the agent
+    is restarted and the session reloaded: each chat gets its own answer, once."""
+    command = agent("cancel-tail", info=CLAUDE_0_23)
+    busy = T("progress.tool", title="Busy")
+    async with running_stack(
+        tmp_path, agent_command=command, settings={"bridge_max_agents": 1}
+    ) as stack:
+        other = stack.emu.open_chat("p2p", user_open_id="ou_other")
+        await stop_a_running_turn(stack)
+        pids = await agent_pids(stack)
+        await stack.say("tool Busy\nsleep 1500\nsay other done", sender_open_id="ou_other")
+        await stack.wait_text(lambda shown: shown == busy, chat_id=other)
+        await answered(stack, "sleep 200\nsay hello", "hello")
+        await answered(stack, "history", "history: 3 prompts")  # the session reloaded
+        await stack.settled()
+
+        assert stack.texts() == [WORKING, STOPPED, "hello", "history: 3 prompts"]
+        assert stack.texts(other) == [busy, "other done"]
+        in_order = [m.text for m in stack.emu.bot_messages() if m.text in ("other done", "hello")]
+        assert in_order == ["other done", "hello"]  # the restart waited for the other turn
+        assert set(await agent_pids(stack)).isdisjoint(pids)
+        assert cancel_tails(await ops(stack, "/metrics")) == 0
+
+
 async def test_a_stop_answered_end_turn_is_still_a_stop(tmp_path: Path) -> None:
     """cancel-end-turn (copilot-cli, opencode): the stopped round says stopped, and the next
     message is answered as usual."""

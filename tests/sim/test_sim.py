@@ -44,13 +44,7 @@ def _sweep(
 
 # Seeds that break a rule by a product bug not fixed yet: left out of the sweep, each pinned
 # by a strict xfail below (it flips to a failure once fixed: move it to the seeds kept then).
-KNOWN_BUGS: dict[int, str] = {
-    # An agent that leaves a tail after a cancel, on a process another chat's turn keeps
-    # busy, is not restarted: the next prompt's tail is absorbed and its round ended by the
-    # stall rules, itself a cancel, so the chat stays one turn behind while the process is
-    # busy at each of its prompts (docs/agents.md, cancel-tail); its queue passed the horizon.
-    6011: "still running or queued at the horizon",
-}
+KNOWN_BUGS: dict[int, str] = {}
 
 
 # The sweep in slices, each well inside the suite's per-test timeout (a world with the
@@ -270,6 +264,11 @@ def test_the_sweep_finds_a_card_change_stranded_behind_a_slow_one(
         # A message's send took its token, then waited out a 429's reset in the call budget
         # past the token's life: Feishu refused it (99991663); the token is now taken after
         (5827, True),
+        # An agent that leaves a tail after a cancel, on a process another chat's turn kept
+        # busy, was not restarted: the next prompt's tail was absorbed and its round ended by
+        # the stall rules, itself a cancel, so the chat stayed one turn behind while the
+        # process was busy at its prompts; the prompt now waits for the process to be free
+        (6011, True),
     ],
 )
 def test_seeds_that_found_bugs(seed: int, storms: bool) -> None:

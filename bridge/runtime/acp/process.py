@@ -253,6 +253,9 @@ class AgentProcess:
     sessions: set[str] = field(default_factory=set)
     ready: bool = False  # initialize completed
     retiring: bool = False  # stopped on purpose (a restart after a cancel), not a crash
+    # A restart waiting for the other turns on it to end: new prompts wait for it too, so
+    # they cannot keep it busy for ever (`Sessions.until_free`).
+    hold: asyncio.Future[None] | None = None
     tasks: set[asyncio.Task[Any]] = field(default_factory=set)
 
     @property

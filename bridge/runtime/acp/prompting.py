@@ -45,7 +45,13 @@ from bridge.paths import safe_name, within
 from bridge.runtime.acp.client import PendingRequests
 from bridge.runtime.acp.pool import describe_error
 from bridge.runtime.acp.process import AgentProcess
-from bridge.runtime.acp.sessions import AcpSession, AcpTurn, SessionLost, Sessions
+from bridge.runtime.acp.sessions import (
+    AcpSession,
+    AcpTurn,
+    AfterCancel,
+    SessionLost,
+    Sessions,
+)
 from bridge.runtime.events import PromptSent, RuntimeExited, RuntimeFailed, StopReason, TurnEnded
 from bridge.runtime.port import EventSink, PromptFile, RuntimeUnavailable
 
@@ -89,16 +95,23 @@ class Prompting:
                 await asyncio.wait_for(stopped.ended.wait(), STOPPED_TURN_WAIT)
         if session.turn is not None:
             raise RuntimeError(f"a turn is already running on session {session_id}")
-        process = await self._sessions.ensure_bound(session)
-        suspect_tail = False
+        process = await self._sessions.past_hold(
+            session, await self._sessions.ensure_bound(session)
+        )
+        how = AfterCancel.CLEAN
         if session.after_cancel:
-            process, suspect_tail = await self._sessions.settle_after_cancel(session, process)
-        turn = AcpTurn(session_id, sink, suspect_tail=suspect_tail)
+            process, how = await self._sessions.settle_after_cancel(session, process)
+        turn = AcpTurn(session_id, sink, suspect_tail=how is AfterCancel.WATCH)
         self._sessions.turn_began(session, turn)
         session.prompts += 1
-        turn.emit(PromptSent(session_id))
         try:
             self._on_change()  # a slot's running turns
+            if how is AfterCancel.RESTART_WHEN_FREE:
+                restarted = await self._restart_when_free(session, process, turn)
+                if restarted is None:
+                    return  # stopped while it waited, or the agent could not come back
+                process = restarted
+            turn.emit(PromptSent(session_id))  # the agent's silence counts from here
             if await self._run(process, session, turn, text, files):
                 await self._after_tail(process, session, turn, text, files)
         finally:
@@ -126,6 +139,32 @@ class Prompting:
             exited=self._exited,
             shutdown_timeout=self._shutdown_timeout,
         )
+
+    async def _restart_when_free(
+        self, session: AcpSession, process: AgentProcess, turn: AcpTurn
+    ) -> AgentProcess | None:
+        """An agent that leaves a tail after a cancel, on a process another chat's turn keeps
+        busy: prompted there, it would answer with the tail and stay one turn behind each
+        time the process is busy. The prompt waits (the user sees the turn running) until
+        the other turns end, then the agent is restarted and the session reloaded. None,
+        the turn finished, when it was stopped meanwhile or the agent did not come back."""
+        turn.moving = True  # it runs nothing while it waits: not a turn the others wait for
+        try:
+            if not await self._sessions.until_free(process, turn):
+                turn.finish(TurnEnded(session.session_id, StopReason.CANCELLED))
+                return None
+            restarted = await self._sessions.restart(session, process, "after a cancelled turn")
+        except RuntimeUnavailable as exc:
+            turn.finish(RuntimeFailed(session.session_id, reason=exc.reason[:80]))
+            return None
+        finally:
+            turn.moving = False
+            turn.released = None
+            self._sessions.release_hold(process)
+        if turn.cancel_requested:  # /stop while the agent restarted
+            turn.finish(TurnEnded(session.session_id, StopReason.CANCELLED))
+            return None
+        return restarted
 
     async def _after_tail(
         self,

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import enum
 import logging
 from collections import Counter
 from collections.abc import Iterator, Mapping
@@ -231,6 +232,14 @@ class SessionTable:
         return self._sessions[slot], self._running[slot]
 
 
+class AfterCancel(enum.Enum):
+    """How the first prompt after a cancel goes (`Sessions.settle_after_cancel`)."""
+
+    WATCH = "watch"  # to the same process, watched for a tail
+    CLEAN = "clean"  # the process was restarted and the session reloaded: no tail can come
+    RESTART_WHEN_FREE = "restart_when_free"  # a restart is owed once no other turn runs on it
+
+
 class SessionLost(RuntimeUnavailable):
     """The session is unknown here, or its agent restarted without being able to reload it."""
 
@@ -366,14 +375,15 @@ class Sessions:
 
     async def settle_after_cancel(
         self, session: AcpSession, process: AgentProcess
-    ) -> tuple[AgentProcess, bool]:
+    ) -> tuple[AgentProcess, AfterCancel]:
         """Settle a session whose last turn was cancelled, before its next prompt.
 
         Cancel in place: the next prompt goes to the same process and session, watched for
         a tail (`cancel_tails`). An agent known to leave one is restarted and the session
-        reloaded first (a `session/load` on the same process does not clear it), when no
-        other conversation's turn runs on it. Returns the process to prompt and whether the
-        prompt is to be watched for a tail.
+        reloaded first (a `session/load` on the same process does not clear it); while
+        another conversation's turn runs on it, the restart is owed (`RESTART_WHEN_FREE`:
+        the prompt waits for those turns, `until_free`). Returns the process to prompt and
+        how.
 
         One that cannot load sessions cannot take this one back clean on any process: kept,
         it would be one turn behind for good (each round absorbed and ended by the stall
@@ -382,14 +392,54 @@ class Sessions:
         process's other conversations their sessions too."""
         session.after_cancel = False
         if not self.tails.leaves_tail(process.agent_info):
-            return process, True
+            return process, AfterCancel.WATCH
         if not (process.can_load or process.can_resume):
             self._sessions.drop(session.session_id)
             process.sessions.discard(session.session_id)
             raise SessionLost(f"session {session.session_id} holds a cancelled turn's result")
         if not self.can_restart(process):
-            return process, True
-        return await self.restart(session, process, "after a cancelled turn"), False
+            return process, AfterCancel.RESTART_WHEN_FREE
+        return await self.restart(session, process, "after a cancelled turn"), AfterCancel.CLEAN
+
+    async def until_free(self, process: AgentProcess, turn: AcpTurn) -> bool:
+        """Until no turn but `turn` runs on `process`, so that restarting it costs no one
+        their turn; new prompts are held off it meanwhile (`past_hold`: else the chats
+        sharing it could keep it busy for ever). False when `turn` is stopped first. The
+        caller restarts the process, then `release_hold`s it."""
+        loop = asyncio.get_running_loop()
+        if process.hold is None or process.hold.done():
+            process.hold = loop.create_future()
+        released = turn.released = loop.create_future()
+        if turn.cancel_requested:
+            return False
+        while True:
+            busy = [t for t in self.turns_on(process) if t is not turn]
+            if not busy or not process.alive:
+                return True
+            ends = [asyncio.ensure_future(t.ended.wait()) for t in busy]
+            try:
+                await asyncio.wait(
+                    [*ends, released, process.exited], return_when=asyncio.FIRST_COMPLETED
+                )
+            finally:
+                for end in ends:
+                    end.cancel()
+            if released.done():
+                return False
+
+    @staticmethod
+    def release_hold(process: AgentProcess) -> None:
+        hold, process.hold = process.hold, None
+        if hold is not None and not hold.done():
+            hold.set_result(None)
+
+    async def past_hold(self, session: AcpSession, process: AgentProcess) -> AgentProcess:
+        """`process` once no restart holds it (`until_free`): then the process serving
+        the session, which the restart replaced."""
+        while process.hold is not None and not process.hold.done():
+            await asyncio.shield(process.hold)
+            process = await self.ensure_bound(session)
+        return process
 
     def can_restart(self, process: AgentProcess, turn: AcpTurn | None = None) -> bool:
         """A restart loses nothing: the agent can load its sessions back, and no turn but
