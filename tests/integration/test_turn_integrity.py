@@ -242,6 +242,33 @@ async def test_after_stop_on_an_agent_another_chat_keeps_busy_the_restart_waits_
         assert cancel_tails(await ops(stack, "/metrics")) == 0
 
 
+async def test_a_stop_while_the_restart_waits_for_another_chats_turn_stops_it(
+    tmp_path: Path,
+) -> None:
+    """The same wait, stopped: the round says stopped at once, not when the other chat's turn
+    ends. (The core holds a stop that comes before the prompt reached the agent, and cancels
+    the prompt as it goes out.) The next message still gets its own answer."""
+    command = agent("cancel-tail", info=CLAUDE_0_23)
+    busy = T("progress.tool", title="Busy")
+    async with running_stack(
+        tmp_path, agent_command=command, settings={"bridge_max_agents": 1}
+    ) as stack:
+        other = stack.emu.open_chat("p2p", user_open_id="ou_other")
+        await stop_a_running_turn(stack)
+        await stack.say("tool Busy\nsleep 3000\nsay other done", sender_open_id="ou_other")
+        await stack.wait_text(lambda shown: shown == busy, chat_id=other)
+        await stack.say("say never")
+        await stack.say("/stop")
+        await stack.emu.wait_for(lambda: stack.texts().count(STOPPED) == 2)
+        assert "other done" not in stack.texts(other)  # stopped before the other turn ended
+        await stack.wait_text(lambda shown: shown == "other done", chat_id=other)
+        await answered(stack, "sleep 200\nsay hello", "hello")
+        await stack.settled()
+        assert "never" not in stack.texts()
+        assert T("presence.ended_empty") not in stack.texts()
+        assert stack.texts(other) == [busy, "other done"]
+
+
 async def test_a_stop_answered_end_turn_is_still_a_stop(tmp_path: Path) -> None:
     """cancel-end-turn (copilot-cli, opencode): the stopped round says stopped, and the next
     message is answered as usual."""
