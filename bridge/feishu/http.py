@@ -140,6 +140,9 @@ class _NoCookies(httpx.Cookies):
     def extract_cookies(self, response: httpx.Response) -> None:
         return None
 
+    def __bool__(self) -> bool:  # never any: not the jar's walk under its lock at each call
+        return False
+
 
 class FeishuHttp(httpx.AsyncClient):
     """- No cookies: Feishu's Open API sets none the bridge needs, yet httpx parses every

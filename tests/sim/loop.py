@@ -41,9 +41,14 @@ class _VirtualSelector(selectors.BaseSelector):
     def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
         if timeout == 0:  # callbacks are ready: the next jump of the clock polls first
             return []
-        ready = self._real.select(0)
-        if ready:
-            return ready
+        # Polled only when something real may be ready: a write to the loop's self-pipe (a
+        # thread's call_soon_threadsafe), or a file of the world's own. Else a system call
+        # per jump of the clock for a pipe nothing writes to.
+        if self._loop.woken or len(self._real.get_map()) > 1:
+            self._loop.woken = False
+            ready = self._real.select(0)
+            if ready:
+                return ready
         if timeout is None:
             raise WorldAtRest
         self._loop.advance(timeout)
@@ -63,6 +68,7 @@ class SimLoop(asyncio.SelectorEventLoop):
     def __init__(self) -> None:
         self._virtual = 0.0  # small numbers: a float near 1.7e9 has no microseconds left
         self.busy: random.Random | None = None
+        self.woken = False  # its self-pipe was written to since the selector last polled
         super().__init__(_VirtualSelector(self))
 
     def time(self) -> float:
@@ -75,6 +81,10 @@ class SimLoop(asyncio.SelectorEventLoop):
         if busy is not None and busy.random() < 0.2:  # a busy loop: up to 50 ms late
             when += busy.uniform(0.0, 0.05)
         return super().call_at(when, callback, *args, context=context)
+
+    def _write_to_self(self) -> None:
+        self.woken = True
+        super()._write_to_self()
 
     def exact_at(self, when: float, callback: Callable[[], None]) -> asyncio.TimerHandle:
         """A timer without the loop's lateness (the clock draws its own)."""

@@ -163,6 +163,7 @@ class SimTransport(httpx.AsyncBaseTransport):
         self._tokens: dict[str, float] = {}  # token -> when Feishu stops taking it
         self._by_uuid: dict[str, str] = {}  # Feishu's de-duplication: uuid -> message id
         self._ids = itertools.count(1)
+        self._params: dict[bytes, dict[str, str]] = {}
 
     def answers(self) -> dict[str, str]:
         """Each card entity's answer element as it reads now (card id -> its content)."""
@@ -178,12 +179,16 @@ class SimTransport(httpx.AsyncBaseTransport):
         self.chat_of[message_id] = chat
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        method, path = request.method, request.url.path
+        url = request.url
+        method, path, query = request.method, url.path, url.query
         raw = await request.aread()
         body = orjson.loads(raw) if raw else {}
         if path == TOKEN_PATH:
             return _response(self._token(), request)
-        post = Post(self.now(), *read_call(method, path, request.url.params, body))
+        params = self._params.get(query)
+        if params is None:  # the bridge's few queries, each parsed once
+            params = self._params[query] = dict(url.params)
+        post = Post(self.now(), *read_call(method, path, params, body))
         post.api, post.chat = api_of(method, path), self._chat(method, path, body)
         self.posts.append(post)
         try:

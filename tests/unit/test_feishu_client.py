@@ -659,3 +659,59 @@ async def test_a_file_name_of_non_utf8_bytes_is_uploaded_repaired(
     assert isinstance(sent, httpx.Request)
     assert 'filename="r\ufffdport.txt"'.encode() in sent.content
     assert "\r\n\r\nr\ufffdport.txt\r\n".encode() in sent.content  # the file_name field
+
+
+# --- issue 42: the session builds each request as httpx's build_request would --------------
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "params", "content"),
+    [
+        ("POST", MESSAGES, {"receive_id_type": "chat_id"}, b'{"receive_id":"oc_1"}'),
+        ("DELETE", MESSAGES + "/om_1/reactions/r_1", None, None),
+        ("POST", MESSAGES + "/om_1/urgent_app", {"user_id_type": "open_id"}, None),
+        ("GET", MESSAGES + "/om_1", None, None),
+    ],
+)
+async def test_the_request_sent_is_the_one_httpx_builds(
+    method: str, path: str, params: dict[str, str] | None, content: bytes | None
+) -> None:
+    from bridge.feishu.requests import FeishuRequest
+    from bridge.feishu.session import HttpTransport, Sending
+
+    class Call(FeishuRequest[None]):
+        op = "call"
+
+        @property
+        def path(self) -> str:
+            return path
+
+        def params(self) -> dict[str, str] | None:
+            return params
+
+    Call.method = method  # type: ignore[misc]
+    sent: list[httpx.Request] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        sent.append(request)
+        return ok()
+
+    http = httpx.AsyncClient(transport=httpx.MockTransport(answer), timeout=7.0)
+    transport = HttpTransport(http, DOMAIN)
+    for token in ("t-1", "t-2"):  # the second from what the first kept ready
+        assert await transport(Sending(Call(), content, token)) == ok().json()
+    headers = {"Authorization": "Bearer t-2"}
+    if content is not None:
+        headers["Content-Type"] = "application/json; charset=utf-8"
+    built = http.build_request(
+        method, DOMAIN + path, params=params, content=content, headers=headers
+    )
+    request = sent[-1]
+    assert (request.method, request.url, request.content) == (
+        built.method,
+        built.url,
+        built.content,
+    )
+    assert sorted(request.headers.raw) == sorted(built.headers.raw)
+    assert request.extensions["timeout"] == built.extensions["timeout"]
+    await http.aclose()

@@ -18,6 +18,8 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
+
 from bridge.devtools.emulator import codes
 
 _INT32_MAX = 2_147_483_647
@@ -120,15 +122,15 @@ class CardKit:
             raise codes.FIELD_VALIDATION_FAILED.with_detail("element must be JSON") from None
         if not isinstance(new, dict) or not isinstance(new.get("tag"), str):
             raise codes.FIELD_VALIDATION_FAILED.with_detail("element needs a tag")
-        self._apply(entity, [("update_element", element_id, new)], body)
-        self._changed(entity, "element", element_id)
+        card = self._apply(entity, [("update_element", element_id, new)], body)
+        self._changed(entity, "element", element_id, card)
 
     def patch_element(self, card_id: str, element_id: str, body: Mapping[str, Any]) -> None:
         """`PATCH …/elements/:element_id`: some of the element's properties changed."""
         entity = self._entity(card_id)
         partial = _json_object(body.get("partial_element"), "partial_element")
-        self._apply(entity, [("partial_update_element", element_id, partial)], body)
-        self._changed(entity, "patch_element", element_id)
+        card = self._apply(entity, [("partial_update_element", element_id, partial)], body)
+        self._changed(entity, "patch_element", element_id, card)
 
     def batch(self, card_id: str, body: Mapping[str, Any]) -> None:
         """`POST …/batch_update`: element actions applied in order, all or none (this
@@ -155,8 +157,8 @@ class CardKit:
             if not isinstance(change, dict):
                 raise codes.FIELD_VALIDATION_FAILED.with_detail(f"{kind} needs an object")
             steps.append((kind, params["element_id"], change))
-        self._apply(entity, steps, body)
-        self._changed(entity, "batch")
+        card = self._apply(entity, steps, body)
+        self._changed(entity, "batch", None, card)
 
     def settings(self, card_id: str, body: Mapping[str, Any]) -> None:
         entity = self._entity(card_id)
@@ -178,10 +180,11 @@ class CardKit:
         entity: CardEntity,
         steps: list[tuple[str, str, dict[str, Any]]],
         body: Mapping[str, Any],
-    ) -> None:
+    ) -> str:
         """Element changes, each checked (the element exists, its tag stays), then the
-        request's sequence; all undone when one fails or the card outgrows 30 KB."""
-        before = json.loads(self.rendered(entity.card_id))
+        request's sequence; all undone when one fails or the card outgrows 30 KB. The card
+        as rendered after them."""
+        before = _copy(entity.card)
         try:
             for kind, element_id, change in steps:
                 old = next(
@@ -194,12 +197,14 @@ class CardKit:
                 if kind == "update_element":
                     old.clear()
                 old.update(change)
-            if len(self.rendered(entity.card_id).encode("utf-8")) > codes.CARD_LIMIT_BYTES:
+            card = self.rendered(entity.card_id)
+            if len(card.encode("utf-8")) > codes.CARD_LIMIT_BYTES:
                 raise codes.CARD_TOO_LARGE
             self._advance(entity, body)
         except codes.FeishuError:
             entity.card = before
             raise
+        return card
 
     def rendered(self, card_id: str) -> str:
         return json.dumps(self.entities[card_id].card, ensure_ascii=False)
@@ -223,14 +228,27 @@ class CardKit:
             raise codes.CARD_SEQUENCE
         entity.sequence = sequence
 
-    def _changed(self, entity: CardEntity, kind: str, element_id: str | None = None) -> None:
-        card = self.rendered(entity.card_id)
+    def _changed(
+        self, entity: CardEntity, kind: str, element_id: str | None = None, card: str = ""
+    ) -> None:
+        """`card`: the card as rendered now, when the caller has it (rendered once)."""
+        card = card or self.rendered(entity.card_id)
         change = CardChange(
             entity.card_id, kind, entity.sequence, entity.streaming, element_id, card=card
         )
         self.changes.append(change)
         for message_id in entity.message_ids:
-            self._redraw(message_id, self.rendered(entity.card_id))
+            self._redraw(message_id, card)
+
+
+def _copy(card: dict[str, Any]) -> dict[str, Any]:
+    """A deep copy of a card (JSON values): orjson's round trip, or json's for what orjson
+    refuses (a lone surrogate)."""
+    try:
+        copied: dict[str, Any] = orjson.loads(orjson.dumps(card))
+    except (orjson.JSONEncodeError, TypeError):
+        copied = json.loads(json.dumps(card))
+    return copied
 
 
 def _json_object(raw: Any, name: str) -> dict[str, Any]:
