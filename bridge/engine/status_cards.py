@@ -142,7 +142,7 @@ class StatusCards:
         if wait <= 0 and not card.lock.locked():
             api = self._api_for(card)
             if self._may_now(card, api):
-                await self._flush(actor, card, api, self._refresh(card, api))
+                await self._paid_flush(actor, card, api)
                 wait = self._spacing()
         if card.pending is not None and (card.flusher is None or card.flusher.done()):
             name = f"status-card:{work.card_key}"
@@ -229,14 +229,28 @@ class StatusCards:
                 # turn in the app's budget, it shows the newest view.
                 await self._budget.acquire(Lane.REFRESH, card.chat, api=api)
                 # A view that came meanwhile may have changed the card inline (show) while
-                # this waited for its token: the spacing runs from that change.
-                now = self._clock()
-                if now >= card.pushed_at + self._spacing():
-                    await self._flush(actor, card, api, self._refresh(card, api))
+                # this waited for its token: the spacing runs from that change (the token
+                # goes back then).
+                await self._paid_flush(actor, card, api)
             if card.pending is None or self._cards.get(card.key) is not card:
                 return
             due = card.pushed_at + self._spacing()
             wait = due - self._clock()
+
+    async def _paid_flush(self, actor: ConversationActor, card: _Card, api: str) -> None:
+        """A refresh with the token of `api` taken: the token goes back to the budget when
+        no call used it (a change made inline while the flusher waited for its token, the
+        view already shown, the card gone), or the other cards' changes would wait for it
+        past the budget's bound (seed 5277)."""
+        terms = self._refresh(card, api)
+        try:
+            if self._clock() >= card.pushed_at + self._spacing():
+                await self._flush(actor, card, api, terms)
+        finally:
+            paid = terms.paid
+            unused = paid.spend() if paid is not None else None
+            if unused is not None and self._budget is not None:
+                self._budget.refund(unused)
 
     def _spacing(self) -> float:
         """Least seconds between two changes of one card: the setting, or longer when so

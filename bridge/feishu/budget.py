@@ -234,9 +234,17 @@ class CallQueue:
             metered.rate = max(floor, metered.rate * self.policy.shrink)
 
     def refund(self, api: str, now: float) -> None:
-        """A token taken for `api` and not used for it (`paid`): given back."""
-        bucket = self._api(api, now)
-        bucket.tokens = min(bucket.capacity, bucket.tokens + 1.0)
+        """A token taken for `api` and not used for it (`paid`): given back, to every bucket
+        its grant took from but a chat's (a token paid ahead is never a send's). The
+        minute's too: under a crowd the minute is what binds, and a token that went nowhere
+        is room Feishu still has (seed 5277: a card's flusher that found its change made
+        inline meanwhile held a cardkit API's minute from the other chats' cards)."""
+        taken = [self._api(api, now), self._minute(api, now)]
+        if self._total is not None:
+            self._total.refill(now)
+            taken.append(self._total)
+        for bucket in taken:
+            bucket.tokens = min(bucket.capacity, bucket.tokens + 1.0)
 
     def _api(self, api: str, now: float) -> Bucket:
         bucket = self._apis.get(api)

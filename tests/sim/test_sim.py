@@ -269,6 +269,12 @@ def test_the_sweep_finds_a_card_change_stranded_behind_a_slow_one(
         # the stall rules, itself a cancel, so the chat stayed one turn behind while the
         # process was busy at its prompts; the prompt now waits for the process to be free
         (6011, True),
+        # A card's flusher whose change was made inline while it waited for its token (or
+        # whose spacing grew with the cards live) kept the token unused, and a token given
+        # back returned only its API's second, not its minute: a crowd's other cards waited
+        # past the budget's bound (5277), or a heartbeat behind the lost minute (9486)
+        (5277, True),
+        (9486, True),
     ],
 )
 def test_seeds_that_found_bugs(seed: int, storms: bool) -> None:

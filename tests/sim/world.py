@@ -11,6 +11,7 @@ import contextlib
 import logging
 import random
 import re
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import UTC
@@ -54,7 +55,9 @@ TIMINGS = Timings(
     cancel_limit=8.0,
 )
 CARD_INTERVAL = 0.5
-HORIZON = 300.0  # virtual seconds after the last user action: everything owed is done by then
+# Virtual seconds the bridge has, after what the world holds it to (the last user action,
+# Feishu's return, each approval answered at the last moment), to do everything it owes.
+HORIZON = 300.0
 # The app as the service reads it: Feishu's own limits, the product's margin (explicit values:
 # the environment does not change the world).
 APP = FeishuSection(
@@ -366,7 +369,7 @@ async def _world(seed: int, loop: SimLoop, jitter: bool, storms: bool, crowds: b
     try:
         await asyncio.gather(*world)
         await asyncio.gather(*extra)
-        await asyncio.sleep(HORIZON)
+        await asyncio.sleep(_horizon(loop.time(), faults.outage, sent))
     except WorldAtRest:
         pass
     run = Run(seed, style, sent, feishu.posts, agents, faults=faults, clicks=clicks, crowd=crowd)
@@ -392,6 +395,25 @@ async def _world(seed: int, loop: SimLoop, jitter: bool, storms: bool, crowds: b
     for http in https:
         await http.aclose()
     return run
+
+
+def _horizon(now: float, outage: tuple[float, float] | None, sent: list[Sent]) -> float:
+    """How long the world runs on once its users are done: `HORIZON` after what the world
+    itself holds the bridge to. Feishu's return: nothing owed goes while it is away (a
+    crowd's two minutes of outage left its chats' turns and their queues to be caught up
+    after it, paced). And a person's answer to each approval a chat's turns ask for, which
+    may come only as its timeout ends (or never): a chat's turns run one after another, so
+    its approvals add up, and the chat with the most holds the world longest."""
+    back = max(0.0, outage[1] - now) if outage is not None else 0.0
+    asks = Counter(
+        s.chat
+        for s in sent
+        if s.plan is not None
+        for step in s.plan.steps
+        if step.kind == "permission"
+    )
+    waits = max(asks.values(), default=0) * TIMINGS.approval_timeout
+    return back + waits + HORIZON
 
 
 def _record_waits(

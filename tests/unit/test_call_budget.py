@@ -193,6 +193,28 @@ def test_a_refresh_behind_a_stream_of_answers_goes_within_its_stated_bound() -> 
     assert sched.longest_wait(Lane.ANSWER, False, 0) == pytest.approx(1 / 0.95)
 
 
+def test_a_token_given_back_is_its_minutes_too() -> None:
+    """A token taken and not used (a card's flusher that found its change made inline
+    meanwhile) goes back to every bucket it was taken from: under a crowd the minute is
+    what binds, and a minute's token lost holds the next call past `longest_wait`."""
+    card = "PUT cardkit/v1/cards/:id"
+    policy = BudgetPolicy(app_per_second=100.0, sends_per_minute=60.0, chat_per_second=100.0)
+    sched = CallQueue(policy, now=0.0)
+    burst = [sched.waiter(Lane.ENDING, "a", False, 0.0, card) for _ in range(3)]
+    assert [w for w in burst for w in sched.offer(w, 0.0)] == burst  # the minute emptied
+    later = sched.waiter(Lane.ENDING, "b", False, 0.0, card)
+    assert sched.offer(later, 0.0) == []
+    sched.refund(card, 0.0)
+    assert sched.grant(0.0) == [later]
+    capped = CallQueue(replace(policy, total_per_second=1.0, burst_seconds=0.0), now=0.0)
+    first = capped.waiter(Lane.ENDING, "a", False, 0.0, card)
+    assert capped.offer(first, 0.0) == [first]
+    second = capped.waiter(Lane.ENDING, "b", False, 0.0, card)
+    assert capped.offer(second, 0.0) == []
+    capped.refund(card, 0.0)  # the cap on all calls together, too
+    assert capped.grant(0.0) == [second]
+
+
 def test_each_api_is_metered_on_its_own_and_a_total_cap_meters_them_together() -> None:
     """Feishu limits each API of an app on its own: a flood of card changes does not hold
     a reaction. A tenant that meters the app as a whole sets a total cap."""
