@@ -19,7 +19,10 @@ whole. When calls wait, the next to go is chosen by:
 1. its lane: the ending and the answer, then approval and question cards, then hints and
    acks, then card refreshes and progress lines, which are what yields when the budget is
    short (a card's refresh waits, and shows the newest view when its turn comes);
-2. a hint waiting past its deadline goes first whatever its lane, so nothing starves it;
+2. a hint or a card (an approval, a question: the user's turn) waiting past its deadline
+   goes first whatever its lane, and may spend the burst's reserve kept for the lanes above
+   it: under a steady flood of endings the reserve never fills, and the user would wait for
+   the flood to pass;
 3. within a lane, the chat served longest ago: every live turn gets its fair share, a busy
    chat cannot crowd out a quiet one;
 4. then arrival order.
@@ -84,6 +87,7 @@ class BudgetPolicy:
     chat_per_second: float = 4.0
     total_per_second: float = 0.0  # all calls together; 0: no cap beyond each API's
     hint_deadline: float = 1.0  # seconds a hint may wait before it goes ahead of anything
+    card_deadline: float = 2.0  # likewise an approval or a question card
     # Tokens a bucket holds at most, in seconds of its rate (at least one call): a burst
     # plus a second at the full rate must stay under a limit counted per second.
     burst_seconds: float = 0.05
@@ -170,7 +174,7 @@ class Waiter:
     since: float
     api: str = ""  # the API it is metered under (`api_of`)
     seq: int = 0
-    deadline: float = math.inf  # past it, a hint goes first
+    deadline: float = math.inf  # past it, a hint or a card goes first
     handle: Any = None  # the async shell's future
 
 
@@ -197,6 +201,11 @@ class CallQueue:
         )
         self._sends = Bucket.paced(policy.sends_per_minute, policy.send_burst_seconds, now)
         self._send_keep = tuple(map(self._sends.reserve, SEND_SHARE))  # by lane
+        # How long a call of each lane waits before it goes first (`Waiter.deadline`).
+        self._patience = {lane: math.inf for lane in Lane} | {
+            Lane.CARD: policy.card_deadline,
+            Lane.HINT: policy.hint_deadline,
+        }
         # Every other API's minute (Feishu meters each at 1,000 a minute, as it does sends),
         # paced the same way and shared by the lanes the same way.
         self._minutes: dict[str, Bucket] = {SEND: self._sends}
@@ -305,8 +314,7 @@ class CallQueue:
     # -- waiting and granting --------------------------------------------------------------
 
     def waiter(self, lane: Lane, chat: str | None, send: bool, now: float, api: str = "") -> Waiter:
-        deadline = now + self.policy.hint_deadline if lane is Lane.HINT else math.inf
-        return Waiter(lane, chat, send, now, api, next(self._seq), deadline)
+        return Waiter(lane, chat, send, now, api, next(self._seq), now + self._patience[lane])
 
     def may_go(self, api: str, now: float, lane: Lane = Lane.ENDING) -> bool:
         """Whether a call of `api` in `lane` could have a token now (cheap: no waiter is
@@ -351,8 +359,8 @@ class CallQueue:
                 ready[name] = bucket
         if not ready:
             return []
-        # The order of the module doc: the lane (-1 for a hint past its deadline), the chat's
-        # last service, arrival.
+        # The order of the module doc: the lane (-1 past its deadline), the chat's last
+        # service, arrival.
         served = self._served
         never = -math.inf
         ranked = [
@@ -378,7 +386,7 @@ class CallQueue:
                 del ready[waiter.api]
                 continue
             minute = sends if waiter.send else self._minute(waiter.api, now)
-            if not minute.ready(now, self._send_keep[waiter.lane]):
+            if not minute.ready(now, self._keep(waiter, now)):
                 continue
             # Feishu's 5 a second to one user or group is its send-message limit: only a
             # send takes from the chat's bucket (a card entity's change, a reaction, an edit
@@ -406,6 +414,10 @@ class CallQueue:
                     del self._waiting[name]
         return granted
 
+    def _keep(self, waiter: Waiter, now: float) -> float:
+        """What `waiter` leaves in its minute for the lanes above it: nothing past its deadline."""
+        return 0.0 if now >= waiter.deadline else self._send_keep[waiter.lane]
+
     def _count(self, waiter: Waiter, now: float) -> None:
         usage = self.usage
         usage.granted[waiter.lane.name.lower()] += 1
@@ -432,7 +444,9 @@ class CallQueue:
             minute = self._minute(name, now)
             lanes: set[Lane] = set()
             for waiter in queue:
-                at = max(api_at, minute.ready_at(now, self._send_keep[waiter.lane]))
+                at = max(api_at, minute.ready_at(now, self._keep(waiter, now)))
+                if waiter.deadline < at:  # from its deadline on it may spend the reserve
+                    at = min(at, max(api_at, waiter.deadline, minute.ready_at(now)))
                 if not waiter.send:
                     # The first of each lane stands for the rest of it (the chat is no limit).
                     if waiter.lane not in lanes:

@@ -59,7 +59,7 @@ def drain(sched: CallQueue, start: float, until: float, step: float = 0.01) -> l
 
 
 def test_the_ending_and_the_answer_go_before_cards_hints_and_refreshes() -> None:
-    sched = CallQueue(replace(SLOW, hint_deadline=60.0), now=0.0)
+    sched = CallQueue(replace(SLOW, hint_deadline=60.0, card_deadline=60.0), now=0.0)
     sched.grant(0.0)  # nothing waits
     first = sched.waiter(Lane.REFRESH, "c0", False, 0.0)
     assert sched.offer(first, 0.0) == [first]  # the one token there
@@ -435,6 +435,8 @@ def test_progress_lines_and_hints_leave_the_sends_burst_to_the_answers() -> None
         chat_per_second=100.0,
         burst_seconds=1.0,
         send_burst_seconds=9.0,
+        hint_deadline=60.0,  # none waits past its deadline here (see the test after)
+        card_deadline=60.0,
     )
     sched = CallQueue(policy, now=0.0)
 
@@ -451,6 +453,43 @@ def test_progress_lines_and_hints_leave_the_sends_burst_to_the_answers() -> None
     assert [w.lane for w in later] == [Lane.ANSWER] * 3 + [Lane.CARD] * 3 + [Lane.HINT] * 2 + [
         Lane.REFRESH
     ] * 3
+
+
+def test_a_card_past_its_deadline_spends_the_reserve_a_flood_of_endings_never_refills() -> None:
+    """Sends at their steady pace, endings always waiting (a busy team's echo turns): the
+    burst's reserve never fills again, so a card that had to leave it would wait for the
+    flood to pass. Past its deadline it goes with the next token, ahead of the endings."""
+    policy = BudgetPolicy(
+        app_per_second=100.0,
+        sends_per_minute=60.0,
+        chat_per_second=100.0,
+        burst_seconds=1.0,
+        send_burst_seconds=9.0,
+        card_deadline=2.0,
+    )
+    sched = CallQueue(policy, now=0.0)
+    granted: list[tuple[float, Waiter]] = []
+    for n in range(9):  # the burst, spent
+        granted += [
+            (0.0, w) for w in sched.offer(sched.waiter(Lane.ENDING, f"e{n}", True, 0.0, SEND), 0.0)
+        ]
+    card = sched.waiter(Lane.CARD, "asks", True, 0.0, SEND)
+    assert sched.offer(card, 0.0) == []
+    now, n = 0.0, 9
+    while now <= 10.0:
+        granted += [(now, waiter) for waiter in sched.grant(now)]
+        while n - sum(w.lane is Lane.ENDING for _, w in granted) < 3:  # three always wait
+            sched.offer(sched.waiter(Lane.ENDING, f"e{n}", True, now, SEND), now)
+            n += 1
+        wake = sched.next_wake(now)
+        assert wake is not None
+        now = round(max(now + 0.001, wake), 6)
+    at = next((t for t, w in granted if w is card), None)
+    assert at is not None, "the card waited for the flood to pass"
+    # Its deadline at 2 s, then the next token (one every 60/51 s): before 2 + 60/51.
+    assert 2.0 <= at <= 2.0 + 60.0 / 51.0 + 1e-6
+    # Without the deadline it would have waited for the reserve: the endings never let it.
+    assert all(w.lane is Lane.ENDING for t, w in granted if t < at)
 
 
 def test_the_minutes_bucket_sets_its_burst_aside_from_the_minute() -> None:
