@@ -570,6 +570,30 @@ async def test_a_new_runtime_reloads_a_session_from_the_previous_one(
     assert rec.text() == "history: 2 prompts"
 
 
+async def test_two_opens_of_one_conversation_at_once_load_its_session_once(
+    make_runtime: Callable[..., AcpRuntime], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A turn ended while its session was loading leaves that open running when the next
+    turn opens the same session: the second waits for the first and finds it loaded. Two
+    loads would replay the history twice, the second time into the turn begun meanwhile
+    (simulator seed 12624: the replay shown as the answer, the answer lost)."""
+    first = make_runtime()
+    session = await first.open_session("chat-1")
+    await run_turn(first, session.session_id, "say one")
+    await first.close()
+
+    second = make_runtime()
+    caplog.set_level(logging.INFO, logger="bridge.runtime.acp")
+    handles = await asyncio.gather(
+        *(second.open_session("chat-1", resume_session_id=session.session_id) for _ in "ab")
+    )
+    assert handles == [type(handles[0])(session.session_id, loaded=True)] * 2
+    loads = [r for r in caplog.records if r.getMessage().startswith("loaded session")]
+    assert len(loads) == 1
+    rec = await run_turn(second, session.session_id, "history")
+    assert rec.text() == "history: 2 prompts"
+
+
 async def test_resume_of_an_unknown_session_opens_a_new_one(runtime: AcpRuntime) -> None:
     handle = await runtime.open_session("chat-1", resume_session_id="sess-never-existed")
     assert handle.loaded is False

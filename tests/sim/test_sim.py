@@ -275,6 +275,11 @@ def test_the_sweep_finds_a_card_change_stranded_behind_a_slow_one(
         # past the budget's bound (5277), or a heartbeat behind the lost minute (9486)
         (5277, True),
         (9486, True),
+        # A turn ended while its session loaded after a restart left that open running; the
+        # next turn's open loaded the session again, and that load's replayed history
+        # reached the turn as its answer (the answer lost): opens of a conversation now wait
+        # for each other
+        (12624, True),
     ],
 )
 def test_seeds_that_found_bugs(seed: int, storms: bool) -> None:

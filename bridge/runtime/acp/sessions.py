@@ -251,6 +251,11 @@ class Sessions:
         self._sessions = SessionTable()
         self._by_conversation: dict[str, str] = {}
         self._chosen: dict[str, dict[str, str]] = {}  # conversation key -> its choices
+        # One open at a time per conversation (kept, like its choices): a turn ended while
+        # its session was loading leaves that open running, and the next turn's must not
+        # load the session a second time (the second load's replayed history would reach
+        # the turn begun meanwhile as its answer).
+        self._opening: dict[str, asyncio.Lock] = {}
 
     def get(self, session_id: str) -> AcpSession | None:
         return self._sessions.get(session_id)
@@ -292,14 +297,15 @@ class Sessions:
     ) -> SessionHandle:
         """The conversation's session: `resume_session_id` resumed or loaded where it can
         be, else a new one; either way brought to the conversation's choices."""
-        self.choose(conversation_key, chosen)
-        handle = None
-        if resume_session_id:
-            handle = await self.resume(conversation_key, resume_session_id)
-        handle = handle or await self.open_new(conversation_key)
-        session = self._sessions[handle.session_id]
-        await self.apply_chosen(session, session.process)
-        return handle
+        async with self._opening.setdefault(conversation_key, asyncio.Lock()):
+            self.choose(conversation_key, chosen)
+            handle = None
+            if resume_session_id:
+                handle = await self.resume(conversation_key, resume_session_id)
+            handle = handle or await self.open_new(conversation_key)
+            session = self._sessions[handle.session_id]
+            await self.apply_chosen(session, session.process)
+            return handle
 
     async def open_new(self, conversation_key: str) -> SessionHandle:
         slot = self._pool.choose(self.load, replacing=self._by_conversation.get(conversation_key))
