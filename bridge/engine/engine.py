@@ -132,6 +132,7 @@ class Engine:
             tasks=self._tasks,
             interval=config.card_interval,
             gate=self.gate,
+            retry=config.store_retry,
             metrics=metrics,
             budget=budget,
         )

@@ -128,11 +128,12 @@ class EffectExecutor:
         self._switches = switches
         self._status_cards = status_cards
         self.traces = TraceBuffer(store, clock)
-        self._answers = Answers(feishu=feishu, store=store, clock=clock, gate=gate)
+        self._answers = Answers(feishu=feishu, store=store, clock=clock, gate=gate, retry=retry)
         self.outbox = Outbox(
             answers=self._answers,
             store=store,
             clock=clock,
+            retry=retry,
             metrics=metrics,
             budget=budget,
         )
@@ -354,9 +355,11 @@ class EffectExecutor:
             return
         # Told first: the user's wait for the card counts from the step this feeds.
         actor.feed(Posted(work.idempotency_key, work.turn_id, (message_id,)))
-        await self._store.mark_sent(work.idempotency_key, [message_id], self._clock())
+        mark = partial(self._store.mark_sent, work.idempotency_key, [message_id], self._clock())
+        await self._retry.call("mark_sent", mark)
         if isinstance(work, PostApprovalCard):
-            await self._store.save_approval(
+            save = partial(
+                self._store.save_approval,
                 work.request_id,
                 work.turn_id,
                 actor.key,
@@ -365,6 +368,7 @@ class EffectExecutor:
                 self._clock(),
                 title=work.title,
             )
+            await self._retry.call("save_approval", save)
 
     async def _show_card(
         self, actor: ConversationActor, work: PostApprovalCard | PostQuestion
@@ -400,16 +404,18 @@ class EffectExecutor:
         self, actor: ConversationActor, work: UpdateApprovalCard | UpdateQuestionCard
     ) -> None:
         if isinstance(work, UpdateApprovalCard):
-            await self._store.resolve_approval(
-                work.request_id, approval_status(work), work.by, self._clock()
+            status = approval_status(work)
+            resolve = partial(
+                self._store.resolve_approval, work.request_id, status, work.by, self._clock()
             )
+            await self._retry.call("resolve_approval", resolve)
         if not work.patch:
             return  # the click's callback answer already replaced the card
         message_id = work.message_id
         if message_id is None:
             # Closed before Feishu confirmed it to the core: its post, ahead on this lane,
             # is done by now, and marked under the card's key.
-            ids = await self._store.sent(work.card_key)
+            ids = await self._retry.call("sent", partial(self._store.sent, work.card_key))
             message_id = ids[0] if ids else None
         if message_id is not None:
             card, terms = self._cards.closed_card(work), CallTerms.of(terms_of(actor, work))

@@ -41,6 +41,7 @@ from bridge.feishu.text import answer_card, answer_parts, mention_tags, neutrali
 from bridge.ops.metrics import Metrics
 from bridge.store.port import Store, TurnRecord
 from bridge.store.port_owed import OwedPost
+from bridge.store.steady import StoreRetry
 
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")
@@ -139,10 +140,19 @@ def turn_of(effect: Effect) -> str | None:
 
 class Answers:
     def __init__(
-        self, *, feishu: FeishuApi, store: Store, clock: Callable[[], float], gate: FeishuGate
+        self,
+        *,
+        feishu: FeishuApi,
+        store: Store,
+        clock: Callable[[], float],
+        gate: FeishuGate,
+        retry: StoreRetry,
     ) -> None:
         self.feishu = feishu
         self._store = store
+        # A post's records wait out a database restart, as a turn's do: a post skipped for
+        # its record would be an answer lost (every call here is safe to make twice).
+        self._retry = retry
         self._clock = clock
         self.gate = gate
 
@@ -183,7 +193,8 @@ class Answers:
             return since
         now = self._clock()
         effect = owing.effect
-        await self._store.owe(idem, actor.key, turn_of(effect), owed_payload(effect), now)
+        owe = partial(self._store.owe, idem, actor.key, turn_of(effect), owed_payload(effect), now)
+        await self._retry.call("owe", owe)
         return now
 
     async def _delivered(
@@ -194,7 +205,9 @@ class Answers:
     async def _marked(self, idem: str, ids: list[str], hold: bool) -> Mark | None:
         if hold:
             return idem, ids
-        await self._store.mark_sent(idem, ids, self._clock())
+        await self._retry.call(
+            "mark_sent", partial(self._store.mark_sent, idem, ids, self._clock())
+        )
         return None
 
     async def _send_text(
@@ -279,7 +292,7 @@ class Answers:
             return await self.feishu.send_card(terms.chat, card, uuid=f"{uuid}:chat", terms=call)
 
     async def _already_sent(self, idem: str) -> bool:
-        if await self._store.sent(idem) is not None:
+        if await self._retry.call("sent", partial(self._store.sent, idem)) is not None:
             log.info("skipped a post already sent before a restart (%s)", idem)
             return True
         return False
@@ -308,9 +321,11 @@ class Outbox:
         answers: Answers,
         store: Store,
         clock: Callable[[], float],
+        retry: StoreRetry,
         metrics: Metrics | None = None,
         budget: CallBudget | None = None,
     ) -> None:
+        self._retry = retry
         self._answers = answers
         self._budget = budget
         self._store = store
@@ -331,7 +346,7 @@ class Outbox:
         idem = work.idempotency_key
         since = actor.owed_at.pop(idem, None)  # recorded already (else the post records it)
         if actor.superseded(work, short=False):
-            await self._store.settle(idem)  # "still working", for a turn that is not
+            await self._settle(idem)  # "still working", for a turn that is not
             return None
         budget, terms = self._budget, work.terms
         if budget is not None and terms is not None and terms.droppable:
@@ -345,7 +360,7 @@ class Outbox:
                 lane, moot, actor.next_shown, api=SEND, chat=terms.chat
             )
             if not taken:
-                await self._store.settle(idem)
+                await self._settle(idem)
                 if self._metrics:
                     self._metrics.lines_superseded.inc()
                 return None
@@ -375,16 +390,19 @@ class Outbox:
                 actor, work.reply_to, text, idem, fresh=fresh, hold=hold, owing=owing, moot=moot
             )
         except Superseded:
-            await self._store.settle(idem)  # its turn ended while Feishu was away
+            await self._settle(idem)  # its turn ended while Feishu was away
             return None
         except Undeliverable:
             await self.given_up(actor, idem, work.reply_to)
             return None
 
+    async def _settle(self, idem: str) -> None:
+        await self._retry.call("settle", partial(self._store.settle, idem))
+
     async def given_up(self, actor: ConversationActor, idem: str, reply_to: str) -> None:
         """Feishu never took the post within its window: drop it, count it, tell the chat."""
         log.error("a post to %s was given up after the idempotency window (%s)", actor.key, idem)
-        await self._store.settle(idem)
+        await self._settle(idem)
         if self._metrics:
             self._metrics.posts_given_up.inc()
         actor.feed(PostGivenUp(reply_to, idem))

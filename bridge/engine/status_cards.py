@@ -51,6 +51,7 @@ from bridge.feishu.requests import CallTerms, Paid
 from bridge.i18n import Translator
 from bridge.ops.metrics import Metrics
 from bridge.store.port import Store
+from bridge.store.steady import StoreRetry
 from bridge.tasks import TaskTracker
 
 log = logging.getLogger(__name__)
@@ -98,12 +99,14 @@ class StatusCards:
         tasks: TaskTracker,
         interval: float,
         gate: FeishuGate,
+        retry: StoreRetry,
         metrics: Metrics | None = None,
         budget: CallBudget | None = None,
     ) -> None:
         self._feishu = feishu
         self._budget = budget
         self._store = store
+        self._retry = retry  # a card's records wait out a database restart, as a turn's do
         self._t = translator
         self._clock = clock
         self._tasks = tasks
@@ -195,13 +198,14 @@ class StatusCards:
                 return None
             card = _Card(work.card_key, work.turn_id, work.reply_to, chat, message_id, None)
         ids = [card.message_id] + ([_CARDKIT + card.card_id] if card.card_id else [])
-        await self._store.mark_sent(work.card_key, ids, self._clock())
+        mark = partial(self._store.mark_sent, work.card_key, ids, self._clock())
+        await self._retry.call("mark_sent", mark)
         card.shown = work.view
         card.pushed_at = self._clock()
         return card
 
     async def _find(self, actor: ConversationActor, work: ShowStatusCard) -> _Card | None:
-        ids = await self._store.sent(work.card_key)
+        ids = await self._retry.call("sent", partial(self._store.sent, work.card_key))
         if not ids:
             return None
         card_id = next((i[len(_CARDKIT) :] for i in ids if i.startswith(_CARDKIT)), None)

@@ -32,6 +32,9 @@ RECOVERY = 30.0  # seconds an API's rate takes to grow back after a 429 halved i
 # Seconds a token may be held before its call reaches Feishu: a reaction's add takes its
 # token before the old reaction's removal, whose answer takes up to 3 s (transport.py).
 HELD = 3.0
+# Seconds past a database outage's end until every store call that met it has been tried
+# again: a turn's retries wait up to 2 s between tries (bridge/store/steady.py).
+DB_BACK = 2.0
 _ENDING_KEYS = (
     "presence.ended_empty",
     "presence.ended_rejected",
@@ -368,9 +371,13 @@ def quiet_while_waiting(run: Run, seen: dict[str, list[Seen]]) -> list[str]:
 
 
 def _touches_outage(run: Run, start: float, end: float) -> bool:
-    """Whether Feishu's outage, or the bridge's kill and restart, fell in [start, end]."""
+    """Whether Feishu's outage, the database's, or the bridge's kill and restart, fell in
+    [start, end]."""
     if run.restarted_at is not None and start <= _t(run.restarted_at) <= end:
         return True
+    db = run.db_outage
+    if db is not None and start <= db.end + DB_BACK + TOLERANCE and end >= db.start:
+        return True  # what the bridge shows waits for its store's records
     # The API is back at the outage's end, but the bridge learns it only from a probe's
     # answer (Feishu's own reset header may ask it to wait longer): until then every chat's
     # posts wait at the gate.
@@ -404,18 +411,20 @@ def _reaction_given_up(run: Run, sent: Sent) -> bool:
 
 
 def answers_in_order(run: Run, seen: dict[str, list[Seen]]) -> list[str]:
-    """A chat's end signals reach it in the order its messages were sent."""
+    """A chat's end signals reach it in the order its messages were taken: as they were
+    sent, unless Feishu redelivered one the bridge could not take (its database away)."""
     out = []
     by_chat: dict[str, list[tuple[float, str]]] = defaultdict(list)
-    for sent in run.sent:
+    taken = sorted(run.sent, key=lambda s: run.taken.get(s.message_id, float("inf")))
+    for sent in taken:
         ends = _ends(seen[sent.message_id], sent.text) if sent.plan is not None else []
         if ends:
             by_chat[sent.chat].append((ends[0].at, sent.message_id))
     for chat, ends_at in by_chat.items():
         order = [mid for _, mid in sorted(ends_at)]
-        sent_order = [mid for _, mid in ends_at]
-        if order != sent_order:
-            out.append(f"{chat}: answers came as {order}, messages were {sent_order}")
+        taken_order = [mid for _, mid in ends_at]
+        if order != taken_order:
+            out.append(f"{chat}: answers came as {order}, messages were taken as {taken_order}")
     return out
 
 
@@ -768,6 +777,9 @@ def transcript(run: Run) -> str:
     seen = by_message(run.posts)
     outage = run.faults.outage
     down = f", Feishu down {outage[0]:.3f}..{outage[1]:.3f}" if outage else ""
+    if run.db_outage is not None:
+        db = run.db_outage
+        down += f", database down {db.start:.3f}..{db.end:.3f} (a call waits {db.wait:g} s)"
     if run.restarted_at is not None:
         down += f", bridge killed and restarted at {_t(run.restarted_at):.3f}"
     crowd = run.crowd
@@ -780,6 +792,9 @@ def transcript(run: Run) -> str:
     for sent in sorted(run.sent, key=lambda s: (s.chat, s.at)):
         plan = "" if sent.plan is None else f"  plan {[(s.after, s.kind) for s in sent.plan.steps]}"
         lines.append(f"{_t(sent.at):9.3f} >> {sent.chat} {sent.message_id}: {sent.text}{plan}")
+        taken = run.taken.get(sent.message_id)
+        if taken is None or _t(taken) > _t(sent.at):
+            lines.append(f"{_t(taken) if taken else 'never':>9}    taken (redelivered)")
         for prompt in run.runtime.prompts:
             if prompt.text == sent.text:
                 cancel = f", cancel at {_t(prompt.cancelled_at)}" if prompt.cancelled_at else ""

@@ -17,13 +17,16 @@ from bridge.core import Conversation, Timings, presence
 from bridge.core.delivery import Lane
 from bridge.core.state import ExecState
 from bridge.engine.actor import ConversationActor
+from bridge.engine.outbox import Answers, Outbox
 from bridge.engine.status_cards import StatusCards
 from bridge.feishu import session
 from bridge.feishu.budget import CallBudget
 from bridge.feishu.cards.parts import BY_ELEMENT
 from bridge.feishu.delivery import FeishuGate
 from bridge.feishu.requests import CallTerms
+from bridge.store.steady import StoreRetry
 from tests.sim.invariants import check, transcript
+from tests.sim.store import draw_db_outage
 from tests.sim.sweep import sweep
 from tests.sim.world import crowd_of, run_seed
 
@@ -44,7 +47,12 @@ def _sweep(
 
 # Seeds that break a rule by a product bug not fixed yet: left out of the sweep, each pinned
 # by a strict xfail below (it flips to a failure once fixed: move it to the seeds kept then).
-KNOWN_BUGS: dict[int, str] = {}
+KNOWN_BUGS: dict[int, str] = {
+    # The scheduler's store calls are tried once: an /unschedule handled while the database
+    # is away fails (logged; the user hears nothing), and the schedule runs on for ever.
+    664: "still running or queued at the horizon",
+    490: "still running or queued at the horizon",  # the same, found once merged
+}
 
 
 # The sweep in slices, each well inside the suite's per-test timeout (a world with the
@@ -61,7 +69,7 @@ def test_every_seed_keeps_the_presence_contract(first: int) -> None:
         pytest.fail(f"seed {seed}: {problems}\n{text}\nreplay: python -m tests.sim --seed {seed}")
 
 
-@pytest.mark.parametrize("seed", [0, 18, 64, 121, 170])
+@pytest.mark.parametrize("seed", [0, 18, 64, 86, 121, 170])  # 86: the database goes away
 def test_a_seed_replays_byte_for_byte(seed: int) -> None:
     assert transcript(run_seed(seed)) == transcript(run_seed(seed))
 
@@ -236,8 +244,31 @@ def test_the_sweep_finds_a_card_change_stranded_behind_a_slow_one(
     assert _sweep(range(20), "was due by") is not None
 
 
+def test_the_sweep_finds_an_answer_lost_to_a_database_outage(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The first bug database outages found (seeds 4 and 86 of the first sweep), put back:
+    the outbox's records (a post's owing, its mark, its reading) tried once, so a post that
+    meets the database away fails (logged and skipped, as any failed effect) and an answer
+    given meanwhile is never posted, its round still ending done. Only worlds whose
+    database goes away are swept: it did at seed 208, the 47th of them; 12 of the 225 such
+    worlds among seeds 150 to 999 break."""
+    for kind in (Answers, Outbox):
+        monkeypatch.setattr(kind, "__init__", _tried_once(kind.__init__))
+    seeds = [seed for seed in range(300) if draw_db_outage(seed) is not None]
+    assert _sweep(seeds, "end signals") is not None
+
+
+def _tried_once(init: Callable[..., None]) -> Callable[..., None]:
+    def tried_once(self: object, **kw: Any) -> None:
+        init(self, **{**kw, "retry": StoreRetry(max_attempts=1)})
+
+    return tried_once
+
+
 # Seeds that found bugs, kept: each failed before its fix. (`storms`: the worlds drawn before
-# Feishu outages were, which those seeds found their bugs in.)
+# Feishu outages were, which those seeds found their bugs in; none has the database outages
+# drawn since, so each replays the world it found its bug in.)
 @pytest.mark.parametrize(
     ("seed", "storms"),
     [
@@ -283,4 +314,17 @@ def test_the_sweep_finds_a_card_change_stranded_behind_a_slow_one(
     ],
 )
 def test_seeds_that_found_bugs(seed: int, storms: bool) -> None:
-    assert check(run_seed(seed, storms=storms)) == []
+    assert check(run_seed(seed, storms=storms, databases=False)) == []
+
+
+# Seeds that found bugs with the database away (tests/sim/store.py), kept likewise.
+@pytest.mark.parametrize(
+    "seed",
+    [
+        # An answer given while the database was away was never posted: the outbox's
+        # records, written once, failed the post; they now wait for the database
+        425,
+    ],
+)
+def test_seeds_that_found_database_bugs(seed: int) -> None:
+    assert check(run_seed(seed)) == []

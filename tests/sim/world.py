@@ -31,15 +31,18 @@ from bridge.feishu.delivery import BreakerState, CircuitBreaker
 from bridge.feishu.events import BotIdentity, CardAction, CardActionReply, InboundMessage
 from bridge.feishu.http import FeishuHttp
 from bridge.feishu.retry import RetryPolicy
+from bridge.feishu.webhook import DEFAULT_DEADLINE
 from bridge.i18n import Translator
 from bridge.receiver import AccessPolicy, Receiver
 from bridge.schedules.scheduler import ScheduleSettings
 from bridge.service import call_budget, feishu_client
 from bridge.store import MemoryStore
+from bridge.store.port import Store, StoreUnavailable
 
 from .acp_agent import SimAgents, WatchedRuntime, draw_temper
 from .agent import Plan, draw_plan
 from .loop import SimClock, SimLoop, WorldAtRest
+from .store import DbOutage, DownStore, draw_db_outage
 from .transport import DOMAIN, FaultPlan, Limits, Post, SimTransport, buttons
 
 T = Translator("zh_CN")
@@ -58,6 +61,9 @@ CARD_INTERVAL = 0.5
 # Virtual seconds the bridge has, after what the world holds it to (the last user action,
 # Feishu's return, each approval answered at the last moment), to do everything it owes.
 HORIZON = 300.0
+# Feishu's redelivery of an event the bridge did not take (a 5xx, or no answer within the
+# webhook's deadline): 15 s after, then 5 min, 1 h, 6 h (bridge/devtools/emulator).
+LADDER = (15.0, 300.0, 3600.0, 21600.0)
 # The app as the service reads it: Feishu's own limits, the product's margin (explicit values:
 # the environment does not change the world).
 APP = FeishuSection(
@@ -182,16 +188,25 @@ class Run:
     budgets: list[CallBudget] = field(default_factory=list)
     waits: list[Wait] = field(default_factory=list)
     asked: list[Asked] = field(default_factory=list)
+    db_outage: DbOutage | None = None  # the database away from..until (world seconds)
+    taken: dict[str, float] = field(default_factory=dict)  # message id -> first taken at
 
 
-def run_seed(seed: int, *, jitter: bool = True, storms: bool = True, crowds: bool = True) -> Run:
+def run_seed(
+    seed: int,
+    *,
+    jitter: bool = True,
+    storms: bool = True,
+    crowds: bool = True,
+    databases: bool = True,
+) -> Run:
     # Thousands of runs: the transcript says what matters. Restored after: the switch is
     # process-wide, and the tests that follow read their logs.
     was = logging.root.manager.disable
     logging.disable(logging.CRITICAL)
     loop = SimLoop()
     try:
-        return loop.run_until_complete(_world(seed, loop, jitter, storms, crowds))
+        return loop.run_until_complete(_world(seed, loop, jitter, storms, crowds, databases))
     finally:
         _wind_down(loop)
         logging.disable(was)
@@ -239,7 +254,9 @@ class Bridge:
         self.engine.recall(conversation_key, message_id)
 
 
-async def _world(seed: int, loop: SimLoop, jitter: bool, storms: bool, crowds: bool) -> Run:
+async def _world(
+    seed: int, loop: SimLoop, jitter: bool, storms: bool, crowds: bool, databases: bool
+) -> Run:
     rng = random.Random(seed)
     clock = SimClock(loop, random.Random(rng.random()), jitter=jitter)
     style = rng.choice((PresenceStyle.MESSAGES, PresenceStyle.CARD))
@@ -277,10 +294,18 @@ async def _world(seed: int, loop: SimLoop, jitter: bool, storms: bool, crowds: b
     temper = draw_temper(random.Random(f"agent:{seed}"))
     agents = SimAgents(random.Random(rng.random()), clock.now, plans, temper)
     runtimes: list[WatchedRuntime] = []
-    store = MemoryStore()
-    await store.open()
+    memory = MemoryStore()
+    await memory.open()
+    # The database goes away for a while (a stream of its own: see draw_db_outage).
+    db = draw_db_outage(seed) if storms and databases else None
+    store: Store = memory if db is None else DownStore(memory, loop.time, db)  # type: ignore[assignment]
     engine_rng = random.Random(storm.random())
     restart = storm.uniform(0.0, 60.0) if storms and storm.random() < 0.3 else None
+    if db is not None:
+        # Not both yet: a process started while its database is away exits, and when its
+        # supervisor starts the next one is a model of its own (seed 449 with the next
+        # started once the database is back: a cut turn's heartbeats after its end line).
+        restart = None
     budgets: list[CallBudget] = []
     waits: list[Wait] = []
     still: dict[int, Waiter] = {}  # the calls waiting for their turn now, in every budget
@@ -340,11 +365,12 @@ async def _world(seed: int, loop: SimLoop, jitter: bool, storms: bool, crowds: b
         bot=BotIdentity("ou_bot"),
         clock=clock.now,
     )
+    feishu_pushes = Pushes(receiver, clock, extra, webhook=db is not None)
     users = [
         _user(
             random.Random(rng.random()),
             c,
-            receiver,
+            feishu_pushes,
             bridge,
             clock,
             plans,
@@ -363,12 +389,20 @@ async def _world(seed: int, loop: SimLoop, jitter: bool, storms: bool, crowds: b
         main = asyncio.current_task()
         people = lambda: {main, *world, *tasks, *extra}  # noqa: E731 - what a kill spares
         killer = _restart(
-            restart, bridge, lambda: _watched(build(), clock, gate_log), agents, clock, people
+            restart,
+            bridge,
+            lambda: _watched(build(), clock, gate_log),
+            agents,
+            clock,
+            people,
         )
         world.append(asyncio.ensure_future(killer))
     try:
         await asyncio.gather(*world)
-        await asyncio.gather(*extra)
+        seen = 0
+        while seen < len(extra):  # a redelivery may ask for another
+            seen = len(extra)
+            await asyncio.gather(*extra)
         await asyncio.sleep(_horizon(loop.time(), faults.outage, sent))
     except WorldAtRest:
         pass
@@ -377,6 +411,8 @@ async def _world(seed: int, loop: SimLoop, jitter: bool, storms: bool, crowds: b
     waits.extend(_wait(w, clock.now(), granted=False) for w in still.values())
     run.waits = waits
     run.asked = asked
+    run.db_outage = db
+    run.taken = feishu_pushes.taken
     run.restarted_at = bridge.restarted_at
     run.recalled = recalls
     run.gate_down = _intervals(gate_log, clock.now())
@@ -550,7 +586,7 @@ async def _restart(
 async def _user(
     rng: random.Random,
     chat: str,
-    receiver: Receiver,
+    pushes: Pushes,
     bridge: Bridge,
     clock: SimClock,
     plans: dict[str, Plan],
@@ -565,7 +601,7 @@ async def _user(
     async def say(message_id: str, text: str, plan: Plan | None) -> None:
         sent.append(Sent(clock.now(), chat, message_id, text, plan))
         feishu.user_message(message_id, chat)
-        await receiver.on_message(_message(chat, message_id, text))
+        await pushes.push(_message(chat, message_id, text))
 
     if schedule is not None:  # "/every 3s tick oc_0", taken back after the last message
         await say(f"om_{chat}_every", f"/every {schedule:g}s tick {chat}", None)
@@ -582,7 +618,7 @@ async def _user(
         if mishaps is not None and (fate := mishaps.random()) < 0.2:
             message_id, after = f"om_{chat}_{n}", mishaps.choice((0.05, 1.0, 4.0))
             if fate < 0.1:  # Feishu delivers it again (past the receiver's de-duplication)
-                again = _again(receiver, chat, message_id, text, after)
+                again = _again(pushes, chat, message_id, text, after)
             else:  # its sender takes it back
                 again = _recall(bridge, chat, message_id, after, recalls, clock)
             extra.append(asyncio.ensure_future(again))
@@ -597,9 +633,50 @@ async def _user(
             await asyncio.sleep(1.0)
 
 
-async def _again(receiver: Receiver, chat: str, message_id: str, text: str, after: float) -> None:
+async def _again(pushes: Pushes, chat: str, message_id: str, text: str, after: float) -> None:
     await asyncio.sleep(after)
-    await receiver.on_message(_message(chat, message_id, text))
+    await pushes.push(_message(chat, message_id, text))
+
+
+@dataclass
+class Pushes:
+    """Feishu pushing each user's message to the bridge's receiver: with `webhook`, as the
+    webhook takes it (bridge/feishu/webhook.py: an answer within its deadline, else a 5xx,
+    the hand-over going on), redelivered on Feishu's ladder while the bridge does not take
+    it (a world whose database may refuse); else handed straight over, as always."""
+
+    receiver: Receiver
+    clock: SimClock
+    extra: list[asyncio.Future[None]]
+    webhook: bool
+    taken: dict[str, float] = field(default_factory=dict)  # message id -> first taken at
+
+    async def push(self, message: InboundMessage, attempt: int = 0) -> None:
+        if not self.webhook:
+            await self._take(message)
+            return
+        handover = asyncio.ensure_future(self._take(message))
+        handover.add_done_callback(lambda t: t.cancelled() or t.exception())  # a late one's
+        try:
+            await asyncio.wait_for(asyncio.shield(handover), DEFAULT_DEADLINE)
+            return
+        except (TimeoutError, StoreUnavailable):  # answered 5xx: Feishu tries again later
+            pass
+        except asyncio.CancelledError:
+            # The bridge was killed with the hand-over in it: no answer, so a redelivery.
+            current = asyncio.current_task()
+            if current is not None and current.cancelling():
+                raise
+        if attempt < len(LADDER):
+            self.extra.append(asyncio.ensure_future(self._later(message, attempt)))
+
+    async def _later(self, message: InboundMessage, attempt: int) -> None:
+        await asyncio.sleep(LADDER[attempt])
+        await self.push(message, attempt + 1)
+
+    async def _take(self, message: InboundMessage) -> None:
+        await self.receiver.on_message(message)
+        self.taken.setdefault(message.message_id, self.clock.now())
 
 
 def _message(chat: str, message_id: str, text: str) -> InboundMessage:
@@ -653,6 +730,13 @@ async def _click(
             open_message_id=card.result,
             value=value,
         )
-        reply = await bridge.engine.card_action(action)
+        for _ in range(6):
+            try:
+                reply = await bridge.engine.card_action(action)
+                break
+            except StoreUnavailable:  # the callback failed: an error shown, clicked again
+                await asyncio.sleep(10.0)
+        else:
+            return
         toast = reply.toast_text or ""
         clicks.append(Click(clock.now(), card.target, operator, str(value.get("choice")), toast))

@@ -27,6 +27,7 @@ from bridge.feishu.cards.parts import (
 from bridge.feishu.delivery import FeishuGate
 from bridge.i18n import Translator
 from bridge.store import MemoryStore
+from bridge.store.steady import StoreRetry
 from bridge.tasks import TaskTracker
 from tests.fakes.feishu import FakeFeishu
 from tests.fakes.feishu_calls import ELEMENT
@@ -99,6 +100,7 @@ def status_cards(
         tasks=TaskTracker("test"),
         interval=0.5,
         gate=cast(FeishuGate, Straight()),
+        retry=StoreRetry(),
         budget=budget,
     )
 
