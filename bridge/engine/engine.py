@@ -144,6 +144,7 @@ class Engine:
             settings=config.schedules,
             gate=self.gate,
             metrics=metrics,
+            retry=config.store_retry,
         )
         routes = config.routes
         projects = routes if isinstance(routes, Projects) else Projects.single(routes)

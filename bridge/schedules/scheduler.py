@@ -20,6 +20,7 @@ import json
 import logging
 from dataclasses import dataclass, field, replace
 from datetime import datetime, tzinfo
+from functools import partial
 from typing import Protocol
 from zoneinfo import ZoneInfo
 
@@ -50,6 +51,7 @@ from bridge.ops.metrics import Metrics
 from bridge.schedules.texts import ScheduleTexts
 from bridge.schedules.times import parse_at
 from bridge.store.port import Schedule, ScheduleKind, Store
+from bridge.store.steady import StoreRetry
 
 log = logging.getLogger(__name__)
 
@@ -140,8 +142,12 @@ class Scheduler:
         settings: ScheduleSettings,
         gate: FeishuGate | None = None,
         metrics: Metrics | None = None,
+        retry: StoreRetry | None = None,
     ) -> None:
         self._store = store
+        # Through a database outage each call is tried again (every one is safe twice: an
+        # added schedule is found by its command's message before it is added again).
+        self._retry = retry or StoreRetry()
         self._feishu = feishu
         self._t = translator
         self._texts = ScheduleTexts(translator, settings.zone, clock.wall)
@@ -172,12 +178,14 @@ class Scheduler:
         is due now: it runs once, at the conversation's first idle moment."""
         now = self._clock()
         wanted = {c.key: c for c in self._settings.configured}
-        for known in await self._store.schedules():
+        for known in await self._of():
             if known.config_key and known.config_key not in wanted:
-                await self._store.remove_schedule(known.schedule_id)
+                await self._retry.call(
+                    "remove_schedule", partial(self._store.remove_schedule, known.schedule_id)
+                )
         for key, entry in wanted.items():
             await self._add_configured(key, entry, now)
-        self._cache = {s.schedule_id: s for s in await self._store.schedules()}
+        self._cache = {s.schedule_id: s for s in await self._of()}
         self._started = True
         self.check()
 
@@ -188,10 +196,12 @@ class Scheduler:
             kind, due = ScheduleKind.AT, entry.at
         else:
             return  # a one-time schedule already past (it ran, or was set for the past)
-        await self._store.add_schedule(
+        add = partial(
+            self._store.add_schedule,
             entry.chat_id, entry.chat_id, "", kind, entry.every, entry.prompt, due, now,
             config_key=key,
         )  # fmt: skip
+        await self._retry.call("add_schedule", add)  # a configured key is added once
 
     def close(self) -> None:
         self._started = False
@@ -240,7 +250,7 @@ class Scheduler:
         the store holds them now (the last owner may have run or added some)."""
         for sid in [sid for sid, s in self._cache.items() if s.conversation_key == key]:
             del self._cache[sid]
-        self._cache.update({s.schedule_id: s for s in await self._store.schedules(key)})
+        self._cache.update({s.schedule_id: s for s in await self._of(key)})
         if self._started:
             self.check()
 
@@ -288,17 +298,26 @@ class Scheduler:
             )
         else:
             ids = await self._feishu.send_text(schedule.chat_id, text, uuid=idem, terms=terms)
-        await self._store.mark_sent(idem, ids, now)
+        await self._retry.call("mark_sent", partial(self._store.mark_sent, idem, ids, now))
         actor.feed(ScheduledRun(ids[0], sid, work.requester, work.prompt))
 
     async def _record(self, sid: int, run: _Run, now: float) -> bool:
         """Take the slot in the store; False if it was not there to take."""
+        # Tried again after a failure that may have committed, the slot is found taken: that
+        # run is lost, never posted twice (as after a crash).
         if run.following is None:
-            taken = await self._store.remove_schedule(sid)
+            taken = await self._retry.call(
+                "remove_schedule", partial(self._store.remove_schedule, sid)
+            )
             self._cache.pop(sid, None)
             return taken
-        taken = await self._store.note_schedule_run(sid, run.slot, now, run.following)
-        known = self._cache.get(sid) if taken else await self._store.schedule(sid)
+        note = partial(self._store.note_schedule_run, sid, run.slot, now, run.following)
+        taken = await self._retry.call("note_schedule_run", note)
+        known = (
+            self._cache.get(sid)
+            if taken
+            else await self._retry.call("schedule", partial(self._store.schedule, sid))
+        )
         if known is None:  # removed meanwhile
             self._cache.pop(sid, None)
         elif taken:
@@ -307,9 +326,14 @@ class Scheduler:
             self._cache[sid] = known
         return taken
 
+    async def _of(self, key: str | None = None) -> list[Schedule]:
+        """The conversation's schedules (every one without a key), through an outage."""
+        return await self._retry.call("schedules", partial(self._store.schedules, key))
+
     async def skipped(self, work: ScheduleSkipped) -> None:
         now = self._clock()
-        await self._store.note_schedule_skip(work.schedule_id, work.reason, now)
+        skip = partial(self._store.note_schedule_skip, work.schedule_id, work.reason, now)
+        await self._retry.call("note_schedule_skip", skip)
         known = self._cache.get(work.schedule_id)
         if known is not None:
             self._cache[work.schedule_id] = replace(
@@ -331,7 +355,7 @@ class Scheduler:
     ) -> tuple[ScheduleResult, dict[str, str | int]]:
         match work.command:
             case CommandName.SCHEDULES.value:
-                return self._texts.listing(await self._store.schedules(actor.key), self._clock())
+                return self._texts.listing(await self._of(actor.key), self._clock())
             case CommandName.UNSCHEDULE.value:
                 return await self._unschedule(actor, work)
             case _:
@@ -359,19 +383,27 @@ class Scheduler:
             if at is None:
                 return ScheduleResult.BAD_TIME, {"time": when, "zone": self._texts.zone_name()}
             kind, due = ScheduleKind.AT, at
-        if len(await self._store.schedules(actor.key)) >= MAX_PER_CONVERSATION:
+        if len(await self._of(actor.key)) >= MAX_PER_CONVERSATION:
             return ScheduleResult.TOO_MANY, {"limit": MAX_PER_CONVERSATION}
-        made = await self._store.add_schedule(
-            actor.key,
-            chat_of(actor.key),
-            work.sender,
-            kind,
-            every,
-            prompt,
-            due,
-            now,
-            anchor_message_id=work.message_id,
-        )
+
+        async def add() -> Schedule | None:
+            # A try that failed may have committed: the command's message finds it.
+            for known in await self._store.schedules(actor.key):
+                if known.anchor_message_id == work.message_id:
+                    return known
+            return await self._store.add_schedule(
+                actor.key,
+                chat_of(actor.key),
+                work.sender,
+                kind,
+                every,
+                prompt,
+                due,
+                now,
+                anchor_message_id=work.message_id,
+            )
+
+        made = await self._retry.call("add_schedule", add)
         assert made is not None, "only a configured schedule can collide"
         self._cache[made.schedule_id] = made
         self._arm(now)
@@ -387,7 +419,7 @@ class Scheduler:
         number = work.arg.strip().lstrip("#")
         if not number.isdigit():
             return ScheduleResult.UNSCHEDULE_USAGE, {}
-        found = await self._store.schedule(int(number))
+        found = await self._retry.call("schedule", partial(self._store.schedule, int(number)))
         if found is None or found.conversation_key != actor.key:
             return ScheduleResult.NOT_FOUND, {"number": number}
         params: dict[str, str | int] = {"number": found.schedule_id}
@@ -395,7 +427,9 @@ class Scheduler:
             return ScheduleResult.CONFIGURED, params
         if found.creator_open_id != work.sender and not work.manage_all:
             return ScheduleResult.NOT_YOURS, params
-        await self._store.remove_schedule(found.schedule_id)
+        await self._retry.call(
+            "remove_schedule", partial(self._store.remove_schedule, found.schedule_id)
+        )
         self._cache.pop(found.schedule_id, None)
         self._next.pop(found.schedule_id, None)
         return ScheduleResult.REMOVED, params

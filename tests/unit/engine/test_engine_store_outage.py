@@ -7,10 +7,11 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 from collections.abc import Sequence
+from typing import Any
 
 from bridge.runtime.events import MessageChunk
 from bridge.store import MemoryStore
-from bridge.store.port import MessageState, StoreUnavailable, TurnOutcome
+from bridge.store.port import MessageState, Schedule, StoreUnavailable, TurnOutcome
 from bridge.store.steady import StoreRetry
 from tests.fakes.feishu import Call
 from tests.unit.engine.engine_fakes import ACK, CHAT, Harness, T
@@ -54,6 +55,19 @@ class AwayStore(MemoryStore):
     async def mark_prompted(self, turn_id: str, now: float) -> bool:
         self._gone("mark_prompted")
         return await super().mark_prompted(turn_id, now)
+
+    async def add_schedule(self, *args: Any, **kwargs: Any) -> Schedule | None:
+        made = await super().add_schedule(*args, **kwargs)
+        self._gone("add_schedule")  # after the write: the answer lost, the row committed
+        return made
+
+    async def schedule(self, schedule_id: int) -> Schedule | None:
+        self._gone("schedule")
+        return await super().schedule(schedule_id)
+
+    async def remove_schedule(self, schedule_id: int) -> bool:
+        self._gone("remove_schedule")
+        return await super().remove_schedule(schedule_id)
 
     async def end_turn(
         self,
@@ -146,3 +160,28 @@ async def test_a_turn_cut_before_its_prompt_went_out_runs_again_after_a_restart(
     old.runtime.opening.set()
     await old.engine.drain(0.1)
     await restarted.engine.drain(0.1)
+
+
+async def test_schedule_commands_wait_out_the_store_and_add_once() -> None:
+    """/every and /unschedule with the database away: each is answered once it is back. An
+    add whose answer was lost after it committed is found by its command's message, not
+    added twice (simulator seeds 664 and 490: an /unschedule failed silently and the
+    schedule ran on for ever)."""
+    store = AwayStore()
+    await store.open()
+    h = Harness(store, store_retry=NO_WAIT)
+    await h.engine.start_schedules()
+    store.away["add_schedule"] = 1
+    mid = await h.say("/every 1h check the build")
+    await h.idle()
+    (made,) = await store.schedules(CHAT)
+    assert h.feishu.calls[-1].target == mid
+    assert f"#{made.schedule_id}" in h.feishu.calls[-1].text
+
+    store.away.update({"schedule": 2, "remove_schedule": 2})
+    await h.say(f"/unschedule {made.schedule_id}")
+    await h.idle()
+    assert h.feishu.calls[-1].text == T("schedule.removed", number=made.schedule_id)
+    assert await store.schedules() == []
+    assert +store.away == Counter()
+    await h.engine.drain(0.1)
