@@ -12,6 +12,8 @@ import asyncio
 import re
 import shlex
 import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -212,6 +214,24 @@ async def test_without_session_load_a_stop_costs_only_its_own_chat_its_session(
         assert await agent_pids(stack) == pids
 
 
+BUSY = T("progress.tool", title="Busy")
+
+
+@asynccontextmanager
+async def one_process_for_two_chats(tmp_path: Path) -> AsyncIterator[tuple[Stack, str]]:
+    """An agent in the cancel-tail table, one process for the stack's chat and another."""
+    command = agent("cancel-tail", info=CLAUDE_0_23)
+    settings = {"bridge_max_agents": 1}
+    async with running_stack(tmp_path, agent_command=command, settings=settings) as stack:
+        yield stack, stack.emu.open_chat("p2p", user_open_id="ou_other")
+
+
+async def keep_busy(stack: Stack, other: str, ms: int) -> None:
+    """A turn of the other chat on the process, under way (its tool line shown)."""
+    await stack.say(f"tool Busy\nsleep {ms}\nsay other done", sender_open_id="ou_other")
+    await stack.wait_text(lambda shown: shown == BUSY, chat_id=other)
+
+
 async def test_after_stop_on_an_agent_another_chat_keeps_busy_the_restart_waits_its_turn(
     tmp_path: Path,
 ) -> None:
@@ -220,22 +240,16 @@ async def test_after_stop_on_an_agent_another_chat_keeps_busy_the_restart_waits_
     cost the other chat its turn; prompting now would get the tail (one turn behind, each
     time the process is busy). The message waits for the other turn to end, then the agent
     is restarted and the session reloaded: each chat gets its own answer, once."""
-    command = agent("cancel-tail", info=CLAUDE_0_23)
-    busy = T("progress.tool", title="Busy")
-    async with running_stack(
-        tmp_path, agent_command=command, settings={"bridge_max_agents": 1}
-    ) as stack:
-        other = stack.emu.open_chat("p2p", user_open_id="ou_other")
+    async with one_process_for_two_chats(tmp_path) as (stack, other):
         await stop_a_running_turn(stack)
         pids = await agent_pids(stack)
-        await stack.say("tool Busy\nsleep 1500\nsay other done", sender_open_id="ou_other")
-        await stack.wait_text(lambda shown: shown == busy, chat_id=other)
+        await keep_busy(stack, other, 1500)
         await answered(stack, "sleep 200\nsay hello", "hello")
         await answered(stack, "history", "history: 3 prompts")  # the session reloaded
         await stack.settled()
 
         assert stack.texts() == [WORKING, STOPPED, "hello", "history: 3 prompts"]
-        assert stack.texts(other) == [busy, "other done"]
+        assert stack.texts(other) == [BUSY, "other done"]
         in_order = [m.text for m in stack.emu.bot_messages() if m.text in ("other done", "hello")]
         assert in_order == ["other done", "hello"]  # the restart waited for the other turn
         assert set(await agent_pids(stack)).isdisjoint(pids)
@@ -248,15 +262,9 @@ async def test_a_stop_while_the_restart_waits_for_another_chats_turn_stops_it(
     """The same wait, stopped: the round says stopped at once, not when the other chat's turn
     ends. (The core holds a stop that comes before the prompt reached the agent, and cancels
     the prompt as it goes out.) The next message still gets its own answer."""
-    command = agent("cancel-tail", info=CLAUDE_0_23)
-    busy = T("progress.tool", title="Busy")
-    async with running_stack(
-        tmp_path, agent_command=command, settings={"bridge_max_agents": 1}
-    ) as stack:
-        other = stack.emu.open_chat("p2p", user_open_id="ou_other")
+    async with one_process_for_two_chats(tmp_path) as (stack, other):
         await stop_a_running_turn(stack)
-        await stack.say("tool Busy\nsleep 3000\nsay other done", sender_open_id="ou_other")
-        await stack.wait_text(lambda shown: shown == busy, chat_id=other)
+        await keep_busy(stack, other, 3000)
         await stack.say("say never")
         await stack.say("/stop")
         await stack.emu.wait_for(lambda: stack.texts().count(STOPPED) == 2)
@@ -266,7 +274,7 @@ async def test_a_stop_while_the_restart_waits_for_another_chats_turn_stops_it(
         await stack.settled()
         assert "never" not in stack.texts()
         assert T("presence.ended_empty") not in stack.texts()
-        assert stack.texts(other) == [busy, "other done"]
+        assert stack.texts(other) == [BUSY, "other done"]
 
 
 async def test_a_stop_answered_end_turn_is_still_a_stop(tmp_path: Path) -> None:

@@ -425,19 +425,22 @@ async def test_a_token_paid_for_another_api_goes_back_to_it() -> None:
     assert not budget.try_take(Lane.REFRESH, CARD, "c")  # the whole update's, spent
 
 
+# A minute of 60 sends whose burst holds nine, every other limit out of the way.
+NINE_SENDS_AT_ONCE = BudgetPolicy(
+    app_per_second=100.0,
+    sends_per_minute=60.0,
+    chat_per_second=100.0,
+    burst_seconds=1.0,
+    send_burst_seconds=9.0,
+)
+
+
 def test_progress_lines_and_hints_leave_the_sends_burst_to_the_answers() -> None:
     """A burst of nine sends: progress lines leave half of it (four) to the lanes above,
     hints a quarter, cards a tenth, so a flood of lines never spends what an answer that
     comes needs; then the sends go at the steady rate, the highest lane first."""
-    policy = BudgetPolicy(
-        app_per_second=100.0,
-        sends_per_minute=60.0,
-        chat_per_second=100.0,
-        burst_seconds=1.0,
-        send_burst_seconds=9.0,
-        hint_deadline=60.0,  # none waits past its deadline here (see the test after)
-        card_deadline=60.0,
-    )
+    # None waits past its deadline here (see the test after).
+    policy = replace(NINE_SENDS_AT_ONCE, hint_deadline=60.0, card_deadline=60.0)
     sched = CallQueue(policy, now=0.0)
 
     def flood(lane: Lane) -> list[Waiter]:
@@ -459,14 +462,7 @@ def test_a_card_past_its_deadline_spends_the_reserve_a_flood_of_endings_never_re
     """Sends at their steady pace, endings always waiting (a busy team's echo turns): the
     burst's reserve never fills again, so a card that had to leave it would wait for the
     flood to pass. Past its deadline it goes with the next token, ahead of the endings."""
-    policy = BudgetPolicy(
-        app_per_second=100.0,
-        sends_per_minute=60.0,
-        chat_per_second=100.0,
-        burst_seconds=1.0,
-        send_burst_seconds=9.0,
-        card_deadline=2.0,
-    )
+    policy = replace(NINE_SENDS_AT_ONCE, card_deadline=2.0)
     sched = CallQueue(policy, now=0.0)
     granted: list[tuple[float, Waiter]] = []
     for n in range(9):  # the burst, spent
