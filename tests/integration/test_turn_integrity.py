@@ -277,6 +277,41 @@ async def test_a_stop_while_the_restart_waits_for_another_chats_turn_stops_it(
         assert stack.texts(other) == [BUSY, "other done"]
 
 
+async def test_a_tail_caught_while_another_chat_keeps_the_agent_busy_is_sent_again_after(
+    tmp_path: Path,
+) -> None:
+    """cancel-tail on an agent the table does not name, one process for two chats: the
+    prompt after /stop goes out while the other chat's turn runs there, and is answered by
+    the leftover `end_turn`. Restarting now would cost the other chat its turn: the prompt
+    waits for it to end (what the old process streams for hello meanwhile is not shown),
+    then the agent is restarted, the session reloaded and hello sent again. Hello is shown
+    once and its round ends as answered; it is not kept open for a result the agent owes
+    the next prompt, until the stall rules end it as unresponsive (simulator seeds 7 and
+    6011)."""
+    busy = T("progress.tool", title="Busy")
+    settings = {"bridge_max_agents": 1}
+    async with running_stack(
+        tmp_path, agent_command=agent("cancel-tail"), settings=settings
+    ) as stack:
+        other = stack.emu.open_chat("p2p", user_open_id="ou_other")
+        await stop_a_running_turn(stack)
+        pids = await agent_pids(stack)
+        await stack.say("tool Busy\nsleep 1500\nsay other done", sender_open_id="ou_other")
+        await stack.wait_text(lambda shown: shown == busy, chat_id=other)
+        await answered(stack, "sleep 200\nsay hello", "hello")
+        # The session reloaded: tool+hang, hello twice (its run on the old process, then
+        # again), history.
+        await answered(stack, "history", "history: 4 prompts")
+        await stack.settled()
+
+        assert stack.texts() == [WORKING, STOPPED, "hello", "history: 4 prompts"]
+        assert stack.texts(other) == [busy, "other done"]
+        in_order = [m.text for m in stack.emu.bot_messages() if m.text in ("other done", "hello")]
+        assert in_order == ["other done", "hello"]  # sent again once the other turn ended
+        assert set(await agent_pids(stack)).isdisjoint(pids)
+        assert cancel_tails(await ops(stack, "/metrics")) == 1
+
+
 async def test_a_stop_answered_end_turn_is_still_a_stop(tmp_path: Path) -> None:
     """cancel-end-turn (copilot-cli, opencode): the stopped round says stopped, and the next
     message is answered as usual."""

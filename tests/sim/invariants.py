@@ -325,12 +325,12 @@ def hint_and_heartbeat(run: Run, seen: dict[str, list[Seen]]) -> list[str]:
             for s in chat_calls[sent.chat]
             if not s.op.endswith("_reaction") and s.ok and s.at >= since
         )
-        waits = _waiting(run, seen, sent)
+        waits = [*_waiting(run, seen, sent), *_stale(seen[sent.message_id])]
         last = shown[0] if shown else start
         for at in [*(a for a in alive if a > last), ended]:
             if at > ended:
                 break
-            for w0, w1 in waits:  # waiting on a person: no heartbeat owed meanwhile
+            for w0, w1 in waits:  # waiting on a person, or stale: no heartbeat owed
                 if w0 < at and w1 > last:
                     last = max(last, min(w1, at))
             limit = _busy_until(last + t.heartbeat, busy[sent.chat], after) + slack
@@ -340,6 +340,23 @@ def hint_and_heartbeat(run: Run, seen: dict[str, list[Seen]]) -> list[str]:
                 out.append(f"{sent.message_id}: nothing shown from {last} to {at} while running")
                 break
             last = at
+    return out
+
+
+# The stale line's ends (after its last placeholder): "silent for 30 s; still waiting".
+STALE = tuple(T(key).rsplit("}", 1)[-1] for key in ("presence.stale", "presence.stale_no_activity"))
+
+
+def _stale(got: list[Seen]) -> list[tuple[float, float]]:
+    """When the turn was stale: from its stale line (the bridge said it still waits) to the
+    next thing shown for it, the agent heard from again. No heartbeat follows that line
+    (the core's STALE state): it says what a heartbeat would, and the stall rules run."""
+    shown = sorted((s for s in got if s.ok and not s.op.endswith("_reaction")), key=lambda s: s.at)
+    out = []
+    for n, line in enumerate(shown):
+        if line.op == "reply_text" and line.text.endswith(STALE):
+            after = next((s.at for s in shown[n + 1 :] if s.at > line.at), float("inf"))
+            out.append((line.at, after))
     return out
 
 
@@ -744,6 +761,34 @@ def no_lane_starved(run: Run, seen: dict[str, list[Seen]]) -> list[str]:
     return out
 
 
+STALLED = T("presence.stalled_ended")
+
+
+def no_answered_round_ended_as_unresponsive(run: Run, seen: dict[str, list[Seen]]) -> list[str]:
+    """A round that showed its answer is not then ended as unresponsive (the stall rules'
+    line): its agent ended it. So too after a cancelled turn's leftover result answered the
+    next prompt (a tail): that prompt is sent again on a restarted agent, not kept open for
+    the result the agent owes the prompt after it. Not held to it: an agent that cannot load
+    sessions, whose tail keeps the round open (a restart would lose the session) until a
+    cancel, the user's or the stall rules'."""
+    if not run.runtime.temper.can_load:
+        return []
+    out = []
+    for sent in run.sent:
+        if sent.plan is None:
+            continue
+        got = seen[sent.message_id]
+        shown = [s.at for s in got if s.ok and answer_for(sent.text) in s.text]
+        ended = [s for s in got if s.ok and s.op == "reply_text"]
+        stalled = [s.at for s in ended if s.text.startswith(STALLED)]
+        if shown and stalled and stalled[0] > shown[0]:
+            out.append(
+                f"{sent.message_id}: ended as unresponsive at {stalled[0]},"
+                f" after its answer at {shown[0]}"
+            )
+    return out
+
+
 def every_conversation_settles(run: Run, seen: dict[str, list[Seen]]) -> list[str]:
     return [f"{key}: still running or queued at the horizon" for key in run.stuck]
 
@@ -762,6 +807,7 @@ RULES: tuple[Callable[[Run, dict[str, list[Seen]]], list[str]], ...] = (
     nothing_posted_twice,
     one_reaction_ending_in_its_rounds_state,
     every_conversation_settles,
+    no_answered_round_ended_as_unresponsive,
     no_agent_process_leaked,
     no_429_at_its_own_pace,
     nothing_refused_as_malformed,

@@ -10,7 +10,9 @@ turn calls, which `AcpRuntime` hands to it.
 * **A tail is never an answer.** The first prompt after a cancel is watched: answered by
   the cancelled turn's leftover result, the agent is restarted, the session reloaded and
   the prompt sent again, so the bridge is never one turn behind (logged, and counted in
-  `cancel_tails`).
+  `cancel_tails`). On a process another chat's turn keeps busy, the restart waits for
+  those turns (what the old process streams for the prompt meanwhile is dropped: it runs
+  again). Only an agent that cannot load sessions keeps the turn open (`absorb_tail`).
 * **What a prompt carries** (`prompt_blocks`): the user's text, and the images and files
   they sent. An image goes as ACP image content when the agent declares
   `promptCapabilities.image`; anything else (and an image for an agent without it) is put
@@ -107,7 +109,9 @@ class Prompting:
         try:
             self._on_change()  # a slot's running turns
             if how is AfterCancel.RESTART_WHEN_FREE:
-                restarted = await self._restart_when_free(session, process, turn)
+                restarted = await self._restart_when_free(
+                    session, process, turn, "after a cancelled turn"
+                )
                 if restarted is None:
                     return  # stopped while it waited, or the agent could not come back
                 process = restarted
@@ -141,19 +145,21 @@ class Prompting:
         )
 
     async def _restart_when_free(
-        self, session: AcpSession, process: AgentProcess, turn: AcpTurn
+        self, session: AcpSession, process: AgentProcess, turn: AcpTurn, why: str
     ) -> AgentProcess | None:
         """An agent that leaves a tail after a cancel, on a process another chat's turn keeps
         busy: prompted there, it would answer with the tail and stay one turn behind each
         time the process is busy. The prompt waits (the user sees the turn running) until
         the other turns end, then the agent is restarted and the session reloaded. None,
-        the turn finished, when it was stopped meanwhile or the agent did not come back."""
+        the turn finished, when it was stopped meanwhile or the agent did not come back.
+        A prompt the tail already answered waits the same way: its run on the old process
+        is shown nothing of (`moving`), as it is sent again."""
         turn.moving = True  # it runs nothing while it waits: not a turn the others wait for
         try:
             if not await self._sessions.until_free(process, turn):
                 turn.finish(TurnEnded(session.session_id, StopReason.CANCELLED))
                 return None
-            restarted = await self._sessions.restart(session, process, "after a cancelled turn")
+            restarted = await self._sessions.restart(session, process, why)
         except RuntimeUnavailable as exc:
             turn.finish(RuntimeFailed(session.session_id, reason=exc.reason[:80]))
             return None
@@ -177,8 +183,11 @@ class Prompting:
         """The prompt after a cancel was answered by the cancelled turn's leftover result:
         the agent now runs this prompt with its result owed to the next one. Never one turn
         behind: restart the agent, reload the session and send the prompt again (what the
-        old process still streams is dropped). Where a restart would lose something (no
-        `session/load`, or other turns on the process), the turn is kept open instead."""
+        old process still streams is dropped), once no other chat's turn runs on the
+        process (`_restart_when_free`). Only an agent that cannot load sessions keeps the
+        turn open instead (`absorb_tail`: a restart would lose the session). Kept open, the
+        round shows its answer, then waits for a result owed to the next prompt until the
+        stall rules end it as unresponsive."""
         info = process.agent_info
         self.cancel_tails += 1
         logger.warning(
@@ -189,23 +198,14 @@ class Prompting:
             session.session_id,
         )
         self._sessions.tails.saw_tail(info)
-        if not self._sessions.can_restart(process, turn):
+        if not (process.can_load or process.can_resume):
             await absorb_tail(process, turn, exited=self._exited)
             return
-        turn.moving = True
-        process.retiring = True  # its updates from now on are this prompt's first run: dropped
-        try:
-            process = await self._sessions.restart(session, process, "after a leftover result")
-        except RuntimeUnavailable as exc:
-            turn.finish(RuntimeFailed(session.session_id, reason=exc.reason[:80]))
-            return
-        finally:
-            turn.moving = False
-        if turn.cancel_requested:  # /stop while the agent restarted
-            turn.finish(TurnEnded(session.session_id, StopReason.CANCELLED))
-            return
+        restarted = await self._restart_when_free(session, process, turn, "after a leftover result")
+        if restarted is None:
+            return  # stopped, or the agent could not come back
         turn.suspect_tail = False
-        await self._run(process, session, turn, text, files)
+        await self._run(restarted, session, turn, text, files)
 
     async def cancel(self, session_id: str) -> None:
         session = self._sessions.get(session_id)

@@ -380,6 +380,8 @@ class AcpRuntime:
         if session.process.retiring:
             return None, None  # a process being replaced: nothing of it is shown
         turn = session.turn
+        if turn is not None and turn.moving:
+            return None, None  # a prompt to be sent again on a new process: its run here is not
         return session, (turn if turn is not None and not turn.done else None)
 
     # --- ClientHost: callbacks from BridgeClient ------------------------------------------
