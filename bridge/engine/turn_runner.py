@@ -262,6 +262,11 @@ class TurnRunner:
                 # The engine already ended this turn (a forced stop): what its prompt still
                 # reports, such as the killed agent's exit, must not reach the next turn.
                 log.info("dropped %s of ended turn %s", type(event).__name__, work.turn_id)
+                if isinstance(event, PromptSent):
+                    # Its stop gave up waiting before the prompt went out (a slow agent
+                    # start): nothing shows what the agent does with it, so it is stopped.
+                    cancel = self._runtime.cancel(session_id)
+                    self._tasks.spawn(cancel, name=f"cancel-ended:{work.turn_id}")
                 return
             traced = trace_of_event(event)
             if traced is not None:

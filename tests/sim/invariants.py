@@ -325,7 +325,7 @@ def hint_and_heartbeat(run: Run, seen: dict[str, list[Seen]]) -> list[str]:
             for s in chat_calls[sent.chat]
             if not s.op.endswith("_reaction") and s.ok and s.at >= since
         )
-        waits = [*_waiting(run, seen, sent), *_stale(seen[sent.message_id])]
+        waits = [*_waiting(run, seen, sent), *_stale(seen[sent.message_id], start)]
         last = shown[0] if shown else start
         for at in [*(a for a in alive if a > last), ended]:
             if at > ended:
@@ -347,17 +347,14 @@ def hint_and_heartbeat(run: Run, seen: dict[str, list[Seen]]) -> list[str]:
 STALE = tuple(T(key).rsplit("}", 1)[-1] for key in ("presence.stale", "presence.stale_no_activity"))
 
 
-def _stale(got: list[Seen]) -> list[tuple[float, float]]:
-    """When the turn was stale: from its stale line (the bridge said it still waits) to the
-    next thing shown for it, the agent heard from again. No heartbeat follows that line
-    (the core's STALE state): it says what a heartbeat would, and the stall rules run."""
-    shown = sorted((s for s in got if s.ok and not s.op.endswith("_reaction")), key=lambda s: s.at)
-    out = []
-    for n, line in enumerate(shown):
-        if line.op == "reply_text" and line.text.endswith(STALE):
-            after = next((s.at for s in shown[n + 1 :] if s.at > line.at), float("inf"))
-            out.append((line.at, after))
-    return out
+def _stale(got: list[Seen], read: float) -> list[tuple[float, float]]:
+    """When the turn was stale: from its stale line (the bridge said it still waits) until
+    the agent was heard from again: the next thing shown for it once the agent had read the
+    prompt (at `read`; a card's change as the line goes only shows the line). No heartbeat
+    follows that line (the core's STALE state): it says what one would; the stall rules run."""
+    shown = sorted(s.at for s in got if s.ok and not s.op.endswith("_reaction"))
+    lines = [s.at for s in got if s.ok and s.op == "reply_text" and s.text.endswith(STALE)]
+    return [(at, next((t for t in shown if t > max(at, read)), float("inf"))) for at in lines]
 
 
 def _waiting(run: Run, seen: dict[str, list[Seen]], sent: Sent) -> list[tuple[float, float]]:

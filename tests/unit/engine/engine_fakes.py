@@ -71,6 +71,7 @@ class FakeRuntime:
         self.lost: set[str] = set()
         self.refuse_prompt: Exception | None = None  # the next prompt raises it, unsent
         self.fail_unsent: str | None = None  # the next prompt ends RuntimeFailed, unsent
+        self.sending: asyncio.Event | None = None  # when set: a prompt goes out once it is
         self._started = asyncio.Condition()
         self._sessions = itertools.count(1)
 
@@ -107,6 +108,8 @@ class FakeRuntime:
             sink(RuntimeFailed(session_id, reason=reason))
             return
         turn = FakeTurn(session_id, text)
+        if self.sending is not None:
+            await self.sending.wait()
         sink(PromptSent(session_id))
         async with self._started:
             self.turns.append(turn)

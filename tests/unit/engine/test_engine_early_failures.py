@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -16,9 +17,10 @@ from bridge.runtime.events import MessageChunk
 from bridge.store import MemoryStore
 from bridge.store.port import MessageState, TurnOutcome
 from tests.fakes.feishu import Call
-from tests.unit.engine.engine_fakes import ACK, CHAT, Harness, T
+from tests.unit.engine.engine_fakes import ACK, CHAT, QUIET, Harness, T, until
 
 RESEND = T("presence.unrecoverable")
+STOPPED = T("presence.stopped")
 IMAGE = AttachmentRef(kind="image", key="img_1", resource_type="image")
 
 
@@ -182,3 +184,33 @@ async def test_a_failure_told_before_prompt_sent_ends_the_turn_with_the_resend_l
         Call("add_reaction", two, ACK),
         Call("reply_text", two, "answer two"),
     ]
+
+
+async def test_a_prompt_that_goes_out_after_its_stop_gave_up_is_cancelled() -> None:
+    """A stop before the prompt went out (the agent slow to start) waits for it, then gives
+    up (the cancel limit) and ends the round. When the prompt does go out after that, the
+    agent is told to stop it: nothing would show what it does, and it would run its whole
+    turn unseen (simulator seed 29171, a recalled message's round)."""
+    store = MemoryStore()
+    await store.open()
+    timings = replace(QUIET, finish_grace=0.0, cancel_notice=600, cancel_limit=0.5)
+    harness = Harness(store, timings=timings)
+    harness.runtime.sending = gate = asyncio.Event()
+    hello = await harness.say("hello")
+    async with asyncio.timeout(5):
+        await until(lambda: any(c[0] == "prompt" for c in harness.runtime.calls))
+        await harness.say("/stop")
+        await harness.idle()
+        harness.clock += 1.0  # past the cancel limit: the stop gives up waiting, the round over
+        await until(lambda: harness.engine.conversations[CHAT].conv.turn is None)
+    await harness.idle()
+    assert ("cancel", "sess_1") not in harness.runtime.calls  # nothing had gone out yet
+
+    gate.set()
+    async with asyncio.timeout(5):
+        await until(lambda: ("cancel", "sess_1") in harness.runtime.calls)
+    await harness.idle()
+    replies = [c.text for c in harness.feishu.calls if c.op == "reply_text" and c.target == hello]
+    assert replies == [STOPPED]
+    await harness.engine.drain(0.1)
+    await store.close()
