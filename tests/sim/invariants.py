@@ -296,12 +296,13 @@ def hint_and_heartbeat(run: Run, seen: dict[str, list[Seen]]) -> list[str]:
         start, ended = _t(prompt.started), _t(prompt.ended)
         if prompt.cancelled_at is not None:
             ended = min(ended, _t(prompt.cancelled_at))
-        if _touches_outage(run, start, ended):
+        # What the bridge showed once its runtime said the prompt went out counts, though the
+        # agent read it later (a moment, or a prompt sent again after a tail, once the
+        # process was free): the bridge counts the turn's silence from its side.
+        since = min(start, _t(prompt.handed)) if prompt.handed is not None else start
+        if _touches_outage(run, since, ended):
             continue  # nothing can be shown while Feishu is away (delivered_after_the_storm)
         silent_until = start + sent.plan.first_silence
-        # What the bridge showed once its runtime said the prompt went out counts, though the
-        # agent read it a moment later: the bridge counts the turn's silence from its side.
-        since = min(start, _t(prompt.handed)) if prompt.handed is not None else start
         shown = sorted(
             s.at
             for s in seen[sent.message_id]
