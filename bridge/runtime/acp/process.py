@@ -292,6 +292,11 @@ class AgentProcess:
         return self._offers("resume")
 
     @property
+    def can_reopen(self) -> bool:
+        """An earlier session can be taken back here (`reopen`: loaded or resumed)."""
+        return self.can_load or self.can_resume
+
+    @property
     def can_list(self) -> bool:
         return self._offers("list")
 

@@ -198,7 +198,7 @@ class Prompting:
             session.session_id,
         )
         self._sessions.tails.saw_tail(info)
-        if not (process.can_load or process.can_resume):
+        if not process.can_reopen:
             await absorb_tail(process, turn, exited=self._exited)
             return
         restarted = await self._restart_when_free(session, process, turn, "after a leftover result")

@@ -338,7 +338,7 @@ class Sessions:
         # Unknown here (e.g. the bridge restarted): ask an agent that can load sessions.
         slot = self._pool.choose(self.load, replacing=self._by_conversation.get(conversation_key))
         process = await self._pool.live(slot)
-        if not (process.can_load or process.can_resume):
+        if not process.can_reopen:
             return None
         cwd = self.cwd_of(conversation_key)
         try:
@@ -360,7 +360,7 @@ class Sessions:
         async with session.reload_lock:
             if session.process is process:
                 return process
-            if not (process.can_load or process.can_resume):
+            if not process.can_reopen:
                 raise SessionLost(
                     f"the agent restarted and cannot reload session {session.session_id}"
                 )
@@ -399,11 +399,11 @@ class Sessions:
         session.after_cancel = False
         if not self.tails.leaves_tail(process.agent_info):
             return process, AfterCancel.WATCH
-        if not (process.can_load or process.can_resume):
+        if not process.can_reopen:
             self._sessions.drop(session.session_id)
             process.sessions.discard(session.session_id)
             raise SessionLost(f"session {session.session_id} holds a cancelled turn's result")
-        if not self.can_restart(process):
+        if self.turns_on(process):  # a restart now would cost another chat its turn
             return process, AfterCancel.RESTART_WHEN_FREE
         return await self.restart(session, process, "after a cancelled turn"), AfterCancel.CLEAN
 
@@ -446,12 +446,6 @@ class Sessions:
             await asyncio.shield(process.hold)
             process = await self.ensure_bound(session)
         return process
-
-    def can_restart(self, process: AgentProcess, turn: AcpTurn | None = None) -> bool:
-        """A restart loses nothing: the agent can load its sessions back, and no turn but
-        `turn` runs on it."""
-        busy = [t for t in self.turns_on(process) if t is not turn]
-        return (process.can_load or process.can_resume) and not busy
 
     async def restart(self, session: AcpSession, process: AgentProcess, why: str) -> AgentProcess:
         """A new process for the session's slot, the session reloaded on it; raises
