@@ -218,9 +218,12 @@ BUSY = T("progress.tool", title="Busy")
 
 
 @asynccontextmanager
-async def one_process_for_two_chats(tmp_path: Path) -> AsyncIterator[tuple[Stack, str]]:
-    """An agent in the cancel-tail table, one process for the stack's chat and another."""
-    command = agent("cancel-tail", info=CLAUDE_0_23)
+async def one_process_for_two_chats(
+    tmp_path: Path, info: tuple[str, str] | None = CLAUDE_0_23
+) -> AsyncIterator[tuple[Stack, str]]:
+    """An agent that leaves a tail after a cancel (in the cancel-tail table as `info`; None:
+    not in it), one process for the stack's chat and another."""
+    command = agent("cancel-tail", info=info)
     settings = {"bridge_max_agents": 1}
     async with running_stack(tmp_path, agent_command=command, settings=settings) as stack:
         yield stack, stack.emu.open_chat("p2p", user_open_id="ou_other")
@@ -288,16 +291,10 @@ async def test_a_tail_caught_while_another_chat_keeps_the_agent_busy_is_sent_aga
     once and its round ends as answered; it is not kept open for a result the agent owes
     the next prompt, until the stall rules end it as unresponsive (simulator seeds 7 and
     6011)."""
-    busy = T("progress.tool", title="Busy")
-    settings = {"bridge_max_agents": 1}
-    async with running_stack(
-        tmp_path, agent_command=agent("cancel-tail"), settings=settings
-    ) as stack:
-        other = stack.emu.open_chat("p2p", user_open_id="ou_other")
+    async with one_process_for_two_chats(tmp_path, info=None) as (stack, other):
         await stop_a_running_turn(stack)
         pids = await agent_pids(stack)
-        await stack.say("tool Busy\nsleep 1500\nsay other done", sender_open_id="ou_other")
-        await stack.wait_text(lambda shown: shown == busy, chat_id=other)
+        await keep_busy(stack, other, 1500)
         await answered(stack, "sleep 200\nsay hello", "hello")
         # The session reloaded: tool+hang, hello twice (its run on the old process, then
         # again), history.
@@ -305,7 +302,7 @@ async def test_a_tail_caught_while_another_chat_keeps_the_agent_busy_is_sent_aga
         await stack.settled()
 
         assert stack.texts() == [WORKING, STOPPED, "hello", "history: 4 prompts"]
-        assert stack.texts(other) == [busy, "other done"]
+        assert stack.texts(other) == [BUSY, "other done"]
         in_order = [m.text for m in stack.emu.bot_messages() if m.text in ("other done", "hello")]
         assert in_order == ["other done", "hello"]  # sent again once the other turn ended
         assert set(await agent_pids(stack)).isdisjoint(pids)
