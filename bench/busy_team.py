@@ -86,7 +86,7 @@ from bench.stream_bench import FEISHU, json_value, pct, python_path  # noqa: E40
 from bridge.config.budget import BUDGET_MARGIN, FEISHU_SENDS_PER_MINUTE  # noqa: E402
 from bridge.core.delivery import Lane  # noqa: E402
 from bridge.devtools.emulator import FeishuEmulator  # noqa: E402
-from bridge.feishu.budget import SEND, SEND_SHARE, Bucket, BudgetPolicy, api_of  # noqa: E402
+from bridge.feishu.budget import SEND, BudgetPolicy, api_of, kept_for_lanes  # noqa: E402
 from bridge.i18n import LOCALES, load_catalog  # noqa: E402
 
 TIMEOUT = 30.0  # BRIDGE_APPROVAL_TIMEOUT_SECONDS, as in the issue
@@ -137,8 +137,10 @@ _CARD = re.compile(r"^/open-apis/cardkit/v1/cards/([^/]+)")
 LANES = tuple(lane.name.lower() for lane in Lane)  # the budget's lanes, first first
 # The sends a call of each lane needs in the bridge's burst to go: one, and the share of
 # the burst it leaves to the lanes above it (bridge/feishu/budget.py).
-_SENDS = Bucket.paced(PACE, BudgetPolicy().send_burst_seconds, 0.0)
-NEEDS = {lane.name.lower(): 1.0 + _SENDS.reserve(SEND_SHARE[lane]) for lane in Lane}
+NEEDS = {
+    lane.name.lower(): 1.0 + kept
+    for lane, kept in zip(Lane, kept_for_lanes(BudgetPolicy(sends_per_minute=PACE)), strict=True)
+}
 # Its one app's series (labelled app="default"), by lane where they have one.
 _BUDGET = re.compile(
     r'^bridge_feishu_budget_(\w+?)\{app="[\w-]+"(?:,lane="(\w+)")?\} (\S+)$', re.MULTILINE
@@ -607,7 +609,7 @@ def report(f: dict[str, Any], minutes: float) -> None:
         print(
             f"  after the first minute: min {min(steady)}, max {max(steady)},"
             f" mean {sum(steady) / len(steady):.0f} (the bridge's steady pace:"
-            f" {10 * _SENDS.rate:.0f})"
+            f" {PACE / 6:.0f})"
         )
     print(
         "Feishu's busiest minute / second per API: "

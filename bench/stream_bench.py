@@ -273,9 +273,7 @@ def _first_difference(wrote: list[str], shown: list[str]) -> str | None:
 
 # --- the replay: what each chat showed, when ----------------------------------------------
 
-_CARD_PATH = re.compile(
-    r"/open-apis/cardkit/v1/cards/([^/]+)(?:/elements/([^/]+)/content|/settings)?$"
-)
+_CARD_PATH = re.compile(r"/open-apis/cardkit/v1/cards/([^/]+)(/.*)?$")
 _MESSAGE_PATH = re.compile(r"/open-apis/im/v1/messages/([^/]+)(/reactions.*)?$")
 _SEND_PATH = re.compile(r"/open-apis/im/v1/messages(?:/[^/]+/reply)?$")
 _ID = re.compile(r"^(?:[a-z]{2}_\w+|\d{6,})$")
@@ -324,12 +322,8 @@ class Replay:
             return
         card = _CARD_PATH.match(call.path)
         if card is not None:
-            card_id, element = card.groups()
-            page = None
-            if element == "answer":
-                page = str(body.get("content", ""))
-            elif element is None and call.method == "PUT":
-                page = _card_answer(json_value((body.get("card") or {}).get("data")))
+            card_id, tail = card.groups()
+            page = _changed_answer(call.method, tail or "", body)
             if page is not None:
                 self._cards[card_id] = words(page)
             chat = self._card_chat.get(card_id)
@@ -398,6 +392,33 @@ class Replay:
         covered = answer.covered(shown)
         if not timeline.growth or timeline.growth[-1][1:] != (covered, whole):
             timeline.growth.append((at, covered, whole))
+
+
+def _changed_answer(method: str, tail: str, body: dict[str, Any]) -> str | None:
+    """The card's answer as a change of a CardKit card leaves it (None: not changed): its
+    text streamed, the card updated whole, the element replaced or patched, or a batch of
+    element actions (bridge/feishu/requests.py)."""
+    if tail == "/elements/answer/content":
+        return str(body.get("content", ""))
+    if tail == "" and method == "PUT":
+        return _card_answer(json_value((body.get("card") or {}).get("data")))
+    if tail == "/elements/answer":
+        element = json_value(body.get("element" if method == "PUT" else "partial_element"))
+        return _content(element)
+    if tail == "/batch_update":
+        page = None
+        for action in json_value(body.get("actions")) or []:
+            params = action.get("params") if isinstance(action, dict) else None
+            if isinstance(params, dict) and params.get("element_id") == "answer":
+                change = params.get("partial_element") or params.get("element")
+                page = _content(change) if _content(change) is not None else page
+        return page
+    return None
+
+
+def _content(element: Any) -> str | None:
+    content = element.get("content") if isinstance(element, dict) else None
+    return content if isinstance(content, str) else None
 
 
 def json_value(text: Any) -> Any:
@@ -495,10 +516,12 @@ class Run:
                 out[message.chat_id].append(message)
         return out
 
-    def done(self) -> bool:
+    async def done(self) -> bool:
         """Every agent done and its chat showing the answer exactly, its cards closed
         (streaming off: the ended card, not one still typing), a chat looked at again only
-        when its messages changed."""
+        when its messages changed. The emulator shares this loop: it is let in between
+        chats (200 answers judged at once would hold its calls, then count them bunched
+        in its one-second windows, as a 429 the bridge never caused)."""
         answers = self.answers()
         messages = self.by_chat()
         for chat, answer in answers.items():
@@ -512,6 +535,7 @@ class Run:
             seen = Shown.of(shown)
             if seen.judge(answer) == "exact" and not seen.streaming:
                 self._ended.add(chat)
+            await asyncio.sleep(0)
         return len(self._ended) == self.n
 
 
@@ -558,13 +582,14 @@ async def one(
             agents0 = _children_cpu(process.pid)
             await run.start(ramp)
             deadline = t0 + ramp + turns.longest * 1.5 + settle
-            while not run.done() and time.time() < deadline:
+            while not await run.done() and time.time() < deadline:
                 await asyncio.sleep(1.0)
                 agents0 = {**_children_cpu(process.pid), **agents0}
             cpu, wall = cpu_s(process.pid) - cpu0, time.time() - t0
             agents = _children_cpu(process.pid)
             agents_cpu = sum(agents.values()) - sum(agents0.get(pid, 0.0) for pid in agents)
-            result = measure(run, cpu, wall, timed_out=not run.done(), detail=detail)
+            result = measure(run, cpu, wall, timed_out=not await run.done(), detail=detail)
+            keep_calls(run, folder / "calls.jsonl")
             result["agents_core_pct"] = 100 * agents_cpu / wall
             result["emulator_lag_max_s"] = max(lags, default=0.0)
             result["folder"] = str(folder)
@@ -573,6 +598,34 @@ async def one(
             probe.cancel()
             process.terminate()
             await asyncio.to_thread(process.wait, 30)
+
+
+def keep_calls(run: Run, path: Path) -> None:
+    """Every call Feishu saw in the run, one JSON line each (time from the first message,
+    method, path, whether Feishu took it, the chat of a message's call), to read a chat's
+    story after the row (the folder is printed with `--json`)."""
+    chats: dict[str, str] = {}
+    with path.open("w") as out:
+        for call in run.emu.calls():
+            if call.at < run.began or call.path.startswith("/open-apis/auth/"):
+                continue
+            data = call.response.get("data") or {} if isinstance(call.response, dict) else {}
+            chat = data.get("chat_id") if isinstance(data, dict) else None
+            message, card = _MESSAGE_PATH.match(call.path), _CARD_PATH.match(call.path)
+            if message is not None:
+                chat = chats.get(message.group(1), chat)
+                with contextlib.suppress(KeyError):  # a user's message: its reactions
+                    chat = chat or run.emu.message(message.group(1)).chat_id
+            elif card is not None:
+                chat = chats.get(card.group(1), chat)
+            if isinstance(data, dict) and chat and data.get("message_id"):
+                chats[str(data["message_id"])] = str(chat)
+                body = call.body if isinstance(call.body, dict) else {}
+                content = json_value(body.get("content"))
+                if isinstance(content, dict) and content.get("type") == "card":
+                    chats[str((content.get("data") or {}).get("card_id"))] = str(chat)
+            line = [round(call.at - run.began, 4), call.method, call.path, call.ok, chat]
+            out.write(json.dumps(line) + "\n")
 
 
 def _children_cpu(pid: int) -> dict[int, float]:

@@ -36,20 +36,20 @@ halves that API's rate; the rate then grows back by a fixed step a second while 
 comes (additive increase, multiplicative decrease), so the budget settles just under
 whatever limit Feishu really applies.
 
-The minute's sends are paced, not spent in a burst: each API's 50 a second would let the
+Each API's minute (sends, and every other API: Feishu meters each at 1,000 a minute) is
+spent neither in one burst nor at a crawl (`Minute`). Each API's 50 a second would let the
 whole minute go in its first 20 s, and then every chat would see nothing for 40 s, cards
-waiting for an approval among them. A user waits on their own chat, not on the minute's
-total, so the sends go at a steady rate with a small burst on top (`Bucket.paced`): a
-bucket holding `capacity` sends, refilled at `rate`, lets through at most
-`capacity + 60 × rate` in any 60 s, and the rate is what is left of the minute once the
-burst is set aside (`rate = (sends_per_minute - capacity) / 60`). So the configured figure
-is never exceeded in any minute, and Feishu's 1,000 keeps the whole margin for the calls
-the bridge does not see. The burst is three seconds of the minute's rate (40 of the 800):
-the ends of a few turns at once go together, and the rate is 5% below the minute's
-average. A lane's share (`SEND_SHARE`) is of the burst: a lane takes a send only while it
-leaves `(1 - share)` of the burst in the bucket for the lanes above it (`Bucket.reserve`),
-so a flood of progress lines goes at the steady rate but never spends the answers'
-reserve, and an answer or an ending that comes finds sends there at once.
+waiting for an approval among them; a steady pace with a small burst would make 200 chats
+arriving at once wait 13 s for their cards. So a quarter of the minute may go at once after
+a quiet spell (200 of the 800: a crowd's reactions, cards and endings at the API's second's
+pace), and a call goes only if the minute left after it still allows a floor of the rest
+spread over the window (`(800 - 200) / 60`, ten a second): a burst is paid for by a slower
+minute, never by silence, and no 60 s ever holds more than the configured figure. Under a
+load that never pauses the calls go at 5% under the minute's average, evenly. A lane's
+share (`SEND_SHARE`) is of a reserve of three seconds of the minute: a lane takes a call
+only while it leaves `(1 - share)` of the reserve for the lanes above it
+(`kept_for_lanes`), so a flood of progress lines never spends what an answer or an ending
+that comes needs.
 
 Not `aiolimiter` or `limits`: both read the loop's or the wall clock themselves (tests
 could not inject time), neither can pass over a call whose chat is spent to grant the
@@ -63,7 +63,7 @@ import asyncio
 import heapq
 import itertools
 import math
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
@@ -91,8 +91,11 @@ class BudgetPolicy:
     # Tokens a bucket holds at most, in seconds of its rate (at least one call): a burst
     # plus a second at the full rate must stay under a limit counted per second.
     burst_seconds: float = 0.05
-    # The sends the minute's bucket holds at most, in seconds of the minute's rate.
-    send_burst_seconds: float = 3.0
+    # The share of an API's minute a burst may take at once (`Minute`).
+    minute_burst: float = 0.25
+    # The room kept in an API's minute for the lanes above (`SEND_SHARE`), in seconds of
+    # the minute's average: an answer or an ending that comes finds it there.
+    reserve_seconds: float = 3.0
     shrink: float = 0.5  # the app rate × this at a 429
     floor: float = 0.1  # the app rate never below this share of its setting
     recover_per_second: float = 2.0  # calls a second the rate regains each second
@@ -137,16 +140,6 @@ class Bucket:
         capacity = max(1.0, rate * burst_seconds)
         return cls(rate, capacity, capacity, now)
 
-    @classmethod
-    def paced(cls, per_minute: float, burst_seconds: float, now: float) -> Bucket:
-        """At most `per_minute` in any 60 s: a burst set aside (half the minute at most),
-        the rest spread over the minute (capacity + 60 × rate = per_minute). Under two a
-        minute, the burst is the one call a bucket holds at least, and the rate half the
-        minute's."""
-        capacity = min(max(1.0, per_minute * burst_seconds / 60.0), max(1.0, per_minute / 2))
-        rate = max(per_minute - capacity, per_minute / 2) / 60.0
-        return cls(rate, capacity, capacity, now)
-
     def refill(self, now: float) -> None:
         if now > self.at:
             self.tokens = min(self.capacity, self.tokens + (now - self.at) * self.rate)
@@ -164,6 +157,97 @@ class Bucket:
     def reserve(self, share: float) -> float:
         """The tokens a lane with `share` of the burst leaves to the lanes above it."""
         return (1.0 - share) * (self.capacity - 1.0)
+
+
+class Minute:
+    """An API's minute: at most `limit` calls in any 60 s, a burst of `capacity` after a
+    quiet spell, a steady `limit / 60` a second under a load that never pauses, and never
+    a stop.
+
+    Two rules. **Room**: a call goes only if, after it, sending on at `rate` (the floor,
+    `(limit - capacity) / 60`) breaks no 60 s window: with the grant times of the last
+    60 s at `t_k` (k = 0 … W-1, oldest first), the calls that may go now are at most
+    `limit - W + k - rate × (t_k + 60 - now)` for every k. So a burst is paid for by a
+    slower next minute, never by silence. **Pace**: the calls that may go at once are
+    tokens refilled at the minute's average and never more than the room: after a quiet
+    spell they are the whole burst (200 chats arriving at once get their 200 reactions,
+    cards and replies at the API's second's pace), while under a load that never pauses
+    they stay near none, so a burst's calls expiring a minute later free room without
+    another burst (the minute does not go in bursts and slow stretches for ever).
+    The room and the tokens only grow as time passes, at `rate` at least:
+    `CallQueue.longest_wait` counts on that."""
+
+    __slots__ = ("_at", "_least", "_log", "_pace", "_tokens", "capacity", "limit", "rate")
+
+    def __init__(self, limit: float, burst_share: float, now: float) -> None:
+        self.limit = limit
+        self.capacity = min(max(1.0, limit * burst_share), max(1.0, limit / 2))
+        self.rate = max(limit - self.capacity, limit / 2) / 60.0
+        self._pace = 0.95 * limit / 60.0
+        self._tokens = self.capacity
+        self._at = now
+        self._log: deque[float] = deque()  # grant times of the last 60 s, oldest first
+        self._least = math.inf  # min over k of (k - rate × t_k)
+
+    def refill(self, now: float) -> None:
+        """Forget the grants older than a minute; tokens for the time since."""
+        log = self._log
+        if log and log[0] < now - 60.0:  # (a window counts both its ends)
+            while log and log[0] < now - 60.0:
+                log.popleft()
+            self._relearn()
+        if now > self._at:
+            self._tokens = min(self._tokens + (now - self._at) * self._pace, self.room(now))
+            self._at = now
+
+    def _relearn(self) -> None:
+        rate = self.rate
+        self._least = min((k - rate * t for k, t in enumerate(self._log)), default=math.inf)
+
+    def room(self, now: float) -> float:
+        """Calls that may go now by the room rule (fractional: a call needs a whole one)."""
+        if not self._log:
+            return self.capacity
+        free = self.limit - len(self._log) + self._least + self.rate * (now - 60.0)
+        return min(self.capacity, free)
+
+    @property
+    def tokens(self) -> float:
+        """The calls that may go at once, as of the last refill."""
+        return self._tokens
+
+    def ready(self, now: float, keep: float = 0.0) -> bool:
+        """A whole call beyond the `keep` held back (refilled at `now`)."""
+        return min(self._tokens, self.room(now)) >= 1.0 + keep - 1e-9
+
+    def ready_at(self, now: float, keep: float = 0.0) -> float:
+        """When a whole call beyond `keep` may go, at the latest: the tokens grow at the
+        pace, the room at `rate` at least (a grant expiring can free it sooner; a call
+        then offered finds it)."""
+        need = 1.0 + keep
+        tokens_at = now + max(0.0, need - self._tokens) / self._pace
+        room_at = now + max(0.0, need - self.room(now)) / self.rate
+        return max(tokens_at, room_at)
+
+    def take(self, now: float) -> None:
+        self._tokens -= 1.0
+        self._least = min(self._least, len(self._log) - self.rate * now)
+        self._log.append(now)
+
+    def give_back(self) -> None:
+        """A grant not used: forgotten (the newest stands for it; the margin under
+        Feishu's figure covers the difference in when it expires)."""
+        if self._log:
+            self._log.pop()
+            self._relearn()
+            self._tokens = min(self.capacity, self._tokens + 1.0)
+
+
+def kept_for_lanes(policy: BudgetPolicy) -> tuple[float, ...]:
+    """What a call of each lane leaves in its minute for the lanes above it (by lane)."""
+    burst = Minute(policy.sends_per_minute, policy.minute_burst, 0.0).capacity
+    reserve = min(burst, policy.sends_per_minute * policy.reserve_seconds / 60.0)
+    return tuple((1.0 - share) * max(0.0, reserve - 1.0) for share in SEND_SHARE)
 
 
 @dataclass(eq=False)
@@ -199,8 +283,8 @@ class CallQueue:
             if policy.total_per_second > 0
             else None
         )
-        self._sends = Bucket.paced(policy.sends_per_minute, policy.send_burst_seconds, now)
-        self._send_keep = tuple(map(self._sends.reserve, SEND_SHARE))  # by lane
+        self._sends = Minute(policy.sends_per_minute, policy.minute_burst, now)
+        self._send_keep = kept_for_lanes(policy)  # by lane
         # How long a call of each lane waits before it goes first (`Waiter.deadline`).
         self._patience = {lane: math.inf for lane in Lane} | {
             Lane.CARD: policy.card_deadline,
@@ -208,7 +292,7 @@ class CallQueue:
         }
         # Every other API's minute (Feishu meters each at 1,000 a minute, as it does sends),
         # paced the same way and shared by the lanes the same way.
-        self._minutes: dict[str, Bucket] = {SEND: self._sends}
+        self._minutes: dict[str, Minute] = {SEND: self._sends}
         self._chats: dict[str, Bucket] = {}
         self._served: dict[str, float] = {}  # chat -> when it was last granted a call
         # The waiting calls by API, in arrival order: under load most wait on an API with
@@ -248,7 +332,8 @@ class CallQueue:
         minute's too: under a crowd the minute is what binds, and a token that went nowhere
         is room Feishu still has (seed 5277: a card's flusher that found its change made
         inline meanwhile held a cardkit API's minute from the other chats' cards)."""
-        taken = [self._api(api, now), self._minute(api, now)]
+        self._minute(api, now).give_back()
+        taken = [self._api(api, now)]
         if self._total is not None:
             self._total.refill(now)
             taken.append(self._total)
@@ -269,18 +354,17 @@ class CallQueue:
             bucket.refill(now)
         return bucket
 
-    def _minute(self, api: str, now: float) -> Bucket:
-        bucket = self._minutes.get(api)
-        if bucket is None:
+    def _minute(self, api: str, now: float) -> Minute:
+        minute = self._minutes.get(api)
+        if minute is None:
             policy = self.policy
-            bucket = Bucket.paced(policy.sends_per_minute, policy.send_burst_seconds, now)
-            self._minutes[api] = bucket
-        bucket.refill(now)
-        return bucket
+            minute = self._minutes[api] = Minute(policy.sends_per_minute, policy.minute_burst, now)
+        minute.refill(now)
+        return minute
 
     def minute_rate(self) -> float:
-        """Calls a second one API takes at its steady pace (its minute, spread)."""
-        return self._sends.rate
+        """Calls a second one API takes at its steady pace (its minute's average)."""
+        return self._sends.limit / 60.0
 
     def longest_wait(self, lane: Lane, send: bool, went: int, chat_went: int = 0) -> float:
         """The longest a call of `lane` waits for its turn, given the calls that took from
@@ -395,7 +479,7 @@ class CallQueue:
             if chat is not None and not chat.ready(now):
                 continue
             api.tokens -= 1.0
-            minute.tokens -= 1.0
+            minute.take(now)
             if total is not None:
                 total.tokens -= 1.0
             if chat is not None:

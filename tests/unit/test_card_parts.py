@@ -62,26 +62,27 @@ def _all_but(*full: str) -> Callable[[str], bool]:
 
 
 def test_the_api_of_the_next_change() -> None:
+    """The whole update is the last way a live card's change takes: it is the one way to
+    end a card, and turns ending together need its minute."""
     grown = CardView(CardPhase.WORKING, elapsed=3.2, tools=(BUILD,), text="Hello, world")
     assert api_of_change("c", SHOWN, grown, room=_all_but()) == STREAM_API  # typed out
-    # The stream's minute spent: the answer goes whole, else as its element.
-    assert api_of_change("c", SHOWN, grown, room=_all_but(STREAM_API)) == UPDATE_API
-    both = _all_but(STREAM_API, UPDATE_API)
-    assert api_of_change("c", SHOWN, grown, room=both) == ELEMENT_API
-    three = _all_but(STREAM_API, UPDATE_API, ELEMENT_API)
-    assert api_of_change("c", SHOWN, grown, room=three) == PATCH_ELEMENT_API
-    assert api_of_change("c", SHOWN, grown, room=lambda api: api == BATCH_API) == BATCH_API
+    # The stream's minute spent: the answer as its element, else patched, else in a batch.
+    assert api_of_change("c", SHOWN, grown, room=_all_but(STREAM_API)) == ELEMENT_API
+    two = _all_but(STREAM_API, ELEMENT_API)
+    assert api_of_change("c", SHOWN, grown, room=two) == PATCH_ELEMENT_API
+    three = _all_but(STREAM_API, ELEMENT_API, PATCH_ELEMENT_API)
+    assert api_of_change("c", SHOWN, grown, room=three) == BATCH_API
+    assert api_of_change("c", SHOWN, grown, room=lambda api: api == UPDATE_API) == UPDATE_API
     assert api_of_change("c", SHOWN, grown, room=_none) == STREAM_API  # waits for the stream
     later = CardView(CardPhase.WORKING, elapsed=9.0, tools=(BUILD,), text="Hello, world")
-    assert api_of_change("c", SHOWN, later, room=_all_but()) == UPDATE_API  # room: whole
-    # No room for whole: every changed element in one batch, else the most telling one.
-    assert api_of_change("c", SHOWN, later, room=_all_but(UPDATE_API)) == BATCH_API
-    no_batch = _all_but(UPDATE_API, BATCH_API)
-    assert api_of_change("c", SHOWN, later, room=no_batch) == STREAM_API
-    assert api_of_change("c", SHOWN, later, room=_all_but(UPDATE_API, BATCH_API, STREAM_API)) == (
-        ELEMENT_API
-    )
-    assert api_of_change("c", SHOWN, later, room=_none) == UPDATE_API
+    # Every changed element in one batch, else the most telling one, else the card whole.
+    assert api_of_change("c", SHOWN, later, room=_all_but()) == BATCH_API
+    assert api_of_change("c", SHOWN, later, room=_all_but(BATCH_API)) == STREAM_API
+    no_stream = _all_but(BATCH_API, STREAM_API)
+    assert api_of_change("c", SHOWN, later, room=no_stream) == ELEMENT_API
+    only_whole = _all_but(BATCH_API, STREAM_API, ELEMENT_API, PATCH_ELEMENT_API)
+    assert api_of_change("c", SHOWN, later, room=only_whole) == UPDATE_API
+    assert api_of_change("c", SHOWN, later, room=_none) == BATCH_API
     assert api_of_change(None, SHOWN, later, room=_none) == PATCH_API  # the fallback card
 
 

@@ -103,10 +103,12 @@ def api_of_change(
         return PATCH_API  # the fallback: an interactive card patched whole
     if shown is None or view is None:
         return UPDATE_API
+    # The whole update last: it is the one way to end a card (its final view, streaming
+    # off), and 200 turns ending together need its minute's burst.
     if only_text_grew(shown, view):
-        ways = (STREAM_API, UPDATE_API, ELEMENT_API, PATCH_ELEMENT_API, BATCH_API)
+        ways = (STREAM_API, ELEMENT_API, PATCH_ELEMENT_API, BATCH_API, UPDATE_API)
     elif _changed_part(shown, view) is not None:
-        ways = (UPDATE_API, BATCH_API, STREAM_API, ELEMENT_API, PATCH_ELEMENT_API)
+        ways = (BATCH_API, STREAM_API, ELEMENT_API, PATCH_ELEMENT_API, UPDATE_API)
     else:
         return UPDATE_API
     return next((api for api in ways if room(api)), ways[0])

@@ -19,10 +19,10 @@ from bridge.engine.actor import ConversationActor
 from bridge.engine.status_cards import StatusCards
 from bridge.feishu.budget import BudgetPolicy, CallBudget
 from bridge.feishu.cards.parts import (
+    BATCH_API,
     ELEMENT_API,
     PATCH_ELEMENT_API,
     STREAM_API,
-    UPDATE_API,
 )
 from bridge.feishu.delivery import FeishuGate
 from bridge.i18n import Translator
@@ -123,32 +123,26 @@ async def test_the_answer_grows_through_whichever_api_has_room(store: MemoryStor
     await cards.show(actor, view("Hello"))  # posted
     now.at += 1.0
     await cards.show(actor, view("Hello, w"))
-    now.at += 1.0
-    spend(budget, STREAM_API)
-    await cards.show(actor, view("Hello, wor"))
-    now.at += 1.0
-    spend(budget, STREAM_API)
-    spend(budget, UPDATE_API)
-    await cards.show(actor, view("Hello, world"))
-    now.at += 1.0
-    for api in (STREAM_API, UPDATE_API, ELEMENT_API):
-        spend(budget, api)
-    await cards.show(actor, view("Hello, world!"))
-    now.at += 1.0
-    for api in (STREAM_API, UPDATE_API, ELEMENT_API, PATCH_ELEMENT_API):
-        spend(budget, api)
-    await cards.show(actor, view("Hello, world!!"))
+    ways = (STREAM_API, ELEMENT_API, PATCH_ELEMENT_API, BATCH_API)
+    for text, spent in zip(
+        ("Hello, wor", "Hello, world", "Hello, world!", "Hello, world!!"), range(1, 5), strict=True
+    ):
+        now.at += 1.0
+        for api in ways[:spent]:
+            spend(budget, api)
+        await cards.show(actor, view(text))
     made = [(op, content) for op, _, content in changes(feishu)[2:]]
+    # The whole update last: it is the way a card ends.
     assert made == [
         ("stream_card_text", "Hello, w"),
-        ("update_card_entity", "Hello, wor"),
-        ("update_card_element", "Hello, world"),
-        ("patch_card_element", "Hello, world!"),
-        ("batch_update_card", "Hello, world!!"),
+        ("update_card_element", "Hello, wor"),
+        ("patch_card_element", "Hello, world"),
+        ("batch_update_card", "Hello, world!"),
+        ("update_card_entity", "Hello, world!!"),
     ]
 
 
-async def test_without_room_for_a_whole_update_a_batch_carries_every_change(
+async def test_a_batch_carries_every_change_of_a_card_that_keeps_its_shape(
     store: MemoryStore,
 ) -> None:
     feishu, now = FakeFeishu(), Now()
@@ -158,7 +152,6 @@ async def test_without_room_for_a_whole_update_a_batch_carries_every_change(
     build = ToolLine("t1", "Build", "in_progress")
     await cards.show(actor, view("Hello", tools=(build,)))
     now.at += 1.0
-    spend(budget, UPDATE_API)
     done = ToolLine("t1", "Build", "completed")
     await cards.show(actor, view("Hello, world", elapsed=9.0, tools=(done,)))
     assert sorted(element for _, element, _ in changes(feishu)[2:]) == ["answer", "status", "tools"]
@@ -179,11 +172,11 @@ async def test_a_refresh_passes_over_an_api_whose_minute_is_kept_for_the_lanes_a
     build = ToolLine("t1", "Build", "in_progress")
     await cards.show(actor, view("Hello", tools=(build,)))
     now.at += 1.0
-    spend(budget, UPDATE_API)
-    assert budget.may_go(UPDATE_API)  # an ending would still find a token there
+    spend(budget, BATCH_API)
+    assert budget.may_go(BATCH_API)  # an ending would still find a token there
     done = ToolLine("t1", "Build", "completed")
     await cards.show(actor, view("Hello, world", elapsed=9.0, tools=(done,)))
-    assert {op for op, _, _ in changes(feishu)[2:]} == {"batch_update_card"}
+    assert {op for op, _, _ in changes(feishu)[2:]} == {"stream_card_text"}  # one part
 
 
 async def test_an_element_api_feishu_lacks_is_not_asked_again(store: MemoryStore) -> None:
@@ -195,16 +188,15 @@ async def test_an_element_api_feishu_lacks_is_not_asked_again(store: MemoryStore
     await cards.show(actor, view("a"))
     now.at += 1.0
     spend(budget, STREAM_API)
-    spend(budget, UPDATE_API)
     await cards.show(actor, view("ab"))  # the element's 404, then the card whole
     now.at += 1.0
     spend(budget, STREAM_API)
-    await cards.show(actor, view("abc"))  # whole: the element is not tried again
+    await cards.show(actor, view("abc"))  # patched: the element is not tried again
     ops = [(op, content) for op, _, content in changes(feishu)[2:]]
     assert ops == [
         ("update_card_element", "ab"),
         ("update_card_entity", "ab"),
-        ("update_card_entity", "abc"),
+        ("patch_card_element", "abc"),
     ]
     assert [c.status for c in feishu.calls[2:]] == [404, 200, 200]
     assert budget.may_go(ELEMENT_API)  # the API had room: it was passed over, not spent
