@@ -83,7 +83,7 @@ from bench.spawned import (  # noqa: E402
     wait_healthy,
 )
 from bench.stream_bench import FEISHU, json_value, pct, python_path  # noqa: E402
-from bridge.config.budget import BUDGET_MARGIN, FEISHU_SENDS_PER_MINUTE  # noqa: E402
+from bridge.config.budget import FEISHU_SENDS_PER_MINUTE, MINUTE_MARGIN  # noqa: E402
 from bridge.core.delivery import Lane  # noqa: E402
 from bridge.devtools.emulator import FeishuEmulator  # noqa: E402
 from bridge.feishu.budget import SEND, BudgetPolicy, api_of, kept_for_lanes  # noqa: E402
@@ -93,7 +93,7 @@ TIMEOUT = 30.0  # BRIDGE_APPROVAL_TIMEOUT_SECONDS, as in the issue
 WAIT = 5.0  # a chat waiting longer than this for its next visible change is counted
 STUCK = 120.0  # a message not answered by then is counted stuck, and the chat goes on
 SETTLE = 90.0  # after the run, how long the messages in flight may take to end
-PACE = FEISHU_SENDS_PER_MINUTE * BUDGET_MARGIN  # the minute's sends the bridge paces to
+PACE = FEISHU_SENDS_PER_MINUTE * MINUTE_MARGIN  # the minute's sends the bridge paces to
 
 APPROVAL, QUESTION = "approval", "question"  # the kinds of card that ask the user
 UNANSWERED = "-unanswered"  # a card nobody answers: it times out

@@ -22,6 +22,11 @@ FEISHU_CHAT_CALLS_PER_SECOND = 5.0  # message sends to one chat
 # The share of each limit the bridge paces itself to: room for clock skew and for the calls
 # Feishu counts that the bridge does not see (a 429 still shrinks the pace until they stop).
 BUDGET_MARGIN = 0.8
+# The share of a minute's limit: the budget counts a minute's calls exactly (the grants of
+# the last 60 s), so against a minute the margin covers the calls it does not see, a
+# second's jitter in when calls arrive (40 at most), and a restarted bridge's guess at what
+# its predecessor spent (bridge/feishu/budget.py `Minute`).
+MINUTE_MARGIN = 0.9
 FIRST_PROBE_SECONDS = 1.0  # after the failure that showed Feishu's API down
 MAX_PROBE_SECONDS = 15.0  # the longest wait between two probes
 
@@ -35,6 +40,7 @@ class FeishuLimits:
     chat_calls_per_second: float
     total_calls_per_second: float
     margin: float
+    minute_margin: float
 
 
 class BudgetSection(Section):

@@ -10,6 +10,7 @@ from dataclasses import dataclass, replace
 from bridge.config.budget import (
     BUDGET_MARGIN,
     FEISHU_CHAT_CALLS_PER_SECOND,
+    MINUTE_MARGIN,
     BudgetSection,
     FeishuLimits,
 )
@@ -25,6 +26,7 @@ class Tuning:
     feishu_sends_per_minute: float | None = None
     feishu_chat_calls_per_second: float = FEISHU_CHAT_CALLS_PER_SECOND
     feishu_budget_margin: float = BUDGET_MARGIN
+    feishu_minute_margin: float = MINUTE_MARGIN
     # Probes while Feishu's API is down (None: from the give-up window, BudgetSection).
     delivery_first_probe_seconds: float | None = None
     delivery_max_probe_seconds: float | None = None
@@ -43,6 +45,7 @@ class Tuning:
             chat_calls_per_second=self.feishu_chat_calls_per_second,
             total_calls_per_second=budget.bridge_feishu_total_calls_per_second,
             margin=self.feishu_budget_margin,
+            minute_margin=self.feishu_minute_margin,
         )
 
     def probes(self, budget: BudgetSection) -> tuple[float, float]:

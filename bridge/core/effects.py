@@ -147,6 +147,7 @@ class CardView:
     footer: Text | None = None  # the usage footer, on the final view
     page: int = 0  # 0: the status card; 1 on: a continuation card, the answer only
     code: str = ""  # the fence line of the code block this page begins inside, if any
+    closed: bool = False  # the status card's page is closed: the answer goes on below it
 
 
 @dataclass(frozen=True)

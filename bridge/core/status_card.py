@@ -152,6 +152,7 @@ def view(
         cut=cut,
         end_key=end_key,
         end_params=dict(end_params or {}),
+        closed=not last,
     )
 
 

@@ -114,6 +114,8 @@ class StatusCards:
         self._gate = gate
         self._metrics = metrics
         self._cards: dict[str, _Card] = {}
+        # Live status cards that show their page of the answer closed (`_spacing`).
+        self._quiet: set[str] = set()
         # CardKit APIs that answered a change as unknown (a Feishu without them): not asked
         # again by this process, the others carry the changes.
         self._unknown: set[str] = set()
@@ -141,12 +143,12 @@ class StatusCards:
             await self._finish(actor, card, work.view, CallTerms.of(terms_of(actor, work)))
             return
         card.pending = work.view
-        wait = card.pushed_at + self._spacing() - self._clock()
+        wait = card.pushed_at + self._spacing(card) - self._clock()
         if wait <= 0 and not card.lock.locked():
             api = self._api_for(card)
             if self._may_now(card, api):
                 await self._paid_flush(actor, card, api)
-                wait = self._spacing()
+                wait = self._spacing(card)
         if card.pending is not None and (card.flusher is None or card.flusher.done()):
             name = f"status-card:{work.card_key}"
             card.flusher = self._tasks.spawn(self._flush_later(actor, card, wait), name=name)
@@ -238,7 +240,7 @@ class StatusCards:
                 await self._paid_flush(actor, card, api)
             if card.pending is None or self._cards.get(card.key) is not card:
                 return
-            due = card.pushed_at + self._spacing()
+            due = card.pushed_at + self._spacing(card)
             wait = due - self._clock()
 
     async def _paid_flush(self, actor: ConversationActor, card: _Card, api: str) -> None:
@@ -248,7 +250,7 @@ class StatusCards:
         past the budget's bound (seed 5277)."""
         terms = self._refresh(card, api)
         try:
-            if self._clock() >= card.pushed_at + self._spacing():
+            if self._clock() >= card.pushed_at + self._spacing(card):
                 await self._flush(actor, card, api, terms)
         finally:
             paid = terms.paid
@@ -256,18 +258,22 @@ class StatusCards:
             if unused is not None and self._budget is not None:
                 self._budget.refund(unused)
 
-    def _spacing(self) -> float:
-        """Least seconds between two changes of one card: the setting, or longer when so
+    def _spacing(self, card: _Card) -> float:
+        """Least seconds between two changes of `card`: the setting, or longer when so
         many cards are live that together they would ask more than REFRESH_SHARE times one
         API's steady pace (the lower of its second's and its minute's), the card APIs
         together. Each change costs about half a millisecond of CPU, and beyond that share
-        more calls only queue."""
+        more calls only queue. A status card whose page of the answer is closed (the answer
+        goes on below it) changes half as often: only its status moves, and the page being
+        written shows the turn alive."""
+        quiet = card.key in self._quiet
         if self._budget is None:
-            return self._interval
+            return self._interval * (2 if quiet else 1)
         # An API's steady pace is its minute's (Feishu meters each at 1,000 a minute too).
         scheduler = self._budget.scheduler
         pace = min(scheduler.policy.app_per_second, scheduler.minute_rate())
-        return max(self._interval, len(self._cards) / (pace * REFRESH_SHARE))
+        asked = len(self._cards) - len(self._quiet) / 2  # changes a spacing, all cards
+        return max(self._interval, asked / (pace * REFRESH_SHARE)) * (2 if quiet else 1)
 
     def _may_now(self, card: _Card, api: str) -> bool:
         """A refresh may go inline (its effect lane waits for it) only when the budget has
@@ -293,7 +299,7 @@ class StatusCards:
         self, actor: ConversationActor, card: _Card, api: str, terms: CallTerms
     ) -> None:
         async with card.lock:
-            if self._clock() < card.pushed_at + self._spacing():
+            if self._clock() < card.pushed_at + self._spacing(card):
                 # A change went out while this waited for the card (the flusher passed its
                 # check while an inline change was in flight): the view stays pending for
                 # the flusher, at the spacing, instead of following a few ms behind.
@@ -436,6 +442,8 @@ class StatusCards:
     def _shown(self, card: _Card, view: CardView) -> bool:
         card.shown = view
         card.pushed_at = self._clock()
+        if view.closed:  # its page shown whole: from now on only its status moves
+            self._quiet.add(card.key)
         return True
 
     def _next(self, card: _Card) -> int:
@@ -446,6 +454,7 @@ class StatusCards:
     def _forget(self, card: _Card) -> None:
         if self._cards.get(card.key) is card:
             del self._cards[card.key]
+            self._quiet.discard(card.key)
 
     def _give_up(
         self,

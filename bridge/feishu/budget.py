@@ -83,7 +83,7 @@ class BudgetPolicy:
     """Rates already net of the safety margin (the settings take Feishu's figures × margin)."""
 
     app_per_second: float = 40.0  # each API's
-    sends_per_minute: float = 800.0
+    sends_per_minute: float = 900.0
     chat_per_second: float = 4.0
     total_per_second: float = 0.0  # all calls together; 0: no cap beyond each API's
     hint_deadline: float = 1.0  # seconds a hint may wait before it goes ahead of anything
@@ -92,7 +92,7 @@ class BudgetPolicy:
     # plus a second at the full rate must stay under a limit counted per second.
     burst_seconds: float = 0.05
     # The share of an API's minute a burst may take at once (`Minute`).
-    minute_burst: float = 0.25
+    minute_burst: float = 0.2
     # The room kept in an API's minute for the lanes above (`SEND_SHARE`), in seconds of
     # the minute's average: an answer or an ending that comes finds it there.
     reserve_seconds: float = 3.0
@@ -106,7 +106,7 @@ class BudgetPolicy:
         margin = limits.margin
         return cls(
             app_per_second=limits.app_calls_per_second * margin,
-            sends_per_minute=limits.sends_per_minute * margin,
+            sends_per_minute=limits.sends_per_minute * limits.minute_margin,
             chat_per_second=limits.chat_calls_per_second * margin,
             total_per_second=limits.total_calls_per_second * margin,
         )
@@ -125,6 +125,8 @@ class Limits(Protocol):
     def total_calls_per_second(self) -> float: ...
     @property
     def margin(self) -> float: ...
+    @property
+    def minute_margin(self) -> float: ...
 
 
 @dataclass
@@ -184,10 +186,17 @@ class Minute:
         self.capacity = min(max(1.0, limit * burst_share), max(1.0, limit / 2))
         self.rate = max(limit - self.capacity, limit / 2) / 60.0
         self._pace = 0.95 * limit / 60.0
-        self._tokens = self.capacity
-        self._at = now
-        self._log: deque[float] = deque()  # grant times of the last 60 s, oldest first
+        # Grant times of the last 60 s, oldest first. A bridge just started cannot know
+        # what the minute before it spent (a restart's predecessor may have spent it
+        # all): it starts as if that minute went at the pace, so a restart goes on at the
+        # pace instead of bursting past Feishu's figure; the burst comes back after a
+        # quiet spell.
+        calls = int(self._pace * 60.0)
+        self._log: deque[float] = deque(now - 60.0 + (k + 1) * 60.0 / calls for k in range(calls))
         self._least = math.inf  # min over k of (k - rate × t_k)
+        self._relearn()
+        self._tokens = max(0.0, self.room(now))
+        self._at = now
 
     def refill(self, now: float) -> None:
         """Forget the grants older than a minute; tokens for the time since."""
@@ -283,6 +292,7 @@ class CallQueue:
             if policy.total_per_second > 0
             else None
         )
+        self._born = now  # an API's minute is made at its first call, as of this time
         self._sends = Minute(policy.sends_per_minute, policy.minute_burst, now)
         self._send_keep = kept_for_lanes(policy)  # by lane
         # How long a call of each lane waits before it goes first (`Waiter.deadline`).
@@ -358,7 +368,8 @@ class CallQueue:
         minute = self._minutes.get(api)
         if minute is None:
             policy = self.policy
-            minute = self._minutes[api] = Minute(policy.sends_per_minute, policy.minute_burst, now)
+            minute = Minute(policy.sends_per_minute, policy.minute_burst, self._born)
+            self._minutes[api] = minute
         minute.refill(now)
         return minute
 

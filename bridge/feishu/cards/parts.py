@@ -45,7 +45,7 @@ def only_text_grew(shown: CardView, view: CardView) -> bool:
     """Nothing but the answer changed, by growing (the elapsed time as the card words it)."""
     # A continuation card shows no time; the status card shows it in whole units.
     same_time = view.page > 0 or format_elapsed(shown.elapsed) == format_elapsed(view.elapsed)
-    rest_same = replace(shown, text=view.text, elapsed=view.elapsed) == view
+    rest_same = replace(shown, text=view.text, elapsed=view.elapsed, closed=view.closed) == view
     return same_time and rest_same and view.text != shown.text and view.text.startswith(shown.text)
 
 
@@ -58,7 +58,7 @@ def one_part(t: Translator, shown: CardView, view: CardView) -> tuple[str, str, 
     if found is None:
         return None
     name, element = found
-    after = replace(shown, **{name: getattr(view, name)})
+    after = replace(shown, **{name: getattr(view, name)}, closed=view.closed)  # (not drawn)
     return element, dict(elements_of(t, after))[element], after
 
 

@@ -105,8 +105,10 @@ def status_cards(
     )
 
 
-def view(text: str, elapsed: float = 3.0, tools: tuple[ToolLine, ...] = ()) -> ShowStatusCard:
-    shown = CardView(CardPhase.WORKING, elapsed=elapsed, text=text, tools=tools)
+def view(
+    text: str, elapsed: float = 3.0, tools: tuple[ToolLine, ...] = (), *, closed: bool = False
+) -> ShowStatusCard:
+    shown = CardView(CardPhase.WORKING, elapsed=elapsed, text=text, tools=tools, closed=closed)
     return ShowStatusCard("t1", "om_user", "t1:card", shown)
 
 
@@ -200,3 +202,22 @@ async def test_an_element_api_feishu_lacks_is_not_asked_again(store: MemoryStore
     ]
     assert [c.status for c in feishu.calls[2:]] == [404, 200, 200]
     assert budget.may_go(ELEMENT_API)  # the API had room: it was passed over, not spent
+
+
+async def test_a_status_card_whose_page_is_closed_changes_half_as_often(store: MemoryStore) -> None:
+    """Once a status card shows its page of the answer whole (the answer goes on in a
+    continuation card below it), only its status moves: it changes at twice the spacing,
+    and the card APIs go to the page being written. The view that closes the page is not
+    held back: until it shows, the chat's answer has a gap."""
+    feishu, now = FakeFeishu(), Now()
+    cards = status_cards(feishu, now, CallBudget(now=now), store)
+    actor = cast(ConversationActor, Chat())
+    await cards.show(actor, view("Hello"))  # posted
+    now.at += 0.6  # past the spacing (0.5)
+    await cards.show(actor, view("Hello, world", closed=True))  # the page, whole
+    now.at += 0.6  # past the spacing, not twice it
+    await cards.show(actor, view("Hello, world", elapsed=9.0, closed=True))
+    assert [op for op, _, _ in changes(feishu)[2:]] == ["stream_card_text"]
+    now.at += 0.5  # twice the spacing since the page closed
+    await cards.show(actor, view("Hello, world", elapsed=10.0, closed=True))
+    assert [op for op, _, _ in changes(feishu)[2:]] == ["stream_card_text", "batch_update_card"]
