@@ -39,6 +39,7 @@ from bridge.feishu.cards.parts import (
     ELEMENT_API,
     PATCH_ELEMENT_API,
     STREAM_API,
+    UPDATE_API,
     all_parts,
     api_of_change,
     one_part,
@@ -325,6 +326,12 @@ class StatusCards:
             # replaces the card's config too): the settings call is needed only when the
             # card already showed its last view and so was not changed again.
             unchanged = card.shown == view
+            api = None if unchanged else self._end_by_element(card, view)
+            if api is not None:
+                # Turns ending together queue on the whole update's minute: a card whose
+                # last view only grew its text (a continuation page, say) ends through an
+                # element API with room, and the settings call turns streaming off.
+                unchanged = await self._part(card, view, api, terms) and card.shown == view
             changed = unchanged or await self._change(card, view, terms, final=True)
             if unchanged and card.card_id is not None:
                 settings = {"config": {"streaming_mode": False}}
@@ -336,6 +343,20 @@ class StatusCards:
         self._forget(card)
         if not changed:
             self._give_up(actor, card.turn_id, card.reply_to, view, True, None)
+
+    def _end_by_element(self, card: _Card, view: CardView) -> str | None:
+        """The element API a card's final view goes through when the whole update has no
+        room for an ending and only the card's text grew; None: the whole update."""
+        budget, shown = self._budget, card.shown
+        if budget is None or card.card_id is None or shown is None:
+            return None
+        if not only_text_grew(shown, view) or budget.may_go(UPDATE_API, Lane.ENDING):
+            return None
+        ways = (STREAM_API, ELEMENT_API, PATCH_ELEMENT_API, BATCH_API)
+        return next(
+            (api for api in ways if api not in self._unknown and budget.may_go(api, Lane.ENDING)),
+            None,
+        )
 
     async def _change(self, card: _Card, view: CardView, terms: CallTerms, *, final: bool) -> bool:
         """Bring the card to `view`; False when Feishu refused every way of doing it."""

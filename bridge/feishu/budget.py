@@ -179,22 +179,33 @@ class Minute:
     The room and the tokens only grow as time passes, at `rate` at least:
     `CallQueue.longest_wait` counts on that."""
 
-    __slots__ = ("_at", "_least", "_log", "_pace", "_tokens", "capacity", "limit", "rate")
+    __slots__ = (
+        "_assumed",
+        "_assumed_until",
+        "_at",
+        "_least",
+        "_log",
+        "_pace",
+        "_tokens",
+        "capacity",
+        "limit",
+        "rate",
+    )
 
     def __init__(self, limit: float, burst_share: float, now: float) -> None:
         self.limit = limit
         self.capacity = min(max(1.0, limit * burst_share), max(1.0, limit / 2))
         self.rate = max(limit - self.capacity, limit / 2) / 60.0
         self._pace = 0.95 * limit / 60.0
-        # Grant times of the last 60 s, oldest first. A bridge just started cannot know
-        # what the minute before it spent (a restart's predecessor may have spent it
-        # all): it starts as if that minute went at the pace, so a restart goes on at the
-        # pace instead of bursting past Feishu's figure; the burst comes back after a
-        # quiet spell.
-        calls = int(self._pace * 60.0)
-        self._log: deque[float] = deque(now - 60.0 + (k + 1) * 60.0 / calls for k in range(calls))
+        self._log: deque[float] = deque()  # grant times of the last 60 s, oldest first
         self._least = math.inf  # min over k of (k - rate × t_k)
-        self._relearn()
+        # A bridge just started cannot know what the minute before it spent (a restart's
+        # predecessor may have spent it all): it takes that minute as spent at the pace,
+        # evenly, so a restart goes on at the pace instead of bursting past Feishu's
+        # figure; the burst comes back after a quiet spell. Those calls, older than any
+        # of this bridge's, expire evenly until `_assumed_until`.
+        self._assumed = float(math.floor(self._pace * 60.0))  # whole calls
+        self._assumed_until = now + 60.0
         self._tokens = max(0.0, self.room(now))
         self._at = now
 
@@ -214,10 +225,13 @@ class Minute:
         self._least = min((k - rate * t for k, t in enumerate(self._log)), default=math.inf)
 
     def room(self, now: float) -> float:
-        """Calls that may go now by the room rule (fractional: a call needs a whole one)."""
-        if not self._log:
-            return self.capacity
-        free = self.limit - len(self._log) + self._least + self.rate * (now - 60.0)
+        """Calls that may go now by the room rule (fractional: a call needs a whole one).
+        The assumed calls expire evenly and before this bridge's own, faster than `rate`:
+        they bind only the minute's figure itself."""
+        assumed = self._assumed * max(0.0, self._assumed_until - now) / 60.0
+        free = self.limit - assumed - len(self._log)  # the minute's figure itself
+        if self._log:
+            free = min(free, self.limit - len(self._log) + self._least + self.rate * (now - 60.0))
         return min(self.capacity, free)
 
     @property

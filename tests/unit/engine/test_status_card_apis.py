@@ -23,6 +23,7 @@ from bridge.feishu.cards.parts import (
     ELEMENT_API,
     PATCH_ELEMENT_API,
     STREAM_API,
+    UPDATE_API,
 )
 from bridge.feishu.delivery import FeishuGate
 from bridge.i18n import Translator
@@ -221,3 +222,35 @@ async def test_a_status_card_whose_page_is_closed_changes_half_as_often(store: M
     now.at += 0.5  # twice the spacing since the page closed
     await cards.show(actor, view("Hello, world", elapsed=10.0, closed=True))
     assert [op for op, _, _ in changes(feishu)[2:]] == ["stream_card_text", "batch_update_card"]
+
+
+def page(turn: str, text: str, *, final: bool = False) -> ShowStatusCard:
+    """A continuation card's view: its page of the answer only."""
+    shown = CardView(CardPhase.WORKING, 0.0, text=text, page=1)
+    return ShowStatusCard(turn, "om_user", f"{turn}:card:2", shown, final=final)
+
+
+async def test_a_card_that_only_grew_ends_through_an_element_api_when_the_whole_has_no_room(
+    store: MemoryStore,
+) -> None:
+    """Turns ending together queue on the whole update's minute: a card whose last view
+    only grew its text ends through an element API with room, then the settings call turns
+    streaming off. With room for it, one whole update ends the card."""
+    feishu, now = FakeFeishu(), Now()
+    budget = CallBudget(now=now)
+    cards = status_cards(feishu, now, budget, store)
+    actor = cast(ConversationActor, Chat())
+    await cards.show(actor, page("t1", "Hello"))
+    await cards.show(actor, page("t2", "Hi"))
+    now.at += 1.0
+    await cards.show(actor, page("t1", "Hello, world", final=True))  # room: whole
+    while budget.try_take(Lane.ENDING, UPDATE_API):
+        pass
+    await cards.show(actor, page("t2", "Hi there", final=True))
+    made = [(op, content) for op, _, content in changes(feishu)[4:]]
+    assert made == [
+        ("update_card_entity", "Hello, world"),
+        ("stream_card_text", "Hi there"),
+        ("card_settings", ""),
+    ]
+    assert json.loads(feishu.calls[-1].body["settings"]) == {"config": {"streaming_mode": False}}
