@@ -385,6 +385,9 @@ def quiet_while_waiting(run: Run, seen: dict[str, list[Seen]]) -> list[str]:
     return out
 
 
+BACKOFF = RetryPolicy().max_delay  # the longest the client waits before trying a call again
+
+
 def _touches_outage(run: Run, start: float, end: float) -> bool:
     """Whether Feishu's outage, the database's, or the bridge's kill and restart, fell in
     [start, end]."""
@@ -398,10 +401,16 @@ def _touches_outage(run: Run, start: float, end: float) -> bool:
     # posts wait at the gate.
     windows = [(_t(a), _t(b)) for a, b in run.gate_down]
     if run.faults.outage is not None:
-        # A call that hangs into the outage returns only at the client's timeout, after it;
-        # a 429 asks the bridge to wait out its reset (the client, the budget and the
-        # breaker do, for that API), however soon Feishu is back.
-        refused = [_t(p.end) + p.reset for p in run.posts if not p.ok and not p.repeat and p.end]
+        # A call that hangs into the outage returns only at the client's timeout, after it,
+        # and is tried again after the client's backoff (seed 1032: a card's change that
+        # timed out 8 s after Feishu was back, then waited its backoff); a 429 asks the
+        # bridge to wait out its reset (the client, the budget and the breaker do, for that
+        # API), however soon Feishu is back.
+        refused = [
+            _t(p.end) + (p.reset or BACKOFF)
+            for p in run.posts
+            if not p.ok and not p.repeat and p.end
+        ]
         windows.append((run.faults.outage[0], max([run.faults.outage[1], *refused])))
     return any(start <= b + TOLERANCE and end >= a for a, b in windows)
 
