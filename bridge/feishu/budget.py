@@ -163,16 +163,16 @@ class Bucket:
 
 class Minute:
     """An API's minute: at most `limit` calls in any 60 s, a burst of `capacity` after a
-    quiet spell, a steady `limit / 60` a second under a load that never pauses, and never
-    a stop.
+    quiet spell, a steady 95% of `limit / 60` a second under a load that never pauses, and
+    never a stop.
 
     Two rules. **Room**: a call goes only if, after it, sending on at `rate` (the floor,
     `(limit - capacity) / 60`) breaks no 60 s window: with the grant times of the last
     60 s at `t_k` (k = 0 … W-1, oldest first), the calls that may go now are at most
     `limit - W + k - rate × (t_k + 60 - now)` for every k. So a burst is paid for by a
     slower next minute, never by silence. **Pace**: the calls that may go at once are
-    tokens refilled at the minute's average and never more than the room: after a quiet
-    spell they are the whole burst (200 chats arriving at once get their 200 reactions,
+    tokens refilled at 95% of the minute's average and never more than the room: after a
+    quiet spell they are the whole burst (200 chats arriving at once get their reactions,
     cards and replies at the API's second's pace), while under a load that never pauses
     they stay near none, so a burst's calls expiring a minute later free room without
     another burst (the minute does not go in bursts and slow stretches for ever).

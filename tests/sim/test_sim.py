@@ -47,7 +47,12 @@ def _sweep(
 
 # Seeds that break a rule by a product bug not fixed yet: left out of the sweep, each pinned
 # by a strict xfail below (it flips to a failure once fixed: move it to the seeds kept then).
-KNOWN_BUGS: dict[int, str] = {}
+KNOWN_BUGS: dict[int, str] = {
+    # Found past the suite's seeds (2,000–12,000), and on b61cbcb too: a database outage of
+    # 40 s, a chat's three messages taken 2_0, 2_2, 2_1; 2_2 answered at 51 s, before 2_0
+    # (57.5 s), which came in during the outage. Not settled this session.
+    8412: "answers came as",
+}
 
 
 # The sweep in slices, each well inside the suite's per-test timeout (a world with the
