@@ -40,12 +40,12 @@ Each API's minute (sends, and every other API: Feishu meters each at 1,000 a min
 spent neither in one burst nor at a crawl (`Minute`). Each API's 50 a second would let the
 whole minute go in its first 20 s, and then every chat would see nothing for 40 s, cards
 waiting for an approval among them; a steady pace with a small burst would make 200 chats
-arriving at once wait 13 s for their cards. So a quarter of the minute may go at once after
-a quiet spell (200 of the 800: a crowd's reactions, cards and endings at the API's second's
+arriving at once wait 13 s for their cards. So a fifth of the minute may go at once after
+a quiet spell (180 of the 900: a crowd's reactions, cards and endings at the API's second's
 pace), and a call goes only if the minute left after it still allows a floor of the rest
-spread over the window (`(800 - 200) / 60`, ten a second): a burst is paid for by a slower
-minute, never by silence, and no 60 s ever holds more than the configured figure. Under a
-load that never pauses the calls go at 5% under the minute's average, evenly. A lane's
+spread over the window (`(900 - 180) / 60`, twelve a second): a burst is paid for by a
+slower minute, never by silence, and no 60 s ever holds more than the configured figure.
+Under a load that never pauses the calls go at 5% under the minute's average, evenly. A lane's
 share (`SEND_SHARE`) is of a reserve of three seconds of the minute: a lane takes a call
 only while it leaves `(1 - share)` of the reserve for the lanes above it
 (`kept_for_lanes`), so a flood of progress lines never spends what an answer or an ending
@@ -194,7 +194,7 @@ class Minute:
 
     def __init__(self, limit: float, burst_share: float, now: float) -> None:
         self.limit = limit
-        self.capacity = min(max(1.0, limit * burst_share), max(1.0, limit / 2))
+        self.capacity = Minute.burst(limit, burst_share)
         self.rate = max(limit - self.capacity, limit / 2) / 60.0
         self._pace = 0.95 * limit / 60.0
         self._log: deque[float] = deque()  # grant times of the last 60 s, oldest first
@@ -208,6 +208,12 @@ class Minute:
         self._assumed_until = now + 60.0
         self._tokens = max(0.0, self.room(now))
         self._at = now
+
+    @staticmethod
+    def burst(limit: float, share: float) -> float:
+        """The calls a minute of `limit` lets go at once: `share` of it, at least one and
+        at most half."""
+        return min(max(1.0, limit * share), max(1.0, limit / 2))
 
     def refill(self, now: float) -> None:
         """Forget the grants older than a minute; tokens for the time since."""
@@ -268,7 +274,7 @@ class Minute:
 
 def kept_for_lanes(policy: BudgetPolicy) -> tuple[float, ...]:
     """What a call of each lane leaves in its minute for the lanes above it (by lane)."""
-    burst = Minute(policy.sends_per_minute, policy.minute_burst, 0.0).capacity
+    burst = Minute.burst(policy.sends_per_minute, policy.minute_burst)
     reserve = min(burst, policy.sends_per_minute * policy.reserve_seconds / 60.0)
     return tuple((1.0 - share) * max(0.0, reserve - 1.0) for share in SEND_SHARE)
 
