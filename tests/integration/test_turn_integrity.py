@@ -235,6 +235,27 @@ async def keep_busy(stack: Stack, other: str, ms: int) -> None:
     await stack.wait_text(lambda shown: shown == BUSY, chat_id=other)
 
 
+async def hello_once_after_the_other_turn(
+    stack: Stack, other: str, *, prompts: int, tails: int
+) -> None:
+    """/stop in `stack`'s chat, then hello while `other`'s turn keeps the shared process
+    busy: hello is answered once, only after the other turn ended, by a new process whose
+    session was reloaded (`prompts` in its history); `tails` cancel tails counted."""
+    await stop_a_running_turn(stack)
+    pids = await agent_pids(stack)
+    await keep_busy(stack, other, 1500)
+    await answered(stack, "sleep 200\nsay hello", "hello")
+    await answered(stack, "history", f"history: {prompts} prompts")
+    await stack.settled()
+
+    assert stack.texts() == [WORKING, STOPPED, "hello", f"history: {prompts} prompts"]
+    assert stack.texts(other) == [BUSY, "other done"]
+    in_order = [m.text for m in stack.emu.bot_messages() if m.text in ("other done", "hello")]
+    assert in_order == ["other done", "hello"]  # hello waited for the other turn
+    assert set(await agent_pids(stack)).isdisjoint(pids)
+    assert cancel_tails(await ops(stack, "/metrics")) == tails
+
+
 async def test_after_stop_on_an_agent_another_chat_keeps_busy_the_restart_waits_its_turn(
     tmp_path: Path,
 ) -> None:
@@ -244,19 +265,8 @@ async def test_after_stop_on_an_agent_another_chat_keeps_busy_the_restart_waits_
     time the process is busy). The message waits for the other turn to end, then the agent
     is restarted and the session reloaded: each chat gets its own answer, once."""
     async with one_process_for_two_chats(tmp_path) as (stack, other):
-        await stop_a_running_turn(stack)
-        pids = await agent_pids(stack)
-        await keep_busy(stack, other, 1500)
-        await answered(stack, "sleep 200\nsay hello", "hello")
-        await answered(stack, "history", "history: 3 prompts")  # the session reloaded
-        await stack.settled()
-
-        assert stack.texts() == [WORKING, STOPPED, "hello", "history: 3 prompts"]
-        assert stack.texts(other) == [BUSY, "other done"]
-        in_order = [m.text for m in stack.emu.bot_messages() if m.text in ("other done", "hello")]
-        assert in_order == ["other done", "hello"]  # the restart waited for the other turn
-        assert set(await agent_pids(stack)).isdisjoint(pids)
-        assert cancel_tails(await ops(stack, "/metrics")) == 0
+        # The session reloaded: tool+hang, hello, history.
+        await hello_once_after_the_other_turn(stack, other, prompts=3, tails=0)
 
 
 async def test_a_stop_while_the_restart_waits_for_another_chats_turn_stops_it(
@@ -292,21 +302,9 @@ async def test_a_tail_caught_while_another_chat_keeps_the_agent_busy_is_sent_aga
     the next prompt, until the stall rules end it as unresponsive (simulator seeds 7 and
     6011)."""
     async with one_process_for_two_chats(tmp_path, info=None) as (stack, other):
-        await stop_a_running_turn(stack)
-        pids = await agent_pids(stack)
-        await keep_busy(stack, other, 1500)
-        await answered(stack, "sleep 200\nsay hello", "hello")
         # The session reloaded: tool+hang, hello twice (its run on the old process, then
         # again), history.
-        await answered(stack, "history", "history: 4 prompts")
-        await stack.settled()
-
-        assert stack.texts() == [WORKING, STOPPED, "hello", "history: 4 prompts"]
-        assert stack.texts(other) == [BUSY, "other done"]
-        in_order = [m.text for m in stack.emu.bot_messages() if m.text in ("other done", "hello")]
-        assert in_order == ["other done", "hello"]  # sent again once the other turn ended
-        assert set(await agent_pids(stack)).isdisjoint(pids)
-        assert cancel_tails(await ops(stack, "/metrics")) == 1
+        await hello_once_after_the_other_turn(stack, other, prompts=4, tails=1)
 
 
 async def test_a_stop_answered_end_turn_is_still_a_stop(tmp_path: Path) -> None:
