@@ -120,12 +120,15 @@ async def test_long_silent_turn_gets_periodic_heartbeats_saying_how_long(tmp_pat
 
 
 async def test_progress_postpones_the_heartbeat(tmp_path: Path) -> None:
+    # Eight steps 250 ms apart outlast two heartbeat intervals; each step's line is silence
+    # broken well inside one. The first step comes at once, well inside the hint delay (a
+    # slow machine may take a few hundred ms to start the agent).
     settings = {
-        "bridge_first_hint_seconds": 0.1,
-        "bridge_heartbeat_seconds": 0.6,
+        "bridge_first_hint_seconds": 1.0,
+        "bridge_heartbeat_seconds": 0.9,
     }
     async with running_stack(tmp_path, settings=settings) as stack:
-        steps = "\n".join(f"tool Step {i}\nsleep 200" for i in range(5))
+        steps = "\n".join(f"tool Step {i}\nsleep 250" for i in range(8))
         await stack.say(f"{steps}\nsay done")
         await stack.wait_text(lambda x: x == "done")
         await stack.settled()
