@@ -439,7 +439,10 @@ def answers_in_order(run: Run, seen: dict[str, list[Seen]]) -> list[str]:
     sent, unless Feishu redelivered one the bridge could not take (its database away)."""
     out = []
     by_chat: dict[str, list[tuple[float, str]]] = defaultdict(list)
-    taken = sorted(run.sent, key=lambda s: run.taken.get(s.message_id, float("inf")))
+    # The order the bridge took them in, not their times: two hand-overs may end at one
+    # instant (seed 8412: a duplicate delivery and a redelivery, taken one after the other).
+    position = {message_id: i for i, message_id in enumerate(run.taken)}
+    taken = sorted(run.sent, key=lambda s: position.get(s.message_id, len(position)))
     for sent in taken:
         ends = _ends(seen[sent.message_id], sent.text) if sent.plan is not None else []
         if ends:

@@ -189,7 +189,7 @@ class Run:
     waits: list[Wait] = field(default_factory=list)
     asked: list[Asked] = field(default_factory=list)
     db_outage: DbOutage | None = None  # the database away from..until (world seconds)
-    taken: dict[str, float] = field(default_factory=dict)  # message id -> first taken at
+    taken: dict[str, float] = field(default_factory=dict)  # message id -> first taken at, in order
 
 
 def run_seed(
