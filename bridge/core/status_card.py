@@ -20,6 +20,7 @@ from bridge.core.context import StepContext, evolve
 from bridge.core.delivery import Line
 from bridge.core.effects import CardPhase, CardView, PostText, RelayAgentText, ShowStatusCard
 from bridge.core.inputs import StatusCardFailed
+from bridge.core.pages import open_fence, page_end, reopened, weight
 from bridge.core.snapshot import footer
 from bridge.core.state import CardStage, ExecState, LiveCard, PresenceStyle, ToolLine, Turn
 from bridge.core.text import NOTHING_WRITTEN, Params
@@ -35,10 +36,6 @@ PAGE_WEIGHT = 12_000
 PAGE_CHARS = 10_000
 MAX_PAGES = 8  # cards one answer may fill; what outgrows them follows as messages as it fills
 MAX_TOOLS = 5  # tool calls listed, newest last
-# Characters escaped on the way (a backslash for Markdown, another for JSON): 3 bytes each.
-_ESCAPED = frozenset("\\`*_~[]()<>#+-=|{}.!\"'\n\t")
-_FENCE = "```"
-
 _PHASES: Mapping[ExecState, CardPhase] = {
     ExecState.WAITING_APPROVAL: CardPhase.WAITING_APPROVAL,
     ExecState.WAITING_REPLY: CardPhase.WAITING_REPLY,
@@ -49,52 +46,6 @@ _PHASES: Mapping[ExecState, CardPhase] = {
 def card_key(turn_id: str, page: int = 0) -> str:
     """The status card's key; a continuation card's for page 1 on."""
     return f"{turn_id}:status" if page == 0 else f"{turn_id}:status:{page + 1}"
-
-
-def weight(text: str) -> int:
-    """At least the bytes `text` takes in a card: its UTF-8 length, plus two for each
-    character that card Markdown or JSON escapes."""
-    escaped = sum(text.count(c) for c in _ESCAPED)
-    return len(text.encode("utf-8", "surrogatepass")) + 2 * escaped
-
-
-def page_end(text: str) -> int:
-    """Where a page of `text` that outgrew a card closes: after a paragraph outside a code
-    block if one ends in the page's last half, else after a line outside one, else after any
-    line (a long code block goes on in the next card), else where it fills."""
-    filled, total = min(len(text), PAGE_CHARS), 0
-    for i, c in enumerate(text[:filled]):
-        total += len(c.encode("utf-8", "surrogatepass")) + (2 if c in _ESCAPED else 0)
-        if total > PAGE_WEIGHT:
-            filled = i
-            break
-    head = text[:filled]
-    fence = False
-    paragraph = line = -1
-    at = 0
-    for row in head.split("\n")[:-1]:  # complete lines only
-        at += len(row) + 1
-        if row.lstrip().startswith(_FENCE):
-            fence = not fence
-        elif not fence and not row.strip():
-            paragraph = at
-        if not fence:
-            line = at
-    for end in (paragraph, line):
-        if end >= filled // 2:
-            return end
-    newline = head.rfind("\n")
-    return newline + 1 if newline >= filled // 2 else max(filled, 1)
-
-
-def open_fence(text: str, opened: str = "") -> str:
-    """The fence line of a code block still open at the end of `text` (which begins inside
-    the block `opened` opened, if any); "" when none is."""
-    for row in text.split("\n"):
-        stripped = row.lstrip()
-        if stripped.startswith(_FENCE):
-            opened = "" if opened else stripped
-    return opened
 
 
 def in_card_style(ctx: StepContext) -> bool:
@@ -215,11 +166,11 @@ def _paginate(ctx: StepContext, answer: str) -> list[int]:
         if room >= 0:
             ctx.update_card(weigh_at=size + max(1, room // 4))
             return closed
-        end = start + page_end(answer[start:])
+        end = start + page_end(answer[start:], PAGE_CHARS, PAGE_WEIGHT)
         if spilling:
             turn = ctx.turn
             idem = f"{turn.turn_id}:more:{start}"
-            text = _reopened(card.spill_fence, answer[start:end])
+            text = reopened(card.spill_fence, answer[start:end])
             ctx.emit(RelayAgentText(text, turn.message_id, idem, turn_id=turn.turn_id))
             fence = open_fence(answer[start:end], card.spill_fence)
             ctx.update_card(spilled=end, spill_fence=fence, weigh_at=0)
@@ -231,11 +182,6 @@ def _paginate(ctx: StepContext, answer: str) -> list[int]:
             ctx.update_card(pages=(*card.pages, end), fences=(*card.fences, fence), weigh_at=0)
         else:
             ctx.update_card(spill=end, spilled=end, spill_fence=fence, weigh_at=0)
-
-
-def _reopened(fence: str, text: str) -> str:
-    """Text that begins inside a code block, with the block opened again on top."""
-    return f"{fence}\n{text}" if fence else text
 
 
 def _page(ctx: StepContext, page: int, answer: str, *, final: bool = False) -> None:
@@ -300,7 +246,7 @@ def finalize(ctx: StepContext, key: str | None, params: Params | None, end_id: s
     ctx.update_progress(pending=None)
     rest = answer[turn.card.spilled :] if spill is not None else ""
     # Its first line's indent stays: it may be a line of code.
-    rest = _reopened(turn.card.spill_fence, rest.lstrip("\n").rstrip()) if rest.strip() else ""
+    rest = reopened(turn.card.spill_fence, rest.lstrip("\n").rstrip()) if rest.strip() else ""
     if rest:  # what the cards could not carry, and only that
         idem = end_id if key is None else ctx.post_key("reply")
         ctx.emit(RelayAgentText(rest, reply_to, idem, final=key is None, turn_id=tid))

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from bridge.core.effects import CardPhase, PostText, RelayAgentText, ShowStatusCard
 from bridge.core.inputs import Command, CommandName, StatusCardFailed, TurnInterruptedByRestart
+from bridge.core.pages import page_end, weight
 from bridge.core.state import Conversation, Options, PresenceStyle
-from bridge.core.status_card import MAX_PAGES, PAGE_CHARS, PAGE_WEIGHT, page_end, weight
+from bridge.core.status_card import MAX_PAGES, PAGE_CHARS, PAGE_WEIGHT
 from bridge.runtime.events import (
     MessageChunk,
     PermissionKind,
@@ -182,15 +183,15 @@ def test_a_page_closes_after_a_paragraph_outside_a_code_block() -> None:
     para = "a sentence of prose.\n" * 100 + "\n"
     code = "```python\n" + "x = 1\n" * 2000 + "```\n"
     text = para * 3 + code
-    end = page_end(text)
+    end = page_end(text, PAGE_CHARS, PAGE_WEIGHT)
     assert text[:end].endswith("\n\n")
     assert "```" not in text[:end]
     assert weight(text[:end]) <= PAGE_WEIGHT
 
 
 def test_a_page_of_one_endless_line_is_cut_where_it_fills() -> None:
-    assert page_end("z" * PAGE_WEIGHT * 2) == PAGE_CHARS
-    assert page_end("字" * PAGE_WEIGHT) == PAGE_WEIGHT // 3
+    assert page_end("z" * PAGE_WEIGHT * 2, PAGE_CHARS, PAGE_WEIGHT) == PAGE_CHARS
+    assert page_end("字" * PAGE_WEIGHT, PAGE_CHARS, PAGE_WEIGHT) == PAGE_WEIGHT // 3
 
 
 def test_a_refused_continuation_card_hands_the_rest_to_messages() -> None:

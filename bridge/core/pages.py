@@ -1,0 +1,69 @@
+"""Where a long answer is cut into pages: a live card's pages (`status_card`) and, in lines
+style, the messages a long answer goes out in while it streams (`long_answer`).
+
+A page closes at the best place that fits: after a paragraph outside a code block, else after
+a line outside one, else after any line (the code block is opened again on the next page,
+`reopened`), else where it fills. Sizes are counted as Feishu counts them where it matters:
+bytes, not characters (`weight`).
+"""
+
+from __future__ import annotations
+
+# Characters escaped on the way (a backslash for Markdown, another for JSON): 3 bytes each.
+_ESCAPED = frozenset("\\`*_~[]()<>#+-=|{}.!\"'\n\t")
+_FENCE = "```"
+# A code block opened again carries at most this much of its fence line, so a page always
+# shrinks what is left however long the fence line (a fence is ``` and a language).
+_FENCE_KEPT = 64
+
+
+def weight(text: str) -> int:
+    """At least the bytes `text` takes in a card: its UTF-8 length, plus two for each
+    character that card Markdown or JSON escapes."""
+    escaped = sum(text.count(c) for c in _ESCAPED)
+    return len(text.encode("utf-8", "surrogatepass")) + 2 * escaped
+
+
+def page_end(text: str, chars: int, most: int) -> int:
+    """Where a page of `text` that outgrew `chars` characters or a weight of `most` closes:
+    after a paragraph outside a code block if one ends in the page's last half, else after a
+    line outside one, else after any line (a long code block goes on in the next page), else
+    where it fills."""
+    filled, total = min(len(text), chars), 0
+    for i, c in enumerate(text[:filled]):
+        total += len(c.encode("utf-8", "surrogatepass")) + (2 if c in _ESCAPED else 0)
+        if total > most:
+            filled = i
+            break
+    head = text[:filled]
+    fence = False
+    paragraph = line = -1
+    at = 0
+    for row in head.split("\n")[:-1]:  # complete lines only
+        at += len(row) + 1
+        if row.lstrip().startswith(_FENCE):
+            fence = not fence
+        elif not fence and not row.strip():
+            paragraph = at
+        if not fence:
+            line = at
+    for end in (paragraph, line):
+        if end >= filled // 2:
+            return end
+    newline = head.rfind("\n")
+    return newline + 1 if newline >= filled // 2 else max(filled, 1)
+
+
+def open_fence(text: str, opened: str = "") -> str:
+    """The fence line of a code block still open at the end of `text` (which begins inside
+    the block `opened` opened, if any); "" when none is."""
+    for row in text.split("\n"):
+        stripped = row.lstrip()
+        if stripped.startswith(_FENCE):
+            opened = "" if opened else stripped
+    return opened
+
+
+def reopened(fence: str, text: str) -> str:
+    """Text that begins inside a code block, with the block opened again on top."""
+    return f"{fence[:_FENCE_KEPT]}\n{text}" if fence else text
