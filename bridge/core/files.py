@@ -58,6 +58,13 @@ def note_diff(ctx: StepContext, event: DiffReported) -> None:
 _MARKED = re.compile(r"\]\((file://[^)\s]+)\)")
 
 
+def note_marked(ctx: StepContext, text: str) -> None:
+    """The files linked in a part of the answer posted before its end (they go at the end)."""
+    for uri in _MARKED.findall(text):
+        if uri not in ctx.turn.files:
+            ctx.update_turn(files=(*ctx.turn.files, uri))
+
+
 def send_offered(ctx: StepContext) -> None:
     """At a turn's end: the files its answer linked (resource links, and file:// links in
     its text), posted before the answer."""

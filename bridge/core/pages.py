@@ -29,13 +29,37 @@ def page_end(text: str, chars: int, most: int) -> int:
     after a paragraph outside a code block if one ends in the page's last half, else after a
     line outside one, else after any line (a long code block goes on in the next page), else
     where it fills."""
+    filled = _filled(text, chars, most)
+    head = text[:filled]
+    paragraph, line = _breaks(head)
+    for end in (paragraph, line):
+        if end >= filled // 2:
+            return end
+    newline = head.rfind("\n")
+    return newline + 1 if newline >= filled // 2 else max(filled, 1)
+
+
+def paragraph_end(text: str, chars: int, most: int) -> int | None:
+    """Where a page of `text` closes if it may close only after a paragraph outside a code
+    block, in the page's last half; None if no paragraph ends there (a long code block, a
+    table, one long paragraph)."""
+    filled = _filled(text, chars, most)
+    paragraph, _ = _breaks(text[:filled])
+    return paragraph if paragraph >= max(filled // 2, 1) else None
+
+
+def _filled(text: str, chars: int, most: int) -> int:
+    """How much of `text` a page of `chars` characters and a weight of `most` holds."""
     filled, total = min(len(text), chars), 0
     for i, c in enumerate(text[:filled]):
         total += len(c.encode("utf-8", "surrogatepass")) + (2 if c in _ESCAPED else 0)
         if total > most:
-            filled = i
-            break
-    head = text[:filled]
+            return i
+    return filled
+
+
+def _breaks(head: str) -> tuple[int, int]:
+    """The last paragraph end and the last line end in `head` outside a code block (-1)."""
     fence = False
     paragraph = line = -1
     at = 0
@@ -47,11 +71,7 @@ def page_end(text: str, chars: int, most: int) -> int:
             paragraph = at
         if not fence:
             line = at
-    for end in (paragraph, line):
-        if end >= filled // 2:
-            return end
-    newline = head.rfind("\n")
-    return newline + 1 if newline >= filled // 2 else max(filled, 1)
+    return paragraph, line
 
 
 def open_fence(text: str, opened: str = "") -> str:

@@ -276,6 +276,7 @@ class Turn:
     announced: bool = False
     progress: Progress = NO_PROGRESS
     text: Written = NOTHING_WRITTEN  # agent message text not yet relayed
+    released: int = 0  # messages of a long answer posted while it streams (lines style)
     seq: int = 0  # numbers the turn's posts for idempotency keys
     card: LiveCard = NO_CARD
     files: tuple[str, ...] = ()  # files the agent's answer links (file:// URIs), to send

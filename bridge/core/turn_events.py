@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bridge.core import presence, status_card
+from bridge.core import long_answer, presence, status_card
 from bridge.core.context import StepContext
 from bridge.core.delivery import Line, Supersede, presence_group
 from bridge.core.effects import (
@@ -107,7 +107,10 @@ def on_turn_event(ctx: StepContext, event: TurnEvent) -> None:
         case MessageChunk():
             _alive(ctx, Activity(ActivityKind.WRITING))
             ctx.update_turn(text=ctx.turn.text.add(event.text))
-            status_card.typed(ctx)
+            if status_card.in_card_style(ctx):
+                status_card.typed(ctx)
+            else:
+                long_answer.release_filled(ctx, len(event.text))
         case ThoughtChunk():
             _alive(ctx, Activity(ActivityKind.THINKING))
         case ToolCallStarted():

@@ -252,6 +252,26 @@ async def test_status_during_a_turn_shows_state_elapsed_and_queue(stack: Stack) 
     assert second["conversations"][stack.chat]["state"] == "idle"
 
 
+async def test_a_long_answer_goes_out_a_message_at_a_time_while_it_streams(
+    tmp_path: Path,
+) -> None:
+    """Lines style: each message's worth is in the chat while the agent still writes (here
+    it hangs until stopped), and the stop shows only what was left: the answer once."""
+    paragraphs = [f"Paragraph {i}. " + " ".join(["word"] * 590) for i in range(5)]  # 3,000 chars
+    script = "\n".join(f"md {p}\\n\\n" for p in paragraphs) + "\nhang"
+    async with running_stack(tmp_path, settings={"bridge_first_hint_seconds": 30.0}) as stack:
+        await stack.say(script)
+        await stack.wait_text(lambda x: x.startswith("Paragraph 2."))
+        assert stack.texts() == [
+            f"{paragraphs[0]}\n\n{paragraphs[1]}",
+            f"{paragraphs[2]}\n\n{paragraphs[3]}",
+        ]
+        await stack.say("/stop")
+        await stack.wait_text(lambda x: x == t("presence.stopped"))
+        await stack.settled()
+        assert stack.texts()[2:] == [paragraphs[4], t("presence.stopped")]
+
+
 async def test_an_oversize_reply_is_split_in_order_and_nothing_is_lost(styled: Stack) -> None:
     text = " ".join(f"Sentence number {i} is here." for i in range(700))  # about 20,000 chars
     sent = await styled.say(f"say {text}")

@@ -1,0 +1,98 @@
+"""A long answer in lines style: each message's worth is posted as soon as the agent has
+written past it, and the end posts only the rest; the answer is shown once, in order."""
+
+from __future__ import annotations
+
+from bridge.core.effects import RelayAgentText, SendFile
+from bridge.core.long_answer import MAX_RELEASED, MESSAGE_CHARS
+from bridge.runtime.events import MessageChunk, StopReason, ToolCallStarted, TurnEnded
+from tests.unit.core.core_driver import SID, Driver, of_type
+
+
+def paragraphs(n: int, size: int = 300) -> list[str]:
+    return [f"p{i} " + "x" * (size - 4 - len(str(i))) for i in range(n)]
+
+
+def relays(d: Driver) -> list[RelayAgentText]:
+    return of_type(d.effects, RelayAgentText)
+
+
+def stream(d: Driver, text: str, piece: int = 40, at: float = 1.0) -> None:
+    for i in range(0, len(text), piece):
+        d.feed(MessageChunk(SID, text[i : i + piece]), at=at + i / 100_000)
+
+
+def test_a_short_answer_waits_for_the_end_as_one_message() -> None:
+    d = Driver()
+    d.start()
+    stream(d, "a short answer " * 100)
+    assert relays(d) == []
+    d.feed(TurnEnded(SID, StopReason.END_TURN), at=2.0)
+    (end,) = relays(d)
+    assert end.final
+    assert end.text == ("a short answer " * 100).strip()
+
+
+def test_each_message_worth_goes_out_while_the_answer_streams_and_the_end_has_the_rest() -> None:
+    d = Driver()
+    d.start()
+    answer = "\n\n".join(paragraphs(80))  # 24,000 characters in paragraphs of 300
+    stream(d, answer)
+    streamed = relays(d)
+    assert len(streamed) == 3  # every 6,500 characters the agent wrote past, at once
+    assert not any(r.final for r in streamed)
+    assert all(len(r.text) <= MESSAGE_CHARS for r in streamed)
+    assert all(r.text.endswith("x") for r in streamed)  # cut after a paragraph, not in one
+    d.feed(TurnEnded(SID, StopReason.END_TURN), at=2.0)
+    *parts, end = relays(d)
+    assert parts == streamed
+    assert end.final
+    assert "\n\n".join(r.text for r in relays(d)) == answer  # once, whole, in order
+    assert len({r.idempotency_key for r in relays(d)}) == 4
+
+
+def test_a_long_code_block_is_never_cut_while_it_streams() -> None:
+    """No paragraph ends inside a code block: it waits for the end, where the executor
+    splits it with its fences balanced; the prose before it went out at once."""
+    d = Driver()
+    d.start()
+    prose = "\n\n".join(paragraphs(20))  # 6,000 characters
+    code = "```python\n" + "".join(f"x{i} = {i}\n" for i in range(1500)) + "```"
+    stream(d, f"{prose}\n\n{code}\n\nDone.")
+    (first,) = relays(d)
+    assert first.text == prose
+    d.feed(TurnEnded(SID, StopReason.END_TURN), at=2.0)
+    assert [r.text for r in relays(d)] == [prose, f"{code}\n\nDone."]
+
+
+def test_a_tool_call_after_a_released_part_flushes_only_the_rest() -> None:
+    d = Driver()
+    d.start()
+    answer = "\n\n".join(paragraphs(30))  # 9,000 characters: one part out, the rest held
+    stream(d, answer)
+    assert len(relays(d)) == 1
+    d.feed(ToolCallStarted(SID, tool_call_id="t1", title="Read a.py"), at=2.0)
+    first_and_rest = relays(d)
+    assert len(first_and_rest) == 2
+    assert "\n\n".join(r.text for r in first_and_rest) == answer
+
+
+def test_after_the_cap_the_rest_waits_for_the_end() -> None:
+    d = Driver()
+    d.start()
+    stream(d, "\n\n".join(paragraphs(300)), piece=400)  # 90,000 characters
+    assert len(relays(d)) == MAX_RELEASED
+    d.feed(TurnEnded(SID, StopReason.END_TURN), at=2.0)
+    assert len(relays(d)) == MAX_RELEASED + 1
+    assert relays(d)[-1].final
+
+
+def test_a_file_linked_in_a_released_part_is_still_sent_at_the_end() -> None:
+    d = Driver()
+    d.start()
+    answer = "See [the log](file:///w/run.log).\n\n" + "\n\n".join(paragraphs(30))
+    stream(d, answer)
+    assert len(relays(d)) == 1
+    d.feed(TurnEnded(SID, StopReason.END_TURN), at=2.0)
+    (sent,) = of_type(d.effects, SendFile)
+    assert sent.path == "file:///w/run.log"
