@@ -6,6 +6,7 @@ real ACP runtime is `acp_agent.py`."""
 from __future__ import annotations
 
 import random
+import zlib
 from dataclasses import dataclass
 
 from bridge.runtime.events import (
@@ -43,15 +44,27 @@ def answer_for(prompt: str) -> str:
     return f"answer to {prompt}"
 
 
+def _said(kind: str, prompt: str, index: int) -> str:
+    """A step's text. One chunk in eight is long: two paragraphs past a message's worth,
+    which lines style posts a part at a time as it streams (bridge/core/long_answer.py).
+    Which one is drawn from the prompt, not from the seed's stream: every world keeps the
+    draws it had."""
+    text = f"{kind} of {prompt}"
+    if kind != "chunk" or zlib.crc32(f"{prompt}#{index}".encode()) % 8:
+        return text
+    filler = " lorem" * 640
+    return f"{text}{filler}\n\n{text} goes on{filler}\n\n"
+
+
 def draw_plan(rng: random.Random, prompt: str, *, streams: bool = False) -> Plan:
     """`streams`: a long turn of text, tool calls and approvals in quick succession (a
     crowd's: its live card is asked to change every moment)."""
     steps: list[Step] = []
     count, pauses = ((8, 16), (0.05, 0.3, 0.6, 1.0)) if streams else ((0, 4), _PAUSES)
     kinds = ("chunk", "tool") * (3 if streams else 2) + ("permission",)
-    for _ in range(rng.randint(*count)):
+    for index in range(rng.randint(*count)):
         kind = rng.choice(kinds)
-        steps.append(Step(rng.choice(pauses), kind, f"{kind} of {prompt}"))
+        steps.append(Step(rng.choice(pauses), kind, _said(kind, prompt, index)))
     if rng.random() < 0.05:  # the agent process dies mid-turn
         steps.append(Step(rng.choice((0.1, 1.0, 3.0)), "crash"))
     steps.append(Step(rng.choice((0.1, 0.5, 1.0, 3.0)), "chunk", answer_for(prompt)))

@@ -259,8 +259,25 @@ def card_spacing(run: Run) -> float:
         return 0.0
     scheduler = run.budgets[0].scheduler
     pace = min(scheduler.policy.app_per_second, scheduler.minute_rate())
-    cards = len({s.chat for s in run.sent})
+    cards = max(len({s.chat for s in run.sent}), _most_cards_live(run))
     return max(run.card_interval, cards / (pace * REFRESH_SHARE))
+
+
+def _most_cards_live(run: Run) -> int:
+    """The most cards live at once, a long answer's continuation cards with their status
+    cards: each from its creation to its last change."""
+    spans: dict[str, list[float]] = {}
+    for post in run.posts:
+        if post.op == "create_card" and post.ok and post.result:
+            spans[post.result] = [post.start, post.end or post.start]
+        elif post.op in _CARD_CHANGES and post.target in spans:
+            spans[post.target][1] = max(spans[post.target][1], post.end or post.start)
+    edges = sorted([(a, 1) for a, _ in spans.values()] + [(b, -1) for _, b in spans.values()])
+    live = most = 0
+    for _, step in edges:
+        live += step
+        most = max(most, live)
+    return most
 
 
 def _busy_until(deadline: float, calls: list[Seen], after: float) -> float:
@@ -624,7 +641,8 @@ def cards_follow_their_views(run: Run, seen: dict[str, list[Seen]]) -> list[str]
         calls = [(_t(p.start), _t(p.end or p.start)) for p in changes[asked.card]]
         before = [end for start, end in calls if start < at]
         after = [start for start, _ in calls if start >= at]
-        due = max(at, before[-1] + spacing) if before else at + spacing
+        apart = spacing * (2 if asked.quiet else 1)
+        due = max(at, before[-1] + apart) if before else at + apart
         due = _busy_until(due, waits[asked.chat], 0.0)
         came = after[0] if after else None
         if came is not None and came <= due + TOLERANCE:
@@ -644,6 +662,19 @@ def _final(post: Post) -> bool:
     return post.op == "update_card_entity" and config.get("streaming_mode") is False
 
 
+def _next_change(posts: list[Post]) -> list[Post | None]:
+    """Each post's card's next change (None: the last, or not a card change)."""
+    out: list[Post | None] = [None] * len(posts)
+    later: dict[str, int] = {}
+    for i in range(len(posts) - 1, -1, -1):
+        post = posts[i]
+        if post.op in _CARD_CHANGES:
+            nxt = later.get(post.target)
+            out[i] = posts[nxt] if nxt is not None else None
+            later[post.target] = i
+    return out
+
+
 def cards_keep_their_spacing(run: Run, seen: dict[str, list[Seen]]) -> list[str]:
     """A live card changes at most once per card interval: a change (not the final one)
     starts no sooner than the interval after the previous change of that card came back
@@ -654,7 +685,8 @@ def cards_keep_their_spacing(run: Run, seen: dict[str, list[Seen]]) -> list[str]
     last: dict[str, float] = {}  # card id -> when its last change came back
     restart = run.restarted_at if run.restarted_at is not None else float("inf")
     out = []
-    for post in sorted((p for p in run.posts if p.ok), key=lambda p: p.start):
+    posts = sorted((p for p in run.posts if p.ok), key=lambda p: p.start)
+    for post, after in zip(posts, _next_change(posts), strict=True):
         if post.op == "reply_card_entity":
             last[post.text] = post.end
             continue
@@ -662,7 +694,10 @@ def cards_keep_their_spacing(run: Run, seen: dict[str, list[Seen]]) -> list[str]
             continue
         before = last.get(post.target)
         last[post.target] = post.end
-        if before is None or _final(post) or before < restart <= post.start:
+        # A card's final text may go by its element, the settings call right behind it
+        # (bridge/engine/status_cards.py, when the whole update's API has no room).
+        by_element = post.op == "stream_card_text" and after is not None and _final(after)
+        if before is None or _final(post) or by_element or before < restart <= post.start:
             continue
         if post.start < before + run.card_interval - SPACING_TOLERANCE:
             out.append(

@@ -140,6 +140,9 @@ class Asked:
     card: str  # its CardKit id
     chat: str
     final: bool
+    # A status card whose page of the answer closed (the answer goes on below it): its
+    # changes are spaced twice as far (bridge/engine/status_cards.py `_spacing`).
+    quiet: bool = False
 
 
 @dataclass(frozen=True)
@@ -486,12 +489,14 @@ def _record_views(engine: Engine, clock: SimClock, log: list[Asked]) -> None:
     handler of `ShowStatusCard`, wrapped)."""
     executor = engine.executor
     handler = executor._handlers[ShowStatusCard]
-    cards = executor._status_cards._cards
+    cards, quiet = executor._status_cards._cards, executor._status_cards._quiet
 
     async def show(actor: ConversationActor, work: ShowStatusCard) -> None:
         at, card = clock.now(), cards.get(work.card_key)
         if card is not None and card.card_id is not None:
-            log.append(Asked(at, card.card_id, terms_of(actor, work).chat, work.final))
+            closed = work.view.closed or work.card_key in quiet
+            chat = terms_of(actor, work).chat
+            log.append(Asked(at, card.card_id, chat, work.final, closed))
         await handler.run(actor, work)
 
     executor._handlers[ShowStatusCard] = replace(handler, run=show)
