@@ -69,6 +69,12 @@ _CARD_CHANGES = (
     "batch_update_card",
     "card_settings",
 )
+_ELEMENT_CHANGES = (
+    "stream_card_text",
+    "update_card_element",
+    "patch_card_element",
+    "batch_update_card",
+)
 
 
 @dataclass(frozen=True)
@@ -662,16 +668,26 @@ def _final(post: Post) -> bool:
     return post.op == "update_card_entity" and config.get("streaming_mode") is False
 
 
-def _next_change(posts: list[Post]) -> list[Post | None]:
-    """Each post's card's next change (None: the last, or not a card change)."""
-    out: list[Post | None] = [None] * len(posts)
-    later: dict[str, int] = {}
+def _ending(posts: list[Post]) -> list[bool]:
+    """Which posts are part of their card's final change: the final itself, and the element
+    changes that carry the final text with the settings call behind them, each going as
+    the one before it came back (bridge/engine/status_cards.py `_end_by_element`, when the
+    whole update's API has no room)."""
+    out = [False] * len(posts)
+    later: dict[str, int] = {}  # card id -> its next change
     for i in range(len(posts) - 1, -1, -1):
         post = posts[i]
-        if post.op in _CARD_CHANGES:
-            nxt = later.get(post.target)
-            out[i] = posts[nxt] if nxt is not None else None
-            later[post.target] = i
+        if post.op not in _CARD_CHANGES:
+            continue
+        nxt = later.get(post.target)
+        chained = (
+            nxt is not None
+            and post.op in _ELEMENT_CHANGES
+            and out[nxt]
+            and posts[nxt].start <= (post.end or post.start) + TOLERANCE
+        )
+        out[i] = _final(post) or chained
+        later[post.target] = i
     return out
 
 
@@ -686,7 +702,7 @@ def cards_keep_their_spacing(run: Run, seen: dict[str, list[Seen]]) -> list[str]
     restart = run.restarted_at if run.restarted_at is not None else float("inf")
     out = []
     posts = sorted((p for p in run.posts if p.ok), key=lambda p: p.start)
-    for post, after in zip(posts, _next_change(posts), strict=True):
+    for post, ending in zip(posts, _ending(posts), strict=True):
         if post.op == "reply_card_entity":
             last[post.text] = post.end
             continue
@@ -694,10 +710,7 @@ def cards_keep_their_spacing(run: Run, seen: dict[str, list[Seen]]) -> list[str]
             continue
         before = last.get(post.target)
         last[post.target] = post.end
-        # A card's final text may go by its element, the settings call right behind it
-        # (bridge/engine/status_cards.py, when the whole update's API has no room).
-        by_element = post.op == "stream_card_text" and after is not None and _final(after)
-        if before is None or _final(post) or by_element or before < restart <= post.start:
+        if before is None or ending or before < restart <= post.start:
             continue
         if post.start < before + run.card_interval - SPACING_TOLERANCE:
             out.append(
