@@ -59,16 +59,22 @@ def _filled(text: str, chars: int, most: int) -> int:
 
 
 def _breaks(head: str) -> tuple[int, int]:
-    """The last paragraph end and the last line end in `head` outside a code block (-1)."""
+    """The last paragraph end and the last line end in `head` outside a code block (-1).
+    A paragraph ends at a blank line followed by a line that is not indented: an indented
+    one goes on a list item above it (or, alone on a page, would read as code)."""
     fence = False
-    paragraph = line = -1
+    paragraph = line = blank = -1
     at = 0
-    for row in head.split("\n")[:-1]:  # complete lines only
+    rows = head.split("\n")
+    for i, row in enumerate(rows):
+        if row.strip() and blank >= 0 and not row[0].isspace():
+            paragraph = blank  # the line after it begun, if not yet complete
+        if i == len(rows) - 1:
+            break  # complete lines only from here on
         at += len(row) + 1
         if row.lstrip().startswith(_FENCE):
             fence = not fence
-        elif not fence and not row.strip():
-            paragraph = at
+        blank = at if not fence and not row.strip() else (blank if not row.strip() else -1)
         if not fence:
             line = at
     return paragraph, line

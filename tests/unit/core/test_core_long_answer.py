@@ -4,7 +4,8 @@ written past it, and the end posts only the rest; the answer is shown once, in o
 from __future__ import annotations
 
 from bridge.core.effects import RelayAgentText, SendFile
-from bridge.core.long_answer import MAX_RELEASED, MESSAGE_CHARS
+from bridge.core.long_answer import MAX_RELEASED, MESSAGE_CHARS, MESSAGE_WEIGHT
+from bridge.core.pages import paragraph_end
 from bridge.runtime.events import MessageChunk, StopReason, ToolCallStarted, TurnEnded
 from tests.unit.core.core_driver import SID, Driver, of_type
 
@@ -96,3 +97,13 @@ def test_a_file_linked_in_a_released_part_is_still_sent_at_the_end() -> None:
     d.feed(TurnEnded(SID, StopReason.END_TURN), at=2.0)
     (sent,) = of_type(d.effects, SendFile)
     assert sent.path == "file:///w/run.log"
+
+
+def test_a_list_item_is_not_cut_before_its_indented_paragraph() -> None:
+    """A blank line followed by an indented line goes on the item above it: a message
+    begun there would show the paragraph alone (as code, indented four spaces)."""
+    item = "1. An item " + "y" * 3000
+    text = f"{item}\n\n    {'z' * 3000}\n\n2. The next item {'w' * 3000}"
+    end = paragraph_end(text, MESSAGE_CHARS, MESSAGE_WEIGHT)
+    assert end == text.index("2. The next")
+    assert paragraph_end(text[: text.index("2. The")] + "    more", 5000, 20000) is None
