@@ -200,11 +200,12 @@ class StatusCards:
                 self._give_up(actor, work.turn_id, work.reply_to, work.view, work.final, again)
                 return None
             card = _Card(work.card_key, work.turn_id, work.reply_to, chat, message_id, None)
+        # Its spacing runs from when Feishu took it, not from when the store did (seed 8433:
+        # the database away for 15 s held the card's first change that long past its due).
+        card.shown, card.pushed_at = work.view, self._clock()
         ids = [card.message_id] + ([_CARDKIT + card.card_id] if card.card_id else [])
-        mark = partial(self._store.mark_sent, work.card_key, ids, self._clock())
+        mark = partial(self._store.mark_sent, work.card_key, ids, card.pushed_at)
         await self._retry.call("mark_sent", mark)
-        card.shown = work.view
-        card.pushed_at = self._clock()
         return card
 
     async def _find(self, actor: ConversationActor, work: ShowStatusCard) -> _Card | None:
