@@ -27,6 +27,7 @@ from tests.integration.test_cluster import free_port, wait_healthy
 
 APPS = {"a": "cli_app_a", "b": "cli_app_b", "c": "cli_app_c"}
 DOWN = APPS["b"]
+HELD_MS = 1000  # how long a call of B's is held unanswered in the outage's second step
 CHATS_PER_APP, MESSAGES_PER_CHAT = 8, 3
 # The give-up window the probes follow (bridge/config/budget.py): 12 s probes B's API after
 # 0.2 s, then doubling up to 3 s, and gives nothing up within this test's outage.
@@ -177,7 +178,9 @@ async def test_one_apps_api_down_delays_no_other_app_and_loses_nothing(tmp_path:
 
             # B's API down: 503 for 1.5 s, then calls held unanswered (1 s each) until it is
             # up. B's users write first, until B's gate finds its API down.
-            emu.set_api_outage([("503", 1.5), ("timeout", None)], apps=[DOWN], hold_seconds=1)
+            emu.set_api_outage(
+                [("503", 1.5), ("timeout", None)], apps=[DOWN], hold_seconds=HELD_MS / 1000
+            )
             for (app, user), chat in chats.items():
                 if app == DOWN:
                     message = await emu.send_user_message("first", app_id=app, sender_open_id=user)
@@ -200,7 +203,9 @@ async def test_one_apps_api_down_delays_no_other_app_and_loses_nothing(tmp_path:
                 assert gates[name]["failures"] == 0.0, gates
             before = latencies(emu, {k: v for k, v in calm.items() if k[0] != DOWN})
             during = latencies(emu, {k: v for k, v in stormy.items() if k[0] != DOWN})
-            assert p95(during) <= 2 * p95(before) + 250, (before, during)
+            # Waiting on B would take a held call's second at least: below that, or within
+            # twice the calm round's (a loaded machine slows both rounds), nothing did.
+            assert p95(during) < max(HELD_MS, 2 * p95(before) + 250), (before, during)
             # B down a few seconds: until a call of B's is held in the outage's second step.
             await emu.wait_for(
                 lambda: any(c.mode is OutageMode.TIMEOUT for c in emu.refused_calls()), 30
