@@ -668,11 +668,12 @@ def _final(post: Post) -> bool:
     return post.op == "update_card_entity" and config.get("streaming_mode") is False
 
 
-def _ending(posts: list[Post]) -> list[bool]:
+def _ending(posts: list[Post], killed: float) -> list[bool]:
     """Which posts are part of their card's final change: the final itself, and the element
     changes that carry the final text with the settings call behind them, each going as
     the one before it came back (bridge/engine/status_cards.py `_end_by_element`, when the
-    whole update's API has no room)."""
+    whole update's API has no room); a card's last change, an element's, that the bridge's
+    kill cut off before the settings call could follow (seed 23132)."""
     out = [False] * len(posts)
     later: dict[str, int] = {}  # card id -> its next change
     for i in range(len(posts) - 1, -1, -1):
@@ -680,13 +681,15 @@ def _ending(posts: list[Post]) -> list[bool]:
         if post.op not in _CARD_CHANGES:
             continue
         nxt = later.get(post.target)
+        end = post.end or post.start
         chained = (
             nxt is not None
             and post.op in _ELEMENT_CHANGES
             and out[nxt]
-            and posts[nxt].start <= (post.end or post.start) + TOLERANCE
+            and posts[nxt].start <= end + TOLERANCE
         )
-        out[i] = _final(post) or chained
+        cut = nxt is None and post.op in _ELEMENT_CHANGES and post.start < killed <= end + TOLERANCE
+        out[i] = _final(post) or chained or cut
         later[post.target] = i
     return out
 
@@ -704,7 +707,7 @@ def cards_keep_their_spacing(run: Run, seen: dict[str, list[Seen]]) -> list[str]
     # The final's chain counts its tries Feishu failed (seed 2479: the settings call behind
     # the text met an outage, and went again once it was over).
     posts = sorted(run.posts, key=lambda p: p.start)
-    for post, ending in zip(posts, _ending(posts), strict=True):
+    for post, ending in zip(posts, _ending(posts, restart), strict=True):
         if not post.ok:
             continue
         if post.op == "reply_card_entity":
