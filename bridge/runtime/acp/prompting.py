@@ -59,9 +59,6 @@ from bridge.runtime.port import EventSink, PromptFile, RuntimeUnavailable
 
 logger = logging.getLogger(__name__)
 
-# How long a prompt waits for a stopped round on its session to end (its agent being killed).
-STOPPED_TURN_WAIT = 5.0
-
 
 class Prompting:
     """One prompt at a time per session, over the sessions' processes. `exited`: the event
@@ -89,13 +86,17 @@ class Prompting:
         session = self._sessions.get(session_id)
         if session is None:
             raise SessionLost(f"unknown session {session_id}; open a session first")
-        stopped = session.turn
-        if stopped is not None and stopped.cancel_requested:
-            # A stopped round whose agent is being killed (it never confirmed the cancel):
-            # its end is a moment away; the next prompt waits for it rather than failing.
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stopped.ended.wait(), STOPPED_TURN_WAIT)
-        if session.turn is not None:
+        # One prompt at a time from its call on: a stopped round's prompt still waiting for
+        # its agent (a slow start) when the next round's comes would otherwise go out beside
+        # it (seed 49495), the two turns on one session at once.
+        async with session.prompt_lock:
+            await self._prompt(session, text, sink, files)
+
+    async def _prompt(
+        self, session: AcpSession, text: str, sink: EventSink, files: Sequence[PromptFile]
+    ) -> None:
+        session_id = session.session_id
+        if session.turn is not None:  # the lock keeps it from happening
             raise RuntimeError(f"a turn is already running on session {session_id}")
         process = await self._sessions.past_hold(
             session, await self._sessions.ensure_bound(session)

@@ -178,6 +178,9 @@ class AcpSession:
     after_cancel: bool = False
     info: SessionInfo = field(default_factory=SessionInfo)
     reload_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    # Held by a prompt from its call to its turn's end: a prompt still waiting for its
+    # agent when the next one comes (its round stopped meanwhile) goes first, never beside.
+    prompt_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
 
 class SessionTable:
