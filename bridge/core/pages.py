@@ -74,7 +74,10 @@ def _breaks(head: str) -> tuple[int, int]:
         at += len(row) + 1
         if row.lstrip().startswith(_FENCE):
             fence = not fence
-        blank = at if not fence and not row.strip() else (blank if not row.strip() else -1)
+        if row.strip():
+            blank = -1
+        elif not fence:
+            blank = at
         if not fence:
             line = at
     return paragraph, line

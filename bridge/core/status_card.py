@@ -121,11 +121,9 @@ def refresh(ctx: StepContext) -> None:
 
 
 def typed(ctx: StepContext) -> None:
-    """The agent wrote more (the typewriter): the page being written grows, and only its
-    card changes. Past MAX_PAGES the rest waits for the end, as messages, and the cards
-    change no more."""
-    if not in_card_style(ctx):
-        return
+    """The agent wrote more (the typewriter), in card style: the page being written grows,
+    and only its card changes. Past MAX_PAGES the rest follows as messages, a page's worth
+    as each fills, and the cards change no more."""
     card = ctx.turn.card
     if card.stage is CardStage.SHOWN:
         _render(ctx, status=False)

@@ -322,7 +322,8 @@ def test_seeds_that_found_bugs(seed: int, storms: bool) -> None:
     assert check(run_seed(seed, storms=storms, databases=False)) == []
 
 
-# Seeds that found bugs with the database away (tests/sim/store.py), kept likewise.
+# Seeds that found bugs in the worlds as drawn now (the database away in most of them,
+# tests/sim/store.py), kept likewise.
 @pytest.mark.parametrize(
     "seed",
     [
@@ -347,5 +348,5 @@ def test_seeds_that_found_bugs(seed: int, storms: bool) -> None:
         23132,
     ],
 )
-def test_seeds_that_found_database_bugs(seed: int) -> None:
+def test_seeds_that_found_bugs_in_the_worlds_drawn_now(seed: int) -> None:
     assert check(run_seed(seed)) == []

@@ -96,8 +96,6 @@ class Prompting:
         self, session: AcpSession, text: str, sink: EventSink, files: Sequence[PromptFile]
     ) -> None:
         session_id = session.session_id
-        if session.turn is not None:  # the lock keeps it from happening
-            raise RuntimeError(f"a turn is already running on session {session_id}")
         process = await self._sessions.past_hold(
             session, await self._sessions.ensure_bound(session)
         )
