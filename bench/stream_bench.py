@@ -551,8 +551,8 @@ async def one(
     warm: float = 0.0,
 ) -> dict[str, Any]:
     """One row: N turns in one style; `detail` keeps each turn's growth and changes. The
-    messages come `warm` seconds after the bridge is up (a bridge just started takes the
-    minute before it as spent, bridge/feishu/budget.py `Minute`: it has no burst then)."""
+    messages come `warm` seconds after the bridge is up (a first start has its burst at
+    once; `warm` measures a crowd meeting a bridge that has been up a while)."""
     folder = Path(tempfile.mkdtemp(prefix="stream-bench-"))
     log = folder / "turns.jsonl"
     (folder / "work").mkdir()
@@ -933,7 +933,7 @@ async def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--warm",
         type=float,
-        default=61.0,
+        default=0.0,
         help="seconds the bridge is up before the messages (0: a crowd at a bridge just started)",
     )
     parser.add_argument("--floor-child", help=argparse.SUPPRESS)

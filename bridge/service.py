@@ -45,7 +45,9 @@ from bridge.core import Options, PresenceStyle
 from bridge.core.state import Urgency
 from bridge.engine.engine import Engine, EngineConfig
 from bridge.feishu.api import FeishuApi
-from bridge.feishu.budget import BudgetPolicy, CallBudget
+from bridge.feishu.budget import BudgetPolicy, CallBudget, Spent
+from bridge.feishu.budget_record import FILE_NAME as BUDGET_RECORD
+from bridge.feishu.budget_record import BudgetRecord
 from bridge.feishu.client import FeishuClient
 from bridge.feishu.delivery import DeliveryPolicy
 from bridge.feishu.events import BotIdentity
@@ -114,6 +116,9 @@ class AppStack:
     started: bool = False  # its start ran: what /status finds missing is then a problem
     identity_error: str | None = None  # why the bot's identity could not be fetched
     secrets: tuple[str | None, ...] = ()  # never shown in /status, even in an error's text
+    # Records what the call budget spent of Feishu's minutes, for the next process (at the
+    # end: nothing more is called).
+    spending: Callable[[], None] | None = None
     _identity_retry: asyncio.Task[None] | None = None
     _warmup: asyncio.Task[None] | None = None
 
@@ -200,6 +205,8 @@ class AppStack:
     async def close(self) -> None:
         await self.runtime.close()
         await self.feishu.aclose()
+        if self.spending is not None:
+            self.spending()
         await self.store.close()
 
 
@@ -309,10 +316,14 @@ class BridgeService:
 _DEAD_CONNECTION = frozenset({ConnectionState.FAILED, ConnectionState.STOPPED})
 
 
-def call_budget(section: BudgetSection, clock: Clock, tuning: Tuning) -> CallBudget:
+def call_budget(
+    section: BudgetSection, clock: Clock, tuning: Tuning, before: Spent | None = None
+) -> CallBudget:
     """The app's Feishu call budget, paced at the limits' margin on `clock` (the
-    simulator passes its own clock, so the pacing runs on its virtual time)."""
-    return CallBudget(BudgetPolicy.of(tuning.limits(section)), now=clock.now, call_at=clock.call_at)
+    simulator passes its own clock, so the pacing runs on its virtual time), starting with
+    what its predecessor spent (`before`: none, a first start)."""
+    policy = BudgetPolicy.of(tuning.limits(section))
+    return CallBudget(policy, now=clock.now, call_at=clock.call_at, before=before)
 
 
 def feishu_client(
@@ -459,7 +470,9 @@ class _Shared:
         translator = Translator(presence.bridge_locale)
         own = None if first else app.name  # the first app's keys where one app's always were
         store = store_for(settings, own)
-        budget = call_budget(settings.budget, clock, tuning)
+        data = settings.store.bridge_data_dir if first else app_folder(settings, app.name)
+        spending = BudgetRecord(data / BUDGET_RECORD, clock)
+        budget = call_budget(settings.budget, clock, tuning, spending.load())
         if feishu is None:
             feishu = app_client(app, clock, translator, budget)
         elif isinstance(feishu, FeishuClient):
@@ -479,7 +492,6 @@ class _Shared:
         prefix = "" if own is None else f"{own}/"
         publish = partial(_publish_as, projection.publish, app.name, prefix)
         ended = partial(_ended_as, projection.session_ended, prefix)
-        data = settings.store.bridge_data_dir if first else app_folder(settings, app.name)
         access = app.access
         engine = Engine(
             feishu=feishu,
@@ -555,9 +567,11 @@ class _Shared:
                 ops_url="",  # known once the operator listener has its port (start)
                 facts=partial(_facts, engine),
                 beat_every=settings.cluster.bridge_lease_seconds / 3,
+                record_spending=lambda: spending.save(budget.spent()),
             ),
             bot=bot,
             ownership=ownership,
+            spending=lambda: spending.save(budget.spent(), closed=True),
             secrets=tuple(
                 secret(value) for value in (app.app_secret, app.encrypt_key, app.verification_token)
             ),

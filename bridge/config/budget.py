@@ -25,7 +25,7 @@ BUDGET_MARGIN = 0.8
 # The share of a minute's limit: the budget counts a minute's calls exactly (the grants of
 # the last 60 s), so against a minute the margin covers the calls it does not see, a
 # second's jitter in when calls arrive (40 at most), and a restarted bridge's guess at what
-# its predecessor spent (bridge/feishu/budget.py `Minute`).
+# its predecessor spent since its last record (bridge/feishu/budget_record.py).
 MINUTE_MARGIN = 0.9
 FIRST_PROBE_SECONDS = 1.0  # after the failure that showed Feishu's API down
 MAX_PROBE_SECONDS = 15.0  # the longest wait between two probes

@@ -51,6 +51,12 @@ only while it leaves `(1 - share)` of the reserve for the lanes above it
 (`kept_for_lanes`), so a flood of progress lines never spends what an answer or an ending
 that comes needs.
 
+Feishu's minute outlives the process: a restarted bridge starts with the grants its
+predecessor recorded (`Spent`, kept in the app's data folder by `budget_record.py`), and
+takes the seconds since that record, if it did not stop cleanly, as spent at the pace. A
+bridge with no record (its first start) has spent nothing, so a crowd meeting a bridge just
+started gets its reactions and cards at the API's second's pace, as on one long up.
+
 Not `aiolimiter` or `limits`: both read the loop's or the wall clock themselves (tests
 could not inject time), neither can pass over a call whose chat is spent to grant the
 next one, and neither changes its rate at run time; the arithmetic of a token bucket is
@@ -64,7 +70,7 @@ import heapq
 import itertools
 import math
 from collections import Counter, deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -179,33 +185,33 @@ class Minute:
     The room and the tokens only grow as time passes, at `rate` at least:
     `CallQueue.longest_wait` counts on that."""
 
-    __slots__ = (
-        "_assumed",
-        "_assumed_until",
-        "_at",
-        "_least",
-        "_log",
-        "_pace",
-        "_tokens",
-        "capacity",
-        "limit",
-        "rate",
-    )
+    __slots__ = ("_at", "_least", "_log", "_pace", "_tokens", "capacity", "limit", "rate")
 
-    def __init__(self, limit: float, burst_share: float, now: float) -> None:
+    def __init__(
+        self,
+        limit: float,
+        burst_share: float,
+        now: float,
+        spent: Sequence[float] = (),
+        unseen_since: float | None = None,
+    ) -> None:
         self.limit = limit
         self.capacity = Minute.burst(limit, burst_share)
         self.rate = max(limit - self.capacity, limit / 2) / 60.0
         self._pace = 0.95 * limit / 60.0
-        self._log: deque[float] = deque()  # grant times of the last 60 s, oldest first
+        # Grant times of the last 60 s, oldest first: a restarted bridge's start with what
+        # its predecessor recorded (`spent`), and, for the time since its last record
+        # (`unseen_since`: it may have been killed after it), calls at the pace, evenly.
+        # A bridge with no predecessor has spent nothing: its burst is there at once.
+        log = sorted(t for t in spent if now - 60.0 <= t <= now)
+        if unseen_since is not None:
+            since = max(unseen_since, now - 60.0)
+            unseen = math.floor(self._pace * (now - since))
+            log += [now - (now - since) * (k + 0.5) / unseen for k in reversed(range(unseen))]
+            log.sort()
+        self._log: deque[float] = deque(log)
         self._least = math.inf  # min over k of (k - rate × t_k)
-        # A bridge just started cannot know what the minute before it spent (a restart's
-        # predecessor may have spent it all): it takes that minute as spent at the pace,
-        # evenly, so a restart goes on at the pace instead of bursting past Feishu's
-        # figure; the burst comes back after a quiet spell. Those calls, older than any
-        # of this bridge's, expire evenly until `_assumed_until`.
-        self._assumed = float(math.floor(self._pace * 60.0))  # whole calls
-        self._assumed_until = now + 60.0
+        self._relearn()
         self._tokens = max(0.0, self.room(now))
         self._at = now
 
@@ -231,14 +237,16 @@ class Minute:
         self._least = min((k - rate * t for k, t in enumerate(self._log)), default=math.inf)
 
     def room(self, now: float) -> float:
-        """Calls that may go now by the room rule (fractional: a call needs a whole one).
-        The assumed calls expire evenly and before this bridge's own, faster than `rate`:
-        they bind only the minute's figure itself."""
-        assumed = self._assumed * max(0.0, self._assumed_until - now) / 60.0
-        free = self.limit - assumed - len(self._log)  # the minute's figure itself
+        """Calls that may go now by the room rule (fractional: a call needs a whole one)."""
+        free = self.limit - len(self._log)  # the minute's figure itself
         if self._log:
             free = min(free, self.limit - len(self._log) + self._least + self.rate * (now - 60.0))
         return min(self.capacity, free)
+
+    def spent(self, now: float) -> list[float]:
+        """The grant times of the last 60 s (what a successor starts with)."""
+        self.refill(now)
+        return list(self._log)
 
     @property
     def tokens(self) -> float:
@@ -301,11 +309,24 @@ class Usage:
     recent: list[float] = field(default_factory=list)  # grant times of the last window
 
 
+@dataclass(frozen=True)
+class Spent:
+    """What a bridge's predecessor spent of each API's minute, as a restart finds it
+    (`budget_record.py`), in this process's time: the grant times it recorded
+    (`by_api`), and since when it may have gone on unrecorded (`unseen_since`: its last
+    record, unless it stopped cleanly after it; the calls of that time are taken as made
+    at the pace, evenly)."""
+
+    by_api: Mapping[str, Sequence[float]] = field(default_factory=dict)
+    unseen_since: float | None = None
+
+
 class CallQueue:
     WINDOW = 10.0  # seconds over which calls a second are reported
 
-    def __init__(self, policy: BudgetPolicy, now: float) -> None:
+    def __init__(self, policy: BudgetPolicy, now: float, before: Spent | None = None) -> None:
         self.policy = policy
+        self._before = before or Spent()
         self._apis: dict[str, Bucket] = {}
         self._total = (
             Bucket.full(policy.total_per_second, policy.burst_seconds, now)
@@ -313,7 +334,7 @@ class CallQueue:
             else None
         )
         self._born = now  # an API's minute is made at its first call, as of this time
-        self._sends = Minute(policy.sends_per_minute, policy.minute_burst, now)
+        self._sends = self._new_minute(SEND)
         self._send_keep = kept_for_lanes(policy)  # by lane
         # How long a call of each lane waits before it goes first (`Waiter.deadline`).
         self._patience = {lane: math.inf for lane in Lane} | {
@@ -387,11 +408,21 @@ class CallQueue:
     def _minute(self, api: str, now: float) -> Minute:
         minute = self._minutes.get(api)
         if minute is None:
-            policy = self.policy
-            minute = Minute(policy.sends_per_minute, policy.minute_burst, self._born)
-            self._minutes[api] = minute
+            minute = self._minutes[api] = self._new_minute(api)
         minute.refill(now)
         return minute
+
+    def _new_minute(self, api: str) -> Minute:
+        """`api`'s minute as of this budget's start, with what its predecessor spent."""
+        policy, before = self.policy, self._before
+        spent = before.by_api.get(api, ())
+        return Minute(
+            policy.sends_per_minute, policy.minute_burst, self._born, spent, before.unseen_since
+        )
+
+    def spent(self, now: float) -> dict[str, list[float]]:
+        """Each API's grant times of the last 60 s (what a successor starts with)."""
+        return {api: log for api, minute in self._minutes.items() if (log := minute.spent(now))}
 
     def minute_rate(self) -> float:
         """Calls a second one API takes at its steady pace (its minute's average)."""
@@ -659,10 +690,11 @@ class CallBudget:
         *,
         now: Callable[[], float],
         call_at: CallAt | None = None,
+        before: Spent | None = None,
     ) -> None:
         self._now = now
         self._call_at = call_at
-        self._sched = CallQueue(policy or BudgetPolicy(), now())
+        self._sched = CallQueue(policy or BudgetPolicy(), now(), before)
         self._wake: _Handle | None = None
         self._wake_at = 0.0
 
@@ -770,6 +802,10 @@ class CallBudget:
 
     def state(self) -> dict[str, Any]:
         return self._sched.state(self._now())
+
+    def spent(self) -> dict[str, list[float]]:
+        """Each API's grant times of the last 60 s, on this budget's clock."""
+        return self._sched.spent(self._now())
 
     # -- waking ----------------------------------------------------------------------------
 

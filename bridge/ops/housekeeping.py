@@ -1,6 +1,7 @@
-"""What the service does in the background on a clock: retention pruning of the store, and
-the heartbeat that puts this instance in the database's `instances` table, which
-`feishu-bridge status --all` reads (one view across every instance on one database)."""
+"""What the service does in the background on a clock: retention pruning of the store, the
+heartbeat that puts this instance in the database's `instances` table, which
+`feishu-bridge status --all` reads (one view across every instance on one database), and
+the record of what the call budget spent of Feishu's minutes (feishu/budget_record.py)."""
 
 from __future__ import annotations
 
@@ -26,6 +27,8 @@ class Housekeeping:
     facts: Callable[[], dict[str, Any]]  # small counts for the heartbeat (never any text)
     prune_every: float = 3600.0
     beat_every: float = 5.0  # a third of BRIDGE_LEASE_SECONDS
+    record_spending: Callable[[], None] | None = None
+    record_every: float = 1.0
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
@@ -37,6 +40,8 @@ class Housekeeping:
             asyncio.create_task(self._every(self.prune_every, self.prune)),
             asyncio.create_task(self._every(self.beat_every, self.beat)),
         ]
+        if self.record_spending is not None:
+            self._tasks.append(asyncio.create_task(self._every(self.record_every, self.record)))
 
     async def stop(self) -> None:
         for task in self._tasks:
@@ -60,6 +65,10 @@ class Housekeeping:
             )
         except Exception as exc:  # the next beat tries again; the store says why
             log.warning("heartbeat failed: %s", type(exc).__name__)
+
+    async def record(self) -> None:
+        if self.record_spending is not None:
+            self.record_spending()  # (it logs what it cannot write)
 
     async def _every(self, seconds: float, work: Callable[[], Awaitable[None]]) -> None:
         while True:

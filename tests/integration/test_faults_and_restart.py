@@ -570,3 +570,24 @@ async def _poll(predicate: Callable[[], bool]) -> None:
     async with asyncio.timeout(10):
         while not predicate():  # noqa: ASYNC110 - nothing to await: no event is raised
             await asyncio.sleep(0.005)
+
+
+async def test_a_restarted_bridge_starts_with_the_minute_its_predecessor_spent(
+    tmp_path: Any,
+) -> None:
+    """Feishu's minute outlives the process: the bridge records what its call budget spent,
+    and the next one on the same data folder starts with it (not with a whole minute to
+    spend, nor with none: it cannot know, and a first start has spent nothing)."""
+    async with running_stack(tmp_path / "bridge") as stack:
+        await _warm(stack)
+        for n in range(3):
+            await _say_and_wait(stack, f"sent {n}", lambda t, n=n: t == f"echo: sent {n}")
+        await stack.settled()
+        sends = len(_posts(stack))
+        assert sends >= 3
+        data = stack.demo.service.settings.store.bridge_data_dir
+        service = await _crash_and_restart(stack)
+        record = json.loads((data / "call-budget.json").read_text(encoding="utf-8"))
+        assert record["closed"] is True  # its stop was clean: nothing unseen after it
+        assert sum(count for _, count in record["apis"]["send"]) == sends
+        assert len(service.engine.budget.spent()["send"]) == sends

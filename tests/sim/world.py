@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import random
 import re
 from collections import Counter
@@ -26,7 +27,7 @@ from bridge.core.effects import ShowStatusCard
 from bridge.core.state import PresenceStyle
 from bridge.engine.actor import ConversationActor, terms_of
 from bridge.engine.engine import Engine, EngineConfig
-from bridge.feishu.budget import CallBudget, Waiter
+from bridge.feishu.budget import CallBudget, Spent, Waiter
 from bridge.feishu.delivery import BreakerState, CircuitBreaker
 from bridge.feishu.events import BotIdentity, CardAction, CardActionReply, InboundMessage
 from bridge.feishu.http import FeishuHttp
@@ -319,7 +320,8 @@ async def _world(
         (its pool of agent processes); Feishu and the agents' world are the world's."""
         http = FeishuHttp(base_url=DOMAIN, transport=feishu)
         https.append(http)
-        budget = call_budget(section, clock, TUNING if crowd is None else crowd.tuning)
+        tuning = TUNING if crowd is None else crowd.tuning
+        budget = call_budget(section, clock, tuning, _recorded(budgets, clock.now()))
         budgets.append(budget)
         _record_waits(budget, clock, still, waits)
         retry = RetryPolicy(rng=random.Random(client.random()))
@@ -559,6 +561,18 @@ def _intervals(log: list[tuple[float, bool]], end: float) -> list[tuple[float, f
     if since is not None:
         out.append((since, end))
     return out
+
+
+def _recorded(budgets: list[CallBudget], now: float) -> Spent | None:
+    """What the record of the bridge killed now says it spent (feishu/budget_record.py: one
+    a second): its grants up to its last whole second, and the time since unseen. None
+    for the first bridge (no predecessor)."""
+    if not budgets:
+        return None
+    saved_at = math.floor(now)
+    spent = budgets[-1].spent()
+    kept = {api: [t for t in times if t <= saved_at] for api, times in spent.items()}
+    return Spent(kept, saved_at)
 
 
 async def _restart(

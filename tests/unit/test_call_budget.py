@@ -502,16 +502,7 @@ def test_a_card_past_its_deadline_spends_the_reserve_a_flood_of_endings_never_re
 
 def taken_at_once(minute: Minute, until: float) -> list[float]:
     """When each call goes, taken the moment `minute` allows it, from 0 to `until`."""
-    times: list[float] = []
-    now = 0.0
-    while now < until:
-        minute.refill(now)
-        if minute.ready(now):
-            minute.take(now)
-            times.append(now)
-        else:
-            now = minute.ready_at(now)
-    return times
+    return taken_at_once_from(minute, 0.0, until)
 
 
 def test_a_minute_bursts_after_a_quiet_spell_and_never_stops_under_load() -> None:
@@ -536,20 +527,51 @@ def test_a_minute_bursts_after_a_quiet_spell_and_never_stops_under_load() -> Non
     assert not minute.ready(quiet, keep=199.5)
 
 
-def test_a_restarted_bridge_does_not_burst_past_the_minute_its_predecessor_spent() -> None:
-    """A budget just made cannot know what the minute before it spent (the bridge it
-    replaces may have spent all of it): it takes that minute as spent at the pace, so a
-    restart under load goes on at the pace instead of bursting past Feishu's figure;
-    after a quiet minute the burst is back."""
+def test_a_bridge_with_no_predecessor_has_its_burst_at_once() -> None:
+    """A first start has spent nothing of the minute: a crowd meeting it gets the burst."""
     minute = Minute(950.0, 0.2, now=0.0)
-    assert not minute.ready(0.0, keep=48.0)  # no burst: the room of a minute at the pace
-    times = taken_at_once(minute, 60.0)
+    assert minute.ready(0.0, keep=189.0)
+    assert not minute.ready(0.0, keep=190.0)
+
+
+def test_a_restarted_bridge_never_spends_past_the_minute_with_what_its_predecessor_spent() -> None:
+    """A bridge that took its burst and then the pace for 30 s is killed; the next starts
+    with what it recorded up to a second before, the second since taken as spent at the
+    pace. Taken as fast as they allow, the two together never put more than the minute's
+    figure in any 60 s, and the successor goes on within half a second (no silence)."""
+    before = Minute(950.0, 0.2, now=QUIET)
+    times = taken_at_once(before, 30.0)
+    recorded = [t for t in times if t <= 29.0]
+    after = Minute(950.0, 0.2, now=30.0, spent=recorded, unseen_since=29.0)
+    later = taken_at_once_from(after, 30.0, 150.0)
+    assert most_in_a_minute(times + later) <= 950
+    # (The unseen second at the pace is more than the floor the killed one kept to.)
+    assert max(b - a for a, b in itertools.pairwise([times[-1], *later])) <= 0.5
+
+
+def test_a_predecessor_that_stopped_cleanly_leaves_only_what_it_recorded() -> None:
+    """No unseen time: the record is the whole of what it spent. With the 10 s since its
+    record unseen, those are taken as 10 s at the pace on top."""
     pace = 0.95 * 950.0 / 60
-    for end in range(61):  # the 48 the assumed minute leaves, then the pace: no burst
-        assert sum(t <= end for t in times) <= 48 + pace * end + 1
-    quiet = times[-1] + 61.0
-    minute.refill(quiet)
-    assert minute.ready(quiet, keep=189.0)
+    spent = [k / pace for k in range(150)]  # 10 s at the pace
+    clean = Minute(950.0, 0.2, now=10.0, spent=spent)
+    guessed = Minute(950.0, 0.2, now=10.0, spent=spent, unseen_since=0.0)
+    assert clean.room(10.0) == pytest.approx(950 - 150 - 50 * clean.rate)
+    assert clean.room(10.0) - guessed.room(10.0) == pytest.approx(math.floor(10 * pace))
+
+
+def taken_at_once_from(minute: Minute, start: float, until: float) -> list[float]:
+    """`taken_at_once` from `start`."""
+    times: list[float] = []
+    now = start
+    while now < until:
+        minute.refill(now)
+        if minute.ready(now):
+            minute.take(now)
+            times.append(now)
+        else:
+            now = minute.ready_at(now)
+    return times
 
 
 # -- the minute's sends under load, in simulated minutes -----------------------------------
