@@ -102,6 +102,11 @@ class BudgetPolicy:
     # The room kept in an API's minute for the lanes above (`SEND_SHARE`), in seconds of
     # the minute's average: an answer or an ending that comes finds it there.
     reserve_seconds: float = 3.0
+    # The most calls of one API held at once: each from when it goes until a second after
+    # its answer (0: no such cap). Feishu counts a call when it arrives, at any moment in
+    # between: a server running late takes calls sent over more than a second within one
+    # (`Held`).
+    held_per_api: float = 0.0
     shrink: float = 0.5  # the app rate × this at a 429
     floor: float = 0.1  # the app rate never below this share of its setting
     recover_per_second: float = 2.0  # calls a second the rate regains each second
@@ -110,11 +115,14 @@ class BudgetPolicy:
     def of(cls, limits: Limits) -> BudgetPolicy:
         """Paced at the limits' margin of Feishu's limits."""
         margin = limits.margin
+        app = limits.app_calls_per_second * margin
+        granted_at_once = max(1.0, app * cls.burst_seconds)  # granted, not yet gone
         return cls(
-            app_per_second=limits.app_calls_per_second * margin,
+            app_per_second=app,
             sends_per_minute=limits.sends_per_minute * limits.minute_margin,
             chat_per_second=limits.chat_calls_per_second * margin,
             total_per_second=limits.total_calls_per_second * margin,
+            held_per_api=max(1.0, math.floor(limits.app_calls_per_second - granted_at_once)),
         )
 
 
@@ -280,6 +288,39 @@ class Minute:
             self._tokens = min(self.capacity, self._tokens + 1.0)
 
 
+class Held:
+    """One API's calls that Feishu may count in one second: those on their way (from when
+    they go until their answer) and those answered less than a second ago. A call arrives
+    somewhere between, so if no more than `limit` are ever held at once, no second of
+    Feishu's can count more than `limit`, however late its server runs: the bucket's pace
+    alone is kept by send times, and a server that falls behind and then takes a second
+    and a half of calls within one second counts past its limit (the one 429 of 200 card
+    turns ending together on a loaded machine). With answers back within a fifth of a
+    second this never binds at 40 a second; a slower Feishu lowers the pace with it."""
+
+    __slots__ = ("answered", "going")
+
+    def __init__(self) -> None:
+        self.going = 0
+        self.answered: deque[float] = deque()  # answer times of the last second
+
+    def count(self, now: float) -> int:
+        answered = self.answered
+        while answered and answered[0] + 1.0 <= now:
+            answered.popleft()
+        return self.going + len(answered)
+
+    def free_at(self, now: float, limit: float) -> float:
+        """When fewer than `limit` are held, as far as known now: an answer to come may
+        free a place sooner (`CallBudget.answered` then looks again)."""
+        over = self.count(now) - int(limit) + 1  # places to free
+        if over <= 0:
+            return now
+        if over > len(self.answered):
+            return math.inf  # only an answer frees one
+        return self.answered[over - 1] + 1.0
+
+
 def kept_for_lanes(policy: BudgetPolicy) -> tuple[float, ...]:
     """What a call of each lane leaves in its minute for the lanes above it (by lane)."""
     burst = Minute.burst(policy.sends_per_minute, policy.minute_burst)
@@ -345,6 +386,7 @@ class CallQueue:
         # paced the same way and shared by the lanes the same way.
         self._minutes: dict[str, Minute] = {SEND: self._sends}
         self._chats: dict[str, Bucket] = {}
+        self._held: dict[str, Held] = {}  # by API, with a cap (`BudgetPolicy.held_per_api`)
         self._served: dict[str, float] = {}  # chat -> when it was last granted a call
         # The waiting calls by API, in arrival order: under load most wait on an API with
         # no token, and neither a grant nor the next wake-up need look at them one by one.
@@ -390,6 +432,35 @@ class CallQueue:
             taken.append(self._total)
         for bucket in taken:
             bucket.tokens = min(bucket.capacity, bucket.tokens + 1.0)
+
+    def going(self, api: str) -> None:
+        """A call of `api` goes now (its grant came before)."""
+        if self.policy.held_per_api > 0:
+            held = self._held.get(api)
+            if held is None:
+                held = self._held[api] = Held()
+            held.going += 1
+
+    def answered(self, api: str, now: float) -> bool:
+        """A call of `api` came back (answered, failed or given up); whether its place may
+        let a waiting call go (the held calls were what held it)."""
+        held = self._held.get(api)
+        if held is None:
+            return False
+        full = held.count(now) >= self.policy.held_per_api
+        held.going -= 1
+        held.answered.append(now)
+        if not held.going and not held.answered:
+            del self._held[api]
+        return full and api in self._waiting
+
+    def _held_at(self, api: str, now: float) -> float:
+        held = self._held.get(api)
+        return now if held is None else held.free_at(now, self.policy.held_per_api)
+
+    def _held_room(self, api: str, now: float) -> bool:
+        held = self._held.get(api)
+        return held is None or held.count(now) < self.policy.held_per_api
 
     def _api(self, api: str, now: float) -> Bucket:
         bucket = self._apis.get(api)
@@ -468,6 +539,7 @@ class CallQueue:
         return (
             self._total_ready(now)
             and self._api(api, now).ready(now)
+            and self._held_room(api, now)
             and self._minute(api, now).ready(now, self._send_keep[lane])
         )
 
@@ -501,7 +573,7 @@ class CallQueue:
         ready: dict[str, Bucket] = {}
         for name in self._waiting:
             bucket = self._api(name, now)
-            if bucket.ready(now):
+            if bucket.ready(now) and self._held_room(name, now):
                 ready[name] = bucket
         if not ready:
             return []
@@ -528,7 +600,7 @@ class CallQueue:
                 continue
             if total is not None and not total.ready(now):
                 break
-            if not api.ready(now):
+            if not api.ready(now) or not self._held_room(waiter.api, now):
                 del ready[waiter.api]
                 continue
             minute = sends if waiter.send else self._minute(waiter.api, now)
@@ -586,7 +658,7 @@ class CallQueue:
         self._sends.refill(now)
         best = math.inf
         for name, queue in self._waiting.items():
-            api_at = max(total_at, self._api(name, now).ready_at(now))
+            api_at = max(total_at, self._api(name, now).ready_at(now), self._held_at(name, now))
             minute = self._minute(name, now)
             lanes: set[Lane] = set()
             for waiter in queue:
@@ -641,6 +713,8 @@ class CallQueue:
                 for lane in Lane
             },
             "rate_limited": self.usage.rate_limited,
+            # Calls on their way or answered within the second, by API (`Held`).
+            "held": {api: held.count(now) for api, held in sorted(self._held.items())},
         }
 
 
@@ -789,6 +863,15 @@ class CallBudget:
             raise
         return True
 
+    def going(self, method: str, path: str) -> None:
+        """The call goes now, with its grant (`before_call`)."""
+        self._sched.going(api_of(method, path))
+
+    def answered(self, method: str, path: str) -> None:
+        """The call that went came back, whatever its answer (`going`)."""
+        if self._sched.answered(api_of(method, path), self._now()):
+            self._arm()
+
     def refund(self, api: str) -> None:
         """A token of `api` taken (`take_unless`, `try_take`) and not used: given back."""
         self._sched.refund(api, self._now())
@@ -823,7 +906,7 @@ class CallBudget:
     def _arm(self) -> None:
         """Wake at the next time a waiter could go (an early wake-up just re-arms)."""
         when = self._sched.next_wake(self._now())
-        if when is None:
+        if when is None or when == math.inf:  # (only an answer can free a place: `answered`)
             return
         if self._wake is not None:
             if self._wake_at <= when:

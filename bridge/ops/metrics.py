@@ -143,6 +143,12 @@ class _CallBudget(Collector):
             "Calls a second the bridge allows itself now to each Feishu API it has called.",
             labels=["app", "api"],
         )
+        held = GaugeMetricFamily(
+            "bridge_feishu_budget_held",
+            "Calls to each Feishu API on their way or answered within the last second (a"
+            " slow Feishu holds more, and the budget slows to keep them under the limit).",
+            labels=["app", "api"],
+        )
         lanes: dict[str, GaugeMetricFamily | CounterMetricFamily] = {
             "waiting": GaugeMetricFamily(
                 "bridge_feishu_budget_waiting",
@@ -166,11 +172,14 @@ class _CallBudget(Collector):
                 family.add_metric([app], float(state[name]))
             for api, rate in state.get("apis", {}).items():
                 apis.add_metric([app, api], rate)
+            for api, count in state.get("held", {}).items():
+                held.add_metric([app, api], float(count))
             for name, family in lanes.items():
                 for lane, value in state[name].items():
                     family.add_metric([app, lane], float(value))
         yield from (singles[n] for n in ("rate", "limit"))
         yield apis
+        yield held
         yield from (singles[n] for n in ("calls_per_second", "sends_ready", "rate_limited"))
         yield from lanes.values()
 

@@ -784,6 +784,9 @@ def no_lane_starved(run: Run, seen: dict[str, list[Seen]]) -> list[str]:
     windows) and, for a send, of its chat's sends, each a token of the bridge's (counted
     until `HELD` after the wait: a token held for a call that goes later). A call waiting
     longer was passed over while Feishu allowed it: its lane or its chat starved.
+    Nor while its API's calls were held (`Held`: by Feishu's record, as many of them
+    between their arrival and a second after their answer as the budget holds at most): a
+    slow Feishu slows the budget, and that time comes on top of the bound.
     Not held to it: a wait that touches an outage or the bridge's restart, or follows a
     429 (Feishu's reset is a pause the budget keeps, and it halves the API's rate)."""
     if not run.waits:
@@ -813,6 +816,9 @@ def no_lane_starved(run: Run, seen: dict[str, list[Seen]]) -> list[str]:
         bound = scheduler.longest_wait(wait.lane, wait.send, took, chat_went)
         if waited <= bound + TOLERANCE:
             continue
+        bound += _held_for(run, wait.api, wait.since, wait.until, scheduler.policy.held_per_api)
+        if waited <= bound + TOLERANCE:
+            continue
         # (A token held past the wait for a call the bridge's kill then cut off is one
         # Feishu never saw: seed 4477, a reaction's add waiting for the removal before it.)
         if _touches_outage(run, _t(wait.since), _t(wait.until) + HELD):
@@ -826,6 +832,31 @@ def no_lane_starved(run: Run, seen: dict[str, list[Seen]]) -> list[str]:
             f"({took} calls of its API, {chat_went} sends to its chat meanwhile)"
         )
     return out
+
+
+def _held_for(run: Run, api: str, since: float, until: float, most: float) -> float:
+    """How long within `since..until` Feishu's record holds `most` calls of `api` (one
+    less: a grant goes a moment before its call) from their arrival until a second after
+    their answer."""
+    if most <= 0:
+        return 0.0
+    edges = sorted(
+        edge
+        for post in run.posts
+        if post.api == api and post.start < until and post.end + 1.0 > since
+        for edge in ((post.start, 1), (post.end + 1.0, -1))
+    )
+    held, covered, full_since = 0, 0.0, None
+    for at, step in edges:
+        held += step
+        if held >= most - 1 and full_since is None:
+            full_since = at
+        elif held < most - 1 and full_since is not None:
+            covered += max(0.0, min(at, until) - max(full_since, since))
+            full_since = None
+    if full_since is not None:
+        covered += max(0.0, until - max(full_since, since))
+    return covered
 
 
 STALLED = T("presence.stalled_ended")

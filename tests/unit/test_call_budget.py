@@ -7,8 +7,10 @@ while the minute has room."""
 from __future__ import annotations
 
 import asyncio
+import heapq
 import itertools
 import math
+import random
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import replace
@@ -694,3 +696,101 @@ def test_two_hundred_answers_at_once_go_steadily_and_fairly() -> None:
     assert times[199] <= 5.0 + 1e-6
     assert max(b - a for a, b in itertools.pairwise(times[201:])) == pytest.approx(1 / floor)
     assert times[-1] == pytest.approx(220 / floor, abs=0.1)
+
+
+# -- a Feishu that runs late ------------------------------------------------------------------
+
+
+def most_in_a_second(times: list[float]) -> int:
+    """The most of `times` within any second (a window counting one end, as Feishu's)."""
+    ordered, most, first = sorted(times), 0, 0
+    for last, at in enumerate(ordered):
+        while ordered[first] <= at - 1.0:
+            first += 1
+        most = max(most, last - first + 1)
+    return most
+
+
+def lagging_feishu(policy: BudgetPolicy, seed: int) -> list[float]:
+    """400 calls of one API offered at once, each going when the queue grants it and
+    answered 0.05–0.3 s later, but 0.8–1.5 s later while Feishu's server stalls (every
+    third second): when Feishu counted each (its arrival: any moment between its going and
+    its answer; a stalled server takes what came meanwhile at its answer)."""
+    rng = random.Random(seed)
+    sched = CallQueue(policy, now=QUIET)
+    granted = [
+        w
+        for _ in range(400)
+        for w in sched.offer(sched.waiter(Lane.ANSWER, None, False, 0.0, api=CARD), 0.0)
+    ]
+    answers: list[tuple[float, int]] = []  # (when, call), a heap
+    arrived: list[float] = []
+    now, gone = 0.0, 0
+    while gone < 400 or answers:
+        for _ in granted + sched.grant(now):
+            gone += 1
+            sched.going(CARD)
+            stalled = int(now) % 3 == 1
+            back = now + (rng.uniform(0.8, 1.5) if stalled else rng.uniform(0.05, 0.3))
+            arrived.append(back if stalled else rng.uniform(now, back))
+            heapq.heappush(answers, (back, gone))
+        granted = []
+        wake = sched.next_wake(now)
+        due = answers[0][0] if answers else math.inf
+        now = min(due, wake if wake is not None else math.inf)
+        while answers and answers[0][0] <= now:
+            heapq.heappop(answers)
+            sched.answered(CARD, now)
+    return arrived
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_a_server_running_late_never_counts_more_than_its_limit_in_a_second(seed: int) -> None:
+    """Feishu's 50 a second, paced at 40 by send times: a server that stalls and then
+    takes a second and more of calls at once counts past 50 in one of its seconds. Holding
+    each call until a second after its answer (48 at most: 50 less the two a grant may
+    hand out before they go), no second of Feishu's ever counts more than 50."""
+    paced = BudgetPolicy(app_per_second=40.0, sends_per_minute=1e6)
+    assert most_in_a_second(lagging_feishu(paced, seed)) > 50
+    held = replace(paced, held_per_api=48.0)
+    assert most_in_a_second(lagging_feishu(held, seed)) <= 50
+
+
+def test_a_call_held_back_by_answers_to_come_goes_a_second_after_the_answer() -> None:
+    """Three held at most: the fourth waits for an answer, and then for that answer's
+    second to pass; the queue's next wake-up says so."""
+    sched = CallQueue(
+        BudgetPolicy(app_per_second=1000.0, sends_per_minute=1e6, held_per_api=3.0), now=QUIET
+    )
+    waiters = [sched.waiter(Lane.ANSWER, None, False, 0.0, api=CARD) for _ in range(4)]
+    for waiter in waiters:
+        if sched.offer(waiter, 0.0) == [waiter]:
+            sched.going(CARD)  # (as `Paced` does, at once)
+    assert sched.grant(0.01) == []
+    assert sched.next_wake(0.02) == math.inf  # only an answer frees a place
+    assert sched.answered(CARD, 0.5)  # a place may free: look again then
+    assert sched.grant(0.6) == []
+    assert sched.next_wake(0.6) == pytest.approx(1.5)
+    assert sched.grant(1.5) == [waiters[3]]
+
+
+def test_a_budget_holds_a_call_through_the_session_until_it_is_answered() -> None:
+    """`Paced` tells the budget when a call goes and when it comes back, failed too."""
+
+    async def main() -> list[int]:
+        budget = CallBudget(
+            BudgetPolicy(app_per_second=1000.0, sends_per_minute=1e6, held_per_api=5.0),
+            now=asyncio.get_running_loop().time,
+        )
+        held: list[int] = []
+
+        async def answered(sending: Sending) -> dict[str, object]:
+            held.append(budget.state()["held"][CARD])
+            raise RuntimeError("refused")
+
+        with pytest.raises(RuntimeError):
+            await Paced(budget)(Sending(whole(CallTerms()), None), answered)
+        held.append(budget.state()["held"][CARD])
+        return held
+
+    assert asyncio.run(main()) == [1, 1]  # going, then answered less than a second ago

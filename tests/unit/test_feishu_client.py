@@ -391,6 +391,12 @@ class HeldInBudget:
     async def before_call(self, *args: Any) -> None:
         self._clock.now += self._waits.pop(0)
 
+    def going(self, *args: Any) -> None:
+        pass
+
+    def answered(self, *args: Any) -> None:
+        pass
+
     def rate_limited(self, *args: Any) -> None:
         pass
 
