@@ -5,9 +5,8 @@ ten times higher meets the 429s, so the emulator's limits are real."""
 
 from __future__ import annotations
 
-import itertools
 import json
-import statistics
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -166,30 +165,23 @@ async def test_cards_with_no_room_for_whole_updates_change_one_element_at_a_time
         assert emu.limits.refused() == []
 
 
-async def test_many_live_cards_space_their_changes_to_what_the_budget_carries(
-    tmp_path: Path,
-) -> None:
+async def test_many_live_cards_with_a_tiny_interval_meet_no_429(tmp_path: Path) -> None:
     """12 cards streaming with a 0.02-s card interval and 20 calls a second to each API
-    (16 after the margin): all cards together ask for at most 4 APIs' worth (80 % of the
-    five card APIs), so each card changes at most every 12 / 64 = 0.19 s (without the
-    spacing they would take whatever the five card APIs let through, about one change
-    every 0.15 s each). Every answer still arrives exact, with no 429."""
+    (16 after the margin): the live cards together ask for at most 4 APIs' worth, and
+    every answer arrives exact, with no 429 and every card changing more than twice. How
+    far apart a card's changes are is the simulator's rule (tests/sim/invariants.py
+    `cards_keep_their_spacing`, which counts the cards live at each change): arrival
+    times at a loaded machine's emulator are no measure of it."""
     settings, tuning = _settings("card", 1.0), _tuning(1.0)
     async with running_stack(tmp_path, settings=settings, tuning=tuning) as stack:
         emu: FeishuEmulator = stack.emu
         chats = await _stream_everywhere(stack, pause_ms=80)
         assert [c for c in chats if not _answer_shown(stack, c, "card")] == []
-        changes: dict[str, list[float]] = {}
-        for call in emu.calls("/open-apis/cardkit/v1/cards/", method="PUT"):
-            if call.status == 200:
-                changes.setdefault(call.path.split("/")[5], []).append(call.at)
-        # Not the first two changes (the other cards were still being posted: fewer were
-        # live) nor the last (the final one is not spaced).
-        spans = [b - a for ats in changes.values() for a, b in itertools.pairwise(ats[2:-1])]
+        changes: Counter[str] = Counter(
+            call.path.split("/")[5]
+            for call in emu.calls("/open-apis/cardkit/v1/cards/", method="PUT")
+            if call.status == 200
+        )
         assert len(changes) == CHATS, changes
-        assert len(spans) >= CHATS * 2, changes
-        # The typical span, not the least: these are arrival times at the emulator, and a
-        # loaded machine delays one request more than the next (0.17 s seen once for 0.19);
-        # without the spacing, half the spans would be under 0.16 s.
-        assert statistics.median(spans) >= 0.18, sorted(spans)[: len(spans) // 2 + 1]
+        assert min(changes.values()) > 2, changes
         assert emu.limits.refused() == []

@@ -707,6 +707,7 @@ def cards_keep_their_spacing(run: Run, seen: dict[str, list[Seen]]) -> list[str]
     # The final's chain counts its tries Feishu failed (seed 2479: the settings call behind
     # the text met an outage, and went again once it was over).
     posts = sorted(run.posts, key=lambda p: p.start)
+    spacing = _Spacing(run, posts, restart)
     for post, ending in zip(posts, _ending(posts, restart), strict=True):
         if not post.ok:
             continue
@@ -719,12 +720,64 @@ def cards_keep_their_spacing(run: Run, seen: dict[str, list[Seen]]) -> list[str]
         last[post.target] = post.end
         if before is None or ending or before < restart <= post.start:
             continue
-        if post.start < before + run.card_interval - SPACING_TOLERANCE:
+        least, live = spacing.at(post.target, post.start)
+        if post.start < before + least - SPACING_TOLERANCE:
             out.append(
                 f"card {post.target}: {post.op} at {_t(post.start)}, "
                 f"{post.start - before:.3f} s after its previous change came back"
+                f" ({least:.3f} s with {live} cards live)"
             )
     return out
+
+
+class _Spacing:
+    """The least spacing of a card's changes when many cards are live: the card interval,
+        or more when the live cards together would ask the card APIs for more than their
+        share of one API's steady pace (bridge/engine/status_cards.py `_spacing`). Counted low,
+        as Feishu's record shows them: a card live from its first change (it was registered
+        before) to its last call (it is forgotten after), those in `SETTLING` before the change
+        only (the bridge weighed its spacing a moment before the call went); a card that a
+        later card of its chat followed may have closed its page (its changes then count half:
+    the continuation card may come after its last change, seed 409)."""
+
+    SETTLING = 0.05
+
+    def __init__(self, run: Run, posts: list[Post], restart: float) -> None:
+        self.interval = run.card_interval
+        scheduler = run.budgets[0].scheduler
+        self.pace = min(scheduler.policy.app_per_second, scheduler.minute_rate()) * REFRESH_SHARE
+        self.restart = restart
+        life: dict[str, list[float]] = {}
+        chat_of: dict[str, str | None] = {}
+        for post in posts:
+            if post.op == "reply_card_entity" and post.ok:
+                chat_of[post.text] = post.chat
+            elif post.op in _CARD_CHANGES and post.target in chat_of:
+                span = life.setdefault(post.target, [post.start, post.start])
+                span[1] = post.start
+        self.life = life
+        self.chat_of = chat_of
+
+    def at(self, card: str, when: float) -> tuple[float, int]:
+        """The least spacing of `card`'s change at `when`, and the cards it counted live."""
+        side = when >= self.restart
+        live = [
+            key
+            for key, (first, last) in self.life.items()
+            if key == card
+            or (first <= when - self.SETTLING and last >= when and (first >= self.restart) == side)
+        ]
+        quiet = sum(
+            any(
+                other != key
+                and self.chat_of.get(other) == self.chat_of.get(key)
+                and self.life[other][0] > self.life[key][0]
+                for other in self.life
+            )
+            for key in live
+        )
+        asked = len(live) - quiet / 2
+        return max(self.interval, asked / self.pace), len(live)
 
 
 def _said(plan: Plan) -> str | None:
