@@ -51,7 +51,7 @@ class PresenceSection(Section):
         json_schema_extra=why("When users miss the reaction (clients that hide reactions)."),
     )
     bridge_first_hint_seconds: float = Field(
-        default=5.0,
+        default=3.0,
         gt=0,
         description="One early 'working on it' line if nothing shows by then.",
         json_schema_extra=clock(

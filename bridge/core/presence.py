@@ -40,7 +40,7 @@ class _TimingSettings(Protocol):
 
 @dataclass(frozen=True)
 class Timings:
-    first_hint: float = 5.0  # one running hint if nothing real was shown by then
+    first_hint: float = 3.0  # one running hint if nothing real was shown by then
     heartbeat: float = 60.0  # a heartbeat after this much silence towards the user
     stale: float = 600.0  # no sign of life from the runtime for this long → STALE
     approval_timeout: float = 1800.0  # also bounds waiting for a reply to a question

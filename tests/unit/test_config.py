@@ -21,7 +21,7 @@ def test_defaults_are_the_documented_ones() -> None:
     assert settings.feishu.feishu_event_mode == "websocket"
     assert (settings.feishu.bridge_host, settings.feishu.bridge_port) == ("127.0.0.1", 8080)
     assert settings.presence.bridge_locale == "zh_CN"
-    assert settings.presence.bridge_first_hint_seconds == 5
+    assert settings.presence.bridge_first_hint_seconds == 3
     assert settings.presence.bridge_heartbeat_seconds == 60
     assert settings.presence.bridge_stale_seconds == 600
     assert settings.presence.bridge_approval_timeout_seconds == 1800
