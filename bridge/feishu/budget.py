@@ -450,8 +450,6 @@ class CallQueue:
         full = held.count(now) >= self.policy.held_per_api
         held.going -= 1
         held.answered.append(now)
-        if not held.going and not held.answered:
-            del self._held[api]
         return full and api in self._waiting
 
     def _held_at(self, api: str, now: float) -> float:
@@ -863,13 +861,15 @@ class CallBudget:
             raise
         return True
 
-    def going(self, method: str, path: str) -> None:
-        """The call goes now, with its grant (`before_call`)."""
-        self._sched.going(api_of(method, path))
+    def going(self, method: str, path: str) -> str:
+        """The call goes now, with its grant (`before_call`); the API it is held under."""
+        api = api_of(method, path)
+        self._sched.going(api)
+        return api
 
-    def answered(self, method: str, path: str) -> None:
-        """The call that went came back, whatever its answer (`going`)."""
-        if self._sched.answered(api_of(method, path), self._now()):
+    def answered(self, api: str) -> None:
+        """A call that went (`going`) came back, whatever its answer."""
+        if self._sched.answered(api, self._now()):
             self._arm()
 
     def refund(self, api: str) -> None:

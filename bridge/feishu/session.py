@@ -195,14 +195,14 @@ class Paced:
         terms = request.terms
         credit = terms.paid.spend() if terms.paid is not None else None
         await budget.before_call(request.method, request.path, terms, credit)
-        budget.going(request.method, request.path)
+        api = budget.going(request.method, request.path)
         try:
             return await call_next(sending)
         except RateLimited as exc:
             budget.rate_limited(exc.reset_after, request.method, request.path, terms.chat)
             raise
         finally:
-            budget.answered(request.method, request.path)
+            budget.answered(api)
 
 
 class HttpTransport:

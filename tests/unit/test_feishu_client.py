@@ -391,8 +391,8 @@ class HeldInBudget:
     async def before_call(self, *args: Any) -> None:
         self._clock.now += self._waits.pop(0)
 
-    def going(self, *args: Any) -> None:
-        pass
+    def going(self, *args: Any) -> str:
+        return ""
 
     def answered(self, *args: Any) -> None:
         pass
