@@ -34,6 +34,7 @@ from bridge.core.state import (
 from bridge.core.text import NOTHING_WRITTEN, Params
 from bridge.core.urging import pause_mentions
 from bridge.runtime.events import (
+    AnswerRewound,
     DiffReported,
     FileOffered,
     MessageChunk,
@@ -111,6 +112,8 @@ def on_turn_event(ctx: StepContext, event: TurnEvent) -> None:
                 status_card.typed(ctx)
             else:
                 long_answer.release_filled(ctx, len(event.text))
+        case AnswerRewound():
+            _rewind(ctx, event)
         case ThoughtChunk():
             _alive(ctx, Activity(ActivityKind.THINKING))
         case ToolCallStarted():
@@ -177,6 +180,20 @@ def _after_terminal(ctx: StepContext, event: TurnEvent) -> None:
         return
     refuse_request(ctx, event)
     ctx.drop(event, "after the terminal")
+
+
+def _rewind(ctx: StepContext, event: AnswerRewound) -> None:
+    """The prompt runs again from its start: the answer held so far goes, as the new run
+    writes it again. What already left (a message's worth posted, a card page closed) stays:
+    a rewind comes right after the first run's first updates, long before either."""
+    turn = ctx.turn
+    if turn.released or turn.card.pages or turn.card.spill is not None:
+        ctx.drop(event, "part of the answer already left")
+        return
+    ctx.update_turn(text=NOTHING_WRITTEN)
+    ctx.update_card(text="")
+    if status_card.in_card_style(ctx):
+        status_card.typed(ctx)
 
 
 def _while_cancelling(ctx: StepContext, event: TurnEvent) -> None:

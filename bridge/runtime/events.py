@@ -67,6 +67,12 @@ class MessageChunk(TurnEvent):
 
 
 @dataclass(frozen=True)
+class AnswerRewound(TurnEvent):
+    """The prompt goes again from its start, on a restarted agent (the first run's answer
+    was a cancelled turn's leftover): what the first run wrote meanwhile is said again."""
+
+
+@dataclass(frozen=True)
 class ThoughtChunk(TurnEvent):
     text: str
 

@@ -7,6 +7,7 @@ Times are the virtual seconds since the run began.
 from __future__ import annotations
 
 import bisect
+import math
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -767,17 +768,21 @@ class _Spacing:
             if key == card
             or (first <= when - self.SETTLING and last >= when and (first >= self.restart) == side)
         ]
-        quiet = sum(
-            any(
-                other != key
-                and self.chat_of.get(other) == self.chat_of.get(key)
-                and self.life[other][0] > self.life[key][0]
-                for other in self.life
-            )
-            for key in live
-        )
+        quiet = sum(self._maybe_quiet(key) for key in live)
         asked = len(live) - quiet / 2
         return max(self.interval, asked / self.pace), len(live)
+
+    def _maybe_quiet(self, key: str) -> bool:
+        """Whether `key` may have closed its page: a later card of its chat followed it
+        (its continuation), or the bridge was killed while it lived (the kill may have cut
+        its continuation's post: seed 79774)."""
+        first = self.life[key][0]
+        return first < self.restart < math.inf or any(
+            other != key
+            and self.chat_of.get(other) == self.chat_of.get(key)
+            and self.life[other][0] > first
+            for other in self.life
+        )
 
 
 def _said(plan: Plan) -> str | None:

@@ -364,6 +364,15 @@ def test_seeds_that_found_bugs(seed: int, storms: bool) -> None:
         # Not the product's: a card's final text cut off by the bridge's kill before its
         # settings call was taken for an ordinary change
         23132,
+        # A recalled round's prompt, waiting for its agent's restart, went out on a session
+        # the restart had let go (its reload refused): no cancel found it, and it ran whole
+        76162,
+        # A prompt sent again after a leftover result: the first run's first chunk, read in
+        # the batch after the leftover, stayed in the card and the answer showed it twice
+        82280,
+        # Not the product's: a status card whose continuation the kill cut off had closed
+        # its page (the rule took it for a card changing at the full spacing)
+        79774,
     ],
 )
 def test_seeds_that_found_bugs_in_the_worlds_drawn_now(seed: int) -> None:

@@ -54,7 +54,14 @@ from bridge.runtime.acp.sessions import (
     SessionLost,
     Sessions,
 )
-from bridge.runtime.events import PromptSent, RuntimeExited, RuntimeFailed, StopReason, TurnEnded
+from bridge.runtime.events import (
+    AnswerRewound,
+    PromptSent,
+    RuntimeExited,
+    RuntimeFailed,
+    StopReason,
+    TurnEnded,
+)
 from bridge.runtime.port import EventSink, PromptFile, RuntimeUnavailable
 
 logger = logging.getLogger(__name__)
@@ -102,6 +109,11 @@ class Prompting:
         how = AfterCancel.CLEAN
         if session.after_cancel:
             process, how = await self._sessions.settle_after_cancel(session, process)
+        if self._sessions.get(session_id) is not session:
+            # Let go while the prompt waited for its agent (a restart's reload of it was
+            # refused, and the conversation moved to a new session): sent now, it would run
+            # where no cancel finds it (seed 76162: a recalled round's prompt ran whole).
+            raise SessionLost(f"session {session_id} was let go while its prompt waited")
         turn = AcpTurn(session_id, sink, suspect_tail=how is AfterCancel.WATCH)
         self._sessions.turn_began(session, turn)
         session.prompts += 1
@@ -204,6 +216,9 @@ class Prompting:
         if restarted is None:
             return  # stopped, or the agent could not come back
         turn.suspect_tail = False
+        # What the first run streamed after the leftover, read in the same batch, was shown
+        # before the leftover was known for one: the run sent again says it anew (seed 82280).
+        turn.emit(AnswerRewound(session.session_id))
         await self._run(restarted, session, turn, text, files)
 
     async def cancel(self, session_id: str) -> None:

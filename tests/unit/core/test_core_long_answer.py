@@ -6,7 +6,13 @@ from __future__ import annotations
 from bridge.core.effects import RelayAgentText, SendFile
 from bridge.core.long_answer import MAX_RELEASED, MESSAGE_CHARS, MESSAGE_WEIGHT
 from bridge.core.pages import paragraph_end
-from bridge.runtime.events import MessageChunk, StopReason, ToolCallStarted, TurnEnded
+from bridge.runtime.events import (
+    AnswerRewound,
+    MessageChunk,
+    StopReason,
+    ToolCallStarted,
+    TurnEnded,
+)
 from tests.unit.core.core_driver import SID, Driver, of_type
 
 
@@ -107,3 +113,27 @@ def test_a_list_item_is_not_cut_before_its_indented_paragraph() -> None:
     end = paragraph_end(text, MESSAGE_CHARS, MESSAGE_WEIGHT)
     assert end == text.index("2. The next")
     assert paragraph_end(text[: text.index("2. The")] + "    more", 5000, 20000) is None
+
+
+def test_a_rewound_answer_goes_out_as_the_run_sent_again_writes_it() -> None:
+    """Lines style: the held text of the first run goes; the end posts the second run's."""
+    d = Driver()
+    d.start()
+    d.feed(MessageChunk(SID, "chunk "), at=1.0)
+    d.feed(AnswerRewound(SID), at=1.5)
+    d.feed(MessageChunk(SID, "chunk answer"), at=2.0)
+    d.feed(TurnEnded(SID, StopReason.END_TURN), at=2.5)
+    assert [r.text for r in relays(d)] == ["chunk answer"]
+
+
+def test_a_rewind_after_a_message_worth_left_keeps_the_answer_as_it_is() -> None:
+    """A part already posted cannot be taken back: the rewind is dropped (it comes right
+    after a first run's first updates, so this is a guard, not a case seen)."""
+    d = Driver()
+    d.start()
+    answer = "\n\n".join(paragraphs(30))  # 9,000 characters: one part goes at once
+    stream(d, answer)
+    assert len(relays(d)) == 1
+    d.feed(AnswerRewound(SID), at=2.0)
+    d.feed(TurnEnded(SID, StopReason.END_TURN), at=2.5)
+    assert "\n\n".join(r.text for r in relays(d)) == answer

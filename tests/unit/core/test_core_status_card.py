@@ -9,6 +9,7 @@ from bridge.core.pages import page_end, weight
 from bridge.core.state import Conversation, Options, PresenceStyle
 from bridge.core.status_card import MAX_PAGES, PAGE_CHARS, PAGE_WEIGHT
 from bridge.runtime.events import (
+    AnswerRewound,
     MessageChunk,
     PermissionKind,
     PermissionOption,
@@ -332,3 +333,25 @@ def test_a_page_that_begins_inside_a_code_block_opens_it_again() -> None:
     assert last[order[0]].view.code == ""
     assert all(last[key].view.code == "```python" for key in order[1:])
     assert "".join(last[key].view.text for key in order) == answer.strip()
+
+
+def test_a_rewound_answer_is_shown_as_the_run_sent_again_writes_it() -> None:
+    """The prompt goes again on a restarted agent (its first run's answer was a cancelled
+    turn's leftover): what the first run streamed meanwhile leaves the card, and the card
+    ends with the answer once (seed 82280: its first chunk twice)."""
+    d = driver()
+    d.start()
+    d.advance(5.0)
+    d.feed(MessageChunk(SID, "chunk "), at=6.0)
+    d.feed(AnswerRewound(SID), at=6.5)
+    d.feed(MessageChunk(SID, "chunk "), at=7.0)
+    d.feed(MessageChunk(SID, "answer"), at=7.5)
+    out = d.feed(TurnEnded(SID, StopReason.END_TURN), at=8.0)
+    assert [c.view.text for c in cards(d.effects)][-4:] == [
+        "",
+        "chunk",
+        "chunk answer",
+        "chunk answer",
+    ]
+    (last,) = cards(out)
+    assert (last.final, last.view.text) == (True, "chunk answer")
