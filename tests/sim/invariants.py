@@ -733,13 +733,12 @@ def cards_keep_their_spacing(run: Run, seen: dict[str, list[Seen]]) -> list[str]
 
 class _Spacing:
     """The least spacing of a card's changes when many cards are live: the card interval,
-        or more when the live cards together would ask the card APIs for more than their
-        share of one API's steady pace (bridge/engine/status_cards.py `_spacing`). Counted low,
-        as Feishu's record shows them: a card live from its first change (it was registered
-        before) to its last call (it is forgotten after), those in `SETTLING` before the change
-        only (the bridge weighed its spacing a moment before the call went); a card that a
-        later card of its chat followed may have closed its page (its changes then count half:
-    the continuation card may come after its last change, seed 409)."""
+    or more when the live cards together would ask the card APIs for more than their
+    share of one API's steady pace (bridge/engine/status_cards.py `_spacing`). Counted low,
+    as Feishu's record shows them: a card live from its first change (it was registered
+    before) to its last call (it is forgotten after), those live `SETTLING` before the
+    change only (the bridge weighed its spacing a moment before the call went); a card
+    that may have closed its page counts half (`_maybe_quiet`)."""
 
     SETTLING = 0.05
 
@@ -773,9 +772,9 @@ class _Spacing:
         return max(self.interval, asked / self.pace), len(live)
 
     def _maybe_quiet(self, key: str) -> bool:
-        """Whether `key` may have closed its page: a later card of its chat followed it
-        (its continuation), or the bridge was killed while it lived (the kill may have cut
-        its continuation's post: seed 79774)."""
+        """Whether `key` may have closed its page: a later card of its chat followed it (its
+        continuation, which may come after its last change: seed 409), or the bridge was
+        killed while it lived (the kill may have cut its continuation's post: seed 79774)."""
         first = self.life[key][0]
         return first < self.restart < math.inf or any(
             other != key
