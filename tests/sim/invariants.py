@@ -669,12 +669,15 @@ def _final(post: Post) -> bool:
     return post.op == "update_card_entity" and config.get("streaming_mode") is False
 
 
-def _ending(posts: list[Post], killed: float) -> list[bool]:
+def _ending(
+    posts: list[Post], killed: float, away: Callable[[float, float], bool] = lambda a, b: False
+) -> list[bool]:
     """Which posts are part of their card's final change: the final itself, and the element
     changes that carry the final text with the settings call behind them, each going as
     the one before it came back (bridge/engine/status_cards.py `_end_by_element`, when the
-    whole update's API has no room); a card's last change, an element's, that the bridge's
-    kill cut off before the settings call could follow (seed 23132)."""
+    whole update's API has no room) or once Feishu is back (`away`: the settings call
+    waited out an outage, seed 4596); a card's last change, an element's, that the
+    bridge's kill cut off before the settings call could follow (seed 23132)."""
     out = [False] * len(posts)
     later: dict[str, int] = {}  # card id -> its next change
     for i in range(len(posts) - 1, -1, -1):
@@ -687,7 +690,7 @@ def _ending(posts: list[Post], killed: float) -> list[bool]:
             nxt is not None
             and post.op in _ELEMENT_CHANGES
             and out[nxt]
-            and posts[nxt].start <= end + TOLERANCE
+            and (posts[nxt].start <= end + TOLERANCE or away(end, posts[nxt].start))
         )
         cut = nxt is None and post.op in _ELEMENT_CHANGES and post.start < killed <= end + TOLERANCE
         out[i] = _final(post) or chained or cut
@@ -709,7 +712,11 @@ def cards_keep_their_spacing(run: Run, seen: dict[str, list[Seen]]) -> list[str]
     # the text met an outage, and went again once it was over).
     posts = sorted(run.posts, key=lambda p: p.start)
     spacing = _Spacing(run, posts, restart)
-    for post, ending in zip(posts, _ending(posts, restart), strict=True):
+
+    def away(start: float, end: float) -> bool:
+        return _touches_outage(run, _t(start), _t(end))
+
+    for post, ending in zip(posts, _ending(posts, restart, away), strict=True):
         if not post.ok:
             continue
         if post.op == "reply_card_entity":
