@@ -74,9 +74,10 @@ class BudgetRecord:
         signature = (sum(map(len, spent.values())), newest, closed)
         if signature == self._saved:
             return
-        now, wall = self._clock.now(), self._clock.wall()
+        wall = self._clock.wall()
+        to_wall = wall - self._clock.now()  # the budget's clock to the wall clock
         apis = {
-            api: sorted(Counter(math.ceil(wall - (now - t)) for t in times).items())
+            api: sorted(Counter(math.ceil(t + to_wall) for t in times).items())
             for api, times in spent.items()
         }
         data: dict[str, Any] = {"saved_at": wall, "closed": closed, "apis": apis}

@@ -604,14 +604,21 @@ def run(
     return grants
 
 
-def most_in_a_minute(times: list[float]) -> int:
-    """The most grants in any 60 s, both its ends counted."""
-    most, first = 0, 0
-    for last, at in enumerate(times):
-        while times[first] < at - 60.0:
+def most_within(times: list[float], seconds: float, *, both_ends: bool) -> int:
+    """The most of `times` within any `seconds`: a window counting both its ends (the
+    budget's minute), or only its last (Feishu's second)."""
+    ordered, most, first = sorted(times), 0, 0
+    for last, at in enumerate(ordered):
+        start = at - seconds
+        while ordered[first] < start or (not both_ends and ordered[first] == start):
             first += 1
         most = max(most, last - first + 1)
     return most
+
+
+def most_in_a_minute(times: list[float]) -> int:
+    """The most grants in any 60 s, both its ends counted."""
+    return most_within(times, 60.0, both_ends=True)
 
 
 def test_a_flood_of_sends_never_exceeds_the_minutes_figure_in_any_60_seconds() -> None:
@@ -703,12 +710,7 @@ def test_two_hundred_answers_at_once_go_steadily_and_fairly() -> None:
 
 def most_in_a_second(times: list[float]) -> int:
     """The most of `times` within any second (a window counting one end, as Feishu's)."""
-    ordered, most, first = sorted(times), 0, 0
-    for last, at in enumerate(ordered):
-        while ordered[first] <= at - 1.0:
-            first += 1
-        most = max(most, last - first + 1)
-    return most
+    return most_within(times, 1.0, both_ends=False)
 
 
 def lagging_feishu(policy: BudgetPolicy, seed: int) -> list[float]:
