@@ -658,11 +658,20 @@ class CallQueue:
         for name, queue in self._waiting.items():
             api_at = max(total_at, self._api(name, now).ready_at(now), self._held_at(name, now))
             minute = self._minute(name, now)
+            # When the minute has room for a call beyond each reserve: one figure per
+            # lane's reserve, not per waiter (200 chats' sends wait in one queue).
+            minute_at: dict[float, float] = {}
             lanes: set[Lane] = set()
             for waiter in queue:
-                at = max(api_at, minute.ready_at(now, self._keep(waiter, now)))
+                keep = self._keep(waiter, now)
+                at = minute_at.get(keep)
+                if at is None:
+                    at = minute_at[keep] = max(api_at, minute.ready_at(now, keep))
                 if waiter.deadline < at:  # from its deadline on it may spend the reserve
-                    at = min(at, max(api_at, waiter.deadline, minute.ready_at(now)))
+                    spent = minute_at.get(0.0)
+                    if spent is None:
+                        spent = minute_at[0.0] = max(api_at, minute.ready_at(now))
+                    at = min(at, max(spent, waiter.deadline))
                 if not waiter.send:
                     # The first of each lane stands for the rest of it (the chat is no limit).
                     if waiter.lane not in lanes:
@@ -671,9 +680,13 @@ class CallQueue:
                     if len(lanes) == len(Lane):
                         break
                     continue
+                if at >= best:  # its chat can only make it later
+                    continue
                 if waiter.chat is not None:
                     at = max(at, self._chat(waiter.chat, now).ready_at(now))
                 best = min(best, at)
+            if best <= now:  # nothing waits for less than nothing
+                break
         return best
 
     def _forget_idle(self, now: float) -> None:
