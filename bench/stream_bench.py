@@ -59,7 +59,9 @@ included):
   agent, two processes as the bridge has, read by a client that does nothing; run right
   after the styles of each N, alone, so the two never share the cores);
 - **calls/turn, sends/turn**: every call the bridge made from the first message on (refused
-  ones too), divided by N; by API path (ids as `:id`) in the JSON;
+  ones too), divided by N; by API path (ids as `:id`) in the JSON; and (after the row) the
+  messages Feishu took per turn by kind: a line of the bridge's by its translation key, an
+  answer's text or card, a status card;
 - **idle budget**: the longest stretch with no send taken while some chat had an answer
   pending (from the agent's last chunk until its answer showed whole) and the last minute's
   sends were under the bridge's pace (`SENDS_PER_MINUTE`), and how many such stretches
@@ -199,6 +201,25 @@ def _templates() -> re.Pattern[str]:
 BRIDGE_LINES = _templates()
 
 
+def _keyed() -> list[tuple[str, re.Pattern[str]]]:
+    """Each of the bridge's own texts by its key (every locale), for counting sends."""
+    keyed = []
+    for locale in LOCALES:
+        for key, template in load_catalog(locale).items():
+            parsed = list(string.Formatter().parse(template))
+            if len("".join(text for text, *_ in parsed).strip()) >= 4:
+                pattern = "".join(re.escape(t) + (".*?" if f else "") for t, f, *_ in parsed)
+                keyed.append((key, re.compile(pattern, re.DOTALL)))
+    return keyed
+
+
+_KEYED = _keyed()
+
+
+def line_key(text: str) -> str:
+    return next((key for key, pattern in _KEYED if pattern.fullmatch(text)), "line")
+
+
 def _card_answer(card: Any) -> str | None:
     """The `answer` element of a status or continuation card; None for any other card."""
     for element in (card or {}).get("body", {}).get("elements", []):
@@ -307,6 +328,7 @@ class Replay:
         self.chats: dict[str, Timeline] = {chat: Timeline() for chat in answers}
         self._cards: dict[str, str] = {}  # card id → its answer's words, posted or not
         self._card_chat: dict[str, str] = {}
+        self.sent: Counter[str] = Counter()  # messages posted, by kind (a line by its key)
         for call in emu.calls():
             if call.at >= since and call.ok:
                 self._apply(emu, call)
@@ -356,6 +378,7 @@ class Replay:
         content = json_value(body.get("content"))
         if body.get("msg_type") == "interactive" and isinstance(content, dict):
             if content.get("type") == "card":  # a CardKit card, shown from now on
+                self.sent["card"] += 1
                 card_id = str((content.get("data") or {}).get("card_id"))
                 self._card_chat[card_id] = chat
                 timeline.pages.setdefault(card_id, "")
@@ -363,16 +386,20 @@ class Replay:
                 return
             page = _card_answer(content)
             if page is not None:  # a status card posted whole (CardKit refused)
+                self.sent["card"] += 1
                 self._cards[message_id] = words(page)
                 timeline.pages.setdefault(message_id, "")
                 self._changed(chat, call.at, "card", message_id)
                 return
+            self.sent["answer card"] += 1
             timeline.parts[message_id] = words(_card_markdown(content))
         elif body.get("msg_type") == "text" and isinstance(content, dict):
             text = str(content.get("text", ""))
             if BRIDGE_LINES.fullmatch(text):
+                self.sent[line_key(text)] += 1
                 self._changed(chat, call.at, "line")
                 return
+            self.sent["answer text"] += 1
             timeline.parts[message_id] = words(text)
         self._changed(chat, call.at, "answer", "")
 
@@ -785,6 +812,7 @@ def measure(
         "calls_per_turn_by_api": {
             api: count / n for api, count in Counter(api_of(c) for c in calls).most_common()
         },
+        "sends_per_turn_by_kind": {kind: count / n for kind, count in replay.sent.most_common()},
         "idle_budget_max_s": idle,
         "idle_budget_stalls": stalls,
         "sizes": [t["size"] for t in turns],
@@ -896,7 +924,9 @@ def show(r: dict[str, Any]) -> str:
     return (
         f"{cells} | {'TIMED OUT ' if r['timed_out'] else ''}{open_cards}{r['turns_done']} turns,"
         f" {r['updates']} updates, bridge {r['core_pct']:.0f}% of a core, agents"
-        f" {r['agents_core_pct']:.0f}%, emulator lag max {r['emulator_lag_max_s']:.2f}s"
+        f" {r['agents_core_pct']:.0f}%, emulator lag max {r['emulator_lag_max_s']:.2f}s;"
+        " sends/turn: "
+        + ", ".join(f"{kind} {n:.2f}" for kind, n in r["sends_per_turn_by_kind"].items())
     )
 
 

@@ -8,10 +8,10 @@ the `<` leaves the text readable and the tag dead (`neutralize_mentions`,
 `markdown_literal`).
 
 **Split to size** (`split_text`), on the most natural boundary available. Sizes are
-measured twice: in characters (readability) and in the bytes the text takes inside the
-request body, which is how Feishu applies its limit: the text sits in `{"text": …}`,
-serialised to the `content` string, serialised again into the body, so `"` costs 4 bytes,
-a newline 3, a CJK character 3 (UTF-8).
+measured in the bytes the text takes inside the request body, which is how Feishu applies
+its limit: the text sits in `{"text": …}` (or a card's markdown element), serialised to the
+`content` string, serialised again into the body, so `"` costs 4 bytes, a newline 3, a CJK
+character 3 (UTF-8). A caller may cap the characters too.
 
 **Rich.** Headings, lists, emphasis, links, code blocks with their language and tables
 become card markdown (card JSON 2.0); an answer with none of that stays a plain text
@@ -87,15 +87,17 @@ def clip(text: str, limit: int) -> tuple[str, bool]:
 
 # --- split to size ------------------------------------------------------------------------
 
-# Feishu: a text message's request body may be at most 150 KB.
+# Feishu: a text message's request body may be at most 150 KB, a card's 30 KB.
 FEISHU_TEXT_BODY_LIMIT = 150 * 1024
-# Room for the rest of the body (receive_id, msg_type, uuid, the {"text":…} wrapper).
-DEFAULT_MAX_BYTES = FEISHU_TEXT_BODY_LIMIT - 4 * 1024
-# Readability: about two desktop screens. 8000 CJK characters are 24 KB, so a part also
-# fits a card or post (30 KB) should a caller move it there.
-DEFAULT_MAX_CHARS = 8000
+# A message's worth, in the bytes it takes in the request body (`encoded_size`): within a
+# card's 30 KB with room for the card and the rest of the body around it, so a part fits a
+# text message or a card alike. About 27,000 characters of English, 9,300 of Chinese: a
+# long answer is a few messages, not a flood of them against the minute's sends.
+MESSAGE_BYTES: Final = 28_000
+DEFAULT_MAX_BYTES = MESSAGE_BYTES
+DEFAULT_MAX_CHARS = MESSAGE_BYTES  # no character takes less than a byte: bytes decide
 # A reply of more messages than this floods the chat (and the rate limit); the rest is cut
-# and the last message says so. 10 parts are up to 80,000 characters.
+# and the last message says so.
 DEFAULT_MAX_PARTS = 10
 
 _FENCE = "```"
@@ -245,7 +247,7 @@ def cap_parts(parts: list[str], max_parts: int, cut_notice: Callable[[int, int],
     """At most `max_parts` of `parts`; when some are dropped, the last one kept ends with
     `cut_notice(kept, total)` on a line of its own, so the reader knows there was more.
     The notice may take that part a few dozen characters over the split's limits, which
-    leave room for it (DEFAULT_MAX_BYTES keeps 4 KB spare)."""
+    leave room for it (a part is 28,000 bytes of a message's 30 KB or 150 KB)."""
     if max_parts < 1:
         raise ValueError("max_parts must be >= 1")
     if len(parts) <= max_parts:
@@ -258,8 +260,6 @@ def cap_parts(parts: list[str], max_parts: int, cut_notice: Callable[[int, int],
 
 # --- the agent's Markdown as card markdown ------------------------------------------------
 
-# Characters of card markdown per part: a card holds 30 KB, and CJK takes 3 bytes each.
-PART_CHARS: Final = 7000
 _PARSER = MarkdownIt("commonmark", {"html": False}).enable(["table", "strikethrough"])
 _RICH = frozenset(
     {
@@ -328,13 +328,13 @@ def answer_card(part: str) -> dict[str, Any]:
 
 
 def _pieces(node: SyntaxTreeNode) -> list[str]:
-    """One top-level block, cut into pieces of at most PART_CHARS where it is that long."""
+    """One top-level block, cut into pieces of a message's worth where it is that long."""
     if node.type in ("fence", "code_block"):
         return _fences(node.content, _language(node.info) if node.type == "fence" else "")
     if node.type == "table":
         return _tables(node)
     rendered = _block(node, 0)
-    if len(rendered) <= PART_CHARS:
+    if encoded_size(rendered) <= MESSAGE_BYTES:
         return [rendered]
     return _cut_lines(rendered)
 
@@ -376,12 +376,17 @@ def _list(node: SyntaxTreeNode, depth: int) -> str:
 
 
 def _fences(code: str, language: str) -> list[str]:
-    chunks, current = [], ""
+    whole = _fence(code, language)
+    if encoded_size(whole) <= MESSAGE_BYTES:
+        return [whole]
+    chunks, current, size = [], "", 0
+    room = MESSAGE_BYTES - encoded_size(whole) + encoded_size(code)  # what the fences take
     for line in code.splitlines(keepends=True):
-        if current and len(current) + len(line) > PART_CHARS - 40:
+        cost = encoded_size(line)
+        if current and size + cost > room:
             chunks.append(current)
-            current = ""
-        current += line
+            current, size = "", 0
+        current, size = current + line, size + cost
     chunks.append(current)
     return [_fence(chunk, language) for chunk in chunks]
 
@@ -400,13 +405,15 @@ def _language(info: str) -> str:
 
 def _tables(node: SyntaxTreeNode) -> list[str]:
     header, separator, *rows = _table_rows(node)
-    tables, current = [], [header, separator]
+    head = encoded_size(f"{header}\n{separator}")
+    tables, current, size = [], [header, separator], head
     for row in rows:
-        size = sum(len(line) + 1 for line in current) + len(row)
-        if len(current) > 2 and size > PART_CHARS:
+        cost = encoded_size(f"\n{row}")
+        if len(current) > 2 and size + cost > MESSAGE_BYTES:
             tables.append("\n".join(current))
-            current = [header, separator]
+            current, size = [header, separator], head
         current.append(row)
+        size += cost
     tables.append("\n".join(current))
     return tables
 
@@ -483,30 +490,40 @@ def _link(words: str, href: str) -> str:
 
 
 def _cut_lines(text: str) -> list[str]:
-    pieces, current = [], ""
+    pieces, current, size = [], "", 0
     for line in text.splitlines(keepends=True):
-        while len(line) > PART_CHARS:  # one endless line: cut it where it must be cut
-            pieces.append(current + line[: PART_CHARS - len(current)])
-            line, current = line[PART_CHARS - len(current) :], ""
-        if current and len(current) + len(line) > PART_CHARS:
+        cost = encoded_size(line)
+        if current and size + cost > MESSAGE_BYTES:
             pieces.append(current)
-            current = ""
-        current += line
+            current, size = "", 0
+        if cost > MESSAGE_BYTES:  # one endless line: cut it where it must be cut
+            *whole, line = split_text(line, balance_fences=False)
+            pieces.extend(whole)
+            cost = encoded_size(line)
+        current, size = current + line, size + cost
     if current:
         pieces.append(current)
     return pieces
 
 
+_BETWEEN = encoded_size("\n\n")
+
+
 def _pack(blocks: list[str]) -> list[str]:
     """Blocks joined into as few parts as fit, in order; a block is never split here."""
+    joined = "\n\n".join(blocks)
+    if encoded_size(joined) <= MESSAGE_BYTES:
+        return [joined] if joined else []
     parts: list[str] = []
-    current = ""
+    current, size = "", 0
     for block in blocks:
-        joined = f"{current}\n\n{block}" if current else block
-        if current and len(joined) > PART_CHARS:
+        cost = encoded_size(block)
+        if current and size + _BETWEEN + cost > MESSAGE_BYTES:
             parts.append(current)
-            joined = block
-        current = joined
+            current, size = "", 0
+        current, size = (
+            (f"{current}\n\n{block}", size + _BETWEEN + cost) if current else (block, cost)
+        )
     if current:
         parts.append(current)
     return parts

@@ -13,6 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from bridge.feishu.text import MESSAGE_BYTES, encoded_size
 from bridge.i18n import Translator
 from tests.integration.stack import Stack, running_stack
 
@@ -257,7 +258,7 @@ async def test_a_long_answer_goes_out_a_message_at_a_time_while_it_streams(
 ) -> None:
     """Lines style: each message's worth is in the chat while the agent still writes (here
     it hangs until stopped), and the stop shows only what was left: the answer once."""
-    paragraphs = [f"Paragraph {i}. " + " ".join(["word"] * 590) for i in range(5)]  # 3,000 chars
+    paragraphs = [f"Paragraph {i}. " + " ".join(["word"] * 2300) for i in range(5)]  # 11,500 chars
     script = "\n".join(f"md {p}\\n\\n" for p in paragraphs) + "\nhang"
     async with running_stack(tmp_path, settings={"bridge_first_hint_seconds": 30.0}) as stack:
         await stack.say(script)
@@ -273,13 +274,13 @@ async def test_a_long_answer_goes_out_a_message_at_a_time_while_it_streams(
 
 
 async def test_an_oversize_reply_is_split_in_order_and_nothing_is_lost(styled: Stack) -> None:
-    text = " ".join(f"Sentence number {i} is here." for i in range(700))  # about 20,000 chars
+    text = " ".join(f"Sentence number {i} is here." for i in range(2400))  # about 72,000 chars
     sent = await styled.say(f"say {text}")
-    await styled.wait_text(lambda x: x.endswith("Sentence number 699 is here."))
+    await styled.wait_text(lambda x: x.endswith("Sentence number 2399 is here."))
     await styled.settled()
     parts = styled.texts()
     assert len(parts) == 3
-    assert all(len(p) <= 8000 for p in parts)
+    assert all(encoded_size(p) <= MESSAGE_BYTES for p in parts)
     assert "".join(parts) == text  # split at sentence ends, never truncated
     uuids = [
         c.body["uuid"]

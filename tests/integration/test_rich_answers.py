@@ -52,7 +52,7 @@ async def test_plain_text_stays_a_text_message(stack: Stack) -> None:
 async def test_a_long_answer_is_several_cards_in_order_with_their_own_keys(
     stack: Stack,
 ) -> None:
-    rows = r"\n".join(f"| {i} | {'y' * 60} |" for i in range(250))
+    rows = r"\n".join(f"| {i} | {'y' * 60} |" for i in range(900))  # 65 KB: three cards
     await stack.say(rf"md # Report\n\n| n | text |\n|---|---|\n{rows}\n\nDone **ok**.")
     await stack.settled()
     cards = [m for m in stack.bot() if m.msg_type == "interactive"]
@@ -67,7 +67,7 @@ async def test_a_long_answer_is_several_cards_in_order_with_their_own_keys(
         for line in c.splitlines()
         if line.startswith("| ") and line.split("|")[1].strip().isdigit()
     ]
-    assert numbers == list(range(250))  # every row once, in order
+    assert numbers == list(range(900))  # every row once, in order
     uuids = [
         c.body["uuid"]
         for c in stack.emu.calls(REPLY, "POST")

@@ -10,7 +10,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from markdown_it.tree import SyntaxTreeNode
 
-from bridge.feishu.text import _PARSER, _RICH, PART_CHARS, answer_card, answer_parts
+from bridge.feishu.text import (
+    _PARSER,
+    _RICH,
+    MESSAGE_BYTES,
+    answer_card,
+    answer_parts,
+    encoded_size,
+)
 
 
 def test_plain_text_stays_plain() -> None:
@@ -73,13 +80,13 @@ def test_a_code_fence_inside_code_cannot_close_the_block() -> None:
 
 
 def test_long_answers_split_between_blocks_never_inside_code_or_tables() -> None:
-    code = "\n".join(f"line {i} " + "x" * 60 for i in range(300))  # ~20,000 characters
-    rows = "\n".join(f"| r{i} | {'y' * 50} |" for i in range(300))
+    code = "\n".join(f"line {i} " + "x" * 60 for i in range(1000))  # ~70,000 characters
+    rows = "\n".join(f"| r{i} | {'y' * 50} |" for i in range(1000))
     answer = f"Intro **text**.\n\n```go\n{code}\n```\n\n| k | v |\n|---|---|\n{rows}\n\nEnd."
     parts = answer_parts(answer)
     assert parts is not None
     assert len(parts) > 4
-    assert all(len(p) <= PART_CHARS for p in parts)
+    assert all(encoded_size(p) <= MESSAGE_BYTES for p in parts)  # as Feishu counts bytes
     for part in parts:
         assert not open_fence_at_end(part), "a part ends inside a code block"
         for block in part.split("\n\n"):
@@ -127,7 +134,7 @@ _pieces = st.sampled_from(
 def test_any_answer_yields_safe_well_formed_parts(lines: list[str]) -> None:
     parts = answer_parts("\n".join(lines))
     for part in parts or []:
-        assert len(part) <= PART_CHARS
+        assert encoded_size(part) <= MESSAGE_BYTES
         assert not re.search(r"<\s*/?\s*at\b", part), part
         assert not open_fence_at_end(part), part
 

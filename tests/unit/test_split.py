@@ -11,13 +11,14 @@ from hypothesis import strategies as st
 
 from bridge.feishu.text import (
     DEFAULT_MAX_BYTES,
-    DEFAULT_MAX_CHARS,
     FEISHU_TEXT_BODY_LIMIT,
     _char_cost,
     encoded_size,
     split_text,
 )
 from bridge.utf8 import utf8_safe
+
+CARD_BODY_LIMIT = 30 * 1024  # Feishu's, for a card message's request body
 
 ALPHABET = [
     *'abcdefghij  ..,!?\n\n\t"\\',
@@ -150,14 +151,19 @@ def test_code_fence_cut_in_two_is_closed_and_reopened() -> None:
     assert "".join(pieces) == text
 
 
-def test_defaults_are_far_below_feishu_limit() -> None:
-    worst = '"' * DEFAULT_MAX_CHARS  # 4 bytes each once double-encoded
-    assert encoded_size(worst) < DEFAULT_MAX_BYTES < FEISHU_TEXT_BODY_LIMIT
-    big = "段落内容。" * 40_000  # 200k characters, 600 KB
+@pytest.mark.parametrize(
+    "big",
+    ["段落内容。" * 40_000, '"' * 100_000, "word " * 40_000, "😀" * 30_000],
+    ids=["chinese", "quotes", "english", "emoji"],
+)
+def test_every_part_of_a_long_text_fits_a_card_and_fills_a_message(big: str) -> None:
+    """A part fits a card's 30 KB (so a text part could go as one), whatever its characters
+    cost, and each part but the last holds nearly a message's worth of bytes."""
     parts = split_text(big)
     assert "".join(parts) == big
-    assert all(body_bytes(part) < FEISHU_TEXT_BODY_LIMIT for part in parts)
-    assert all(len(part) > DEFAULT_MAX_CHARS * 0.99 for part in parts[:-1])
+    assert all(body_bytes(part) < CARD_BODY_LIMIT for part in parts)
+    assert all(encoded_size(part) > DEFAULT_MAX_BYTES * 0.99 for part in parts[:-1])
+    assert DEFAULT_MAX_BYTES < CARD_BODY_LIMIT < FEISHU_TEXT_BODY_LIMIT
 
 
 def test_limits_are_validated() -> None:
