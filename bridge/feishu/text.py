@@ -380,12 +380,17 @@ def _fences(code: str, language: str) -> list[str]:
     if encoded_size(whole) <= MESSAGE_BYTES:
         return [whole]
     chunks, current, size = [], "", 0
-    room = MESSAGE_BYTES - encoded_size(whole) + encoded_size(code)  # what the fences take
+    # Less what the fences take (a longer one where the code holds backtick runs).
+    room = MESSAGE_BYTES - encoded_size(whole) + encoded_size(code.rstrip("\n")) - 16
     for line in code.splitlines(keepends=True):
         cost = encoded_size(line)
         if current and size + cost > room:
             chunks.append(current)
             current, size = "", 0
+        if cost > room:  # one endless line (minified code): cut where it must be cut
+            *filled, line = split_text(line, max_bytes=room, balance_fences=False)
+            chunks.extend(filled)
+            cost = encoded_size(line)
         current, size = current + line, size + cost
     chunks.append(current)
     return [_fence(chunk, language) for chunk in chunks]

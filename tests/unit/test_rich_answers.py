@@ -99,6 +99,17 @@ def test_long_answers_split_between_blocks_never_inside_code_or_tables() -> None
     assert parts[-1].endswith("End.")
 
 
+def test_one_endless_line_of_code_is_cut_to_fit_a_card() -> None:
+    """Minified code: a single line past a card's size is cut where it must be, each piece
+    a code block of its own that fits; every character kept, in order."""
+    line = "".join(f"var v{i}=f({i});" for i in range(4000))  # about 60,000 characters
+    parts = answer_parts(f"Bundle:\n\n```js\n{line}\n```") or []
+    assert len(parts) >= 3
+    assert all(encoded_size(p) <= MESSAGE_BYTES for p in parts)
+    code = "".join(p.split("```js\n", 1)[1].rsplit("\n```", 1)[0] for p in parts if "```js" in p)
+    assert code == line
+
+
 def test_the_card_is_one_markdown_element() -> None:
     assert answer_card("**x**") == {
         "schema": "2.0",
