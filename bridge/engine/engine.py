@@ -115,6 +115,7 @@ class Engine:
             attachments=attachments,
             metrics=metrics,
             session_ended=session_ended,
+            cancel_limit=config.timings.cancel_limit,
             voice=Voice(
                 feishu=speech,
                 folders=attachments,

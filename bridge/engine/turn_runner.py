@@ -77,8 +77,12 @@ class TurnRunner:
         metrics: Metrics | None = None,
         session_ended: SessionEnded | None = None,
         voice: Voice | None = None,
+        cancel_limit: float = 30.0,
     ) -> None:
         self._voice = voice
+        # How long a stopped prompt the agent has not answered may run before its process is
+        # killed (the core's own stop waits as long: `Timings.cancel_limit`).
+        self._cancel_limit = cancel_limit
         self._session_ended = session_ended or _nobody
         self._attachments = attachments
         self._noted: dict[str, tuple[str, float]] = {}  # session id -> (title, when) noted
@@ -252,21 +256,25 @@ class TurnRunner:
         core is told and its `OpenSession`, if it asks for one, returned."""
         ended: list[TurnEvent] = []
         sent: list[PromptSent] = []
+        over = asyncio.Event()  # the prompt has its ending (or returned)
 
         def sink(event: TurnEvent) -> None:
             if isinstance(event, PromptSent):
                 sent.append(event)
             if isinstance(event, _ENDINGS):
                 ended.append(event)
+                over.set()
             if not _is_current(actor, work.turn_id):
                 # The engine already ended this turn (a forced stop): what its prompt still
                 # reports, such as the killed agent's exit, must not reach the next turn.
                 log.info("dropped %s of ended turn %s", type(event).__name__, work.turn_id)
                 if isinstance(event, PromptSent):
                     # Its stop gave up waiting before the prompt went out (a slow agent
-                    # start): nothing shows what the agent does with it, so it is stopped.
-                    cancel = self._runtime.cancel(session_id)
-                    self._tasks.spawn(cancel, name=f"cancel-ended:{work.turn_id}")
+                    # start): nothing shows what the agent does with it, so it is stopped,
+                    # and killed if it will not stop, as the core's own stop would: the
+                    # next round's prompt waits behind it (seed 101294).
+                    stop = self._stop_unseen(work.turn_id, session_id, over)
+                    self._tasks.spawn(stop, name=f"cancel-ended:{work.turn_id}")
                 return
             traced = trace_of_event(event)
             if traced is not None:
@@ -276,6 +284,7 @@ class TurnRunner:
         try:
             await self._runtime.prompt(session_id, work.text, sink, files)
         except Exception as exc:
+            over.set()
             unsent = not (sent or ended) and isinstance(exc, RuntimeUnavailable)
             if unsent and _is_current(actor, work.turn_id):
                 log.warning("turn %s: its session was not reloaded (%s)", work.turn_id, exc)
@@ -288,6 +297,7 @@ class TurnRunner:
             log.exception("prompt of turn %s raised", work.turn_id)
             if not ended:
                 sink(RuntimeFailed(session_id, reason=type(exc).__name__))
+        over.set()
         if not ended:
             sink(RuntimeFailed(session_id, reason="prompt returned without an ending"))
         first = ended[0]
@@ -300,6 +310,16 @@ class TurnRunner:
             if first.restarting and _is_current(actor, work.turn_id):
                 await self._reopen(actor, session_id)
         return None
+
+    async def _stop_unseen(self, turn_id: str, session_id: str, over: asyncio.Event) -> None:
+        """Cancel a prompt of a round already ended; kill its agent if the prompt has not
+        ended within the cancel limit."""
+        await self._runtime.cancel(session_id)
+        try:
+            await asyncio.wait_for(over.wait(), self._cancel_limit)
+        except TimeoutError:
+            log.warning("turn %s: its prompt did not stop after the round ended", turn_id)
+            await self._runtime.abandon(session_id)
 
     async def _reopen(self, actor: ConversationActor, session_id: str) -> None:
         try:
