@@ -60,6 +60,10 @@ _T = TypeVar("_T")
 
 _CARDKIT = "cardkit:"  # marks the card id among the ids the store keeps for a card key
 _SEQUENCE_EPOCH = 1_767_225_600  # 2026-01-01; tenths of a second since then fit an int32
+# A card a predecessor process changed: its last change may have gone out unrecorded (a
+# kill just after Feishu took it), its sequence a burst of calls past the floor (a card
+# changes at most 10 times a second). This process starts a second's worth above the floor.
+_INHERITED_ROOM = 10
 # All live cards' changes together ask for at most this share of one API's budget: a card
 # change takes whichever of the card APIs has room, and some of their pace goes to finals
 # (whole updates), settings calls and continuation cards.
@@ -214,7 +218,9 @@ class StatusCards:
             return None
         card_id = next((i[len(_CARDKIT) :] for i in ids if i.startswith(_CARDKIT)), None)
         chat = terms_of(actor, work).chat
-        return _Card(work.card_key, work.turn_id, work.reply_to, chat, ids[0], card_id)
+        card = _Card(work.card_key, work.turn_id, work.reply_to, chat, ids[0], card_id)
+        card.sequence = self._floor() + _INHERITED_ROOM  # seed 111011
+        return card
 
     # -- changing --------------------------------------------------------------------------
 
@@ -469,9 +475,11 @@ class StatusCards:
         return True
 
     def _next(self, card: _Card) -> int:
-        floor = int((self._clock() - _SEQUENCE_EPOCH) * 10)
-        card.sequence = max(card.sequence + 1, floor)
+        card.sequence = max(card.sequence + 1, self._floor())
         return card.sequence
+
+    def _floor(self) -> int:
+        return int((self._clock() - _SEQUENCE_EPOCH) * 10)
 
     def _forget(self, card: _Card) -> None:
         if self._cards.get(card.key) is card:

@@ -254,3 +254,29 @@ async def test_a_card_that_only_grew_ends_through_an_element_api_when_the_whole_
         ("card_settings", ""),
     ]
     assert json.loads(feishu.calls[-1].body["settings"]) == {"config": {"streaming_mode": False}}
+
+
+async def test_a_card_a_predecessor_changed_goes_on_above_its_sequences(
+    store: MemoryStore,
+) -> None:
+    """A kill just after Feishu took a change: the process after it finds the card in the
+    store and must change it with a larger sequence than any before, though the last one
+    went unrecorded and ran past the clock's tenth of a second (seed 111011)."""
+    feishu, now = FakeFeishu(), Now()
+    now.at = 1_780_000_000.0  # the sequences' floor is the wall clock's tenths since 2026
+    actor = cast(ConversationActor, Chat())
+    before = status_cards(feishu, now, CallBudget(now=now), store)
+    await before.show(actor, view("Hello"))
+    now.at += 1.0
+    await before.show(actor, view("Hello, w"))
+    final = ShowStatusCard("t1", "om_user", "t1:card", view("Hello, world").view, final=True)
+    await before.show(actor, final)  # at once, in the same tenth of a second
+    taken = [int(c.body["sequence"]) for c in feishu.calls if "sequence" in c.body]
+    assert taken == sorted(set(taken))
+    assert len(taken) == 2
+
+    after = status_cards(feishu, now, CallBudget(now=now), store)  # the restarted process
+    await after.show(actor, final)
+    sequences = [int(c.body["sequence"]) for c in feishu.calls if "sequence" in c.body]
+    assert len(sequences) == 3
+    assert sequences[-1] > max(taken)
