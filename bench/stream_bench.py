@@ -186,34 +186,22 @@ class Answer:
         return self.ends[low] if low < len(self.ends) else len(self.text)
 
 
-def _templates() -> re.Pattern[str]:
-    """Any of the bridge's own texts (every locale), placeholders matching anything."""
-    patterns = set()
-    for locale in LOCALES:
-        for template in load_catalog(locale).values():
-            parsed = list(string.Formatter().parse(template))
-            literal = "".join(text for text, *_ in parsed)
-            if len(literal.strip()) >= 4:
-                patterns.add("".join(re.escape(t) + (".*?" if f else "") for t, f, *_ in parsed))
-    return re.compile("|".join(sorted(patterns)), re.DOTALL)
-
-
-BRIDGE_LINES = _templates()
-
-
-def _keyed() -> list[tuple[str, re.Pattern[str]]]:
-    """Each of the bridge's own texts by its key (every locale), for counting sends."""
+def _templates() -> list[tuple[str, str]]:
+    """Each of the bridge's own texts (every locale) by its key, as a pattern whose
+    placeholders match anything."""
     keyed = []
     for locale in LOCALES:
         for key, template in load_catalog(locale).items():
             parsed = list(string.Formatter().parse(template))
             if len("".join(text for text, *_ in parsed).strip()) >= 4:
                 pattern = "".join(re.escape(t) + (".*?" if f else "") for t, f, *_ in parsed)
-                keyed.append((key, re.compile(pattern, re.DOTALL)))
+                keyed.append((key, pattern))
     return keyed
 
 
-_KEYED = _keyed()
+_TEMPLATES = _templates()
+BRIDGE_LINES = re.compile("|".join(sorted({p for _, p in _TEMPLATES})), re.DOTALL)
+_KEYED = [(key, re.compile(pattern, re.DOTALL)) for key, pattern in _TEMPLATES]
 
 
 def line_key(text: str) -> str:

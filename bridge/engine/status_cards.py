@@ -218,9 +218,8 @@ class StatusCards:
             return None
         card_id = next((i[len(_CARDKIT) :] for i in ids if i.startswith(_CARDKIT)), None)
         chat = terms_of(actor, work).chat
-        card = _Card(work.card_key, work.turn_id, work.reply_to, chat, ids[0], card_id)
-        card.sequence = self._floor() + _INHERITED_ROOM  # seed 111011
-        return card
+        sequence = self._floor() + _INHERITED_ROOM  # seed 111011
+        return _Card(work.card_key, work.turn_id, work.reply_to, chat, ids[0], card_id, sequence)
 
     # -- changing --------------------------------------------------------------------------
 

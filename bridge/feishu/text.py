@@ -379,21 +379,9 @@ def _fences(code: str, language: str) -> list[str]:
     whole = _fence(code, language)
     if encoded_size(whole) <= MESSAGE_BYTES:
         return [whole]
-    chunks, current, size = [], "", 0
     # Less what the fences take (a longer one where the code holds backtick runs).
     room = MESSAGE_BYTES - encoded_size(whole) + encoded_size(code.rstrip("\n")) - 16
-    for line in code.splitlines(keepends=True):
-        cost = encoded_size(line)
-        if current and size + cost > room:
-            chunks.append(current)
-            current, size = "", 0
-        if cost > room:  # one endless line (minified code): cut where it must be cut
-            *filled, line = split_text(line, max_bytes=room, balance_fences=False)
-            chunks.extend(filled)
-            cost = encoded_size(line)
-        current, size = current + line, size + cost
-    chunks.append(current)
-    return [_fence(chunk, language) for chunk in chunks]
+    return [_fence(chunk, language) for chunk in _cut_lines(code, room)]
 
 
 def _fence(code: str, language: str) -> str:
@@ -494,16 +482,18 @@ def _link(words: str, href: str) -> str:
 # --- parts --------------------------------------------------------------------------------
 
 
-def _cut_lines(text: str) -> list[str]:
+def _cut_lines(text: str, most: int = MESSAGE_BYTES) -> list[str]:
+    """`text` in pieces of at most `most` bytes, cut at line ends; one endless line (minified
+    code, say) is cut where it must be."""
     pieces, current, size = [], "", 0
     for line in text.splitlines(keepends=True):
         cost = encoded_size(line)
-        if current and size + cost > MESSAGE_BYTES:
+        if current and size + cost > most:
             pieces.append(current)
             current, size = "", 0
-        if cost > MESSAGE_BYTES:  # one endless line: cut it where it must be cut
-            *whole, line = split_text(line, balance_fences=False)
-            pieces.extend(whole)
+        if cost > most:
+            *filled, line = split_text(line, max_bytes=most, balance_fences=False)
+            pieces.extend(filled)
             cost = encoded_size(line)
         current, size = current + line, size + cost
     if current:
