@@ -292,9 +292,22 @@ def is_send(call: Any) -> bool:
     return call.method == "POST" and _SEND_PATH.fullmatch(call.path) is not None
 
 
+def _body_bytes(calls: list[Any]) -> Counter[str]:
+    """The JSON bodies' bytes (as compact JSON, about what went over the wire), by API."""
+    sizes: Counter[str] = Counter()
+    for call in calls:
+        if call.body is not None:
+            sizes[api_of(call)] += len(json.dumps(call.body, ensure_ascii=False).encode())
+    return sizes
+
+
 def api_of(call: Any) -> str:
     """The call's method and path, ids as `:id`."""
-    parts = [":id" if _ID.match(part) else part for part in call.path.split("/")]
+    parts = call.path.split("/")
+    parts = [
+        ":id" if _ID.match(part) or (i and parts[i - 1] == "reactions") else part
+        for i, part in enumerate(parts)
+    ]
     return f"{call.method} {'/'.join(parts).removeprefix('/open-apis')}"
 
 
@@ -799,6 +812,9 @@ def measure(
         "sends_per_turn": sum(is_send(c) for c in calls) / n,
         "calls_per_turn_by_api": {
             api: count / n for api, count in Counter(api_of(c) for c in calls).most_common()
+        },
+        "body_kib_per_turn_by_api": {
+            api: size / 1024 / n for api, size in _body_bytes(calls).most_common()
         },
         "sends_per_turn_by_kind": {kind: count / n for kind, count in replay.sent.most_common()},
         "idle_budget_max_s": idle,

@@ -45,7 +45,10 @@ _MAYBE_SURROGATE: Final = re.compile(rb"\\u[dD][89abcdefABCDEF]|\xed[\xa0-\xbf]"
 
 def may_hold_surrogate(data: bytes) -> bool:
     """Whether some JSON line in `data` might decode to a lone surrogate (a quick scan: when
-    it says no, none does)."""
+    it says no, none does). Every byte an agent writes passes here: `bytes.find` rules out
+    the usual read (no `\\ud`/`\\uD` escape, no ED byte) faster than the regex could."""
+    if b"\\ud" not in data and b"\\uD" not in data and b"\xed" not in data:
+        return False
     return _MAYBE_SURROGATE.search(data) is not None
 
 

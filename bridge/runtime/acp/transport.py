@@ -188,9 +188,6 @@ UPDATE_METHOD: Final = CLIENT_METHODS["session_update"]
 CHUNK_KINDS: Final = frozenset({"agent_message_chunk", "agent_thought_chunk"})
 TOOL_UPDATE: Final = "tool_call_update"
 _STATUSES: Final = frozenset(get_args(ToolCallStatus))
-_MESSAGE_KEYS: Final = frozenset({"jsonrpc", "method", "params"})
-_PARAMS_KEYS: Final = frozenset({"sessionId", "update"})
-_CHUNK_KEYS: Final = frozenset({"sessionUpdate", "content", "messageId"})
 _TOOL_KEYS: Final = frozenset({"sessionUpdate", "toolCallId", "status", "title"})
 
 # (session id, update kind, message id or tool call id): parts of one run share it.
@@ -198,15 +195,22 @@ MergeKey = tuple[str, str, str | None]
 
 
 def merge_key(message: Any) -> MergeKey | None:
-    """The run `message` may join, or None when it must stay as it is."""
-    if type(message) is not dict or message.keys() != _MESSAGE_KEYS:
+    """The run `message` may join, or None when it must stay as it is.
+
+    Every line an agent writes passes here, so the shape is checked by size and lookups (a
+    dict of n entries holding n named keys has exactly those keys) rather than by set
+    comparisons."""
+    if type(message) is not dict or len(message) != 3:
         return None
-    if message["jsonrpc"] != "2.0" or message["method"] != UPDATE_METHOD:
+    try:
+        if message["jsonrpc"] != "2.0" or message["method"] != UPDATE_METHOD:
+            return None
+        params = message["params"]
+        if type(params) is not dict or len(params) != 2:
+            return None
+        session_id, update = params["sessionId"], params["update"]
+    except KeyError:
         return None
-    params = message["params"]
-    if type(params) is not dict or params.keys() != _PARAMS_KEYS:
-        return None
-    session_id, update = params["sessionId"], params["update"]
     if type(session_id) is not str or type(update) is not dict:
         return None
     kind = update.get("sessionUpdate")
@@ -218,15 +222,16 @@ def merge_key(message: Any) -> MergeKey | None:
 
 
 def _chunk_key(session_id: str, kind: str, update: dict[str, Any]) -> MergeKey | None:
-    if not update.keys() <= _CHUNK_KEYS:
-        return None
     content = update.get("content")
-    if type(content) is not dict or content.keys() != {"type", "text"}:
+    if type(content) is not dict or len(content) != 2:
         return None
-    if content["type"] != "text" or type(content["text"]) is not str:
+    if content.get("type") != "text" or type(content.get("text")) is not str:
         return None
+    size = len(update)
+    if size == 2:  # sessionUpdate and content
+        return (session_id, kind, None)
     message_id = update.get("messageId")
-    if "messageId" in update and type(message_id) is not str:
+    if size != 3 or type(message_id) is not str:
         return None
     return (session_id, kind, message_id)
 
@@ -264,9 +269,6 @@ class _Run:
 
     def accepts(self, key: MergeKey, update: dict[str, Any]) -> bool:
         return key == self.key and (self.titled or not update.get("title"))
-
-    def add(self, update: dict[str, Any]) -> None:
-        self.parts.append(update)
 
     def merged(self) -> dict[str, Any]:
         first = self.first["params"]["update"]
@@ -308,7 +310,7 @@ class Merger:
         run = self._open.get(key[0])
         update = message["params"]["update"]
         if run is not None and run.accepts(key, update):
-            run.add(update)
+            run.parts.append(update)
             return
         run = _Run(key, len(self._out), message, titled=bool(update.get("title")))
         self._runs.append(run)
