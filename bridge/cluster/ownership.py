@@ -17,7 +17,9 @@ instances, so a redelivery to another instance is already dropped as a duplicate
   unfinished messages and no live lease: an expired lease's owner died, so its
   interrupted turns' users are told, its open approval cards expire and its queue runs
   (`Intake.take_over`). A conversation whose lease was released (a clean shutdown) or
-  never claimed is left one sweep for the instance that just received its message.
+  never claimed is left one sweep for the instance that just received its message; one
+  never claimed is then pulled as new (acked and run, no "restarted" line): nobody had
+  taken its messages up.
 - *Never two runners.* A turn starts, and its prompt goes out, only while this instance
   holds the lease (the engine waits on `LeaseKeeper.confirmed`); a lease lost (taken over
   after a stall) drops the conversation here: its turn is cancelled and its actor
@@ -282,7 +284,9 @@ class Ownership:
                 continue
             if found.last_owner not in (None, me) and not steady:
                 continue  # after an outage: its owner, cut off too, renews it first
-            self.kick(key, takeover=True)
+            # Never claimed: nobody acked or ran its messages (its receiver died, or the
+            # store went away before the claim), so they arrive as new, not as leftovers.
+            self.kick(key, takeover=found.fence > 0)
         self._waited = waited
         held = set(self._keeper.held())  # unconfirmed ones too: the pull reclaims them
         for message in await self._store.unfinished_messages():

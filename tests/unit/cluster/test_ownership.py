@@ -230,6 +230,31 @@ async def test_when_the_owner_dies_the_other_takes_over_tells_the_user_and_runs_
     assert lease.owner == "b"
 
 
+async def test_a_message_journaled_but_never_claimed_is_taken_up_as_new(
+    cluster: Cluster,
+) -> None:
+    """Its receiver journaled it, then lost the store (or died) before claiming the
+    conversation: nobody acked or ran it, so the sweep's instance acks and runs it as a new
+    message, with no "restarted" line (the cluster database-restart test's race)."""
+    a, b = cluster.instances["a"], cluster.instances["b"]
+    h = a.harness
+    assert await h.store.journal_message(CHAT, "om_1", ALICE, CHAT, "hello", h.clock)
+    await b.ownership.sweep()  # left one sweep for its receiver
+    await cluster.settled()
+    assert b.harness.feishu.calls == []
+    cluster.tick(TTL / 3)
+    await b.ownership.sweep()
+    await cluster.settled()
+    (await b.harness.runtime.turn(1)).end()
+    await cluster.settled()
+
+    assert [(c.op, c.target, c.text) for c in b.harness.feishu.calls] == [
+        ("add_reaction", "om_1", ACK),
+        ("reply_text", "om_1", T("presence.ended_empty")),
+    ]
+    assert [c[2] for c in b.harness.runtime.calls if c[0] == "prompt"] == ["hello"]
+
+
 async def test_a_lost_lease_stops_the_old_owner_from_starting_turns(cluster: Cluster) -> None:
     a, b = cluster.instances["a"], cluster.instances["b"]
     await a.say("one", "om_1")
