@@ -96,6 +96,7 @@ class LeaseKeeper:
         # Since when renewals succeed without a break (None: the last one failed); before
         # the first failure, since ever.
         self._steady_since: float | None = float("-inf")
+        self._renewing_since: float | None = None  # when the renewal in flight was asked
 
     def __repr__(self) -> str:
         return f"LeaseKeeper({self.instance_id!r}, {len(self._held)} held)"
@@ -132,12 +133,15 @@ class LeaseKeeper:
             return self.owns(key)
 
     def steady(self, grace: float) -> bool:
-        """The store has answered every renewal for at least `grace` seconds. After an
-        outage, an instance whose own renewals failed gives the others this long to renew
-        theirs before it claims their expired leases (`acquire`): they were cut off as it
-        was, and most likely live on."""
+        """The store has answered every renewal, each within a renewal period, for at least
+        `grace` seconds. After an outage, an instance whose own renewals failed (or waited
+        it out) gives the others this long to renew theirs before it claims their expired
+        leases (`acquire`): they were cut off as it was, and most likely live on."""
+        now, asked = self._clock(), self._renewing_since
+        if asked is not None and now - asked > self.renew_every:
+            return False  # a renewal is waiting for the store right now: it is away
         since = self._steady_since
-        return since is not None and self._clock() - since >= grace
+        return since is not None and now - since >= grace
 
     async def acquire(self, key: str) -> int | None:
         """Claim (or confirm) the lease; its fence when this instance holds it now, None while
@@ -210,9 +214,19 @@ class LeaseKeeper:
     async def renew(self) -> list[str]:
         """One renewal; returns the keys reported lost."""
         before = {key: held.stamp for key, held in self._held.items()}
-        now = self._clock()
-        kept = set(await self.store.renew_leases(self.instance_id, now, self.ttl))
-        if self._steady_since is None:
+        now = self._renewing_since = self._clock()
+        try:
+            kept = set(await self.store.renew_leases(self.instance_id, now, self.ttl))
+        finally:
+            self._renewing_since = None
+        answered = self._clock()
+        if answered - now > self.renew_every:
+            # Answered, but a renewal's period late: the store was away while the call
+            # waited for a connection (a restart the pool rode out). The others waited as
+            # this one did, and their leases expired meanwhile as ours did: steadiness
+            # starts now, so none of theirs is taken before they could renew (seed 892).
+            self._steady_since = answered
+        elif self._steady_since is None:
             self._steady_since = now
         lost: list[str] = []
         for key, stamp in before.items():

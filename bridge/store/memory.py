@@ -463,7 +463,10 @@ class MemoryStore(AsyncLifecycle):
             holder, fence, expires_at = held
             if holder is not None and holder != owner and (expires_at > now or not take_expired):
                 return None
-            fence = fence if holder == owner else fence + 1
+            if holder == owner:  # never moved back (bridge/store/sql_store.py `_CLAIM`)
+                self._leases[conversation_key] = (owner, fence, max(expires_at, now + ttl))
+                return fence
+            fence += 1
         self._leases[conversation_key] = (owner, fence, now + ttl)
         return fence
 
@@ -471,8 +474,8 @@ class MemoryStore(AsyncLifecycle):
         self._check()
         keys = sorted(k for k, (holder, _, _) in self._leases.items() if holder == owner)
         for key in keys:
-            _, fence, _ = self._leases[key]
-            self._leases[key] = (owner, fence, now + ttl)
+            _, fence, expires_at = self._leases[key]
+            self._leases[key] = (owner, fence, max(expires_at, now + ttl))
         return keys
 
     async def release_leases(self, owner: str, keys: Sequence[str] | None = None) -> int:

@@ -141,14 +141,24 @@ _START = (
 )
 _FINISH = "UPDATE turns SET outcome = ?, finished_at = ? WHERE turn_id = ? AND outcome IS NULL"
 
+# A holder's own claim or renewal never moves its expiry back: one that waited out an
+# outage lands with the expiry it computed before it, older than what a later one wrote
+# (seed 892 of the simulator's cluster: the other instance took the lease as expired while
+# its holder ran a turn on it). `{greatest}` is the driver's two-value maximum.
 _CLAIM = (
     "INSERT INTO leases (conversation_key, owner, fence, expires_at) VALUES (?, ?, 1, ?)"
     " ON CONFLICT (conversation_key) DO UPDATE SET"
     " fence = CASE WHEN leases.owner = excluded.owner THEN leases.fence"
     " ELSE leases.fence + 1 END,"
-    " owner = excluded.owner, expires_at = excluded.expires_at"
+    " expires_at = CASE WHEN leases.owner = excluded.owner"
+    " THEN {greatest}(leases.expires_at, excluded.expires_at) ELSE excluded.expires_at END,"
+    " owner = excluded.owner"
     " WHERE leases.owner IS NULL OR leases.owner = excluded.owner OR leases.expires_at <= ?"
     " RETURNING fence"
+)
+_RENEW = (
+    "UPDATE leases SET expires_at = {greatest}(expires_at, ?) WHERE owner = ?"
+    " RETURNING conversation_key"
 )
 
 _UNOWNED = (
@@ -610,14 +620,11 @@ class SqlStore(AsyncLifecycle):
             raise ValueError("a lease owner is a non-empty instance id")
         expired_before = now if take_expired else float("-inf")  # -inf: none is
         params = (conversation_key, owner, now + ttl, expired_before)
-        rows = await self._all(_CLAIM, params)
+        rows = await self._all(_CLAIM.format(greatest=self._db.greatest), params)
         return int(rows[0][0]) if rows else None
 
     async def renew_leases(self, owner: str, now: float, ttl: float) -> list[str]:
-        rows = await self._all(
-            "UPDATE leases SET expires_at = ? WHERE owner = ? RETURNING conversation_key",
-            (now + ttl, owner),
-        )
+        rows = await self._all(_RENEW.format(greatest=self._db.greatest), (now + ttl, owner))
         return sorted(str(row[0]) for row in rows)
 
     async def release_leases(self, owner: str, keys: Sequence[str] | None = None) -> int:

@@ -955,6 +955,22 @@ def every_conversation_settles(run: Run, seen: dict[str, list[Seen]]) -> list[st
     return [f"{key}: still running or queued at the horizon" for key in run.stuck]
 
 
+RESTARTED = (T("recovery.resumed"), T("recovery.resumed_queued"))
+
+
+def no_restart_that_never_was(run: Run, seen: dict[str, list[Seen]]) -> list[str]:
+    """No process was killed, so nobody is told the service restarted: a database outage
+    (every lease expiring while it is away, in a cluster) or a Feishu outage is not one."""
+    if run.restarted_at is not None:
+        return []
+    return [
+        f"{message_id}: told of a restart at {s.at:.3f} ({s.text[:20]}…)"
+        for message_id, got in seen.items()
+        for s in got
+        if s.ok and s.text in RESTARTED
+    ]
+
+
 RULES: tuple[Callable[[Run, dict[str, list[Seen]]], list[str]], ...] = (
     one_ack_each,
     one_end_each,
@@ -977,6 +993,7 @@ RULES: tuple[Callable[[Run, dict[str, list[Seen]]], list[str]], ...] = (
     cards_follow_their_views,
     the_answer_is_what_the_agent_said,
     no_lane_starved,
+    no_restart_that_never_was,
 )
 
 
@@ -990,6 +1007,10 @@ def transcript(run: Run) -> str:
         down += f", database down {db.start:.3f}..{db.end:.3f} (a call waits {db.wait:g} s)"
     if run.restarted_at is not None:
         down += f", bridge killed and restarted at {_t(run.restarted_at):.3f}"
+    if run.cluster is not None:
+        down += (
+            f", {run.cluster.members} bridge processes on it (leases of {run.cluster.lease:g} s)"
+        )
     crowd = run.crowd
     if crowd is not None:
         down += (

@@ -14,6 +14,7 @@ the outage.
 from __future__ import annotations
 
 import asyncio
+import math
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -24,6 +25,10 @@ from bridge.store.port import StoreUnavailable
 
 # Not the server's: the store's own life, which the world opens and closes itself.
 _LIFECYCLE = frozenset({"open", "close", "__aenter__", "__aexit__"})
+_LATENCIES = (0.0005, 0.001, 0.002, 0.004)  # seconds a call takes, with `latency`
+# The calls `latency` slows: a message's hand-over (journaled, its conversation claimed and
+# read). The periodic ones (renewals, sweeps, heartbeats) run hundreds of times a world.
+_HANDOVER = frozenset({"journal_message", "claim_lease", "pending_messages"})
 
 
 @dataclass(frozen=True)
@@ -55,11 +60,32 @@ def draw_db_outage(seed: int) -> DbOutage | None:
 class DownStore:
     """A `MemoryStore` whose every call meets the world's database outage (see the module)."""
 
-    def __init__(self, inner: MemoryStore, now: Callable[[], float], outage: DbOutage) -> None:
+    def __init__(
+        self,
+        inner: MemoryStore,
+        now: Callable[[], float],
+        outage: DbOutage,
+        latency: random.Random | None = None,
+        after_journals: int = 0,
+    ) -> None:
+        """`latency`: each hand-over call takes a few milliseconds drawn from it (None: no
+        time).
+        `after_journals`: the outage (its length and wait as drawn) begins instead just as
+        that many messages have been journaled: in the middle of a hand-over, the message
+        taken and its conversation not claimed yet (the cluster database-restart test's
+        moment)."""
         self._inner = inner
         self._now = now  # world seconds
-        self._outage = outage
+        self._latency = latency
+        self._trigger = after_journals
+        self._drawn = outage
+        self._outage = outage if not after_journals else _NEVER
         self.refused = 0  # calls answered StoreUnavailable
+
+    @property
+    def outage(self) -> DbOutage | None:
+        """The outage as it happened (None: its trigger never came)."""
+        return None if self._outage is _NEVER else self._outage
 
     def __getattr__(self, name: str) -> Any:
         attr = getattr(self._inner, name)
@@ -67,12 +93,24 @@ class DownStore:
             return attr
 
         async def call(*args: Any, **kwargs: Any) -> Any:
+            if self._latency is not None and name in _HANDOVER:
+                await asyncio.sleep(self._latency.choice(_LATENCIES))
             outage = self._outage
             if outage.down(self._now()):  # the pool waits for a connection: back meanwhile?
                 await asyncio.sleep(min(outage.wait, outage.end - self._now()))
                 if outage.down(self._now()):
                     self.refused += 1
                     raise StoreUnavailable("OperationalError")
-            return await attr(*args, **kwargs)
+            result = await attr(*args, **kwargs)
+            if name == "journal_message" and self._trigger:
+                self._trigger -= 1
+                if not self._trigger:
+                    drawn, start = self._drawn, self._now()
+                    self._outage = DbOutage(start, start + drawn.end - drawn.start, drawn.wait)
+            return result
 
+        self.__dict__[name] = call  # found by plain lookup from now on: made once per name
         return call
+
+
+_NEVER = DbOutage(math.inf, math.inf, 0.0)

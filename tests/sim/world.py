@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC
 from typing import Any
 
+from bridge.cluster.wake import LocalWake
 from bridge.config import Tuning
 from bridge.config.budget import BudgetSection
 from bridge.config.feishu import FeishuSection
@@ -42,6 +43,7 @@ from bridge.store.port import Store, StoreUnavailable
 
 from .acp_agent import SimAgents, WatchedRuntime, draw_temper
 from .agent import Plan, draw_plan
+from .cluster import Cluster, ClusterPlan, Member, draw_cluster, member
 from .loop import SimClock, SimLoop, WorldAtRest
 from .store import DbOutage, DownStore, draw_db_outage
 from .transport import DOMAIN, FaultPlan, Limits, Post, SimTransport, buttons
@@ -194,6 +196,7 @@ class Run:
     asked: list[Asked] = field(default_factory=list)
     db_outage: DbOutage | None = None  # the database away from..until (world seconds)
     taken: dict[str, float] = field(default_factory=dict)  # message id -> first taken at, in order
+    cluster: ClusterPlan | None = None  # several bridge processes on one database
 
 
 def run_seed(
@@ -203,6 +206,7 @@ def run_seed(
     storms: bool = True,
     crowds: bool = True,
     databases: bool = True,
+    clusters: bool = True,
 ) -> Run:
     # Thousands of runs: the transcript says what matters. Restored after: the switch is
     # process-wide, and the tests that follow read their logs.
@@ -210,7 +214,8 @@ def run_seed(
     logging.disable(logging.CRITICAL)
     loop = SimLoop()
     try:
-        return loop.run_until_complete(_world(seed, loop, jitter, storms, crowds, databases))
+        world = _world(seed, loop, jitter, storms, crowds, databases, clusters)
+        return loop.run_until_complete(world)
     finally:
         _wind_down(loop)
         logging.disable(was)
@@ -259,7 +264,13 @@ class Bridge:
 
 
 async def _world(
-    seed: int, loop: SimLoop, jitter: bool, storms: bool, crowds: bool, databases: bool
+    seed: int,
+    loop: SimLoop,
+    jitter: bool,
+    storms: bool,
+    crowds: bool,
+    databases: bool,
+    clusters: bool,
 ) -> Run:
     rng = random.Random(seed)
     clock = SimClock(loop, random.Random(rng.random()), jitter=jitter)
@@ -302,10 +313,19 @@ async def _world(
     await memory.open()
     # The database goes away for a while (a stream of its own: see draw_db_outage).
     db = draw_db_outage(seed) if storms and databases else None
-    store: Store = memory if db is None else DownStore(memory, loop.time, db)  # type: ignore[assignment]
+    # Two bridge processes on the database (a stream of its own), which may go away for
+    # longer than their leases: that outage is the cluster's own draw.
+    cluster = draw_cluster(seed) if clusters and crowd is None else None
+    if cluster is not None:
+        db = cluster.outage if storms and databases else None
+    # A cluster's database calls take a little time (a server over a socket).
+    latency = None if cluster is None else random.Random(f"db-latency:{seed}")
+    after = 0 if cluster is None else cluster.after_journals
+    down = None if db is None else DownStore(memory, loop.time, db, latency, after)
+    store: Store = memory if down is None else down  # type: ignore[assignment]
     engine_rng = random.Random(storm.random())
     restart = storm.uniform(0.0, 60.0) if storms and storm.random() < 0.3 else None
-    if db is not None:
+    if db is not None or cluster is not None:
         # Not both yet: a process started while its database is away exits, and when its
         # supervisor starts the next one is a model of its own (seed 449 with the next
         # started once the database is back: a cut turn's heartbeats after its end line).
@@ -350,8 +370,22 @@ async def _world(
         return engine
 
     gate_log: list[tuple[float, bool]] = []
-    bridge = Bridge(_watched(build(), clock, gate_log))
-    await bridge.engine.start_schedules()
+    bridge: Bridge | Cluster
+    if cluster is None:
+        bridge = Bridge(_watched(build(), clock, gate_log))
+        await bridge.engine.start_schedules()
+        sinks: list[Any] = [bridge]
+    else:
+        wake = LocalWake()
+        members: dict[str, Member] = {}
+        for name in ("a", "b")[: cluster.members]:
+            engine = _watched(build(), clock, gate_log)
+            members[name] = member(
+                name, engine, store, wake, clock, cluster.lease, members.__getitem__
+            )
+        bridge = Cluster(list(members.values()), random.Random(f"spread:{seed}"))
+        await bridge.start(store, clock, cluster.lease)
+        sinks = [m.ownership for m in members.values()]
     sent: list[Sent] = []
     clicks: list[Click] = []
     clicking = random.Random(f"clicks:{seed}")
@@ -363,14 +397,19 @@ async def _world(
     every = {c: _every(seed, c) if storms else None for c in chats}
     recalls: dict[str, float] = {}
     extra: list[asyncio.Future[None]] = []
-    receiver = Receiver(  # the real one: its de-duplication meets redeliveries
-        store=store,
-        sink=bridge,
-        policy=AccessPolicy(allow_all=True),
-        bot=BotIdentity("ou_bot"),
-        clock=clock.now,
+    receivers = [
+        Receiver(  # the real one: its de-duplication meets redeliveries
+            store=store,
+            sink=sink,
+            policy=AccessPolicy(allow_all=True),
+            bot=BotIdentity("ou_bot"),
+            clock=clock.now,
+        )
+        for sink in sinks
+    ]
+    feishu_pushes = Pushes(
+        receivers, clock, extra, webhook=db is not None, spread=random.Random(f"push:{seed}")
     )
-    feishu_pushes = Pushes(receiver, clock, extra, webhook=db is not None)
     users = [
         _user(
             random.Random(rng.random()),
@@ -390,7 +429,7 @@ async def _world(
         for c in chats
     ]
     world: list[asyncio.Future[None]] = [asyncio.ensure_future(u) for u in users]
-    if restart is not None:
+    if restart is not None and isinstance(bridge, Bridge):
         main = asyncio.current_task()
         people = lambda: {main, *world, *tasks, *extra}  # noqa: E731 - what a kill spares
         killer = _restart(
@@ -416,7 +455,7 @@ async def _world(
     waits.extend(_wait(w, clock.now(), granted=False) for w in still.values())
     run.waits = waits
     run.asked = asked
-    run.db_outage = db
+    run.db_outage = None if down is None else down.outage
     run.taken = feishu_pushes.taken
     run.restarted_at = bridge.restarted_at
     run.recalled = recalls
@@ -425,14 +464,21 @@ async def _world(
     run.card_answers = feishu.answers()
     for task in tasks:
         task.cancel()
+    engines = [bridge.engine] if isinstance(bridge, Bridge) else bridge.engines
     run.stuck = [
         key
-        for key, actor in bridge.engine.conversations.items()
+        for engine in engines
+        for key, actor in engine.conversations.items()
         if actor.conv.turn is not None or actor.conv.queue
     ]
-    owned = runtimes[-1].owns()
+    live = runtimes[-len(engines) :]  # a restart's predecessor owns nothing any more
+    owned = {pid for runtime in live for pid in runtime.owns()}
     run.leaked = [p.pid for p in agents.processes if p.returncode is None and p.pid not in owned]
-    await bridge.engine.drain(0.0)
+    run.cluster = cluster
+    if isinstance(bridge, Cluster):
+        await bridge.stop()
+    for engine in engines:
+        await engine.drain(0.0)
     for http in https:
         await http.aclose()
     return run
@@ -606,7 +652,7 @@ async def _user(
     rng: random.Random,
     chat: str,
     pushes: Pushes,
-    bridge: Bridge,
+    bridge: Bridge | Cluster,
     clock: SimClock,
     plans: dict[str, Plan],
     sent: list[Sent],
@@ -664,10 +710,11 @@ class Pushes:
     the hand-over going on), redelivered on Feishu's ladder while the bridge does not take
     it (a world whose database may refuse); else handed straight over, as always."""
 
-    receiver: Receiver
+    receivers: list[Receiver]  # one per bridge process; each delivery reaches one
     clock: SimClock
     extra: list[asyncio.Future[None]]
     webhook: bool
+    spread: random.Random  # which process a delivery reaches (drawn only among several)
     taken: dict[str, float] = field(default_factory=dict)  # message id -> first taken at
 
     async def push(self, message: InboundMessage, attempt: int = 0) -> None:
@@ -694,7 +741,9 @@ class Pushes:
         await self.push(message, attempt + 1)
 
     async def _take(self, message: InboundMessage) -> None:
-        await self.receiver.on_message(message)
+        receivers = self.receivers
+        receiver = receivers[0] if len(receivers) == 1 else self.spread.choice(receivers)
+        await receiver.on_message(message)
         self.taken.setdefault(message.message_id, self.clock.now())
 
 
@@ -711,7 +760,7 @@ def _message(chat: str, message_id: str, text: str) -> InboundMessage:
 
 
 async def _recall(
-    bridge: Bridge,
+    bridge: Bridge | Cluster,
     chat: str,
     message_id: str,
     after: float,
@@ -720,7 +769,7 @@ async def _recall(
 ) -> None:
     await asyncio.sleep(after)
     recalls[message_id] = clock.now()
-    bridge.engine.recall(chat, message_id)
+    bridge.recall(chat, message_id)
 
 
 _NUMBER = re.compile(r"#(\d+)")
@@ -729,7 +778,7 @@ _NUMBER = re.compile(r"#(\d+)")
 async def _click(
     rng: random.Random,
     card: Post,
-    bridge: Bridge,
+    bridge: Bridge | Cluster,
     sent: list[Sent],
     clock: SimClock,
     clicks: list[Click],
@@ -751,7 +800,7 @@ async def _click(
         )
         for _ in range(6):
             try:
-                reply = await bridge.engine.card_action(action)
+                reply = await bridge.card_action(action)
                 break
             except StoreUnavailable:  # the callback failed: an error shown, clicked again
                 await asyncio.sleep(10.0)

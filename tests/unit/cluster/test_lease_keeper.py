@@ -228,6 +228,74 @@ async def test_after_its_own_outage_it_leaves_the_others_expired_leases_to_them_
     assert await fresh.keeper.acquire("C") == 2
 
 
+class WaitingStore(MemoryStore):
+    """A database away while a renewal waits for a connection: the call is answered once
+    it is back, `wait` seconds later (the pool rode the restart out: no failure)."""
+
+    def __init__(self, clock: Clock) -> None:
+        super().__init__()
+        self.clock = clock
+        self.wait = 0.0
+
+    async def renew_leases(self, owner: str, now: float, ttl: float) -> list[str]:
+        self.clock.now += self.wait
+        return await super().renew_leases(owner, now, ttl)
+
+
+async def test_a_renewal_answered_only_after_an_outage_counts_as_one() -> None:
+    """Seed 892 of the simulator's cluster: both instances' renewals waited out a database
+    restart and were answered, late; neither had failed, so each took itself for steady
+    and took over the other's expired leases at once, cutting its running turn."""
+    clock = Clock()
+    store = WaitingStore(clock)
+    await store.open()
+    h = Harness(store)
+    h.clock = clock
+    h.keeper = LeaseKeeper(store, "me", TTL, clock=clock, sleep=h.sleep)
+    assert await store.claim_lease("B", "other", T0, TTL) == 1
+    store.wait = 20.0  # longer than the lease: B expired while this renewal waited
+    await h.keeper.renew()
+    back = clock.now
+    assert not h.keeper.steady(h.keeper.takeover_grace)
+    assert await h.keeper.acquire("B") is None  # its owner, cut off too, renews it first
+    store.wait = 0.0
+    await h.keeper.renew()
+    clock.now = back + h.keeper.takeover_grace
+    assert await h.keeper.acquire("B") == 2  # nobody renewed it: a dead owner's
+    # A renewal answered within its period is no outage: steady as before.
+    assert h.keeper.steady(h.keeper.takeover_grace)
+
+
+class HeldStore(MemoryStore):
+    """A renewal waits until the database is back (`back` set)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.back = asyncio.Event()
+
+    async def renew_leases(self, owner: str, now: float, ttl: float) -> list[str]:
+        await self.back.wait()
+        return await super().renew_leases(owner, now, ttl)
+
+
+async def test_a_renewal_waiting_past_its_period_makes_the_keeper_unsteady_meanwhile() -> None:
+    """Seed 892 again: the other instance's renewal was still waiting when the database
+    came back and this one took its expired lease; steadiness is judged on it already."""
+    store = HeldStore()
+    await store.open()
+    h = Harness(store)
+    assert await store.claim_lease("B", "other", T0, TTL) == 1
+    renewal = asyncio.create_task(h.keeper.renew())
+    await asyncio.sleep(0)
+    assert h.keeper.steady(0.0)  # just asked
+    h.clock.now = T0 + TTL + 1  # B expired while the renewal waits
+    assert not h.keeper.steady(0.0)
+    assert await h.keeper.acquire("B") is None
+    store.back.set()
+    await renewal
+    assert not h.keeper.steady(h.keeper.takeover_grace)  # answered late: an outage
+
+
 async def test_start_releases_leases_an_earlier_process_left(store: MemoryStore) -> None:
     assert await store.claim_lease("A", "me", T0, TTL) == 1
     h = Harness(store)

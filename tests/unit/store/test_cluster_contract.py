@@ -26,6 +26,22 @@ async def test_a_free_lease_is_claimed_with_fence_one_and_renewed_by_its_owner(
     assert await store.lease_of("A", T0 + 5) == Lease("i1", 1, T0 + 5 + TTL)
 
 
+async def test_a_renewal_or_claim_landing_late_never_moves_its_expiry_back(
+    store: Store,
+) -> None:
+    """One asked before a database outage lands after it, with the expiry it computed
+    then: the later one's stays (seed 892 of the simulator's cluster: the other instance
+    took the lease as expired while its holder ran a turn on it)."""
+    assert await store.claim_lease("A", "i1", T0 + 10, TTL) == 1
+    assert await store.renew_leases("i1", T0, TTL) == ["A"]  # asked at T0, answered now
+    assert await store.lease_of("A", T0 + 20) == Lease("i1", 1, T0 + 10 + TTL)
+    assert await store.claim_lease("A", "i1", T0 + 1, TTL) == 1
+    assert await store.lease_of("A", T0 + 20) == Lease("i1", 1, T0 + 10 + TTL)
+    assert await store.claim_lease("A", "i2", T0 + 20, TTL) is None  # still live
+    assert await store.renew_leases("i1", T0 + 12, TTL) == ["A"]  # a later one extends it
+    assert await store.lease_of("A", T0 + 20) == Lease("i1", 1, T0 + 12 + TTL)
+
+
 async def test_an_expired_lease_is_left_to_its_owner_when_asked(store: Store) -> None:
     """`take_expired=False`: after its own outage an instance claims only free leases and
     its own (issue 35, a database restart)."""
