@@ -7,6 +7,12 @@ told "cannot start" for the store's sake.
 The outage is 5 s rather than the issue's 10 s: it still outlasts the 2 s lease (so every
 lease expires while the store is away, the point of the test) and the pools' reconnection
 backoff, and the suite's wall time stays near half a minute.
+
+The property itself is the simulator's (tests/sim/cluster.py: two bridge processes on one
+database that goes away for shorter or longer than a lease, often between a message's
+journal and its claim, in virtual time and over thousands of seeds); this test keeps the
+real path (two processes, PostgreSQL's own restart, its pools reconnecting) and asserts no
+timing.
 """
 
 from __future__ import annotations
