@@ -36,6 +36,7 @@ from bridge.runtime.events import PermissionRequested, PromptSent, TurnEvent
 from bridge.runtime.port import EventSink, PromptFile
 
 from .agent import Ask, Plan, PromptRecord, Step, draw_plan
+from .cluster import MEMBER
 
 OPTIONS = [
     {"optionId": "allow", "name": "Allow", "kind": "allow_once"},
@@ -101,6 +102,7 @@ class SimAgents:
     ) -> ChildProcess:
         """The spawn port (`StartProcess`): an in-memory agent process."""
         process = SimAgentProcess(self, next(self._pids), random.Random(self.rng.random()))
+        process.member = MEMBER.get()  # the cluster's member that started it, if any
         self.processes.append(process)
         return process
 
@@ -111,6 +113,12 @@ class SimAgents:
         """The bridge was killed: its agents' stdin closed with it, and they exit."""
         for process in self.processes:
             process.die(0)
+
+    def died(self, member: str) -> None:
+        """One member of a cluster was killed: the agents it started exit."""
+        for process in self.processes:
+            if process.member == member:
+                process.die(0)
 
 
 class _Stdin:
@@ -140,6 +148,7 @@ class SimAgentProcess:
         self._world = world
         self._rng = rng
         self.pid = pid
+        self.member: str | None = None
         self.returncode: int | None = None
         loop = asyncio.get_running_loop()
         self._loop = loop

@@ -6,20 +6,29 @@ engine (client, call budget, ACP runtime), behind its own `Ownership` (a `LeaseK
 the shared store, the wake-ups of a `LocalWake` both share, a `Forwarder` whose peer is the
 other member's `take_forwarded`), its heartbeat, and its own `Receiver`. Feishu spreads
 each delivery of an event over the members (a seeded draw, as the emulator's
-`spread_webhooks` does), and a click or a recall lands on either. The database may go away
-for longer than a lease (`draw_cluster`): every lease expires while it is away, and the
-product's promise is that this costs nothing (each message answered once, in order, acked
-once, nobody told of a restart that never was).
+`spread_webhooks` does), and a click or a recall lands on a live one. The database may go
+away for longer than a lease (`draw_cluster`): every lease expires while it is away, and
+the product's promise is that this costs nothing (each message answered once, in order,
+acked once, nobody told of a restart that never was). Or one member is killed: the other
+takes its conversations over once their leases expire.
+
+A member's work is told apart by a context variable (`MEMBER`, set in its context; every
+task its code starts inherits it, and the loop's task factory notes it): its death cancels
+its tasks, and only its, as a SIGKILL stops one process of two.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import json
 import random
-from collections.abc import Callable
-from dataclasses import dataclass
+import weakref
+from collections import defaultdict
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 import httpx
 
@@ -35,24 +44,28 @@ from .loop import SimClock
 from .store import DbOutage
 
 EPOCH = "sim"
+MEMBER: contextvars.ContextVar[str | None] = contextvars.ContextVar("sim_member", default=None)
+R = TypeVar("R")
+# Each member's tasks, in the order they started (a weak dict keeps its order: a kill
+# cancels them in it, so a seed replays).
+Tasks = dict[str, "weakref.WeakKeyDictionary[asyncio.Task[Any], None]"]
 
 
 @dataclass(frozen=True)
 class ClusterPlan:
-    """How many members, their lease, and the database's outage (if any)."""
+    """How many members, their lease, the database's outage (if any), and a death."""
 
     members: int
     lease: float  # seconds (BRIDGE_LEASE_SECONDS)
     outage: DbOutage | None
-    after_journals: int = (
-        0  # the outage begins as this many messages are journaled (0: at its start)
-    )
+    after_journals: int = 0  # the outage begins as this many are journaled (0: at its start)
+    death: float | None = None  # member "b" is killed then (SIGKILL: no release)
 
 
 def draw_cluster(seed: int) -> ClusterPlan | None:
     """Whether the seed's world runs two bridge processes on one database (a stream of its
     own: the worlds drawn before clusters were stay as they were). Most such worlds lose
-    the database for longer than a lease, some for less, a few not at all."""
+    the database for longer than a lease, some for less; most of the others lose a member."""
     draw = random.Random(f"cluster:{seed}")
     if draw.random() >= 0.15:
         return None
@@ -65,7 +78,12 @@ def draw_cluster(seed: int) -> ClusterPlan | None:
         outage = DbOutage(start, start + length, draw.choice((0.5, 5.0)))
         if draw.random() < 0.5:  # in the middle of a message's hand-over, rather
             after = draw.randint(1, 4)
-    return ClusterPlan(2, lease, outage, after)
+    # (A stream of its own: the cluster worlds drawn before deaths stay as they were.)
+    death = None
+    dying = random.Random(f"death:{seed}")
+    if outage is None and dying.random() < 0.7:  # not both yet, as with a single process
+        death = dying.uniform(0.0, 40.0)
+    return ClusterPlan(2, lease, outage, after, death)
 
 
 @dataclass
@@ -74,50 +92,129 @@ class Member:
     engine: Engine
     ownership: Ownership
     keeper: LeaseKeeper
+    dead: bool = False
+    routed: bool = True  # deliveries reach it (the load balancer's view)
+    context: contextvars.Context = field(default_factory=contextvars.Context)
+
+    def __post_init__(self) -> None:
+        self.context.run(MEMBER.set, self.name)
+
+    def task(self, coro: Coroutine[Any, Any, R]) -> asyncio.Task[R]:
+        """`coro` as this member's work (the tasks it starts inherit the mark)."""
+        return asyncio.get_running_loop().create_task(coro, context=self.context.copy())
+
+    def call(self, work: Callable[[], R]) -> R:
+        return self.context.copy().run(work)
+
+
+# Seconds a load balancer's health checks take to stop routing to a dead member.
+HEALTH_LAG = 2.0
+
+
+class MemberReceiver:
+    """A member's `Receiver` as Feishu's webhook reaches it: a dead one answers nothing (the
+    delivery times out, and Feishu delivers it again later), until the load balancer in
+    front stops routing to it (`routed`)."""
+
+    def __init__(self, member: Member, receiver: Any) -> None:
+        self._member = member
+        self._receiver = receiver
+
+    @property
+    def routed(self) -> bool:
+        return self._member.routed
+
+    async def on_message(self, message: Any) -> None:
+        if self._member.dead:
+            raise TimeoutError("no answer: the process is gone")
+        await self._member.task(self._receiver.on_message(message))
+
+
+def track_tasks(loop: asyncio.AbstractEventLoop) -> Tasks:
+    """Note every task's member (by the context it starts in), through the loop's factory."""
+    tasks: Tasks = defaultdict(weakref.WeakKeyDictionary)
+
+    def factory(
+        loop: asyncio.AbstractEventLoop,
+        coro: Coroutine[Any, Any, Any],
+        context: contextvars.Context | None = None,
+    ) -> asyncio.Task[Any]:
+        task = asyncio.Task(coro, loop=loop, context=context)
+        owner = MEMBER.get() if context is None else context.get(MEMBER)
+        if owner is not None:
+            tasks[owner][task] = None
+        return task
+
+    loop.set_task_factory(factory)  # type: ignore[arg-type]
+    return tasks
 
 
 class Cluster:
-    """The members, and the front Feishu sees: a click or a recall reaches one of them."""
+    """The members, and the front Feishu sees: a click or a recall reaches a live one."""
 
-    restarted_at: float | None = None  # a member never restarts here
-
-    def __init__(self, members: list[Member], spread: random.Random) -> None:
+    def __init__(self, members: list[Member], spread: random.Random, tasks: Tasks) -> None:
         self.members = members
         self._spread = spread
-        self._heartbeats: list[asyncio.Task[None]] = []
+        self._tasks = tasks
+        self._beats: list[asyncio.Task[None]] = []
+        self.restarted_at: float | None = None  # a member's death: the others take over
+        self.restart_until: float | None = None  # by when they have, at the latest
 
     @property
     def engines(self) -> list[Engine]:
-        return [m.engine for m in self.members]
+        return [m.engine for m in self.members if not m.dead]
 
     def _one(self) -> Member:
-        return self._spread.choice(self.members)
+        return self._spread.choice([m for m in self.members if not m.dead])
 
     async def card_action(self, action: CardAction) -> CardActionReply:
-        return await self._one().ownership.card_action(action)
+        member = self._one()
+        return await member.task(member.ownership.card_action(action))
 
     def recall(self, conversation_key: str, message_id: str) -> None:
-        self._one().ownership.recall(conversation_key, message_id)
+        member = self._one()
+        member.call(lambda: member.ownership.recall(conversation_key, message_id))
 
     async def start(self, store: Store, clock: SimClock, lease: float) -> None:
         """As `feishu-bridge run` starts each: heartbeat, release what an earlier process
         held, then take over what nobody runs and keep leases alive."""
         for member in self.members:
             await _heartbeat(store, member.name, clock)
-            self._heartbeats.append(
-                asyncio.ensure_future(_heartbeats(store, member.name, clock, lease / 2))
-            )
+            self._beats.append(member.task(_heartbeats(store, member.name, clock, lease / 2)))
         for member in self.members:
-            await member.ownership.prepare()
+            await member.task(member.ownership.prepare())
         for member in self.members:
-            await member.ownership.start()
-            await member.engine.start_schedules()
+            await member.task(_started(member))
+
+    async def kill(self, name: str, at: float, clock: SimClock, agents: Any, lease: float) -> None:
+        """SIGKILL of one member at `at`: its work stops where it stood, its agents exit, its
+        leases are left to expire; the others take over within a lease and a sweep."""
+        await asyncio.sleep(at)
+        member = next(m for m in self.members if m.name == name)
+        member.dead = True
+        self.restarted_at = clock.now()
+        self.restart_until = self.restarted_at + lease * 1.5 + 1.0
+        member.keeper.stop()
+        member.engine.schedules.close()  # its timers are the loop's, not tasks
+        for actor in member.engine.conversations.values():
+            actor.close()
+        for task in list(self._tasks[name]):
+            task.cancel()
+        agents.died(name)
+        await asyncio.sleep(HEALTH_LAG)
+        member.routed = False
 
     async def stop(self) -> None:
-        for task in self._heartbeats:
-            task.cancel()
+        for beat in self._beats:
+            beat.cancel()
         for member in self.members:
-            await member.ownership.stop()
+            if not member.dead:
+                await member.ownership.stop()
+
+
+async def _started(member: Member) -> None:
+    await member.ownership.start()
+    await member.engine.start_schedules()
 
 
 def member(
@@ -132,7 +229,10 @@ def member(
     """One bridge process of the cluster, composed as `bridge/stores.py` composes it."""
 
     async def peer(request: httpx.Request) -> httpx.Response:
-        answer = await peers(request.url.host).ownership.take_forwarded(json.loads(request.content))
+        other = peers(request.url.host)
+        if other.dead:
+            raise httpx.ConnectError("connection refused", request=request)
+        answer = await other.task(other.ownership.take_forwarded(json.loads(request.content)))
         return httpx.Response(404, json={}) if answer is None else httpx.Response(200, json=answer)
 
     keeper = LeaseKeeper(

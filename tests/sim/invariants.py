@@ -415,8 +415,12 @@ BACKOFF = RetryPolicy().max_delay  # the longest the client waits before trying 
 def _touches_outage(run: Run, start: float, end: float) -> bool:
     """Whether Feishu's outage, the database's, or the bridge's kill and restart, fell in
     [start, end]."""
-    if run.restarted_at is not None and start <= _t(run.restarted_at) <= end:
-        return True
+    if run.restarted_at is not None:
+        # A cluster's survivor takes a killed member's conversations over only once their
+        # leases expired: the kill lasts until then.
+        until = run.restart_until if run.restart_until is not None else run.restarted_at
+        if start <= _t(until) + TOLERANCE and end >= _t(run.restarted_at):
+            return True
     db = run.db_outage
     if db is not None and start <= db.end + DB_BACK + TOLERANCE and end >= db.start:
         return True  # what the bridge shows waits for its store's records

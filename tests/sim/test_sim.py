@@ -19,6 +19,7 @@ from bridge.core import Conversation, Timings, presence
 from bridge.core.delivery import Lane
 from bridge.core.state import ExecState
 from bridge.engine.actor import ConversationActor
+from bridge.engine.intake import Intake
 from bridge.engine.outbox import Answers, Outbox
 from bridge.engine.status_cards import StatusCards
 from bridge.feishu import session
@@ -26,7 +27,7 @@ from bridge.feishu.budget import CallBudget
 from bridge.feishu.cards.parts import BY_ELEMENT
 from bridge.feishu.delivery import FeishuGate
 from bridge.feishu.requests import CallTerms
-from bridge.store import MemoryStore, UnownedConversation
+from bridge.store import MemoryStore, TurnRecord, UnownedConversation
 from bridge.store.steady import StoreRetry
 from tests.sim.cluster import draw_cluster
 from tests.sim.invariants import check, transcript
@@ -68,8 +69,8 @@ def test_every_seed_keeps_the_presence_contract(first: int) -> None:
         pytest.fail(f"seed {seed}: {problems}\n{text}\nreplay: python -m tests.sim --seed {seed}")
 
 
-# 86: the database goes away; 892: two bridge processes on it
-@pytest.mark.parametrize("seed", [0, 18, 64, 86, 121, 170, 892])
+# 86: the database goes away; 892: two bridge processes on it; 2515: one of them is killed
+@pytest.mark.parametrize("seed", [0, 18, 64, 86, 121, 170, 892, 2515])
 def test_a_seed_replays_byte_for_byte(seed: int) -> None:
     assert transcript(run_seed(seed)) == transcript(run_seed(seed))
 
@@ -433,6 +434,20 @@ def test_the_sweep_finds_a_message_never_claimed_taken_over_as_a_dead_owners(
 
     monkeypatch.setattr(MemoryStore, "unowned_conversations", all_taken_over)
     assert _sweep(_cluster_seeds(40), "told of a restart") is not None
+
+
+def test_the_sweep_finds_a_dead_members_turns_taken_over_untold(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A takeover that does not tell the killed member's users their turns were cut (nor
+    lets them run again): only the worlds where a member dies are swept."""
+
+    async def untold(self: Intake, running: list[TurnRecord]) -> set[str]:
+        return set()
+
+    monkeypatch.setattr(Intake, "_interrupt", untold)
+    dying = [seed for seed in _cluster_seeds(2600) if draw_cluster(seed).death is not None]  # type: ignore[union-attr]
+    assert _sweep(dying) is not None
 
 
 def test_the_sweep_finds_two_instances_running_one_conversation_after_an_outage(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 import math
 import random
@@ -43,7 +44,7 @@ from bridge.store.port import Store, StoreUnavailable
 
 from .acp_agent import SimAgents, WatchedRuntime, draw_temper
 from .agent import Plan, draw_plan
-from .cluster import Cluster, ClusterPlan, Member, draw_cluster, member
+from .cluster import Cluster, ClusterPlan, Member, MemberReceiver, draw_cluster, member, track_tasks
 from .loop import SimClock, SimLoop, WorldAtRest
 from .store import DbOutage, DownStore, draw_db_outage
 from .transport import DOMAIN, FaultPlan, Limits, Post, SimTransport, buttons
@@ -197,6 +198,7 @@ class Run:
     db_outage: DbOutage | None = None  # the database away from..until (world seconds)
     taken: dict[str, float] = field(default_factory=dict)  # message id -> first taken at, in order
     cluster: ClusterPlan | None = None  # several bridge processes on one database
+    restart_until: float | None = None  # a cluster's takeover after a kill: done by then
 
 
 def run_seed(
@@ -383,7 +385,8 @@ async def _world(
             members[name] = member(
                 name, engine, store, wake, clock, cluster.lease, members.__getitem__
             )
-        bridge = Cluster(list(members.values()), random.Random(f"spread:{seed}"))
+        tracked = track_tasks(loop)
+        bridge = Cluster(list(members.values()), random.Random(f"spread:{seed}"), tracked)
         await bridge.start(store, clock, cluster.lease)
         sinks = [m.ownership for m in members.values()]
     sent: list[Sent] = []
@@ -391,7 +394,10 @@ async def _world(
     clicking = random.Random(f"clicks:{seed}")
     tasks: set[asyncio.Future[None]] = set()
     feishu.on_card = lambda post: tasks.add(
-        asyncio.ensure_future(_click(clicking, post, bridge, sent, clock, clicks))
+        # The world's, whichever process posted the card (a fresh context: no member's).
+        loop.create_task(
+            _click(clicking, post, bridge, sent, clock, clicks), context=contextvars.Context()
+        )
     )
     chats = [f"oc_{n}" for n in range(rng.randint(1, 3) if crowd is None else crowd.chats)]
     every = {c: _every(seed, c) if storms else None for c in chats}
@@ -407,8 +413,15 @@ async def _world(
         )
         for sink in sinks
     ]
+    dying = cluster is not None and cluster.death is not None
+    if isinstance(bridge, Cluster):
+        receivers = [MemberReceiver(m, r) for m, r in zip(bridge.members, receivers, strict=True)]  # type: ignore[misc]
     feishu_pushes = Pushes(
-        receivers, clock, extra, webhook=db is not None, spread=random.Random(f"push:{seed}")
+        receivers,
+        clock,
+        extra,
+        webhook=db is not None or dying,
+        spread=random.Random(f"push:{seed}"),
     )
     users = [
         _user(
@@ -429,6 +442,9 @@ async def _world(
         for c in chats
     ]
     world: list[asyncio.Future[None]] = [asyncio.ensure_future(u) for u in users]
+    if isinstance(bridge, Cluster) and cluster is not None and cluster.death is not None:
+        kill = bridge.kill("b", cluster.death, clock, agents, cluster.lease)
+        world.append(asyncio.ensure_future(kill))
     if restart is not None and isinstance(bridge, Bridge):
         main = asyncio.current_task()
         people = lambda: {main, *world, *tasks, *extra}  # noqa: E731 - what a kill spares
@@ -465,13 +481,18 @@ async def _world(
     for task in tasks:
         task.cancel()
     engines = [bridge.engine] if isinstance(bridge, Bridge) else bridge.engines
+    if isinstance(bridge, Cluster):
+        run.restart_until = bridge.restart_until
     run.stuck = [
         key
         for engine in engines
         for key, actor in engine.conversations.items()
         if actor.conv.turn is not None or actor.conv.queue
     ]
-    live = runtimes[-len(engines) :]  # a restart's predecessor owns nothing any more
+    if isinstance(bridge, Cluster):  # built in the members' order; a killed one owns none
+        live = [r for r, m in zip(runtimes, bridge.members, strict=True) if not m.dead]
+    else:
+        live = runtimes[-1:]  # a restart's predecessor owns nothing any more
     owned = {pid for runtime in live for pid in runtime.owns()}
     run.leaked = [p.pid for p in agents.processes if p.returncode is None and p.pid not in owned]
     run.cluster = cluster
@@ -741,7 +762,7 @@ class Pushes:
         await self.push(message, attempt + 1)
 
     async def _take(self, message: InboundMessage) -> None:
-        receivers = self.receivers
+        receivers = [r for r in self.receivers if getattr(r, "routed", True)]
         receiver = receivers[0] if len(receivers) == 1 else self.spread.choice(receivers)
         await receiver.on_message(message)
         self.taken.setdefault(message.message_id, self.clock.now())
