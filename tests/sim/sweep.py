@@ -38,20 +38,9 @@ def workers() -> int:
 
 
 def checked(seed: int, *, storms: bool = True) -> Checked:
-    # No collection in the middle of a world: the cyclic collector, run every few hundred
-    # allocations, took a sixth of a world's time walking objects that live on. Nothing is
-    # promoted meanwhile, so what the world left behind is all in the youngest generation,
-    # collected once, after it.
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        run = run_seed(seed, storms=storms)
-        problems = check(run)
-        return Checked(seed, problems, transcript(run) if problems else "")
-    finally:
-        gc.collect(0)
-        if enabled:
-            gc.enable()
+    run = run_seed(seed, storms=storms)
+    problems = check(run)
+    return Checked(seed, problems, transcript(run) if problems else "")
 
 
 def sweep(
