@@ -60,6 +60,7 @@ class ClusterPlan:
     outage: DbOutage | None
     after_journals: int = 0  # the outage begins as this many are journaled (0: at its start)
     death: float | None = None  # member "b" is killed then (SIGKILL: no release)
+    back_after: float | None = None  # and started again this long after (its supervisor)
 
 
 def draw_cluster(seed: int) -> ClusterPlan | None:
@@ -81,9 +82,12 @@ def draw_cluster(seed: int) -> ClusterPlan | None:
     # (A stream of its own: the cluster worlds drawn before deaths stay as they were.)
     death = None
     dying = random.Random(f"death:{seed}")
+    back = None
     if outage is None and dying.random() < 0.7:  # not both yet, as with a single process
         death = dying.uniform(0.0, 40.0)
-    return ClusterPlan(2, lease, outage, after, death)
+        if dying.random() < 0.5:
+            back = dying.choice((0.5, 3.0, 10.0))
+    return ClusterPlan(2, lease, outage, after, death, back)
 
 
 @dataclass
@@ -94,6 +98,7 @@ class Member:
     keeper: LeaseKeeper
     dead: bool = False
     routed: bool = True  # deliveries reach it (the load balancer's view)
+    runtime: Any = None  # its ACP runtime (the agents it owns)
     context: contextvars.Context = field(default_factory=contextvars.Context)
 
     def __post_init__(self) -> None:
@@ -119,6 +124,10 @@ class MemberReceiver:
     def __init__(self, member: Member, receiver: Any) -> None:
         self._member = member
         self._receiver = receiver
+
+    def rebind(self, member: Member, receiver: Any) -> None:
+        """The process started again behind the same address."""
+        self._member, self._receiver = member, receiver
 
     @property
     def routed(self) -> bool:
@@ -186,11 +195,24 @@ class Cluster:
         for member in self.members:
             await member.task(_started(member))
 
-    async def kill(self, name: str, at: float, clock: SimClock, agents: Any, lease: float) -> None:
+    async def kill(
+        self,
+        name: str,
+        at: float,
+        clock: SimClock,
+        agents: Any,
+        lease: float,
+        respawn: Callable[[], tuple[Member, Any]] | None = None,
+        back_after: float | None = None,
+        store: Any = None,
+        fronts: list[MemberReceiver] | None = None,
+    ) -> None:
         """SIGKILL of one member at `at`: its work stops where it stood, its agents exit, its
-        leases are left to expire; the others take over within a lease and a sweep."""
+        leases are left to expire; the others take over within a lease and a sweep. With
+        `respawn`, a new process under the same name starts `back_after` later (it
+        releases what the dead one held, and takes over with the others)."""
         await asyncio.sleep(at)
-        member = next(m for m in self.members if m.name == name)
+        index, member = next((i, m) for i, m in enumerate(self.members) if m.name == name)
         member.dead = True
         self.restarted_at = clock.now()
         self.restart_until = self.restarted_at + lease * 1.5 + 1.0
@@ -201,8 +223,19 @@ class Cluster:
         for task in list(self._tasks[name]):
             task.cancel()
         agents.died(name)
-        await asyncio.sleep(HEALTH_LAG)
+        lag = HEALTH_LAG if back_after is None else min(HEALTH_LAG, back_after)
+        await asyncio.sleep(lag)
         member.routed = False
+        if respawn is None or back_after is None or fronts is None:
+            return
+        await asyncio.sleep(back_after - lag)
+        again, receiver = respawn()
+        self.members[index] = again
+        fronts[index].rebind(again, receiver)
+        await _heartbeat(store, again.name, clock)
+        self._beats.append(again.task(_heartbeats(store, again.name, clock, lease / 2)))
+        await again.task(again.ownership.prepare())
+        await again.task(_started(again))
 
     async def stop(self) -> None:
         for beat in self._beats:

@@ -380,11 +380,18 @@ async def _world(
     else:
         wake = LocalWake()
         members: dict[str, Member] = {}
-        for name in ("a", "b")[: cluster.members]:
+
+        def process(name: str) -> Member:
             engine = _watched(build(), clock, gate_log)
-            members[name] = member(
-                name, engine, store, wake, clock, cluster.lease, members.__getitem__
-            )
+            made = member(name, engine, store, wake, clock, cluster.lease, peer)
+            made.runtime = runtimes[-1]
+            return made
+
+        def peer(name: str) -> Member:
+            return next(m for m in bridge.members if m.name == name)  # type: ignore[union-attr]
+
+        for name in ("a", "b")[: cluster.members]:
+            members[name] = process(name)
         tracked = track_tasks(loop)
         bridge = Cluster(list(members.values()), random.Random(f"spread:{seed}"), tracked)
         await bridge.start(store, clock, cluster.lease)
@@ -403,19 +410,22 @@ async def _world(
     every = {c: _every(seed, c) if storms else None for c in chats}
     recalls: dict[str, float] = {}
     extra: list[asyncio.Future[None]] = []
-    receivers = [
-        Receiver(  # the real one: its de-duplication meets redeliveries
+
+    def receiver(sink: Any) -> Receiver:
+        return Receiver(  # the real one: its de-duplication meets redeliveries
             store=store,
             sink=sink,
             policy=AccessPolicy(allow_all=True),
             bot=BotIdentity("ou_bot"),
             clock=clock.now,
         )
-        for sink in sinks
-    ]
+
+    receivers: list[Any] = [receiver(sink) for sink in sinks]
     dying = cluster is not None and cluster.death is not None
+    fronts: list[MemberReceiver] = []
     if isinstance(bridge, Cluster):
-        receivers = [MemberReceiver(m, r) for m, r in zip(bridge.members, receivers, strict=True)]  # type: ignore[misc]
+        fronts = [MemberReceiver(m, r) for m, r in zip(bridge.members, receivers, strict=True)]
+        receivers = list(fronts)
     feishu_pushes = Pushes(
         receivers,
         clock,
@@ -443,7 +453,22 @@ async def _world(
     ]
     world: list[asyncio.Future[None]] = [asyncio.ensure_future(u) for u in users]
     if isinstance(bridge, Cluster) and cluster is not None and cluster.death is not None:
-        kill = bridge.kill("b", cluster.death, clock, agents, cluster.lease)
+
+        def respawn() -> tuple[Member, Receiver]:
+            again = process("b")
+            return again, receiver(again.ownership)
+
+        kill = bridge.kill(
+            "b",
+            cluster.death,
+            clock,
+            agents,
+            cluster.lease,
+            respawn,
+            cluster.back_after,
+            store,
+            fronts,
+        )
         world.append(asyncio.ensure_future(kill))
     if restart is not None and isinstance(bridge, Bridge):
         main = asyncio.current_task()
@@ -490,7 +515,7 @@ async def _world(
         if actor.conv.turn is not None or actor.conv.queue
     ]
     if isinstance(bridge, Cluster):  # built in the members' order; a killed one owns none
-        live = [r for r, m in zip(runtimes, bridge.members, strict=True) if not m.dead]
+        live = [m.runtime for m in bridge.members if not m.dead]
     else:
         live = runtimes[-1:]  # a restart's predecessor owns nothing any more
     owned = {pid for runtime in live for pid in runtime.owns()}
