@@ -228,6 +228,7 @@ class CardStatus(StrEnum):
     ANSWERED = "answered"
     EXPIRED = "expired"
     CANCELLED = "cancelled"  # the round ended another way (/stop, fault, closed)
+    WITHDRAWN = "withdrawn"  # the round began again on a restarted agent: asked anew if need be
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from bridge.core.effects import (
     RelayAgentText,
 )
 from bridge.core.files import note_diff, note_offered
-from bridge.core.lifecycle import close_pending, confirm_stop, finish, settle
+from bridge.core.lifecycle import close_pending, confirm_stop, finish, resume, settle
 from bridge.core.state import (
     RUNNING_STATES,
     Activity,
@@ -185,7 +185,14 @@ def _after_terminal(ctx: StepContext, event: TurnEvent) -> None:
 def _rewind(ctx: StepContext, event: AnswerRewound) -> None:
     """The prompt runs again from its start: the answer held so far goes, as the new run
     writes it again. What already left (a message's worth posted, a card page closed) stays:
-    a rewind comes right after the first run's first updates, long before either."""
+    a rewind comes right after the first run's first updates, long before either.
+
+    What the first run asked went with its agent: its cards say the round began again (the
+    run sent again asks anew if it must), and the turn runs on. Left open, a card would
+    take a click that reaches no agent while the next one timed out (seed 143241)."""
+    if ctx.conv.approvals or ctx.conv.question is not None:
+        close_pending(ctx, CardStatus.WITHDRAWN, answer=False)
+        resume(ctx)
     turn = ctx.turn
     if turn.released or turn.card.pages or turn.card.spill is not None:
         ctx.drop(event, "part of the answer already left")

@@ -34,6 +34,7 @@ from bridge.store.port import ApprovalStatus
 _CLOSED_KEYS = {
     CardStatus.EXPIRED: "expired",
     CardStatus.CANCELLED: "cancelled",
+    CardStatus.WITHDRAWN: "withdrawn",
     CardStatus.DECIDED: "decided",
     CardStatus.ANSWERED: "answered",
 }
@@ -125,7 +126,7 @@ class CardViews:
 def approval_status(work: UpdateApprovalCard) -> ApprovalStatus:
     if work.status is CardStatus.EXPIRED:
         return ApprovalStatus.EXPIRED
-    if work.status is CardStatus.CANCELLED:
+    if work.status in (CardStatus.CANCELLED, CardStatus.WITHDRAWN):
         return ApprovalStatus.CANCELLED
     kind = work.option.kind if work.option is not None else None
     if kind is PermissionKind.ALLOW_ALWAYS:

@@ -58,6 +58,7 @@ _ENDING_KEYS = (
 )
 ENDINGS = tuple(T(key).split("{")[0] for key in _ENDING_KEYS)
 RUNNING = (T("presence.running_hint"), T("presence.heartbeat").split("{")[0])
+TAKEN = T("card.click.recorded")  # a click the bridge took (the others change nothing)
 _REPLIES = ("reply_text", "reply_card", "reply_card_entity")
 ACK = "OnIt"  # the world's ack emoji; the other states' are the product's defaults
 _END_EMOJI = ("DONE", "CrossMark", "ERROR")
@@ -384,17 +385,21 @@ def _stale(got: list[Seen], read: float) -> list[tuple[float, float]]:
 
 def _waiting(run: Run, seen: dict[str, list[Seen]], sent: Sent) -> list[tuple[float, float]]:
     """When the message's turn waited on its requester: from each approval card to the
-    requester's click (or forever, if none came)."""
-    cards = [s.at for s in seen[sent.message_id] if s.op == "reply_card"]
-    answered = sorted(
-        _t(c.at)
-        for c in run.clicks
-        if c.reply_to == sent.message_id and c.operator == f"ou_{sent.chat}"
-    )
+    requester's click on that card that the bridge took, or to the card's closing (it
+    expired, or was withdrawn as the round began again), or forever."""
     out = []
-    for at in cards:
-        done = next((c for c in answered if c >= at), float("inf"))
-        out.append((at, done))
+    for card in run.posts:
+        if card.op != "reply_card" or card.target != sent.message_id or not card.ok:
+            continue
+        clicked = [
+            _t(c.at)
+            for c in run.clicks
+            if c.card == card.result and c.operator == f"ou_{sent.chat}" and c.toast == TAKEN
+        ]
+        closed = [
+            _t(p.start) for p in run.posts if p.op == "update_card" and p.target == card.result
+        ]
+        out.append((_t(card.start), min([*clicked, *closed], default=float("inf"))))
     return out
 
 

@@ -390,6 +390,10 @@ def test_seeds_that_found_bugs(seed: int, storms: bool) -> None:
         # changed the card with the same sequence (a tenth of a second's floor) and was
         # refused; a card found in the store now starts a second's worth above the floor
         111011,
+        # A prompt answered by a cancelled turn's leftover was sent again on a restarted
+        # agent, but the approval its first run had asked stayed open: the user's click on
+        # it reached no agent, and the run sent again's own approval timed out
+        143241,
     ],
 )
 def test_seeds_that_found_bugs_in_the_worlds_drawn_now(seed: int) -> None:

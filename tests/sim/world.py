@@ -166,6 +166,7 @@ class Click:
 
     at: float
     reply_to: str  # the user message the card answers
+    card: str  # the card's message id
     operator: str
     choice: str
     toast: str
@@ -853,4 +854,5 @@ async def _click(
         else:
             return
         toast = reply.toast_text or ""
-        clicks.append(Click(clock.now(), card.target, operator, str(value.get("choice")), toast))
+        choice = str(value.get("choice"))
+        clicks.append(Click(clock.now(), card.target, card.result, operator, choice, toast))

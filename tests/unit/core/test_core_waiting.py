@@ -23,6 +23,7 @@ from bridge.core.inputs import ApprovalClicked, QuestionAnswered, UserMessage
 from bridge.core.state import Conversation, Ending, ExecState, Options, Outcome
 from bridge.core.text import Text
 from bridge.runtime.events import (
+    AnswerRewound,
     MessageChunk,
     PermissionKind,
     PermissionOption,
@@ -34,7 +35,7 @@ from bridge.runtime.events import (
     ToolCallStarted,
     TurnEnded,
 )
-from tests.unit.core.core_driver import ALICE, SID, Driver, keys, of_type, posts
+from tests.unit.core.core_driver import ALICE, SID, Driver, T, keys, of_type, posts
 
 OPTIONS = (
     PermissionOption("allow", "Allow once", PermissionKind.ALLOW_ONCE),
@@ -314,3 +315,28 @@ def test_after_a_refusal_an_answer_or_a_stop_is_what_the_user_sees() -> None:
     # Nobody stopped it and nothing was refused: the agent gave the prompt up on its own.
     assert d.conv.last_terminal is not None
     assert d.conv.last_terminal.ending is Ending.AGENT_ERROR
+
+
+def test_a_run_sent_again_withdraws_what_the_first_run_asked_and_runs_on() -> None:
+    """Seed 143241: the first run of a prompt (answered by a cancelled turn's leftover,
+    then sent again on a restarted agent) had asked an approval; its agent is gone, so its
+    card says the round began again, no answer is sent for it, and no timeout runs for it:
+    the run sent again asks anew, and only that card waits."""
+    d = Driver()
+    d.start()
+    d.ask(PermissionRequested(SID, "r1", "Deploy", OPTIONS), at=1.0)
+    assert d.conv.state is ExecState.WAITING_APPROVAL
+    out = d.feed(AnswerRewound(SID), at=1.5)
+    (closed,) = of_type(out, UpdateApprovalCard)
+    assert (closed.request_id, closed.status) == ("r1", CardStatus.WITHDRAWN)
+    assert of_type(out, AnswerPermission) == []
+    assert d.conv.approvals == ()
+    assert d.conv.state is ExecState.STREAMING
+    d.ask(PermissionRequested(SID, "r2", "Deploy", OPTIONS), at=2.0)
+    assert [a.request_id for a in d.conv.approvals] == ["r2"]
+    out = d.advance(1.5 + T.approval_timeout)  # r1's timeout, had it run
+    assert of_type(out, UpdateApprovalCard) == []
+    out = d.advance(2.0 + T.approval_timeout)
+    assert [(c.request_id, c.status) for c in of_type(out, UpdateApprovalCard)] == [
+        ("r2", CardStatus.EXPIRED)
+    ]
