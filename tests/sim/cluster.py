@@ -35,13 +35,13 @@ import httpx
 from bridge.cluster.forward import Forwarder
 from bridge.cluster.leases import LeaseKeeper
 from bridge.cluster.ownership import Ownership
-from bridge.cluster.wake import LocalWake
+from bridge.cluster.wake import WakeKind, Wakeup, _Fanout
 from bridge.engine.engine import Engine
 from bridge.feishu.events import CardAction, CardActionReply
 from bridge.store.port import Store, StoreUnavailable
 
 from .loop import SimClock
-from .store import DbOutage
+from .store import DbOutage, DownStore
 
 EPOCH = "sim"
 MEMBER: contextvars.ContextVar[str | None] = contextvars.ContextVar("sim_member", default=None)
@@ -245,6 +245,40 @@ class Cluster:
                 await member.ownership.stop()
 
 
+# Seconds PgWake's listener takes to reconnect once the database is back (its backoff).
+RECONNECT = 0.5
+
+
+class DownWake(_Fanout):
+    """The wake-ups as `PgWake` gives them on a database that goes away: one published
+    meanwhile is lost (NOTIFY is not stored), and once the database is back every listener,
+    reconnected, gets one RESCAN (bridge/cluster/wake_pg.py)."""
+
+    def __init__(self, down: DownStore, now: Callable[[], float]) -> None:
+        super().__init__()
+        self._down = down
+        self._now = now
+
+    async def publish(self, conversation_key: str, kind: WakeKind) -> None:
+        outage = self._down.outage
+        if outage is not None and outage.down(self._now()):
+            return  # pg_notify failed twice: logged and dropped
+        self._deliver(Wakeup(conversation_key, WakeKind(kind)))
+
+    async def rescans(self) -> None:
+        """The listeners' reconnection after the outage (once it has happened, if it
+        does within two minutes)."""
+        for _ in range(120):
+            if self._down.outage is not None:
+                break
+            await asyncio.sleep(1.0)
+        outage = self._down.outage
+        if outage is None:
+            return
+        await asyncio.sleep(max(0.0, outage.end - self._now()) + RECONNECT)
+        self._deliver(Wakeup("", WakeKind.RESCAN))
+
+
 async def _started(member: Member) -> None:
     await member.ownership.start()
     await member.engine.start_schedules()
@@ -254,7 +288,7 @@ def member(
     name: str,
     engine: Engine,
     store: Store,
-    wake: LocalWake,
+    wake: _Fanout,
     clock: SimClock,
     lease: float,
     peers: Callable[[str], Member],

@@ -44,7 +44,16 @@ from bridge.store.port import Store, StoreUnavailable
 
 from .acp_agent import SimAgents, WatchedRuntime, draw_temper
 from .agent import Plan, draw_plan
-from .cluster import Cluster, ClusterPlan, Member, MemberReceiver, draw_cluster, member, track_tasks
+from .cluster import (
+    Cluster,
+    ClusterPlan,
+    DownWake,
+    Member,
+    MemberReceiver,
+    draw_cluster,
+    member,
+    track_tasks,
+)
 from .loop import SimClock, SimLoop, WorldAtRest
 from .store import DbOutage, DownStore, draw_db_outage
 from .transport import DOMAIN, FaultPlan, Limits, Post, SimTransport, buttons
@@ -374,12 +383,14 @@ async def _world(
 
     gate_log: list[tuple[float, bool]] = []
     bridge: Bridge | Cluster
+    wake: Any = None
     if cluster is None:
         bridge = Bridge(_watched(build(), clock, gate_log))
         await bridge.engine.start_schedules()
         sinks: list[Any] = [bridge]
     else:
-        wake = LocalWake()
+        # The wake-ups are PostgreSQL's: lost while it is away, a RESCAN once it is back.
+        wake: Any = LocalWake() if down is None else DownWake(down, loop.time)
         members: dict[str, Member] = {}
 
         def process(name: str) -> Member:
@@ -453,6 +464,8 @@ async def _world(
         for c in chats
     ]
     world: list[asyncio.Future[None]] = [asyncio.ensure_future(u) for u in users]
+    if isinstance(wake, DownWake):
+        tasks.add(loop.create_task(wake.rescans(), context=contextvars.Context()))
     if isinstance(bridge, Cluster) and cluster is not None and cluster.death is not None:
 
         def respawn() -> tuple[Member, Receiver]:
