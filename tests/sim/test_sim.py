@@ -413,8 +413,9 @@ def test_seeds_that_found_bugs_in_the_worlds_drawn_now(seed: int) -> None:
         # Renewals that waited out the outage landed with the expiry they computed before
         # it, moving the holder's lease back to expired, and an instance whose own renewal
         # still waited took itself for steady: the other took the lease over while its
-        # holder ran the turn, and both ran it
-        892,
+        # holder ran the turn, and both ran it (found by 892, before a database outage's
+        # wake-ups were PostgreSQL's; 489 breaks the same way in the worlds drawn now)
+        489,
     ],
 )
 def test_seeds_that_found_bugs_in_a_cluster(seed: int) -> None:
@@ -483,4 +484,4 @@ def test_the_sweep_finds_two_instances_running_one_conversation_after_an_outage(
     monkeypatch.setattr(MemoryStore, "renew_leases", renew_leases)
     monkeypatch.setattr(LeaseKeeper, "renew", trusting_renew)
     monkeypatch.setattr(LeaseKeeper, "steady", blind_steady)
-    assert _sweep(_cluster_seeds(900), "acks") is not None
+    assert _sweep(_cluster_seeds(1200)) is not None
