@@ -61,7 +61,7 @@ class Subscription:
         return item
 
     def close(self) -> None:
-        self._owner._subscriptions.discard(self)
+        self._owner._subscriptions.pop(self, None)
         if not self._closed:
             self._closed = True
             self._queue.put_nowait(None)
@@ -102,12 +102,13 @@ class _Fanout(AsyncLifecycle):  # `async with wake:` opens and closes it
     """Subscriptions and delivery, shared by the implementations."""
 
     def __init__(self, *, queue_size: int = DEFAULT_QUEUE) -> None:
-        self._subscriptions: set[Subscription] = set()
+        # In the order they subscribed (a dict, not a set): delivery runs in a fixed order.
+        self._subscriptions: dict[Subscription, None] = {}
         self._queue_size = queue_size
 
     def subscribe(self) -> Subscription:
         subscription = Subscription(self, self._queue_size)
-        self._subscriptions.add(subscription)
+        self._subscriptions[subscription] = None
         return subscription
 
     def _deliver(self, wakeup: Wakeup) -> None:
