@@ -52,7 +52,13 @@ def _sweep(
 
 # Seeds that break a rule by a product bug not fixed yet: left out of the sweep, each pinned
 # by a strict xfail below (it flips to a failure once fixed: move it to the seeds kept then).
-KNOWN_BUGS: dict[int, str] = {}
+KNOWN_BUGS: dict[int, str] = {
+    # A cluster member killed 12 ms after taking "/every 7s": the schedule was stored, its
+    # confirmation (with the schedule's number) never posted nor owed, and the survivor's
+    # takeover did not answer the command again; the user, never told the number, could
+    # not /unschedule it, and its approvals kept the chats busy to the horizon.
+    44126: "oc_1: still running or queued at the horizon",
+}
 
 
 # The sweep in slices, each well inside the suite's per-test timeout (a world with the
