@@ -19,7 +19,8 @@ instances, so a redelivery to another instance is already dropped as a duplicate
   (`Intake.take_over`). A conversation whose lease was released (a clean shutdown) or
   never claimed is left one sweep for the instance that just received its message; one
   never claimed is then pulled as new (acked and run, no "restarted" line): nobody had
-  taken its messages up.
+  taken its messages up. A claim that finds leftovers (a message past queued, or a post
+  its last owner owed) takes over, however it came about: a sweep or a new message.
 - *Never two runners.* A turn starts, and its prompt goes out, only while this instance
   holds the lease (the engine waits on `LeaseKeeper.confirmed`); a lease lost (taken over
   after a stall) drops the conversation here: its turn is cancelled and its actor
@@ -245,7 +246,11 @@ class Ownership:
             log.info("conversation %s claimed%s", key, " (takeover)" if takeover else "")
             self._fed[key] = set()
         pending = await self._store.pending_messages(key)
-        if claimed and (takeover or any(m.state is not MessageState.QUEUED for m in pending)):
+        if claimed and (
+            takeover
+            or any(m.state is not MessageState.QUEUED for m in pending)
+            or await self._owes(key)
+        ):
             # A dead owner's leftovers: told and run as after a restart.
             inbound = self._inbound.pop(key, {})
             self._fed[key] = set(await self._engine.take_over(key, inbound))
@@ -253,6 +258,12 @@ class Ownership:
             self._feed(key, pending)
         if claimed:  # its schedules, as the store holds them now, run here
             await self._engine.reload_schedules(key)
+
+    async def _owes(self, key: str) -> bool:
+        """Whether a post of the conversation is owed: its last owner recorded it and died
+        before sending it (seed 44126: an /every's confirmation, its command done, claimed
+        here by a new message's pull rather than by the sweep)."""
+        return any(post.conversation_key == key for post in await self._store.owed())
 
     def _feed(self, key: str, pending: list[JournaledMessage]) -> None:
         """The queued messages not fed yet, in journal order."""

@@ -246,17 +246,22 @@ class Intake:
         self._held = []  # until what came before them is fed (a later answer never first)
         try:
             approvals = [a for a in await self._store.open_approvals() if a.created_at < before]
-            await self._replay(before, now)
+            done = await self._replay(before, now)
+            messages = await self._store.unfinished_messages()
+            await self._requeue([m for m in messages if m.received_at < before], done, now)
         finally:
             held, self._held = self._held, None
             for message in held:
                 self.accept(message)
         await self._expire(approvals, now)
 
-    async def _replay(self, before: float, now: float) -> None:
+    async def _replay(self, before: float, now: float, key: str | None = None) -> set[str]:
+        """What the process before left: its owed posts go out and its cut turns' users are
+        told, in the order it happened. `key`: one conversation's only (a takeover). Returns
+        what needs no requeue: the cut turns' messages and the turns whose end was owed."""
         # Posts owed when the last process stopped go out; a turn whose end signal is among
         # them ended (its answer is on its way), it was not cut.
-        all_owed = await self._store.owed()
+        all_owed = [p for p in await self._store.owed() if key in (None, p.conversation_key)]
         effects = _decoded(all_owed)
         owed = [p for p in all_owed if p.idempotency_key in effects]
         ended = {
@@ -264,10 +269,17 @@ class Intake:
             for p in owed
             if p.turn_id is not None and ends_its_turn(effects[p.idempotency_key])
         }
-        running = [t for t in await self._store.running_turns() if t.started_at < before]
+        running = [
+            t
+            for t in await self._store.running_turns()
+            if t.started_at < before and key in (None, t.conversation_key)
+        ]
         # Cut: prompted, and its end signal not owed (an unprompted turn's message runs again).
         cut = [t for t in running if t.turn_id not in ended and t.prompted_at is not None]
-        await self._store.interrupt_running_messages(now)
+        if key is None:
+            await self._store.interrupt_running_messages(now)
+        else:
+            await self._store.interrupt_running_of(key, now)
         starts = {t.turn_id: t.started_at for t in running}
         for turn_id in sorted({p.turn_id for p in owed if p.turn_id} - starts.keys()):
             turn = await self._store.turn(turn_id)
@@ -281,9 +293,7 @@ class Intake:
                 actor.enqueue(effects[item.idempotency_key])
             else:
                 await self._interrupt([item])
-        fed = {t.message_id for t in cut}
-        messages = [m for m in await self._store.unfinished_messages() if m.received_at < before]
-        await self._requeue(messages, fed | ended, now)
+        return {t.message_id for t in cut} | ended
 
     async def take_over(self, key: str, fresh: Mapping[str, InboundMessage]) -> list[str]:
         """Several instances: this one just claimed a conversation whose owner died (or
@@ -292,11 +302,12 @@ class Intake:
         now = self._clock()
         approvals = [a for a in await self._store.open_approvals() if a.conversation_key == key]
         await self._expire(approvals, now)
-        interrupted = [t for t in await self._store.running_turns() if t.conversation_key == key]
-        await self._store.interrupt_running_of(key, now)
-        fed = await self._interrupt(interrupted)
+        # Its owed posts go out too (an answer, a command's reply recorded but not yet sent
+        # when its owner died), as after a restart: before, they were lost with it (seed
+        # 44126: an /every's confirmation, so its user never learned the schedule's number).
+        done = await self._replay(float("inf"), now, key)
         messages = await self._store.pending_messages(key)
-        await self._requeue([m for m in messages if m.message_id not in fresh], fed, now)
+        await self._requeue([m for m in messages if m.message_id not in fresh], done, now)
         for message in messages:
             if message.message_id in fresh:
                 self.accept(fresh[message.message_id])

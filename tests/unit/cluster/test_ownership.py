@@ -255,6 +255,31 @@ async def test_a_message_journaled_but_never_claimed_is_taken_up_as_new(
     assert [c[2] for c in b.harness.runtime.calls if c[0] == "prompt"] == ["hello"]
 
 
+async def test_a_post_its_dead_owner_owed_goes_out_from_the_next_to_claim_it(
+    cluster: Cluster,
+) -> None:
+    """Seed 44126: the owner answered a command (the message done, its reply owed) and
+    died before the reply went out. The other instance claims the conversation for the
+    user's next message, not by a sweep: the owed reply goes out from there all the same."""
+    a, b = cluster.instances["a"], cluster.instances["b"]
+    a.harness.feishu.hold("reply_text")
+    await a.say("/help", "om_1")
+    await a.harness.feishu.entered.wait()
+    owed = a.harness.feishu.calls[-1]
+    assert (owed.op, owed.target) == ("reply_text", "om_1")
+    a.keeper.stop()  # a dies: no renewal, no release, its reply never sent
+    del cluster.instances["a"]
+    await a.harness.engine.drain(0.0)
+
+    cluster.tick(TTL + 1)
+    assert await b.say("hello", "om_2")  # b's pull claims the expired lease for it
+    await cluster.settled()
+
+    replies = [(c.op, c.target, c.text) for c in b.harness.feishu.calls if c.op == "reply_text"]
+    assert replies[0] == ("reply_text", "om_1", owed.text)
+    assert [c[2] for c in b.harness.runtime.calls if c[0] == "prompt"] == ["hello"]
+
+
 async def test_a_lost_lease_stops_the_old_owner_from_starting_turns(cluster: Cluster) -> None:
     a, b = cluster.instances["a"], cluster.instances["b"]
     await a.say("one", "om_1")
