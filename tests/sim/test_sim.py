@@ -52,7 +52,13 @@ def _sweep(
 
 # Seeds that break a rule by a product bug not fixed yet: left out of the sweep, each pinned
 # by a strict xfail below (it flips to a failure once fixed: move it to the seeds kept then).
-KNOWN_BUGS: dict[int, str] = {}
+KNOWN_BUGS: dict[int, str] = {
+    # A cluster member killed with a message it had acked queued behind a running turn; the
+    # survivor claimed the chat for the next message, found every message queued and
+    # nothing owed, and fed the queued one as new: a second ack, and no "still queued after
+    # a restart" line. (A claim from an earlier holder likely wants the takeover path.)
+    54781: "om_oc_1_0: 2 acks",
+}
 
 
 # The sweep in slices, each well inside the suite's per-test timeout (a world with the
