@@ -12,6 +12,7 @@ from pydantic import SecretStr
 from bridge.cluster.forward import Forwarder
 from bridge.cluster.leases import LeaseKeeper
 from bridge.cluster.ownership import Ownership
+from bridge.cluster.wake import Wake
 from bridge.config import Settings
 from bridge.config.apps import store_name
 from bridge.engine.engine import Engine
@@ -65,18 +66,35 @@ def ownership_for(
 
     ttl = settings.cluster.bridge_lease_seconds
     me = settings.cluster.bridge_instance_id
-    keeper = LeaseKeeper(
-        store, me, ttl, clock=clock, on_lost=lambda key, why: ownership.lost(key, why)
-    )
     token = secret(settings.ops.bridge_ops_token)
     forwarder = Forwarder(store, me, token=token, stale_after=ttl, clock=clock, app=app)
+    wake = PgWake(url) if app is None else PgWake(url, channel=f"{DEFAULT_CHANNEL}_{app}")
+    return leased(store, engine, me, ttl, clock=clock, wake=wake, forwarder=forwarder)[1]
+
+
+def leased(
+    store: Store,
+    engine: Engine,
+    instance_id: str,
+    ttl: float,
+    *,
+    clock: Callable[[], float],
+    wake: Wake,
+    forwarder: Forwarder,
+) -> tuple[LeaseKeeper, Ownership]:
+    """An instance's lease keeper and the ownership it serves, wired as every instance on a
+    shared store has them (the simulator's cluster members too): a lease lost is the
+    ownership's to act on, and the takeover sweep runs every third of the lease."""
+    keeper = LeaseKeeper(
+        store, instance_id, ttl, clock=clock, on_lost=lambda key, why: ownership.lost(key, why)
+    )
     ownership = Ownership(
         keeper=keeper,
-        wake=PgWake(url) if app is None else PgWake(url, channel=f"{DEFAULT_CHANNEL}_{app}"),
+        wake=wake,
         store=store,
         engine=engine,
         forwarder=forwarder,
         clock=clock,
         sweep_every=ttl / 3,
     )
-    return ownership
+    return keeper, ownership

@@ -39,6 +39,7 @@ from bridge.cluster.wake import WakeKind, Wakeup, _Fanout
 from bridge.engine.engine import Engine
 from bridge.feishu.events import CardAction, CardActionReply
 from bridge.store.port import Store, StoreUnavailable
+from bridge.stores import leased
 
 from .loop import SimClock
 from .store import DbOutage, DownStore
@@ -302,25 +303,12 @@ def member(
         answer = await other.task(other.ownership.take_forwarded(json.loads(request.content)))
         return httpx.Response(404, json={}) if answer is None else httpx.Response(200, json=answer)
 
-    keeper = LeaseKeeper(
-        store, name, lease, clock=clock.now, on_lost=lambda key, why: ownership.lost(key, why)
-    )
+    transport = httpx.MockTransport(peer)
     forwarder = Forwarder(
-        store,
-        name,
-        token="sim",
-        stale_after=lease,
-        clock=clock.now,
-        transport=httpx.MockTransport(peer),
+        store, name, token="sim", stale_after=lease, clock=clock.now, transport=transport
     )
-    ownership = Ownership(
-        keeper=keeper,
-        wake=wake,
-        store=store,
-        engine=engine,
-        forwarder=forwarder,
-        clock=clock.now,
-        sweep_every=lease / 3,
+    keeper, ownership = leased(
+        store, engine, name, lease, clock=clock.now, wake=wake, forwarder=forwarder
     )
     return Member(name, engine, ownership, keeper)
 
