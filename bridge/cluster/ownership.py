@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from typing import Any, Protocol
 
 from bridge.cluster.forward import Forwarder, PeersUnreachable
@@ -43,6 +43,8 @@ from bridge.cluster.leases import LeaseKeeper, LossReason
 from bridge.cluster.wake import Subscription, Wake, WakeKind
 from bridge.feishu.events import CardAction, CardActionReply, InboundMessage, MenuClick
 from bridge.store.port import JournaledMessage, MessageState, Store, StoreUnavailable
+
+QUEUED = MessageState.QUEUED
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +72,9 @@ class LocalEngine(Protocol):
 
     def accept_journaled(self, message: JournaledMessage) -> None: ...
 
-    async def take_over(self, key: str, fresh: Mapping[str, InboundMessage]) -> list[str]: ...
+    async def take_over(
+        self, key: str, fresh: Mapping[str, InboundMessage], leftovers: Collection[str]
+    ) -> list[str]: ...
 
     async def local_card_action(self, action: CardAction) -> CardActionReply | None: ...
 
@@ -246,16 +250,20 @@ class Ownership:
             log.info("conversation %s claimed%s", key, " (takeover)" if takeover else "")
             self._fed[key] = set()
         pending = await self._store.pending_messages(key)
-        if claimed and (
-            takeover
-            or any(m.state is not MessageState.QUEUED for m in pending)
-            or await self._owes(key)
-        ):
+        # What an earlier owner took (acked, queued, ran), even with every message still
+        # queued (seed 54781: its owner died in a scheduled round, an acked message behind
+        # it). What none took arrives as new: journaled by another instance after its owner
+        # died, or just before the store went away (seed 17734; the database-restart flake).
+        leftovers = {m.message_id for m in pending if m.taken or m.state is not QUEUED}
+        if claimed and (takeover or leftovers or await self._owes(key)):
             # A dead owner's leftovers: told and run as after a restart.
+            await self._take(key, [m.message_id for m in pending])
             inbound = self._inbound.pop(key, {})
-            self._fed[key] = set(await self._engine.take_over(key, inbound))
+            fed = await self._engine.take_over(key, inbound, leftovers)
+            await self._take(key, [mid for mid in fed if mid not in self._fed[key]])
+            self._fed[key] = set(fed)
         else:
-            self._feed(key, pending)
+            await self._feed(key, pending)
         if claimed:  # its schedules, as the store holds them now, run here
             await self._engine.reload_schedules(key)
 
@@ -265,18 +273,26 @@ class Ownership:
         here by a new message's pull rather than by the sweep)."""
         return any(post.conversation_key == key for post in await self._store.owed())
 
-    def _feed(self, key: str, pending: list[JournaledMessage]) -> None:
+    async def _take(self, key: str, message_ids: list[str]) -> None:
+        """Mark the messages taken under this instance's fence, before they are acked: an
+        owner after this one finds them as its leftovers."""
+        fence = self._keeper.fence(key)
+        if message_ids and fence is not None:
+            await self._store.take_messages(message_ids, fence)
+
+    async def _feed(self, key: str, pending: list[JournaledMessage]) -> None:
         """The queued messages not fed yet, in journal order."""
         fed = self._fed.setdefault(key, set())
+        new = [m for m in pending if m.state is QUEUED and m.message_id not in fed]
+        await self._take(key, [m.message_id for m in new])
         inbound = self._inbound.pop(key, {})
-        for message in pending:
-            if message.state is MessageState.QUEUED and message.message_id not in fed:
-                local = inbound.pop(message.message_id, None)
-                if local is not None:  # the request's own copy knows its topic thread
-                    self._engine.accept(local)
-                else:
-                    self._engine.accept_journaled(message)
-                fed.add(message.message_id)
+        for message in new:
+            local = inbound.pop(message.message_id, None)
+            if local is not None:  # the request's own copy knows its topic thread
+                self._engine.accept(local)
+            else:
+                self._engine.accept_journaled(message)
+            fed.add(message.message_id)
         self._fed[key] = fed & {m.message_id for m in pending}
 
     # -- takeover -----------------------------------------------------------------------

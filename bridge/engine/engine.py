@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -235,8 +235,10 @@ class Engine:
     def accept_journaled(self, message: JournaledMessage) -> None:
         self.intake.accept_journaled(message)
 
-    async def take_over(self, key: str, fresh: Mapping[str, InboundMessage]) -> list[str]:
-        return await self.intake.take_over(key, fresh)
+    async def take_over(
+        self, key: str, fresh: Mapping[str, InboundMessage], leftovers: Collection[str]
+    ) -> list[str]:
+        return await self.intake.take_over(key, fresh, leftovers)
 
     async def local_card_action(self, action: CardAction) -> CardActionReply | None:
         return await self.intake.local_card_action(action)

@@ -6,7 +6,7 @@ its conversation (a text that starts with `/` a command, a menu click a command 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import replace
 
 from bridge.cluster.forward import PeersUnreachable
@@ -295,10 +295,13 @@ class Intake:
                 await self._interrupt([item])
         return {t.message_id for t in cut} | ended
 
-    async def take_over(self, key: str, fresh: Mapping[str, InboundMessage]) -> list[str]:
+    async def take_over(
+        self, key: str, fresh: Mapping[str, InboundMessage], leftovers: Collection[str]
+    ) -> list[str]:
         """Several instances: this one just claimed a conversation whose owner died (or
-        shut down). Its leftovers are recovered as after a restart; the messages in `fresh`
-        (this instance took them just now) arrive as new. Returns the ids fed."""
+        shut down). Its `leftovers` (what that owner took) are recovered as after a
+        restart; every other message arrives as new, from `fresh` (this instance's own
+        copies, which know their topic thread) or from the journal. Returns the ids fed."""
         now = self._clock()
         approvals = [a for a in await self._store.open_approvals() if a.conversation_key == key]
         await self._expire(approvals, now)
@@ -307,10 +310,12 @@ class Intake:
         # 44126: an /every's confirmation, so its user never learned the schedule's number).
         done = await self._replay(float("inf"), now, key)
         messages = await self._store.pending_messages(key)
-        await self._requeue([m for m in messages if m.message_id not in fresh], done, now)
+        await self._requeue([m for m in messages if m.message_id in leftovers], done, now)
         for message in messages:
             if message.message_id in fresh:
                 self.accept(fresh[message.message_id])
+            elif message.message_id not in leftovers:
+                self.accept_journaled(message)
         return [m.message_id for m in messages]
 
     def accept_journaled(self, message: JournaledMessage) -> None:

@@ -130,6 +130,13 @@ class MemoryStore(AsyncLifecycle):
         self._messages[message_id] = replace(current, state=state, updated_at=now)
         return True
 
+    async def take_messages(self, message_ids: Sequence[str], fence: int) -> None:
+        self._check()
+        for message_id in message_ids:
+            message = self._messages.get(message_id)
+            if message is not None and message.taken < fence:
+                self._messages[message_id] = replace(message, taken=fence)
+
     async def interrupt_running_messages(self, now: float) -> int:
         self._check()
         running = [m for m in self._messages.values() if m.state is MessageState.RUNNING]

@@ -101,6 +101,9 @@ class JournaledMessage:
     received_at: float
     updated_at: float
     attachments: str = ""  # JSON list of the images and files it carries
+    # Several instances: the lease fence under which an owner took it (acked it, queued or
+    # ran it); 0 while no owner has. A later owner finds it as its predecessor's leftover.
+    taken: int = 0
 
 
 @dataclass(frozen=True)

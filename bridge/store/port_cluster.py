@@ -86,6 +86,11 @@ class ClusterStore(Protocol):
         and no live lease at `now`, oldest waiting message first: what a taking-over
         instance claims, then reads with `pending_messages`."""
 
+    async def take_messages(self, message_ids: Sequence[str], fence: int) -> None:
+        """Note that the owner holding the conversation's lease at `fence` took these
+        messages (acks them, queues or runs them): an owner after it then tells them apart
+        from messages journaled but never taken, which arrive there as new."""
+
     async def interrupt_running_of(self, conversation_key: str, now: float) -> int:
         """Mark the conversation's RUNNING messages INTERRUPTED (its owner died); returns
         how many. Unlike `interrupt_running_messages`, other conversations are untouched."""

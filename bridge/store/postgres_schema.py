@@ -202,6 +202,12 @@ CREATE TABLE p2p_chats (
 );
 """
 
+# The lease fence under which an owner took each message: what a later owner finds taken
+# is its predecessor's leftover, the rest arrives there as new (0: no owner took it yet).
+_SCHEMA_V11 = """
+ALTER TABLE messages ADD COLUMN taken BIGINT NOT NULL DEFAULT 0;
+"""
+
 # Ordered; migration N (1-based) brings the schema from version N-1 to N. Append only.
 MIGRATIONS: tuple[str, ...] = (
     _SCHEMA_V1,
@@ -214,6 +220,7 @@ MIGRATIONS: tuple[str, ...] = (
     _SCHEMA_V8,
     _SCHEMA_V9,
     _SCHEMA_V10,
+    _SCHEMA_V11,
 )
 
 # pg_advisory_xact_lock key of the migrations: "fpbridge" in ASCII, as a bigint.

@@ -22,7 +22,7 @@ from bridge.store.port import (
 
 MESSAGE_COLUMNS = (
     "seq, message_id, conversation_key, sender_open_id, chat_id, text, state, "
-    "received_at, updated_at, attachments"
+    "received_at, updated_at, attachments, taken"
 )
 TURN_COLUMNS = (
     "turn_id, conversation_key, message_id, started_at, outcome, finished_at, prompted_at"
@@ -61,6 +61,7 @@ def message_of(row: Row) -> JournaledMessage:
         received_at=float(row[7]),
         updated_at=float(row[8]),
         attachments=str(row[9] or ""),
+        taken=int(row[10] or 0),
     )
 
 

@@ -282,6 +282,12 @@ class SqlStore(AsyncLifecycle):
         update = state_update(message_id, state, now)
         return update is not None and await self._write(update[0], update[1]) == 1
 
+    async def take_messages(self, message_ids: Sequence[str], fence: int) -> None:
+        if message_ids:
+            marks = ", ".join("?" * len(message_ids))
+            sql = f"UPDATE messages SET taken = ? WHERE taken < ? AND message_id IN ({marks})"
+            await self._write(sql, (fence, fence, *message_ids))
+
     async def interrupt_running_messages(self, now: float) -> int:
         return await self._write(
             "UPDATE messages SET state = 'interrupted', updated_at = ? WHERE state = 'running'",

@@ -196,6 +196,11 @@ CREATE TABLE p2p_chats (
 );
 """
 
+# The lease fence under which an owner took each message (0: none yet; several instances).
+_SCHEMA_V11 = """
+ALTER TABLE messages ADD COLUMN taken INTEGER NOT NULL DEFAULT 0;
+"""
+
 MIGRATIONS: tuple[str, ...] = (
     _SCHEMA_V1,
     _SCHEMA_V2,
@@ -207,6 +212,7 @@ MIGRATIONS: tuple[str, ...] = (
     _SCHEMA_V8,
     _SCHEMA_V9,
     _SCHEMA_V10,
+    _SCHEMA_V11,
 )
 
 

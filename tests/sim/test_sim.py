@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Awaitable, Callable, Collection, Iterable
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
 from contextlib import closing
 from dataclasses import replace
 from typing import Any
@@ -26,6 +26,7 @@ from bridge.feishu import session
 from bridge.feishu.budget import CallBudget
 from bridge.feishu.cards.parts import BY_ELEMENT
 from bridge.feishu.delivery import FeishuGate
+from bridge.feishu.events import InboundMessage
 from bridge.feishu.requests import CallTerms
 from bridge.store import MemoryStore, TurnRecord, UnownedConversation
 from bridge.store.steady import StoreRetry
@@ -52,13 +53,7 @@ def _sweep(
 
 # Seeds that break a rule by a product bug not fixed yet: left out of the sweep, each pinned
 # by a strict xfail below (it flips to a failure once fixed: move it to the seeds kept then).
-KNOWN_BUGS: dict[int, str] = {
-    # A cluster member killed with a message it had acked queued behind a running turn; the
-    # survivor claimed the chat for the next message, found every message queued and
-    # nothing owed, and fed the queued one as new: a second ack, and no "still queued after
-    # a restart" line. (A claim from an earlier holder likely wants the takeover path.)
-    54781: "om_oc_1_0: 2 acks",
-}
+KNOWN_BUGS: dict[int, str] = {}
 
 
 # The sweep in slices, each well inside the suite's per-test timeout (a world with the
@@ -428,6 +423,11 @@ def test_seeds_that_found_bugs_in_the_worlds_drawn_now(seed: int) -> None:
         # schedule's number, could not /unschedule it. A takeover (which now sends what its
         # owner owed, as a restart does) runs whenever something of the conversation is owed
         44126,
+        # A member killed running a scheduled round with a message it had acked queued
+        # behind it; the survivor claimed the chat for the next message, found every message
+        # queued and nothing owed, and fed the queued one as new: acked twice, never told it
+        # waited through a restart. A claim past another holder's fence is a takeover
+        54781,
     ],
 )
 def test_seeds_that_found_bugs_in_a_cluster(seed: int) -> None:
@@ -441,16 +441,40 @@ def _cluster_seeds(below: int) -> list[int]:
 def test_the_sweep_finds_a_message_never_claimed_taken_over_as_a_dead_owners(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """6c344ea's fix put back: every conversation without a live lease, never claimed ones
-    too, is swept up as a dead owner's (a message caught between its journal and its claim
-    by a database restart gets the "restarted" line and no ack)."""
-    unowned = MemoryStore.unowned_conversations
+    """6c344ea's fix put back, as it stood before owners marked what they took: every
+    conversation without a live lease, never claimed ones too, is swept up as a dead
+    owner's, and a takeover counts every message but its own copies as the dead owner's (a
+    message caught between its journal and its claim by a database restart gets the
+    "restarted" line and no ack)."""
+    unowned, take_over = MemoryStore.unowned_conversations, Intake.take_over
 
     async def all_taken_over(self: MemoryStore, now: float) -> list[UnownedConversation]:
         return [replace(found, fence=max(found.fence, 1)) for found in await unowned(self, now)]
 
+    async def all_leftovers(
+        self: Intake, key: str, fresh: Mapping[str, InboundMessage], leftovers: Collection[str]
+    ) -> list[str]:
+        pending = await self._store.pending_messages(key)
+        return await take_over(self, key, fresh, {m.message_id for m in pending} - set(fresh))
+
     monkeypatch.setattr(MemoryStore, "unowned_conversations", all_taken_over)
+    monkeypatch.setattr(Intake, "take_over", all_leftovers)
     assert _sweep(_cluster_seeds(40), "told of a restart") is not None
+
+
+def test_the_sweep_finds_a_dead_owners_messages_acked_again_by_the_next(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Owners that never mark what they took: the next owner of a killed member's chat
+    finds no leftovers among its queued messages and acks them again as new (seed 54781's
+    bug, everywhere a member dies with messages queued)."""
+
+    async def unmarked(self: MemoryStore, message_ids: Sequence[str], fence: int) -> None:
+        return None
+
+    monkeypatch.setattr(MemoryStore, "take_messages", unmarked)
+    dying = [seed for seed in _cluster_seeds(400) if draw_cluster(seed).death is not None]  # type: ignore[union-attr]
+    assert _sweep(dying, "2 acks") is not None
 
 
 def test_the_sweep_finds_a_dead_members_turns_taken_over_untold(

@@ -280,6 +280,63 @@ async def test_a_post_its_dead_owner_owed_goes_out_from_the_next_to_claim_it(
     assert [c[2] for c in b.harness.runtime.calls if c[0] == "prompt"] == ["hello"]
 
 
+async def test_a_message_its_dead_owner_took_is_resumed_not_acked_again(
+    cluster: Cluster,
+) -> None:
+    """Seed 54781: the owner took a message (acked it, queued it behind a scheduled round)
+    and died; nothing of the conversation was past queued or owed. The other instance
+    claims the chat for the user's next message: the queued one is the dead owner's, said
+    to be picked up again, not acked a second time as new."""
+    a, b = cluster.instances["a"], cluster.instances["b"]
+    assert await a.keeper.acquire(CHAT) == 1
+    store, clock = cluster.store, cluster.clock
+    assert await store.journal_message(CHAT, "om_1", ALICE, CHAT, "first", clock)
+    await store.take_messages(["om_1"], 1)  # as a's feed marks it, before its ack
+    a.keeper.stop()  # a dies holding the conversation, om_1 queued on it
+    del cluster.instances["a"]
+
+    cluster.tick(TTL + 1)
+    assert await b.say("next", "om_2")
+    await cluster.settled()
+    (await b.harness.runtime.turn(1)).end()
+    await cluster.settled()
+
+    calls = [(c.op, c.target, c.text) for c in b.harness.feishu.calls]
+    assert ("add_reaction", "om_1", ACK) not in calls
+    assert ("reply_text", "om_1", T("recovery.resumed")) in calls
+    assert ("add_reaction", "om_2", ACK) in calls  # the new one is acked as new
+    assert [c[2] for c in b.harness.runtime.calls if c[0] == "prompt"] == ["first", "next"]
+
+
+async def test_a_message_no_owner_took_arrives_as_new_after_its_owner_died(
+    cluster: Cluster,
+) -> None:
+    """Seed 17734: the owner died; another instance journaled a message for the chat
+    after that, and before it claimed the chat, the other instance claimed it for its own
+    message. No owner ever took the first one: it is acked and run as new, never told it
+    waited through a restart."""
+    a, b = cluster.instances["a"], cluster.instances["b"]
+    await a.say("one", "om_1")
+    await cluster.settled()
+    (await a.harness.runtime.turn(1)).end()
+    await cluster.settled()
+    a.keeper.stop()  # a dies between rounds
+    del cluster.instances["a"]
+
+    cluster.tick(TTL + 1)
+    store, clock = cluster.store, cluster.clock
+    assert await store.journal_message(CHAT, "om_2", ALICE, CHAT, "two", clock)  # by c
+    assert await b.say("three", "om_3")
+    await cluster.settled()
+
+    calls = [(c.op, c.target, c.text) for c in b.harness.feishu.calls]
+    assert ("add_reaction", "om_2", ACK) in calls
+    assert ("add_reaction", "om_3", ACK) in calls
+    assert T("recovery.resumed") not in b.harness.feishu.texts()
+    assert T("recovery.resumed_queued") not in b.harness.feishu.texts()
+    assert [c[2] for c in b.harness.runtime.calls if c[0] == "prompt"] == ["two"]
+
+
 async def test_a_lost_lease_stops_the_old_owner_from_starting_turns(cluster: Cluster) -> None:
     a, b = cluster.instances["a"], cluster.instances["b"]
     await a.say("one", "om_1")

@@ -156,6 +156,23 @@ async def test_interrupt_running_of_touches_one_conversation(store: Store) -> No
     }
 
 
+async def test_taken_messages_keep_the_largest_fence_across_a_restart(
+    store: Store, restart: Restart
+) -> None:
+    for mid in ("a1", "a2", "a3"):
+        assert await store.journal_message("A", mid, "ou", "oc", "hi", T0)
+    await store.take_messages(["a1", "a2"], 1)
+    await store.take_messages(["a2"], 3)
+    await store.take_messages(["a2", "unknown"], 2)  # a late, older owner's mark: ignored
+    await store.take_messages([], 4)
+    store = await restart()
+    taken = {m.message_id: m.taken for m in await store.pending_messages("A")}
+    assert taken == {"a1": 1, "a2": 3, "a3": 0}
+    message = await store.message("a2")
+    assert message is not None
+    assert message.taken == 3
+
+
 async def test_leases_survive_restart(store: Store, restart: Restart) -> None:
     assert await store.claim_lease("A", "i1", T0, TTL) == 1
     store = await restart()
