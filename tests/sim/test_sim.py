@@ -426,8 +426,13 @@ def test_seeds_that_found_bugs_in_the_worlds_drawn_now(seed: int) -> None:
         # A member killed running a scheduled round with a message it had acked queued
         # behind it; the survivor claimed the chat for the next message, found every message
         # queued and nothing owed, and fed the queued one as new: acked twice, never told it
-        # waited through a restart. A claim past another holder's fence is a takeover
+        # waited through a restart. Owners now mark what they take, and a takeover
+        # recovers only that
         54781,
+        # Its converse, in the first try at that fix (any claim past another holder's fence
+        # a takeover): messages journaled by the restarted member after the owner died were
+        # told "the service restarted" and never acked
+        17734,
     ],
 )
 def test_seeds_that_found_bugs_in_a_cluster(seed: int) -> None:
