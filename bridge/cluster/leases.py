@@ -182,6 +182,11 @@ class LeaseKeeper:
         """Before the first acquire: a previous process under the same instance id may have
         left leases; they are released, so the takeover path handles their work."""
         released = await self.store.release_leases(self.instance_id)
+        # Steady from now, not since ever: a process started just as the store came back
+        # (its supervisor restarting it through an outage) cannot tell the others were cut
+        # off too, so their expired leases are left to them for the grace as after an
+        # outage of its own (several such worlds of the simulator ran a round twice).
+        self._steady_since = self._clock()
         if released:
             logger.info("released %d leases left by an earlier %s", released, self.instance_id)
 

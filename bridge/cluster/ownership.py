@@ -110,6 +110,9 @@ class Ownership:
         # knows its topic thread; the journal's does not).
         self._inbound: dict[str, dict[str, InboundMessage]] = {}
         self._fed: dict[str, set[str]] = {}  # fed to the actor and unfinished at last read
+        # Takeovers begun here and cut short (the store went away mid-way): done again by
+        # the next pull, which the sweep asks for, as the lease is this instance's by then.
+        self._taking: set[str] = set()
         self._pulls: dict[str, asyncio.Task[None]] = {}
         self._again: set[str] = set()  # kicked during a pull: read once more
         self._takeover: set[str] = set()  # to claim as leftovers of a dead owner
@@ -255,13 +258,18 @@ class Ownership:
         # it). What none took arrives as new: journaled by another instance after its owner
         # died, or just before the store went away (seed 17734; the database-restart flake).
         leftovers = {m.message_id for m in pending if m.taken or m.state is not QUEUED}
-        if claimed and (takeover or leftovers or await self._owes(key)):
-            # A dead owner's leftovers: told and run as after a restart.
+        resumed = key in self._taking
+        if resumed or (claimed and (takeover or leftovers or await self._owes(key))):
+            # A dead owner's leftovers: told and run as after a restart (each step keeps
+            # its effect in the store, so one cut short is simply done again).
+            self._taking.add(key)
             await self._take(key, [m.message_id for m in pending])
             inbound = self._inbound.pop(key, {})
             fed = await self._engine.take_over(key, inbound, leftovers)
-            await self._take(key, [mid for mid in fed if mid not in self._fed[key]])
+            already = self._fed.setdefault(key, set())
+            await self._take(key, [mid for mid in fed if mid not in already])
             self._fed[key] = set(fed)
+            self._taking.discard(key)
         else:
             await self._feed(key, pending)
         if claimed:  # its schedules, as the store holds them now, run here
@@ -316,6 +324,8 @@ class Ownership:
             self.kick(key, takeover=found.fence > 0)
         self._waited = waited
         held = set(self._keeper.held())  # unconfirmed ones too: the pull reclaims them
+        for key in sorted(self._taking & held):
+            self.kick(key)
         for message in await self._store.unfinished_messages():
             key = message.conversation_key
             if (
@@ -345,6 +355,7 @@ class Ownership:
     def lost(self, key: str, reason: LossReason) -> None:
         """The keeper's `on_lost`: another instance may run the conversation from now on."""
         self._fed.pop(key, None)
+        self._taking.discard(key)
         self._inbound.pop(key, None)
         self._engine.forget(key)
 

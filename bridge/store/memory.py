@@ -505,12 +505,15 @@ class MemoryStore(AsyncLifecycle):
     async def unowned_conversations(self, now: float) -> list[UnownedConversation]:
         self._check()
         found: dict[str, UnownedConversation] = {}
-        for m in sorted(self._messages.values(), key=lambda m: m.seq):
-            key = m.conversation_key
-            if m.state is MessageState.DONE or key in found:
-                continue
+        waiting = [
+            m.conversation_key
+            for m in sorted(self._messages.values(), key=lambda m: m.seq)
+            if m.state is not MessageState.DONE
+        ]
+        owed = [post.conversation_key for post in await self.owed()]  # `_UNOWNED_OWED`
+        for key in [*waiting, *owed]:
             holder, fence, expires_at = self._leases.get(key, (None, 0, 0.0))
-            if holder is None or expires_at <= now:
+            if key not in found and (holder is None or expires_at <= now):
                 found[key] = UnownedConversation(key, holder, fence)
         return list(found.values())
 

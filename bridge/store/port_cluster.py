@@ -83,8 +83,9 @@ class ClusterStore(Protocol):
 
     async def unowned_conversations(self, now: float) -> list[UnownedConversation]:
         """Conversations with unfinished journal messages (queued, running, interrupted)
-        and no live lease at `now`, oldest waiting message first: what a taking-over
-        instance claims, then reads with `pending_messages`."""
+        and no live lease at `now`, oldest waiting message first, then those whose only
+        leftover is an owed post (its owner died before sending it): what a taking-over
+        instance claims, then reads with `pending_messages` and `owed`."""
 
     async def take_messages(self, message_ids: Sequence[str], fence: int) -> None:
         """Note that the owner holding the conversation's lease at `fence` took these

@@ -169,6 +169,15 @@ _UNOWNED = (
     " GROUP BY m.conversation_key, l.owner, l.fence ORDER BY MIN(m.seq)"
 )
 
+# A conversation whose only leftover is a post its owner recorded and died before sending
+# (an answer, a command's reply): its messages are done, yet it has work to take over.
+_UNOWNED_OWED = (
+    "SELECT o.conversation_key, l.owner, COALESCE(l.fence, 0) FROM owed o"
+    " LEFT JOIN leases l ON l.conversation_key = o.conversation_key"
+    " WHERE l.conversation_key IS NULL OR l.owner IS NULL OR l.expires_at <= ?"
+    " GROUP BY o.conversation_key, l.owner, l.fence ORDER BY MIN(o.seq)"
+)
+
 _HEARTBEAT = (
     "INSERT INTO instances (instance_id, epoch, started_at, heartbeat_at, ops_url, info)"
     " VALUES (?, ?, ?, ?, ?, ?)"
@@ -655,15 +664,18 @@ class SqlStore(AsyncLifecycle):
         return Lease(owner=str(owner), fence=int(fence), expires_at=float(expires_at))
 
     async def unowned_conversations(self, now: float) -> list[UnownedConversation]:
-        rows = await self._all(_UNOWNED, (now,))
-        return [
-            UnownedConversation(
-                conversation_key=str(key),
-                last_owner=None if owner is None else str(owner),
-                fence=int(fence),
+        rows = [*await self._all(_UNOWNED, (now,)), *await self._all(_UNOWNED_OWED, (now,))]
+        found: dict[str, UnownedConversation] = {}
+        for key, owner, fence in rows:
+            found.setdefault(
+                str(key),
+                UnownedConversation(
+                    conversation_key=str(key),
+                    last_owner=None if owner is None else str(owner),
+                    fence=int(fence),
+                ),
             )
-            for key, owner, fence in rows
-        ]
+        return list(found.values())
 
     async def interrupt_running_of(self, conversation_key: str, now: float) -> int:
         return await self._write(

@@ -84,7 +84,9 @@ def draw_cluster(seed: int) -> ClusterPlan | None:
     death = None
     dying = random.Random(f"death:{seed}")
     back = None
-    if outage is None and dying.random() < 0.7:  # not both yet, as with a single process
+    # A member dies in most worlds that keep their database, and in some that lose it
+    # (drawn only for those, so the worlds drawn before are as they were).
+    if dying.random() < 0.7 if outage is None else dying.random() < 0.25:
         death = dying.uniform(0.0, 40.0)
         if dying.random() < 0.5:
             back = dying.choice((0.5, 3.0, 10.0))
@@ -115,6 +117,9 @@ class Member:
 
 # Seconds a load balancer's health checks take to stop routing to a dead member.
 HEALTH_LAG = 2.0
+# Seconds a supervisor waits before starting a process that exited again (systemd's
+# RestartSec=1).
+RESTART_SEC = 1.0
 
 
 class MemberReceiver:
@@ -214,29 +219,45 @@ class Cluster:
         releases what the dead one held, and takes over with the others)."""
         await asyncio.sleep(at)
         index, member = next((i, m) for i, m in enumerate(self.members) if m.name == name)
-        member.dead = True
         self.restarted_at = clock.now()
         self.restart_until = self.restarted_at + lease * 1.5 + 1.0
-        member.keeper.stop()
-        member.engine.schedules.close()  # its timers are the loop's, not tasks
-        for actor in member.engine.conversations.values():
-            actor.close()
-        for task in list(self._tasks[name]):
-            task.cancel()
-        agents.died(name)
+        self._terminate(member, agents)
         lag = HEALTH_LAG if back_after is None else min(HEALTH_LAG, back_after)
         await asyncio.sleep(lag)
         member.routed = False
         if respawn is None or back_after is None or fronts is None:
             return
         await asyncio.sleep(back_after - lag)
-        again, receiver = respawn()
-        self.members[index] = again
-        fronts[index].rebind(again, receiver)
-        await _heartbeat(store, again.name, clock)
-        self._beats.append(again.task(_heartbeats(store, again.name, clock, lease / 2)))
-        await again.task(again.ownership.prepare())
+        while True:
+            again, receiver = respawn()
+            self.members[index] = again
+            fronts[index].rebind(again, receiver)
+            await _heartbeat(store, again.name, clock)
+            beats = again.task(_heartbeats(store, again.name, clock, lease / 2))
+            try:
+                await again.task(again.ownership.prepare())
+            except StoreUnavailable:
+                # Started while the database is away: the process exits (its store would not
+                # open), and its supervisor starts it again a second later.
+                beats.cancel()
+                self._terminate(again, agents)  # and whatever it had begun goes with it
+                again.routed = False
+                await asyncio.sleep(RESTART_SEC)
+                continue
+            break
+        self._beats.append(beats)
         await again.task(_started(again))
+
+    def _terminate(self, member: Member, agents: Any) -> None:
+        """The process ends at once: its work stops where it stood, its agents exit."""
+        member.dead = True
+        member.keeper.stop()
+        member.engine.schedules.close()  # its timers are the loop's, not tasks
+        for actor in member.engine.conversations.values():
+            actor.close()
+        for task in list(self._tasks[member.name]):
+            task.cancel()
+        agents.died(member.name)
 
     async def stop(self) -> None:
         for beat in self._beats:

@@ -433,6 +433,18 @@ def test_seeds_that_found_bugs_in_the_worlds_drawn_now(seed: int) -> None:
         # a takeover): messages journaled by the restarted member after the owner died were
         # told "the service restarted" and never acked
         17734,
+        # Worlds where a member dies while the database is away (drawn since): the member
+        # restarted through the outage counted itself steady from its start and took the
+        # other's expired leases before that one, cut off as well, could renew them: both
+        # ran a round, a card's changes crossed and a chat went past Feishu's send limit
+        10980,
+        # A killed member's answer, recorded and owed, its message done: no sweep looked
+        # for a conversation with nothing unfinished but an owed post, so it never went out
+        11168,
+        # The database went away in the middle of a takeover, after the claim; the lease
+        # stayed the survivor's, so no claim said "take over" again and the dead member's
+        # round was never reported cut
+        12407,
     ],
 )
 def test_seeds_that_found_bugs_in_a_cluster(seed: int) -> None:
@@ -480,6 +492,27 @@ def test_the_sweep_finds_a_dead_owners_messages_acked_again_by_the_next(
     monkeypatch.setattr(MemoryStore, "take_messages", unmarked)
     dying = [seed for seed in _cluster_seeds(400) if draw_cluster(seed).death is not None]  # type: ignore[union-attr]
     assert _sweep(dying, "2 acks") is not None
+
+
+def test_the_sweep_finds_a_process_started_after_an_outage_taking_leases_at_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A keeper steady since ever from its start: a member restarted through a database
+    outage takes the other's expired leases before that one can renew them, and both run
+    the conversation (only the worlds where a member dies while the database is away)."""
+    start = LeaseKeeper.start
+
+    async def steady_at_once(self: LeaseKeeper) -> None:
+        await start(self)
+        self._steady_since = float("-inf")
+
+    monkeypatch.setattr(LeaseKeeper, "start", steady_at_once)
+    both = [
+        seed
+        for seed in _cluster_seeds(13000)
+        if (plan := draw_cluster(seed)) is not None and plan.outage and plan.death is not None
+    ]
+    assert _sweep(both) is not None
 
 
 def test_the_sweep_finds_a_dead_members_turns_taken_over_untold(

@@ -304,6 +304,22 @@ async def test_start_releases_leases_an_earlier_process_left(store: MemoryStore)
     assert await h.keeper.acquire("A") == 2  # a new holding: the fence says so
 
 
+async def test_a_process_just_started_leaves_the_others_expired_leases_to_them_a_while(
+    store: MemoryStore,
+) -> None:
+    """Started as the database came back (its supervisor restarting it through the outage),
+    it cannot tell that the others were cut off too: their expired leases wait out the
+    grace, as after an outage of its own (else it cut their running rounds)."""
+    assert await store.claim_lease("B", "other", T0, TTL) == 1
+    h = Harness(store)
+    h.clock.now = T0 + TTL  # B has expired: its owner was cut off, or is dead
+    await h.keeper.start()
+    assert await h.keeper.acquire("B") is None
+    assert await h.keeper.acquire("A") == 1  # a free lease is taken at once
+    h.clock.now = T0 + TTL + h.keeper.takeover_grace
+    assert await h.keeper.acquire("B") == 2  # nobody renewed it: a dead owner's
+
+
 async def test_a_claim_landing_before_a_renewal_is_not_released_as_a_stray() -> None:
     store = FlakyStore()
     await store.open()

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from typing import Any
 
 import httpx
 import pytest
@@ -18,7 +19,7 @@ from bridge.cluster.wake import LocalWake
 from bridge.feishu.events import InboundMessage
 from bridge.runtime.events import PermissionRequested
 from bridge.store import MemoryStore
-from bridge.store.port import ApprovalStatus, MessageState
+from bridge.store.port import ApprovalStatus, MessageState, StoreUnavailable
 from tests.fakes.feishu import Call
 from tests.unit.engine.engine_fakes import ACK, ALICE, CHAT, Harness, T
 from tests.unit.engine.test_engine_intake import OPTIONS
@@ -118,6 +119,11 @@ async def cluster() -> AsyncIterator[Cluster]:
         await store.heartbeat(name, "e1", c.clock, f"http://{name}")
         await instance.ownership.prepare()
         await instance.ownership.start()
+    # Up for longer than the takeover grace (a keeper just started leaves the others'
+    # expired leases to them for it): each takes over a dead owner's at once.
+    c.tick(2 * TTL)
+    for name in c.instances:
+        await store.heartbeat(name, "e1", c.clock, f"http://{name}")
     yield c
     for instance in c.instances.values():
         instance.harness.feishu.release()
@@ -335,6 +341,64 @@ async def test_a_message_no_owner_took_arrives_as_new_after_its_owner_died(
     assert T("recovery.resumed") not in b.harness.feishu.texts()
     assert T("recovery.resumed_queued") not in b.harness.feishu.texts()
     assert [c[2] for c in b.harness.runtime.calls if c[0] == "prompt"] == ["two"]
+
+
+async def test_a_post_its_dead_owner_owed_goes_out_from_the_sweep_with_no_message_left(
+    cluster: Cluster,
+) -> None:
+    """Seed 11168: the owner answered (the message done, the answer recorded, owed) and
+    died before sending it, and its user wrote nothing more. The sweep finds the
+    conversation by its owed post alone and takes it over: the answer goes out."""
+    a, b = cluster.instances["a"], cluster.instances["b"]
+    a.harness.feishu.hold("reply_text")
+    await a.say("/help", "om_1")
+    await a.harness.feishu.entered.wait()
+    owed = a.harness.feishu.calls[-1]
+    a.keeper.stop()
+    del cluster.instances["a"]
+    await a.harness.engine.drain(0.0)
+
+    cluster.tick(TTL + 1)
+    await b.ownership.sweep()
+    await cluster.settled()
+
+    replies = [(c.op, c.target, c.text) for c in b.harness.feishu.calls if c.op == "reply_text"]
+    assert replies == [("reply_text", "om_1", owed.text)]
+    assert await cluster.store.owed() == []
+
+
+async def test_a_takeover_cut_short_by_the_store_is_done_again_by_the_next_sweep(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Seed 12407: the database went away in the middle of a takeover, after the claim.
+    Once it is back the lease is still this instance's, so no claim says "take over"
+    again: the takeover itself is remembered, and the next sweep finishes it."""
+    a, b = cluster.instances["a"], cluster.instances["b"]
+    await a.say("long job", "om_1")
+    await cluster.settled()
+    await a.harness.runtime.turn(1)
+    a.keeper.stop()  # a dies mid-round
+    del cluster.instances["a"]
+    await a.harness.engine.drain(0.0)
+
+    store = cluster.store
+    approvals = store.open_approvals
+
+    async def away() -> list[Any]:
+        raise StoreUnavailable("OperationalError")
+
+    monkeypatch.setattr(store, "open_approvals", away)
+    cluster.tick(TTL + 1)
+    await b.ownership.sweep()
+    await cluster.settled()
+    assert b.harness.feishu.calls == []  # claimed, then cut short
+    monkeypatch.setattr(store, "open_approvals", approvals)
+    await b.ownership.sweep()
+    await cluster.settled()
+
+    assert [(c.op, c.target, c.text) for c in b.harness.feishu.calls] == [
+        ("reply_text", "om_1", T("presence.unrecoverable")),
+    ]
 
 
 async def test_a_lost_lease_stops_the_old_owner_from_starting_turns(cluster: Cluster) -> None:

@@ -142,6 +142,32 @@ async def test_unowned_conversations_are_those_with_work_and_no_live_lease(
     assert keys == ["A", "C", "E"]
 
 
+async def test_a_conversation_whose_only_leftover_is_an_owed_post_is_unowned_too(
+    store: Store,
+) -> None:
+    """Its owner answered (the message done), recorded the answer and died before sending
+    it: the conversation has work to take over though none of its messages is unfinished."""
+    for conv, mid in (("A", "a1"), ("B", "b1"), ("C", "c1")):
+        assert await store.journal_message(conv, mid, "ou", "oc", "hi", T0)
+    assert await store.set_message_state("a1", MessageState.DONE, T0)
+    assert await store.set_message_state("b1", MessageState.DONE, T0)
+    assert await store.claim_lease("A", "dead", T0, TTL) == 1
+    assert await store.claim_lease("B", "alive", T0 + TTL, TTL) == 1
+    assert await store.owe("t1:answer:1", "A", "t1", "{}", T0)
+    assert await store.owe("t2:answer:1", "B", "t2", "{}", T0)  # its owner sends it soon
+    assert await store.owe("t3:answer:1", "D", "t3", "{}", T0)  # never claimed
+    assert await store.owe("t1:answer:2", "A", "t1", "{}", T0)  # one entry per conversation
+    assert await store.unowned_conversations(T0 + TTL) == [
+        UnownedConversation("C", None, 0),  # a waiting message first
+        UnownedConversation("A", "dead", 1),
+        UnownedConversation("D", None, 0),
+    ]
+    await store.settle("t1:answer:1")
+    await store.settle("t1:answer:2")
+    keys = [u.conversation_key for u in await store.unowned_conversations(T0 + TTL)]
+    assert keys == ["C", "D"]
+
+
 async def test_interrupt_running_of_touches_one_conversation(store: Store) -> None:
     for conv, mid in (("A", "a1"), ("A", "a2"), ("B", "b1")):
         assert await store.journal_message(conv, mid, "ou", "oc", "hi", T0)
