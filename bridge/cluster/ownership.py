@@ -257,17 +257,21 @@ class Ownership:
         # queued (seed 54781: its owner died in a scheduled round, an acked message behind
         # it). What none took arrives as new: journaled by another instance after its owner
         # died, or just before the store went away (seed 17734; the database-restart flake).
-        leftovers = {m.message_id for m in pending if m.taken or m.state is not QUEUED}
+        # (A takeover cut short marked them with this holding's fence: not leftovers then.)
+        mine = self._keeper.fence(key) or 0
+        leftovers = {m.message_id for m in pending if 0 < m.taken < mine or m.state is not QUEUED}
         resumed = key in self._taking
         if resumed or (claimed and (takeover or leftovers or await self._owes(key))):
             # A dead owner's leftovers: told and run as after a restart (each step keeps
             # its effect in the store, so one cut short is simply done again).
+            # Only what arrives here as new is marked: a leftover keeps its taker's fence,
+            # so a takeover cut short still finds it one.
             self._taking.add(key)
-            await self._take(key, [m.message_id for m in pending])
+            await self._take(key, [m.message_id for m in pending if m.message_id not in leftovers])
             inbound = self._inbound.pop(key, {})
             fed = await self._engine.take_over(key, inbound, leftovers)
-            already = self._fed.setdefault(key, set())
-            await self._take(key, [mid for mid in fed if mid not in already])
+            marked = self._fed.setdefault(key, set()) | leftovers
+            await self._take(key, [mid for mid in fed if mid not in marked])
             self._fed[key] = set(fed)
             self._taking.discard(key)
         else:

@@ -377,6 +377,8 @@ async def test_a_takeover_cut_short_by_the_store_is_done_again_by_the_next_sweep
     await a.say("long job", "om_1")
     await cluster.settled()
     await a.harness.runtime.turn(1)
+    await b.say("next", "om_2")  # acked and queued on a
+    await cluster.settled()
     a.keeper.stop()  # a dies mid-round
     del cluster.instances["a"]
     await a.harness.engine.drain(0.0)
@@ -398,7 +400,9 @@ async def test_a_takeover_cut_short_by_the_store_is_done_again_by_the_next_sweep
 
     assert [(c.op, c.target, c.text) for c in b.harness.feishu.calls] == [
         ("reply_text", "om_1", T("presence.unrecoverable")),
+        ("reply_text", "om_2", T("recovery.resumed")),  # a's, though cut short: no new ack
     ]
+    assert [c[2] for c in b.harness.runtime.calls if c[0] == "prompt"] == ["next"]
 
 
 async def test_a_lost_lease_stops_the_old_owner_from_starting_turns(cluster: Cluster) -> None:
