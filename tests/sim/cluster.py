@@ -67,7 +67,8 @@ class ClusterPlan:
 def draw_cluster(seed: int) -> ClusterPlan | None:
     """Whether the seed's world runs two bridge processes on one database (a stream of its
     own: the worlds drawn before clusters were stay as they were). Most such worlds lose
-    the database for longer than a lease, some for less; most of the others lose a member."""
+    the database for longer than a lease, some for less; most of the others lose a member,
+    and so do a quarter of those that lose the database."""
     draw = random.Random(f"cluster:{seed}")
     if draw.random() >= 0.15:
         return None
@@ -84,9 +85,9 @@ def draw_cluster(seed: int) -> ClusterPlan | None:
     death = None
     dying = random.Random(f"death:{seed}")
     back = None
-    # A member dies in most worlds that keep their database, and in some that lose it
-    # (drawn only for those, so the worlds drawn before are as they were).
-    if dying.random() < 0.7 if outage is None else dying.random() < 0.25:
+    # A member dies in most worlds that keep their database, and in a quarter of those
+    # that lose it (drawn since: the others' draws are as before).
+    if dying.random() < (0.7 if outage is None else 0.25):
         death = dying.uniform(0.0, 40.0)
         if dying.random() < 0.5:
             back = dying.choice((0.5, 3.0, 10.0))
