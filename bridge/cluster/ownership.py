@@ -44,8 +44,6 @@ from bridge.cluster.wake import Subscription, Wake, WakeKind
 from bridge.feishu.events import CardAction, CardActionReply, InboundMessage, MenuClick
 from bridge.store.port import JournaledMessage, MessageState, Store, StoreUnavailable
 
-QUEUED = MessageState.QUEUED
-
 log = logging.getLogger(__name__)
 
 Confirm = Callable[[str], Awaitable[bool]]  # the lease of a conversation still ours?
@@ -259,7 +257,11 @@ class Ownership:
         # died, or just before the store went away (seed 17734; the database-restart flake).
         # (A takeover cut short marked them with this holding's fence: not leftovers then.)
         mine = self._keeper.fence(key) or 0
-        leftovers = {m.message_id for m in pending if 0 < m.taken < mine or m.state is not QUEUED}
+        leftovers = {
+            m.message_id
+            for m in pending
+            if 0 < m.taken < mine or m.state is not MessageState.QUEUED
+        }
         resumed = key in self._taking
         if resumed or (claimed and (takeover or leftovers or await self._owes(key))):
             # A dead owner's leftovers: told and run as after a restart (each step keeps
@@ -270,8 +272,8 @@ class Ownership:
             await self._take(key, [m.message_id for m in pending if m.message_id not in leftovers])
             inbound = self._inbound.pop(key, {})
             fed = await self._engine.take_over(key, inbound, leftovers)
-            marked = self._fed.setdefault(key, set()) | leftovers
-            await self._take(key, [mid for mid in fed if mid not in marked])
+            read = {m.message_id for m in pending}  # marked above, or leftovers
+            await self._take(key, [mid for mid in fed if mid not in read])  # come since
             self._fed[key] = set(fed)
             self._taking.discard(key)
         else:
@@ -295,7 +297,7 @@ class Ownership:
     async def _feed(self, key: str, pending: list[JournaledMessage]) -> None:
         """The queued messages not fed yet, in journal order."""
         fed = self._fed.setdefault(key, set())
-        new = [m for m in pending if m.state is QUEUED and m.message_id not in fed]
+        new = [m for m in pending if m.state is MessageState.QUEUED and m.message_id not in fed]
         await self._take(key, [m.message_id for m in new])
         inbound = self._inbound.pop(key, {})
         for message in new:

@@ -97,6 +97,13 @@ class Cluster:
         self.instances[name] = instance
         return instance
 
+    async def kill(self, name: str) -> Instance:
+        """SIGKILL: no renewal, no release; what it had in hand never goes out."""
+        instance = self.instances.pop(name)
+        instance.keeper.stop()
+        await instance.harness.engine.drain(0.0)
+        return instance
+
     def tick(self, seconds: float) -> None:
         self.clock += seconds
         for instance in self.instances.values():
@@ -207,9 +214,7 @@ async def test_when_the_owner_dies_the_other_takes_over_tells_the_user_and_runs_
     assert len(a.harness.feishu.cards()) == 1
     card_message = (await cluster.store.open_approvals())[0].card_message_id
     # a dies: no renewal, no release, no turn of it goes on.
-    a.keeper.stop()
-    del cluster.instances["a"]
-    await a.harness.engine.drain(0.0)
+    await cluster.kill("a")
 
     cluster.tick(TTL / 3)
     await b.ownership.sweep()  # the lease is still live: nothing to take
@@ -273,9 +278,7 @@ async def test_a_post_its_dead_owner_owed_goes_out_from_the_next_to_claim_it(
     await a.harness.feishu.entered.wait()
     owed = a.harness.feishu.calls[-1]
     assert (owed.op, owed.target) == ("reply_text", "om_1")
-    a.keeper.stop()  # a dies: no renewal, no release, its reply never sent
-    del cluster.instances["a"]
-    await a.harness.engine.drain(0.0)
+    await cluster.kill("a")  # a dies: no renewal, no release, its reply never sent
 
     cluster.tick(TTL + 1)
     assert await b.say("hello", "om_2")  # b's pull claims the expired lease for it
@@ -298,8 +301,7 @@ async def test_a_message_its_dead_owner_took_is_resumed_not_acked_again(
     store, clock = cluster.store, cluster.clock
     assert await store.journal_message(CHAT, "om_1", ALICE, CHAT, "first", clock)
     await store.take_messages(["om_1"], 1)  # as a's feed marks it, before its ack
-    a.keeper.stop()  # a dies holding the conversation, om_1 queued on it
-    del cluster.instances["a"]
+    await cluster.kill("a")  # a dies holding the conversation, om_1 queued on it
 
     cluster.tick(TTL + 1)
     assert await b.say("next", "om_2")
@@ -326,8 +328,7 @@ async def test_a_message_no_owner_took_arrives_as_new_after_its_owner_died(
     await cluster.settled()
     (await a.harness.runtime.turn(1)).end()
     await cluster.settled()
-    a.keeper.stop()  # a dies between rounds
-    del cluster.instances["a"]
+    await cluster.kill("a")  # a dies between rounds
 
     cluster.tick(TTL + 1)
     store, clock = cluster.store, cluster.clock
@@ -354,9 +355,7 @@ async def test_a_post_its_dead_owner_owed_goes_out_from_the_sweep_with_no_messag
     await a.say("/help", "om_1")
     await a.harness.feishu.entered.wait()
     owed = a.harness.feishu.calls[-1]
-    a.keeper.stop()
-    del cluster.instances["a"]
-    await a.harness.engine.drain(0.0)
+    await cluster.kill("a")
 
     cluster.tick(TTL + 1)
     await b.ownership.sweep()
@@ -379,9 +378,7 @@ async def test_a_takeover_cut_short_by_the_store_is_done_again_by_the_next_sweep
     await a.harness.runtime.turn(1)
     await b.say("next", "om_2")  # acked and queued on a
     await cluster.settled()
-    a.keeper.stop()  # a dies mid-round
-    del cluster.instances["a"]
-    await a.harness.engine.drain(0.0)
+    await cluster.kill("a")  # a dies mid-round
 
     store = cluster.store
     approvals = store.open_approvals
