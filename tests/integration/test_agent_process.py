@@ -12,7 +12,9 @@ from pathlib import Path
 import pytest
 
 from bridge.clock import LoopClock
+from bridge.runtime.acp.process import start_subprocess
 from bridge.runtime.acp.runtime import AcpRuntime
+from bridge.runtime.acp.transport import CappedLines
 from bridge.runtime.events import RuntimeExited, TurnEvent
 from bridge.runtime.port import RuntimeUnavailable
 
@@ -57,3 +59,27 @@ async def test_exit_is_noticed_even_when_a_child_of_the_agent_holds_its_pipes(
         await runtime.close()
     assert isinstance(events[-1], RuntimeExited)
     assert [type(e).__name__ for e in events] == ["PromptSent", "RuntimeExited"]
+
+
+async def test_stdout_written_in_many_small_writes_arrives_whole_and_in_order(
+    tmp_path: Path,
+) -> None:
+    """The pipe rests between reads (STDOUT_PACE_SECONDS): what the agent wrote meanwhile
+    waits in the pipe, and comes whole, in order, to its end, in fewer reads than writes."""
+    script = (
+        "import os, time\n"
+        "for i in range(300):\n"
+        "    os.write(1, b'%d\\n' % i)\n"
+        "    if i % 30 == 0: time.sleep(0.002)\n"
+    )
+    process = await start_subprocess([sys.executable, "-c", script], tmp_path, None)
+    lines = CappedLines(process.stdout, label="test")
+    got: list[bytes] = []
+    batches = 0
+    async with asyncio.timeout(10):
+        while batch := await lines.batch():
+            got.extend(batch)
+            batches += 1
+        assert await process.wait() == 0
+    assert got == [b"%d" % i for i in range(300)]
+    assert batches < 300
