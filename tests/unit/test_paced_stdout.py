@@ -7,7 +7,7 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
-from bridge.runtime.acp.process import _PacedStdout
+from bridge.runtime.acp.process import STDOUT_BULK_BYTES, _PacedStdout
 
 
 class Pipe(asyncio.ReadTransport):
@@ -65,9 +65,9 @@ class Timers:
         return getattr(self.loop, name)
 
 
-async def made(pace: float = 0.01) -> tuple[_PacedStdout, Process, Timers]:
+async def made(pace: float = 0.01, limit: int = 1024) -> tuple[_PacedStdout, Process, Timers]:
     timers = Timers(asyncio.get_running_loop())
-    protocol = _PacedStdout(1024, timers, pace)  # type: ignore[arg-type]
+    protocol = _PacedStdout(limit, timers, pace)  # type: ignore[arg-type]
     process = Process()
     protocol.connection_made(process)
     return protocol, process, timers
@@ -122,3 +122,14 @@ async def test_no_pace_reads_as_asyncio_does() -> None:
     protocol.pipe_data_received(1, b"line\n")
     assert process.pipes[1].calls == []
     assert timers.due == []
+
+
+async def test_a_big_read_goes_on_at_once() -> None:
+    """A long line or a burst comes at the pipe's pace, not 64 KiB every 10 ms."""
+    protocol, process, timers = await made(limit=STDOUT_BULK_BYTES)  # the reader's: no pause
+    stdout = process.pipes[1]
+    protocol.pipe_data_received(1, b"x" * STDOUT_BULK_BYTES)
+    assert stdout.calls == []
+    assert timers.due == []
+    protocol.pipe_data_received(1, b"x" * (STDOUT_BULK_BYTES - 1))
+    assert stdout.calls == ["pause"]

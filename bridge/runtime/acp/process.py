@@ -154,12 +154,15 @@ class Subprocess:
 # fifth (bench/stream_bench.py). A line waits at most this long, and only behind another
 # read this recent: after a quiet spell the pipe is being read, and a line goes at once.
 STDOUT_PACE_SECONDS = 0.01
+# A read at least this big is worth its wake-up, and more may be waiting (a long line, a
+# burst): the pipe goes on being read at once.
+STDOUT_BULK_BYTES = 64 * 1024
 
 
 class _PacedStdout(asyncio.subprocess.SubprocessStreamProtocol):
     """asyncio's subprocess protocol, whose stdout pipe rests `pace` seconds after each
-    read (the pipe itself holds what the agent writes meanwhile; a full pipe blocks the
-    agent, as when the bridge is slow to read)."""
+    small read (the pipe itself holds what the agent writes meanwhile; a full pipe blocks
+    the agent, as when the bridge is slow to read)."""
 
     def __init__(self, limit: int, loop: asyncio.AbstractEventLoop, pace: float) -> None:
         super().__init__(limit=limit, loop=loop)
@@ -178,7 +181,13 @@ class _PacedStdout(asyncio.subprocess.SubprocessStreamProtocol):
         pipe = self._stdout
         # Not reading: the reader paused the pipe itself (its buffer is full, to be
         # resumed as it is read), and that pause is the reader's to end.
-        if fd == 1 and self._pace > 0 and pipe is not None and pipe.is_reading():
+        if (
+            fd == 1
+            and self._pace > 0
+            and len(data) < STDOUT_BULK_BYTES
+            and pipe is not None
+            and pipe.is_reading()
+        ):
             pipe.pause_reading()
             self._loop.call_later(self._pace, self._rest_over, pipe)
 
