@@ -133,3 +133,26 @@ async def test_a_big_read_goes_on_at_once() -> None:
     assert timers.due == []
     protocol.pipe_data_received(1, b"x" * (STDOUT_BULK_BYTES - 1))
     assert stdout.calls == ["pause"]
+
+
+async def test_an_exit_ends_the_rest_at_once_and_pacing_with_it() -> None:
+    """What an agent wrote just before it crashed is read before its exit ends its turn:
+    a line left resting in the pipe would be lost with the turn."""
+    protocol, process, timers = await made(pace=0.01)
+    stdout = process.pipes[1]
+    protocol.pipe_data_received(1, b'{"a": 1}\n')
+    assert stdout.calls == ["pause"]
+    protocol.process_exited()
+    assert stdout.calls == ["pause", "resume"]
+    timers.fire()  # the rest's own end finds nothing left to do
+    assert stdout.calls == ["pause", "resume"]
+    protocol.pipe_data_received(1, b'{"last": 2}\n')
+    assert stdout.calls == ["pause", "resume"]
+
+
+async def test_an_exit_leaves_a_pipe_the_reader_paused_to_the_reader() -> None:
+    protocol, process, _ = await made(pace=0.01)
+    stdout = process.pipes[1]
+    protocol.pipe_data_received(1, b"x" * 4096)  # the reader's pause
+    protocol.process_exited()
+    assert stdout.calls == ["pause"]

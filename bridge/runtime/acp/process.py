@@ -169,6 +169,7 @@ class _PacedStdout(asyncio.subprocess.SubprocessStreamProtocol):
         self._loop = loop
         self._pace = pace
         self._stdout: asyncio.ReadTransport | None = None
+        self._resting = False  # paused here (not by the reader's own flow control)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
@@ -189,10 +190,21 @@ class _PacedStdout(asyncio.subprocess.SubprocessStreamProtocol):
             and pipe.is_reading()
         ):
             pipe.pause_reading()
-            self._loop.call_later(self._pace, self._rest_over, pipe)
+            self._resting = True
+            self._loop.call_later(self._pace, self._rest_over)
 
-    @staticmethod
-    def _rest_over(pipe: asyncio.ReadTransport) -> None:
+    def process_exited(self) -> None:
+        # What the agent wrote just before it ended is read at once, unrested: its exit
+        # ends its turns right after, and a line still in the pipe would be lost with them.
+        self._pace = 0.0
+        self._rest_over()
+        super().process_exited()
+
+    def _rest_over(self) -> None:
+        pipe = self._stdout
+        if not self._resting or pipe is None:
+            return
+        self._resting = False
         if not pipe.is_closing() and not pipe.is_reading():
             pipe.resume_reading()
 
