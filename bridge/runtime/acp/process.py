@@ -150,8 +150,8 @@ class Subprocess:
 # Least seconds between two reads of an agent's stdout. A streaming agent writes a few lines
 # at a time, hundreds of times a second; each read wakes the loop, the reader and the
 # transport for a handful of lines. Left in the pipe this long, they arrive as one read:
-# with 200 turns streaming through two agents, the bridge's CPU per agent update fell by a
-# fifth (bench/stream_bench.py). A line waits at most this long, and only behind another
+# with 200 turns streaming through two agents, the bridge's CPU per agent update fell by
+# about a third (bench/stream_bench.py). A line waits at most this long, and only behind another
 # read this recent: after a quiet spell the pipe is being read, and a line goes at once.
 STDOUT_PACE_SECONDS = 0.01
 # A read at least this big is worth its wake-up, and more may be waiting (a long line, a
@@ -213,8 +213,8 @@ async def start_subprocess(
     argv: Sequence[str], cwd: Path, env: Mapping[str, str] | None
 ) -> ChildProcess:
     """The default `StartProcess`: the command as a subprocess, in a process group of its
-    own (killed as a whole), its three pipes connected, its stdout read at most once every
-    STDOUT_PACE_SECONDS (asyncio's `create_subprocess_exec`, with that protocol)."""
+    own (killed as a whole), its three pipes connected, its stdout resting STDOUT_PACE_SECONDS
+    after each small read (asyncio's `create_subprocess_exec`, with that protocol)."""
     loop = asyncio.get_running_loop()
     try:
         transport, protocol = await loop.subprocess_exec(
