@@ -510,7 +510,7 @@ class MemoryStore(AsyncLifecycle):
             for m in sorted(self._messages.values(), key=lambda m: m.seq)
             if m.state is not MessageState.DONE
         ]
-        owed = [post.conversation_key for post in await self.owed()]  # `_UNOWNED_OWED`
+        owed = [post.conversation_key for post in await self.owed()]  # as sql_store `_UNOWNED`
         for key in [*waiting, *owed]:
             holder, fence, expires_at = self._leases.get(key, (None, 0, 0.0))
             if key not in found and (holder is None or expires_at <= now):

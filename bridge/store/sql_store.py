@@ -161,21 +161,23 @@ _RENEW = (
     " RETURNING conversation_key"
 )
 
+# Conversations with no live lease and work left: unfinished messages first (oldest
+# waiting first), then those whose only leftover is a post their owner recorded and died
+# before sending (an answer, a command's reply: their messages are done). One round trip.
 _UNOWNED = (
-    "SELECT m.conversation_key, l.owner, COALESCE(l.fence, 0) FROM messages m"
+    "SELECT conversation_key, owner, fence FROM ("
+    "SELECT m.conversation_key, l.owner, COALESCE(l.fence, 0) AS fence, 0 AS kind,"
+    " MIN(m.seq) AS first FROM messages m"
     " LEFT JOIN leases l ON l.conversation_key = m.conversation_key"
     " WHERE m.state <> 'done'"
     " AND (l.conversation_key IS NULL OR l.owner IS NULL OR l.expires_at <= ?)"
-    " GROUP BY m.conversation_key, l.owner, l.fence ORDER BY MIN(m.seq)"
-)
-
-# A conversation whose only leftover is a post its owner recorded and died before sending
-# (an answer, a command's reply): its messages are done, yet it has work to take over.
-_UNOWNED_OWED = (
-    "SELECT o.conversation_key, l.owner, COALESCE(l.fence, 0) FROM owed o"
+    " GROUP BY m.conversation_key, l.owner, l.fence"
+    " UNION ALL "
+    "SELECT o.conversation_key, l.owner, COALESCE(l.fence, 0), 1, MIN(o.seq) FROM owed o"
     " LEFT JOIN leases l ON l.conversation_key = o.conversation_key"
     " WHERE l.conversation_key IS NULL OR l.owner IS NULL OR l.expires_at <= ?"
-    " GROUP BY o.conversation_key, l.owner, l.fence ORDER BY MIN(o.seq)"
+    " GROUP BY o.conversation_key, l.owner, l.fence"
+    ") unowned ORDER BY kind, first"
 )
 
 _HEARTBEAT = (
@@ -664,7 +666,7 @@ class SqlStore(AsyncLifecycle):
         return Lease(owner=str(owner), fence=int(fence), expires_at=float(expires_at))
 
     async def unowned_conversations(self, now: float) -> list[UnownedConversation]:
-        rows = [*await self._all(_UNOWNED, (now,)), *await self._all(_UNOWNED_OWED, (now,))]
+        rows = await self._all(_UNOWNED, (now, now))
         found: dict[str, UnownedConversation] = {}
         for key, owner, fence in rows:
             found.setdefault(
