@@ -147,12 +147,12 @@ class Subprocess:
             os.killpg(self.process.pid, sig)
 
 
-# Least seconds between two reads of an agent's stdout. A streaming agent writes a few lines
-# at a time, hundreds of times a second; each read wakes the loop, the reader and the
+# How long an agent's stdout pipe rests after a small read. A streaming agent writes a few
+# lines at a time, hundreds of times a second; each read wakes the loop, the reader and the
 # transport for a handful of lines. Left in the pipe this long, they arrive as one read:
 # with 200 turns streaming through two agents, the bridge's CPU per agent update fell by
-# about a third (bench/stream_bench.py). A line waits at most this long, and only behind another
-# read this recent: after a quiet spell the pipe is being read, and a line goes at once.
+# about a third (bench/stream_bench.py). A line waits at most this long, and only behind
+# a read this recent: after a quiet spell the pipe is being read, and a line goes at once.
 STDOUT_PACE_SECONDS = 0.01
 # A read at least this big is worth its wake-up, and more may be waiting (a long line, a
 # burst): the pipe goes on being read at once.
