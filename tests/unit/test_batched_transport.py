@@ -224,11 +224,47 @@ async def test_the_answer_to_a_sessions_prompt_takes_only_that_sessions_held_upd
 async def test_a_response_to_no_sessions_request_lets_everything_held_go_first() -> None:
     reader = fed(eof=False)
     t = transport(reader, window=60.0)
-    await t.send({"jsonrpc": "2.0", "id": 3, "method": "session/new", "params": {"cwd": "/"}})
-    answer = {"jsonrpc": "2.0", "id": 3, "result": {"sessionId": "c"}}
+    await t.send({"jsonrpc": "2.0", "id": 3, "method": "authenticate", "params": {}})
+    answer = {"jsonrpc": "2.0", "id": 3, "result": {}}
     reader.feed_data(b"".join(map(line, [chunk("1", "a"), chunk("2", "a"), answer])))
     async with asyncio.timeout(5):
         assert [await t.receive() for _ in range(3)] == [chunk("1", "a"), chunk("2", "a"), answer]
+    reader.feed_eof()
+    assert await received(t) == []
+
+
+def _new_session(request_id: int) -> dict[str, Any]:
+    params = {"cwd": "/", "mcpServers": []}
+    return {"jsonrpc": "2.0", "id": request_id, "method": "session/new", "params": params}
+
+
+async def test_the_answer_to_a_session_new_takes_only_the_new_sessions_held_updates() -> None:
+    # Turns starting one after another while others stream: each new session's answer
+    # leaves the streaming sessions' runs held (before, it let them all go, cutting every
+    # window short); an update of the new session read before its answer still goes first.
+    reader = fed(eof=False)
+    t = transport(reader, window=60.0)
+    await t.send(_new_session(3))
+    answer = {"jsonrpc": "2.0", "id": 3, "result": {"sessionId": "c"}}
+    stream = [chunk("1", "a"), chunk("2", "a"), chunk("x", "c"), chunk("y", "c"), answer]
+    reader.feed_data(b"".join(map(line, stream)))
+    async with asyncio.timeout(5):
+        got = [await t.receive() for _ in range(3)]
+    assert got == [chunk("1", "a"), chunk("x", "c"), chunk("y", "c")]
+    async with asyncio.timeout(5):
+        assert await t.receive() == answer
+    reader.feed_eof()
+    assert await received(t) == [chunk("2", "a")]
+
+
+async def test_a_refused_session_new_lets_everything_held_go_first() -> None:
+    reader = fed(eof=False)
+    t = transport(reader, window=60.0)
+    await t.send(_new_session(4))
+    refused = {"jsonrpc": "2.0", "id": 4, "error": {"code": -32603, "message": "no"}}
+    reader.feed_data(b"".join(map(line, [chunk("1", "a"), chunk("2", "a"), refused])))
+    async with asyncio.timeout(5):
+        assert [await t.receive() for _ in range(3)] == [chunk("1", "a"), chunk("2", "a"), refused]
     reader.feed_eof()
     assert await received(t) == []
 
@@ -243,6 +279,12 @@ async def test_a_sessions_requests_are_forgotten_once_answered(window: float) ->
         reader.feed_data(line(answer))
         async with asyncio.timeout(5):
             assert await t.receive() == answer
-    assert t._asked == {}  # the bound is the point
+    for request_id in range(50, 100):
+        await t.send(_new_session(request_id))
+        made = {"jsonrpc": "2.0", "id": request_id, "result": {"sessionId": f"s{request_id}"}}
+        reader.feed_data(line(made))
+        async with asyncio.timeout(5):
+            assert await t.receive() == made
+    assert (t._asked, t._creating) == ({}, set())  # the bound is the point
     reader.feed_eof()
     assert await received(t) == []

@@ -24,14 +24,14 @@ once (nearly always finding nothing).
 **What is held, and for how long.** Anything but a streaming update (a request from the
 agent, a response, any other notification) is let through at once, with the held updates of
 its session before it (a request names its session; a response answers a request of the
-bridge's that did): no request or answer ever waits for the window, and none overtakes an
-update of its session. One of no known session lets everything held go first. Another
-session's held updates need not wait: sessions never share a turn, and 200 turns ending one
-by one would otherwise cut every other turn's window short. A session's first update after
-a quiet window goes on at once too (the first sign of life of a turn, or of a tool's result,
-is never held); what follows it within the window waits. The window grows when many
-sessions stream through one process (`window_for`). `window=0` merges nothing: each message
-goes on as it is read.
+bridge's that did, or the session/new that made it): no request or answer ever waits for
+the window, and none overtakes an update of its session. One of no known session lets
+everything held go first. Another session's held updates need not wait: sessions never
+share a turn, and 200 turns starting or ending one by one would otherwise cut every other
+turn's window short. A session's first update after a quiet window goes on at once too (the
+first sign of life of a turn, or of a tool's result, is never held); what follows it within
+the window waits. The window grows when many sessions stream through one process
+(`window_for`). `window=0` merges nothing: each message goes on as it is read.
 
 **What merges, at the JSON level** (pure, no I/O). The SDK validates each update into its
 models and the core steps once per update. Merging what the bridge would only concatenate
@@ -421,6 +421,7 @@ class BatchedTransport:
         self._recent: dict[str, float] = {}  # sessions let through within the window: when
         self._ready: deque[Any] = deque()
         self._asked: dict[int | str, str] = {}  # the bridge's requests of a session: by id
+        self._creating: set[int | str] = set()  # the bridge's session/new requests: their ids
         self._flush_at: asyncio.TimerHandle | None = None
         self._waiter: asyncio.Future[None] | None = None
         self._ended = False
@@ -432,9 +433,11 @@ class BatchedTransport:
     async def send(self, message: dict[str, Any]) -> None:
         # Read back only by an answer that takes its session's held updates: with no window
         # nothing is held, and nothing would take the entry.
-        asked = _session_asked(message) if self._window > 0 else None
-        if asked is not None:
-            self._asked[message["id"]] = asked
+        if self._window > 0 and "id" in message:
+            if message.get("method") == _NEW_SESSION:
+                self._creating.add(message["id"])
+            elif (asked := _session_asked(message)) is not None:
+                self._asked[message["id"]] = asked
         await self._sender.send(message)
 
     async def receive(self) -> Any:
@@ -521,6 +524,14 @@ class BatchedTransport:
         request_id = message["id"]
         if type(request_id) not in (int, str):
             return None
+        if request_id in self._creating:
+            # The answer to a session/new is the new session's: nothing held of another
+            # session need go before it (while turns start one after another, a flush of
+            # everything held at each would cut every streaming turn's window short).
+            self._creating.discard(request_id)
+            result = message.get("result")
+            session = result.get("sessionId") if type(result) is dict else None
+            return session if type(session) is str else None
         return self._asked.pop(request_id, None)
 
     def _flush(self) -> None:
@@ -545,9 +556,12 @@ class BatchedTransport:
             waiter.set_result(None)
 
 
+_NEW_SESSION = "session/new"  # the request whose answer names a session of its own
+
+
 def _session_asked(message: dict[str, Any]) -> str | None:
     """The session a request the bridge sends is about (`session/prompt`, `load`, …)."""
-    return _named_session(message) if "id" in message and "method" in message else None
+    return _named_session(message) if "method" in message else None
 
 
 def _named_session(message: dict[str, Any]) -> str | None:
