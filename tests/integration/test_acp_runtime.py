@@ -719,3 +719,40 @@ async def test_built_from_settings(tmp_path: Path) -> None:
         assert rec.text() == "answer: yes"
     finally:
         await rt.close()
+
+
+# An agent that writes COUNT chunks, each flushed into the pipe, then dies unanswered.
+_DIES_AFTER_WRITING = r"""
+import json, os, sys
+os.close(2)  # its stderr ends at once: the exit is not held back by the stderr's tail
+def out(message):
+    sys.stdout.write(json.dumps(message) + "\n")
+    sys.stdout.flush()
+for line in sys.stdin:
+    message = json.loads(line)
+    method, ident = message.get("method"), message.get("id")
+    if method == "initialize":
+        out({"jsonrpc": "2.0", "id": ident, "result": {"protocolVersion": 1}})
+    elif method == "session/new":
+        out({"jsonrpc": "2.0", "id": ident, "result": {"sessionId": "s1"}})
+    elif method == "session/prompt":
+        for index in range(COUNT):
+            text = {"type": "text", "text": f"c{index} "}
+            update = {"sessionUpdate": "agent_message_chunk", "content": text}
+            params = {"sessionId": "s1", "update": update}
+            out({"jsonrpc": "2.0", "method": "session/update", "params": params})
+        os._exit(7)
+"""
+
+
+async def test_what_an_agent_wrote_before_it_crashed_reaches_the_turn(
+    make_runtime: Callable[..., AcpRuntime], tmp_path: Path
+) -> None:
+    script = tmp_path / "dies.py"
+    script.write_text(_DIES_AFTER_WRITING.replace("COUNT", "2000"))
+    runtime = make_runtime(max_agents=1, argv=[sys.executable, str(script)])
+    await runtime.start()
+    session = await runtime.open_session("chat-1")
+    rec = await run_turn(runtime, session.session_id, "go")
+    assert rec.terminal() == RuntimeExited(session.session_id, returncode=7, restarting=True)
+    assert rec.text() == "".join(f"c{i} " for i in range(2000))

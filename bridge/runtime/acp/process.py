@@ -103,6 +103,9 @@ class ChildProcess(Protocol):
 StartProcess = Callable[[Sequence[str], Path, Mapping[str, str] | None], Awaitable[ChildProcess]]
 
 EXIT_POLL_SECONDS = 0.25
+# After an agent's exit, how long its last output may take to be read and handed on before
+# its turns end (its stderr's tail, its stdout's last updates).
+EXIT_READ_SECONDS = 0.5
 
 
 class Subprocess:
@@ -488,6 +491,36 @@ def _modes_and_config(raw: Any) -> tuple[SessionModeState | None, Any]:
     return modes, answer.get("configOptions")
 
 
+class HandledNotifications:
+    """The bridge's handler as the connection calls it, counting the notifications being
+    handled now: the SDK hands each to a task of its own, so one read before the agent's
+    exit may still be on its way when the exit is seen (`settled`)."""
+
+    def __init__(self, handler: MethodHandler) -> None:
+        self._handler = handler
+        self._running = 0
+        self._idle: asyncio.Future[None] | None = None
+
+    async def __call__(self, method: str, params: Any, is_notification: bool) -> Any:
+        if not is_notification:  # a request may wait for a person: not waited for
+            return await self._handler(method, params, is_notification)
+        self._running += 1
+        try:
+            return await self._handler(method, params, is_notification)
+        finally:
+            self._running -= 1
+            idle = self._idle
+            if not self._running and idle is not None and not idle.done():
+                idle.set_result(None)
+
+    async def settled(self) -> None:
+        """Once no notification is being handled."""
+        while self._running:
+            if self._idle is None or self._idle.done():
+                self._idle = asyncio.get_running_loop().create_future()
+            await asyncio.shield(self._idle)
+
+
 async def _wait_exit(process: ChildProcess, agent: AgentProcess) -> int:
     """The exit code, as soon as the agent itself has exited.
 
@@ -535,7 +568,8 @@ async def spawn_agent(
     label = f"agent[{slot}] pid {process.pid}"
     stdout = CappedLines(process.stdout, label=label, cap=max_line_bytes, on_oversize=on_oversize)
     transport = BatchedTransport(stdout, process.stdin, now=now, window=batch_window, label=label)
-    conn = Connection(handler, transport)
+    handled = HandledNotifications(handler)
+    conn = Connection(handled, transport)
     loop = asyncio.get_running_loop()
     agent = AgentProcess(
         slot=slot,
@@ -547,10 +581,18 @@ async def spawn_agent(
     )
     drain = asyncio.create_task(_drain(process.stderr, agent.stderr), name=f"{label} stderr")
 
+    async def read_out() -> None:
+        await asyncio.shield(drain)
+        await asyncio.shield(transport.received)
+        await handled.settled()
+
     async def watch() -> None:
         code = await _wait_exit(process, agent)
+        # What the agent wrote before it died reaches its turns before they end: its stdout
+        # is read to the end, each update handed to the bridge (the SDK runs a task for
+        # each), and only then is the exit told (else a crash loses the last updates).
         with contextlib.suppress(Exception):
-            await asyncio.wait_for(asyncio.shield(drain), 0.5)
+            await asyncio.wait_for(read_out(), EXIT_READ_SECONDS)
         if not agent.exited.done():
             agent.exited.set_result(code)
         on_exit(agent)

@@ -426,6 +426,8 @@ class BatchedTransport:
         self._waiter: asyncio.Future[None] | None = None
         self._ended = False
         self._error: BaseException | None = None
+        # Set once the connection has taken every message read (the end of the stream).
+        self.received: asyncio.Future[None] = self._loop.create_future()
         self.lines_read = 0  # messages parsed off stdout
         self.messages_out = 0  # messages handed to the connection, merged ones counted once
         self._reader = self._tasks.create(self._read(), name=f"{label} stdout")
@@ -445,6 +447,8 @@ class BatchedTransport:
         returns; a read error is raised once everything before it was received)."""
         while not self._ready:
             if self._ended:
+                if not self.received.done():
+                    self.received.set_result(None)
                 if self._error is not None:
                     error, self._error = self._error, None
                     raise error
@@ -455,6 +459,8 @@ class BatchedTransport:
         return self._ready.popleft()
 
     async def close(self) -> None:
+        if not self.received.done():
+            self.received.set_result(None)
         self._cancel_flush()
         self._reader.cancel()
         await self._sender.close()
