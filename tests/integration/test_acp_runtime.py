@@ -659,6 +659,31 @@ async def test_sessions_spread_over_max_agents(make_runtime: Callable[..., AcpRu
     assert len({s.session_id for s in sessions}) == 3
 
 
+async def test_sessions_opened_at_once_spread_over_max_agents(
+    make_runtime: Callable[..., AcpRuntime],
+) -> None:
+    # Twenty chats' first messages at the same moment: each open counts on its process
+    # from the moment it is placed, so they do not all see the first process as empty.
+    rt = make_runtime(max_agents=2)
+    await rt.start()
+    opened = await asyncio.gather(*(rt.open_session(f"chat-{i}") for i in range(20)))
+    assert len({handle.session_id for handle in opened}) == 20
+    assert sorted(len(p.sessions) for p in rt.running_processes()) == [10, 10]
+
+
+async def test_a_full_pool_refuses_opens_made_at_the_same_moment(
+    make_runtime: Callable[..., AcpRuntime],
+) -> None:
+    rt = make_runtime(max_agents=1, sessions_per_agent=2)
+    await rt.start()
+    opens = (rt.open_session(f"chat-{i}") for i in range(5))
+    results = await asyncio.wait_for(asyncio.gather(*opens, return_exceptions=True), 10)
+    refused = [r for r in results if isinstance(r, RuntimeUnavailable)]
+    assert len(refused) == 3
+    assert all(r.limit_reached for r in refused)
+    assert [len(p.sessions) for p in rt.running_processes()] == [2]
+
+
 async def test_full_pool_is_a_clear_error_not_a_hang(
     make_runtime: Callable[..., AcpRuntime],
 ) -> None:

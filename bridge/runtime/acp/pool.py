@@ -2,7 +2,8 @@
 sessions; starting, restarting and stopping them.
 
 Placement: a new session goes to a running process that serves no session yet, else to a
-slot never started (a new process), else to the least-loaded slot. With
+slot never started (a new process), else to the least-loaded slot. A session still being
+opened counts in its slot's load (`Sessions`), so opens at the same moment spread. With
 `sessions_per_agent` set, a slot serving that many is full; when every slot is full,
 `choose` raises `RuntimeUnavailable(limit_reached=True)` at once — never a wait.
 
@@ -157,7 +158,7 @@ class AgentPool:
             if slot.alive and not load(slot.index, replacing):
                 return slot
         for slot in open_slots:
-            if slot.process is None:
+            if slot.process is None and not load(slot.index, replacing):  # none on its way
                 return slot
         return min(open_slots, key=lambda s: (load(s.index, replacing), not s.alive))
 

@@ -259,6 +259,9 @@ class Sessions:
         # load the session a second time (the second load's replayed history would reach
         # the turn begun meanwhile as its answer).
         self._opening: dict[str, asyncio.Lock] = {}
+        # Sessions being opened on each slot, not yet bound: counted in its load, so that
+        # opens at the same moment do not all see the same process as empty.
+        self._placing: Counter[int] = Counter()
 
     def get(self, session_id: str) -> AcpSession | None:
         return self._sessions.get(session_id)
@@ -280,6 +283,7 @@ class Sessions:
     def load(self, slot: int, replacing: str | None = None) -> int:
         """Sessions a slot serves; the one a conversation is about to replace does not count."""
         sessions, _ = self._sessions.counts(slot)
+        sessions += self._placing[slot]
         replaced = self._sessions.get(replacing) if replacing else None
         if replaced is not None and replaced.slot == slot and replaced.turn is None:
             sessions -= 1
@@ -312,20 +316,32 @@ class Sessions:
 
     async def open_new(self, conversation_key: str) -> SessionHandle:
         slot = self._pool.choose(self.load, replacing=self._by_conversation.get(conversation_key))
-        process = await self._pool.live(slot)
-        cwd = self.cwd_of(conversation_key)
-        try:
-            session_id, modes, config = await process.new_session(cwd)
-        except RequestError as exc:
-            reason = describe_error(exc)
-            raise RuntimeUnavailable(f"the agent refused session/new: {reason}") from exc
-        except ConnectionError as exc:
-            raise RuntimeUnavailable("the agent exited while opening a session") from exc
-        session = AcpSession(session_id, conversation_key, slot.index, process, cwd)
-        session.info.offered(modes, config)
-        self._bind(conversation_key, session)
+        with self._placed(slot.index):
+            process = await self._pool.live(slot)
+            cwd = self.cwd_of(conversation_key)
+            try:
+                session_id, modes, config = await process.new_session(cwd)
+            except RequestError as exc:
+                reason = describe_error(exc)
+                raise RuntimeUnavailable(f"the agent refused session/new: {reason}") from exc
+            except ConnectionError as exc:
+                raise RuntimeUnavailable("the agent exited while opening a session") from exc
+            session = AcpSession(session_id, conversation_key, slot.index, process, cwd)
+            session.info.offered(modes, config)
+            self._bind(conversation_key, session)
         logger.info("opened session %s on agent[%d]", session_id, slot.index)
         return SessionHandle(session_id=session_id, loaded=False)
+
+    @contextlib.contextmanager
+    def _placed(self, slot: int) -> Iterator[None]:
+        """A session on its way to `slot` (until bound, or failed) counts in its load."""
+        self._placing[slot] += 1
+        try:
+            yield
+        finally:
+            self._placing[slot] -= 1
+            if not self._placing[slot]:
+                del self._placing[slot]
 
     async def resume(self, conversation_key: str, session_id: str) -> SessionHandle | None:
         known = self._sessions.get(session_id)
@@ -340,18 +356,19 @@ class Sessions:
             return SessionHandle(session_id=session_id, loaded=True)
         # Unknown here (e.g. the bridge restarted): ask an agent that can load sessions.
         slot = self._pool.choose(self.load, replacing=self._by_conversation.get(conversation_key))
-        process = await self._pool.live(slot)
-        if not process.can_reopen:
-            return None
-        cwd = self.cwd_of(conversation_key)
-        try:
-            modes, config = await process.reopen(cwd, session_id)
-        except (RequestError, ConnectionError) as exc:
-            logger.info("agent could not load session %s (%s)", session_id, type(exc).__name__)
-            return None
-        session = AcpSession(session_id, conversation_key, slot.index, process, cwd)
-        session.info.offered(modes, config)
-        self._bind(conversation_key, session)
+        with self._placed(slot.index):
+            process = await self._pool.live(slot)
+            if not process.can_reopen:
+                return None
+            cwd = self.cwd_of(conversation_key)
+            try:
+                modes, config = await process.reopen(cwd, session_id)
+            except (RequestError, ConnectionError) as exc:
+                logger.info("agent could not load session %s (%s)", session_id, type(exc).__name__)
+                return None
+            session = AcpSession(session_id, conversation_key, slot.index, process, cwd)
+            session.info.offered(modes, config)
+            self._bind(conversation_key, session)
         logger.info("loaded session %s on agent[%d]", session_id, slot.index)
         return SessionHandle(session_id=session_id, loaded=True)
 
