@@ -119,3 +119,28 @@ async def test_an_exit_whose_stdout_never_ends_is_told_within_the_bound(
         assert await asyncio.shield(agent.exited) == 7
     assert 0.05 <= loop.time() - started < 1.0
     assert told == [0]
+
+
+class _Orphaned(_Died):
+    """An agent that exited while a child of its still holds its pipes: they close (and its
+    last lines are read) only once the bridge ends its process group."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.released = asyncio.Event()
+
+    def signal_group(self, sig: signal.Signals) -> None:
+        self.write_and_close(range(5))
+        asyncio.get_running_loop().call_soon(self.released.set)
+
+    async def wait(self) -> int:
+        await self.released.wait()
+        return 7
+
+
+async def test_an_exit_whose_pipes_a_child_holds_is_told_after_the_last_updates() -> None:
+    died, handled, told = _Orphaned(), [], []
+    agent = await _spawned(died, handled, told, slow=True)
+    async with asyncio.timeout(5):
+        assert await asyncio.shield(agent.exited) == 7
+    assert handled == [f"c{i} " for i in range(5)]

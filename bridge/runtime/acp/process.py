@@ -521,12 +521,15 @@ class HandledNotifications:
             await asyncio.shield(self._idle)
 
 
-async def _wait_exit(process: ChildProcess, agent: AgentProcess) -> int:
+async def _wait_exit(
+    process: ChildProcess, agent: AgentProcess, read_out: Callable[[], Awaitable[None]]
+) -> int:
     """The exit code, as soon as the agent itself has exited.
 
     A child the agent started may still hold its pipes, and the bridge would never notice
     the exit: the agent counts as exited when it has (`ended`), and the rest of its process
-    group is ended then to release the pipes."""
+    group is ended then to release the pipes; what the agent wrote is read out before the
+    exit is told, as `spawn_agent`'s watcher does."""
     waiter = asyncio.ensure_future(process.wait())
     ender = asyncio.ensure_future(process.ended())
     try:
@@ -534,6 +537,8 @@ async def _wait_exit(process: ChildProcess, agent: AgentProcess) -> int:
         while not waiter.done():
             agent.signal_group(signal.SIGKILL)
             if not agent.exited.done():
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(read_out(), EXIT_READ_SECONDS)
                 agent.exited.set_result(ender.result())
             await asyncio.wait({waiter}, timeout=EXIT_POLL_SECONDS)
         return waiter.result()
@@ -587,7 +592,7 @@ async def spawn_agent(
         await handled.settled()
 
     async def watch() -> None:
-        code = await _wait_exit(process, agent)
+        code = await _wait_exit(process, agent, read_out)
         # What the agent wrote before it died reaches its turns before they end: its stdout
         # is read to the end, each update handed to the bridge (the SDK runs a task for
         # each), and only then is the exit told (else a crash loses the last updates).
