@@ -499,26 +499,24 @@ class HandledNotifications:
     def __init__(self, handler: MethodHandler) -> None:
         self._handler = handler
         self._running = 0
-        self._idle: asyncio.Future[None] | None = None
+        self._idle = asyncio.Event()
+        self._idle.set()
 
     async def __call__(self, method: str, params: Any, is_notification: bool) -> Any:
         if not is_notification:  # a request may wait for a person: not waited for
             return await self._handler(method, params, is_notification)
         self._running += 1
+        self._idle.clear()
         try:
             return await self._handler(method, params, is_notification)
         finally:
             self._running -= 1
-            idle = self._idle
-            if not self._running and idle is not None and not idle.done():
-                idle.set_result(None)
+            if not self._running:
+                self._idle.set()
 
     async def settled(self) -> None:
         """Once no notification is being handled."""
-        while self._running:
-            if self._idle is None or self._idle.done():
-                self._idle = asyncio.get_running_loop().create_future()
-            await asyncio.shield(self._idle)
+        await self._idle.wait()
 
 
 async def _wait_exit(
@@ -537,8 +535,7 @@ async def _wait_exit(
         while not waiter.done():
             agent.signal_group(signal.SIGKILL)
             if not agent.exited.done():
-                with contextlib.suppress(Exception):
-                    await asyncio.wait_for(read_out(), EXIT_READ_SECONDS)
+                await read_out()
                 agent.exited.set_result(ender.result())
             await asyncio.wait({waiter}, timeout=EXIT_POLL_SECONDS)
         return waiter.result()
@@ -586,18 +583,22 @@ async def spawn_agent(
     )
     drain = asyncio.create_task(_drain(process.stderr, agent.stderr), name=f"{label} stderr")
 
-    async def read_out() -> None:
+    async def handed_on() -> None:
         await asyncio.shield(drain)
         await asyncio.shield(transport.received)
         await handled.settled()
 
+    async def read_out() -> None:
+        """What the agent wrote before it died reaches its turns before they end: its
+        stderr's tail and its stdout read to the end, each update handed to the bridge (the
+        SDK runs a task for each); only then is the exit told (else a crash loses the last
+        updates). At most EXIT_READ_SECONDS (a pipe a stray child holds never ends)."""
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(handed_on(), EXIT_READ_SECONDS)
+
     async def watch() -> None:
         code = await _wait_exit(process, agent, read_out)
-        # What the agent wrote before it died reaches its turns before they end: its stdout
-        # is read to the end, each update handed to the bridge (the SDK runs a task for
-        # each), and only then is the exit told (else a crash loses the last updates).
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(read_out(), EXIT_READ_SECONDS)
+        await read_out()
         if not agent.exited.done():
             agent.exited.set_result(code)
         on_exit(agent)

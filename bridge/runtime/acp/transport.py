@@ -420,8 +420,9 @@ class BatchedTransport:
         self._holding: set[str] = set()  # sessions with updates held
         self._recent: dict[str, float] = {}  # sessions let through within the window: when
         self._ready: deque[Any] = deque()
-        self._asked: dict[int | str, str] = {}  # the bridge's requests of a session: by id
-        self._creating: set[int | str] = set()  # the bridge's session/new requests: their ids
+        # The bridge's requests of a session, by id: the session, or _NEW_SESSION for a
+        # session/new (its answer names the session).
+        self._asked: dict[int | str, str] = {}
         self._flush_at: asyncio.TimerHandle | None = None
         self._waiter: asyncio.Future[None] | None = None
         self._ended = False
@@ -435,11 +436,9 @@ class BatchedTransport:
     async def send(self, message: dict[str, Any]) -> None:
         # Read back only by an answer that takes its session's held updates: with no window
         # nothing is held, and nothing would take the entry.
-        if self._window > 0 and "id" in message:
-            if message.get("method") == _NEW_SESSION:
-                self._creating.add(message["id"])
-            elif (asked := _session_asked(message)) is not None:
-                self._asked[message["id"]] = asked
+        asked = _session_asked(message) if self._window > 0 else None
+        if asked is not None:
+            self._asked[message["id"]] = asked
         await self._sender.send(message)
 
     async def receive(self) -> Any:
@@ -530,15 +529,15 @@ class BatchedTransport:
         request_id = message["id"]
         if type(request_id) not in (int, str):
             return None
-        if request_id in self._creating:
+        asked = self._asked.pop(request_id, None)
+        if asked == _NEW_SESSION:
             # The answer to a session/new is the new session's: nothing held of another
             # session need go before it (while turns start one after another, a flush of
             # everything held at each would cut every streaming turn's window short).
-            self._creating.discard(request_id)
             result = message.get("result")
             session = result.get("sessionId") if type(result) is dict else None
             return session if type(session) is str else None
-        return self._asked.pop(request_id, None)
+        return asked
 
     def _flush(self) -> None:
         self._cancel_flush()
@@ -566,8 +565,13 @@ _NEW_SESSION = "session/new"  # the request whose answer names a session of its 
 
 
 def _session_asked(message: dict[str, Any]) -> str | None:
-    """The session a request the bridge sends is about (`session/prompt`, `load`, …)."""
-    return _named_session(message) if "method" in message else None
+    """The session a request the bridge sends is about (`session/prompt`, `load`, …), or
+    _NEW_SESSION for the request that makes one."""
+    if "id" not in message or "method" not in message:
+        return None
+    if message["method"] == _NEW_SESSION:
+        return _NEW_SESSION
+    return _named_session(message)
 
 
 def _named_session(message: dict[str, Any]) -> str | None:
