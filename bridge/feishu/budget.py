@@ -193,7 +193,7 @@ class Minute:
     The room and the tokens only grow as time passes, at `rate` at least:
     `CallQueue.longest_wait` counts on that."""
 
-    __slots__ = ("_at", "_least", "_log", "_pace", "_tokens", "capacity", "limit", "rate")
+    __slots__ = ("_at", "_first", "_log", "_lows", "_pace", "_tokens", "capacity", "limit", "rate")
 
     def __init__(
         self,
@@ -218,7 +218,13 @@ class Minute:
             log += [now - (now - since) * (k + 0.5) / unseen for k in reversed(range(unseen))]
             log.sort()
         self._log: deque[float] = deque(log)
-        self._least = math.inf  # min over k of (k - rate × t_k)
+        # The room rule's min over k of (k - rate × t_k), kept as a sliding window's
+        # minimum: each grant numbered from the first ever (`_first` is `_log[0]`'s), and
+        # the grants that may yet be the least, by number, their values rising. A grant
+        # expiring then costs nothing, where finding the least again cost the whole minute's
+        # log each time (a thousand sends a minute: a thousand steps a call).
+        self._first = 0
+        self._lows: deque[tuple[int, float]] = deque()
         self._relearn()
         self._tokens = max(0.0, self.room(now))
         self._at = now
@@ -233,22 +239,36 @@ class Minute:
         """Forget the grants older than a minute; tokens for the time since."""
         log = self._log
         if log and log[0] < now - 60.0:  # (a window counts both its ends)
+            lows = self._lows
             while log and log[0] < now - 60.0:
                 log.popleft()
-            self._relearn()
+                if lows and lows[0][0] == self._first:
+                    lows.popleft()
+                self._first += 1
         if now > self._at:
             self._tokens = min(self._tokens + (now - self._at) * self._pace, self.room(now))
             self._at = now
 
     def _relearn(self) -> None:
-        rate = self.rate
-        self._least = min((k - rate * t for k, t in enumerate(self._log)), default=math.inf)
+        self._first = 0
+        self._lows.clear()
+        for k, t in enumerate(self._log):
+            self._low(k, t)
+
+    def _low(self, k: int, t: float) -> None:
+        """Grant number `k` at `t` joins the window: the earlier ones it is below can never
+        be the least again (it outlives them)."""
+        value, lows = k - self.rate * t, self._lows
+        while lows and lows[-1][1] >= value:
+            lows.pop()
+        lows.append((k, value))
 
     def room(self, now: float) -> float:
         """Calls that may go now by the room rule (fractional: a call needs a whole one)."""
         free = self.limit - len(self._log)  # the minute's figure itself
         if self._log:
-            free = min(free, self.limit - len(self._log) + self._least + self.rate * (now - 60.0))
+            least = self._lows[0][1] - self._first  # min over k of (k - rate × t_k)
+            free = min(free, free + least + self.rate * (now - 60.0))
         return min(self.capacity, free)
 
     def spent(self, now: float) -> list[float]:
@@ -276,7 +296,7 @@ class Minute:
 
     def take(self, now: float) -> None:
         self._tokens -= 1.0
-        self._least = min(self._least, len(self._log) - self.rate * now)
+        self._low(self._first + len(self._log), now)
         self._log.append(now)
 
     def give_back(self) -> None:

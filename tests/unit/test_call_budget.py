@@ -16,6 +16,8 @@ from collections.abc import Callable
 from dataclasses import replace
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from bridge.core.delivery import Lane
 from bridge.feishu.budget import (
@@ -560,6 +562,42 @@ def test_a_predecessor_that_stopped_cleanly_leaves_only_what_it_recorded() -> No
     guessed = Minute(950.0, 0.2, now=10.0, spent=spent, unseen_since=0.0)
     assert clean.room(10.0) == pytest.approx(950 - 150 - 50 * clean.rate)
     assert clean.room(10.0) - guessed.room(10.0) == pytest.approx(math.floor(10 * pace))
+
+
+def room_by_the_rule(minute: Minute, now: float) -> float:
+    """The room rule as its doc writes it, from the minute's grant times of the last 60 s."""
+    log = minute.spent(now)
+    free = minute.limit - len(log)
+    for k, t in enumerate(log):
+        free = min(free, minute.limit - len(log) + k - minute.rate * (t + 60.0 - now))
+    return min(minute.capacity, free)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    limit=st.integers(4, 60),
+    share=st.sampled_from((0.05, 0.25, 0.5)),
+    seed=st.integers(0, 2**32),
+)
+def test_a_minutes_room_is_the_rule_as_grants_come_and_expire(
+    limit: int, share: float, seed: int
+) -> None:
+    """The room a minute keeps as calls are taken (mostly faster than its pace, so the rule
+    binds), given back, and expire (a sliding window's least, not the whole log read again)
+    is the rule's, at every step."""
+    rng = random.Random(seed)
+    spent = [rng.uniform(-70.0, 0.0) for _ in range(rng.randint(0, limit))]
+    minute = Minute(float(limit), share, now=0.0, spent=spent, unseen_since=-0.5)
+    now = 0.0
+    for _ in range(1500):
+        roll = rng.random()
+        now += rng.expovariate(limit / 30.0) if roll < 0.9 else rng.uniform(0.0, 40.0)
+        minute.refill(now)
+        if roll < 0.85:
+            minute.take(now)
+        elif roll < 0.9:
+            minute.give_back()
+        assert minute.room(now) == pytest.approx(room_by_the_rule(minute, now), abs=1e-6)
 
 
 def taken_at_once_from(minute: Minute, start: float, until: float) -> list[float]:
