@@ -9,15 +9,17 @@ the wall clock when the clock was made), so deadlines never jump with an NTP ste
 as dates in records. `Clock.wall` is the wall clock itself, for what must name the real
 time (a schedule's "09:30").
 
-`call_at` fires *about* at `when`: a real loop may wake early (uvloop rounds delays to whole
-milliseconds and measures them from a loop time cached at the start of its iteration), and
-the simulator's clock does so on purpose. Whoever waits re-checks `now()` against its
-deadline and waits again if it is not due: an early wake-up re-arms, it never forgets.
+`call_at` fires *about* at `when`: a real loop may wake early, and the simulator's clock
+does so on purpose. Whoever waits re-checks `now()` against its deadline and waits again if
+it is not due: an early wake-up re-arms, it never forgets. The real clock pads its timers
+so that they do not fire early (`LoopClock.call_at`): a wake-up that only re-arms costs a
+waiter's whole check (the call budget's ranking of every waiting call) for nothing.
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 import random
 import time
 import uuid
@@ -43,6 +45,9 @@ class Ids(Protocol):
         ...
 
 
+WAKE_PAD = 0.001  # seconds a real timer waits past its rounded-up delay (`LoopClock.call_at`)
+
+
 class LoopClock:
     """The real clock: monotonic time anchored to the epoch, timers on the running loop."""
 
@@ -56,8 +61,13 @@ class LoopClock:
         return time.time()
 
     def call_at(self, when: float, callback: Callable[[], None]) -> Cancellable:
-        delay = max(0.0, when - self.now())
-        return asyncio.get_running_loop().call_later(delay, callback)
+        delay = when - self.now()
+        if delay > 0.0:
+            # uvloop rounds a delay to the nearest millisecond and counts it from a time cut
+            # to whole milliseconds, so a timer fires up to 1.5 ms early: rounded up, and a
+            # millisecond more, it fires at most 2 ms late instead.
+            delay = math.ceil(delay * 1000.0) / 1000.0 + WAKE_PAD
+        return asyncio.get_running_loop().call_later(max(0.0, delay), callback)
 
 
 def new_id() -> str:
