@@ -326,7 +326,10 @@ async def test_a_card_click_landing_on_another_instance_is_decided_by_the_owner(
     async with emulator() as emu, instances(emu, pg_url, tmp_path, 2) as (owner, other):
         emu.spread_webhooks([webhook(owner)])
         asked = await emu.send_user_message("permission Delete build/")
-        await wait(emu, lambda: [m for m in emu.bot_messages() if m.card])
+        # The click comes once the user was told it is their turn: a click before that line
+        # goes out makes it untrue, and it is rightly never sent.
+        paused = ["", T("presence.waiting_approval")]
+        await wait(emu, lambda: replies(emu, asked.message_id) == paused)
         (card,) = [m for m in emu.bot_messages() if m.card]
         allow = next(
             a["value"]
