@@ -83,6 +83,17 @@ if TYPE_CHECKING:
 # never empties what the answers and endings behind them need.
 SEND_SHARE = (1.0, 1.0, 0.9, 0.75, 0.5)  # by lane: ending, answer, card, hint, refresh
 
+# A token counts as whole this close to one: the float sums of refills fall short of it.
+_SLACK = 1e-9
+
+
+def _later(now: float, wait: float) -> float:
+    """`now + wait` for a wait > 0, and never `now` itself: at an epoch time's float step a
+    wait of a few nanoseconds rounds away, and a wake-up at `now` would find the bucket
+    just as short, again and again until the clock moves."""
+    at = now + wait
+    return at if at > now else math.nextafter(now, math.inf)
+
 
 @dataclass(frozen=True)
 class BudgetPolicy:
@@ -163,12 +174,14 @@ class Bucket:
 
     def ready(self, now: float, keep: float = 0.0) -> bool:
         """A whole token there beyond the `keep` held back (and any pause over)."""
-        return now >= self.paused_until and self.tokens >= 1.0 + keep - 1e-9
+        return now >= self.paused_until and self.tokens >= 1.0 + keep - _SLACK
 
     def ready_at(self, now: float, keep: float = 0.0) -> float:
         """When the next whole token beyond `keep` is there (and any pause over)."""
-        short = max(0.0, 1.0 + keep - self.tokens)
-        return max(self.paused_until, now + short / self.rate if self.rate > 0 else math.inf)
+        short = 1.0 + keep - _SLACK - self.tokens
+        if short <= 0.0:
+            return max(self.paused_until, now)
+        return max(self.paused_until, _later(now, short / self.rate) if self.rate > 0 else math.inf)
 
     def reserve(self, share: float) -> float:
         """The tokens a lane with `share` of the burst leaves to the lanes above it."""
@@ -283,16 +296,16 @@ class Minute:
 
     def ready(self, now: float, keep: float = 0.0) -> bool:
         """A whole call beyond the `keep` held back (refilled at `now`)."""
-        return min(self._tokens, self.room(now)) >= 1.0 + keep - 1e-9
+        return min(self._tokens, self.room(now)) >= 1.0 + keep - _SLACK
 
     def ready_at(self, now: float, keep: float = 0.0) -> float:
         """When a whole call beyond `keep` may go, at the latest: the tokens grow at the
         pace, the room at `rate` at least (a grant expiring can free it sooner; a call
         then offered finds it)."""
-        need = 1.0 + keep
-        tokens_at = now + max(0.0, need - self._tokens) / self._pace
-        room_at = now + max(0.0, need - self.room(now)) / self.rate
-        return max(tokens_at, room_at)
+        need = 1.0 + keep - _SLACK
+        wait = max(need - self._tokens, 0.0) / self._pace
+        wait = max(wait, max(need - self.room(now), 0.0) / self.rate)
+        return _later(now, wait) if wait > 0.0 else now
 
     def take(self, now: float) -> None:
         self._tokens -= 1.0
