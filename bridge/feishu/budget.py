@@ -315,10 +315,19 @@ class Minute:
     def give_back(self) -> None:
         """A grant not used: forgotten (the newest stands for it; the margin under
         Feishu's figure covers the difference in when it expires)."""
-        if self._log:
-            self._log.pop()
-            self._relearn()
-            self._tokens = min(self.capacity, self._tokens + 1.0)
+        log = self._log
+        if not log:
+            return
+        log.pop()
+        newest, lows = self._first + len(log), self._lows  # the number the grant had
+        if lows and lows[-1][0] == newest:
+            lows.pop()
+        # The grants after the last low left were dropped by the newest (or by grants it
+        # dropped): without it, they may be lows again. Mostly a few, as the values rise
+        # while calls go faster than the floor.
+        for k in range(lows[-1][0] + 1 if lows else self._first, newest):
+            self._low(k, log[k - self._first])
+        self._tokens = min(self.capacity, self._tokens + 1.0)
 
 
 class Held:
