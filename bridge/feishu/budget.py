@@ -105,6 +105,9 @@ class BudgetPolicy:
     total_per_second: float = 0.0  # all calls together; 0: no cap beyond each API's
     hint_deadline: float = 1.0  # seconds a hint may wait before it goes ahead of anything
     card_deadline: float = 2.0  # likewise an approval or a question card
+    # Likewise the agent's words and a command's reply: else the endings of busy chats,
+    # whose next turn ends as soon as the last did, pass it over for as long as they last.
+    answer_deadline: float = 3.0
     # Tokens a bucket holds at most, in seconds of its rate (at least one call): a burst
     # plus a second at the full rate must stay under a limit counted per second.
     burst_seconds: float = 0.05
@@ -421,6 +424,7 @@ class CallQueue:
         self._send_keep = kept_for_lanes(policy)  # by lane
         # How long a call of each lane waits before it goes first (`Waiter.deadline`).
         self._patience = {lane: math.inf for lane in Lane} | {
+            Lane.ANSWER: policy.answer_deadline,
             Lane.CARD: policy.card_deadline,
             Lane.HINT: policy.hint_deadline,
         }

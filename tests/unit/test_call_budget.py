@@ -129,6 +129,40 @@ def test_a_hint_waits_at_most_its_deadline_behind_a_flood_of_answers() -> None:
     assert all(w.lane is Lane.ANSWER for w in granted[:at])
 
 
+def test_an_answer_waits_at_most_its_deadline_behind_endings_that_never_stop() -> None:
+    """Two dozen chats whose turns end one after another (each chat's next message comes
+    as its last is answered) ask more endings than the sends' pace carries. An answer of
+    another chat that comes meanwhile (a command's reply, say) goes within its deadline,
+    not when the endings happen to pause; the endings keep the rest of the pace."""
+    policy = BudgetPolicy()
+    sched = CallQueue(policy, now=QUIET)
+    pending = [sched.waiter(Lane.ENDING, f"oc_{n}", True, 0.0, SEND) for n in range(24)]
+    answer: Waiter | None = None
+    grants: list[tuple[float, Waiter]] = []
+    now = 0.0
+    while now <= 60.0:
+        if answer is None and now >= 10.0:  # the minute's burst long spent by then
+            answer = sched.waiter(Lane.ANSWER, "oc_answer", True, now, SEND)
+            pending.append(answer)
+        granted = [w for waiter in pending for w in sched.offer(waiter, now)]
+        granted += sched.grant(now)
+        grants += [(now, w) for w in granted]
+        pending = [
+            sched.waiter(w.lane, w.chat, True, now, SEND) for w in granted if w is not answer
+        ]
+        if not pending:
+            wake = sched.next_wake(now)
+            assert wake is not None
+            now = wake if answer is not None else min(wake, 10.0)
+    assert answer is not None
+    gone = [at for at, w in grants if w is answer]
+    assert gone, "the answer never went"
+    assert gone[0] - answer.since <= policy.answer_deadline + 1 / policy.chat_per_second
+    # The minute's floor once its burst was spent (720 a minute), the answer's one aside.
+    endings = [at for at, w in grants if w.lane is Lane.ENDING and at > 10.0]
+    assert len(endings) >= 50 * 720 / 60 - 2
+
+
 def test_refreshes_never_delay_a_hint() -> None:
     sched = CallQueue(SLOW, now=QUIET)
     for n in range(10):
