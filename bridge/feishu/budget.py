@@ -241,7 +241,7 @@ class Minute:
         # log each time (a thousand sends a minute: a thousand steps a call).
         self._first = 0
         self._lows: deque[tuple[int, float]] = deque()
-        self._relearn()
+        self._relearn(0)
         self._tokens = max(0.0, self.room(now))
         self._at = now
 
@@ -265,11 +265,11 @@ class Minute:
             self._tokens = min(self._tokens + (now - self._at) * self._pace, self.room(now))
             self._at = now
 
-    def _relearn(self) -> None:
-        self._first = 0
-        self._lows.clear()
-        for k, t in enumerate(self._log):
-            self._low(k, t)
+    def _relearn(self, start: int) -> None:
+        """The grants numbered from `start` on join the window again, oldest first."""
+        log, first = self._log, self._first
+        for k in range(start, first + len(log)):
+            self._low(k, log[k - first])
 
     def _low(self, k: int, t: float) -> None:
         """Grant number `k` at `t` joins the window: the earlier ones it is below can never
@@ -328,8 +328,7 @@ class Minute:
         # The grants after the last low left were dropped by the newest (or by grants it
         # dropped): without it, they may be lows again. Mostly a few, as the values rise
         # while calls go faster than the floor.
-        for k in range(lows[-1][0] + 1 if lows else self._first, newest):
-            self._low(k, log[k - self._first])
+        self._relearn(lows[-1][0] + 1 if lows else self._first)
         self._tokens = min(self.capacity, self._tokens + 1.0)
 
 
