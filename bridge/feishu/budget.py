@@ -595,8 +595,25 @@ class CallQueue:
 
     def offer(self, waiter: Waiter, now: float) -> list[Waiter]:
         """Queue `waiter`; every waiter that may go now (it among them, or not)."""
+        if not self._waiting:  # nothing to rank it against (a call on a quiet bridge)
+            return [waiter] if self._alone(waiter, now) else self._queued(waiter)
         self._waiting.setdefault(waiter.api, []).append(waiter)
         return self.grant(now)
+
+    def _alone(self, waiter: Waiter, now: float) -> bool:
+        """`grant` for one waiter with no other waiting: its tokens taken if all are there."""
+        if not self._total_ready(now):
+            return False
+        api = self._api(waiter.api, now)
+        if not api.ready(now) or not self._held_room(waiter.api, now):
+            return False
+        if waiter.send:
+            self._sends.refill(now)
+        return self._take(waiter, api, now)
+
+    def _queued(self, waiter: Waiter) -> list[Waiter]:
+        self._waiting[waiter.api] = [waiter]
+        return []
 
     def withdraw(self, waiter: Waiter) -> None:
         queue = self._waiting.get(waiter.api)
@@ -646,25 +663,8 @@ class CallQueue:
             if not api.ready(now) or not self._held_room(waiter.api, now):
                 del ready[waiter.api]
                 continue
-            minute = sends if waiter.send else self._minute(waiter.api, now)
-            if not minute.ready(now, self._keep(waiter, now)):
-                continue
-            # Feishu's 5 a second to one user or group is its send-message limit: only a
-            # send takes from the chat's bucket (a card entity's change, a reaction, an edit
-            # are metered by the app's), though every call counts for the chat's fair turn.
-            chat = self._chat(waiter.chat, now) if waiter.chat is not None and waiter.send else None
-            if chat is not None and not chat.ready(now):
-                continue
-            api.tokens -= 1.0
-            minute.take(now)
-            if total is not None:
-                total.tokens -= 1.0
-            if chat is not None:
-                chat.tokens -= 1.0
-            if waiter.chat is not None:
-                self._served[waiter.chat] = now
-            granted.append(waiter)
-            self._count(waiter, now)
+            if self._take(waiter, api, now):
+                granted.append(waiter)
         if granted:
             gone = set(map(id, granted))
             for name in {w.api for w in granted}:
@@ -674,6 +674,29 @@ class CallQueue:
                 else:
                     del self._waiting[name]
         return granted
+
+    def _take(self, waiter: Waiter, api: Bucket, now: float) -> bool:
+        """Take `waiter`'s tokens if its minute and its chat have them (its API's bucket
+        `api`, refilled, and the cap on all calls have one): whether it may go."""
+        minute = self._sends if waiter.send else self._minute(waiter.api, now)
+        if not minute.ready(now, self._keep(waiter, now)):
+            return False
+        # Feishu's 5 a second to one user or group is its send-message limit: only a send
+        # takes from the chat's bucket (a card entity's change, a reaction, an edit are
+        # metered by the app's), though every call counts for the chat's fair turn.
+        chat = self._chat(waiter.chat, now) if waiter.chat is not None and waiter.send else None
+        if chat is not None and not chat.ready(now):
+            return False
+        api.tokens -= 1.0
+        minute.take(now)
+        if self._total is not None:
+            self._total.tokens -= 1.0
+        if chat is not None:
+            chat.tokens -= 1.0
+        if waiter.chat is not None:
+            self._served[waiter.chat] = now
+        self._count(waiter, now)
+        return True
 
     def _keep(self, waiter: Waiter, now: float) -> float:
         """What `waiter` leaves in its minute for the lanes above it: nothing past its deadline."""

@@ -573,10 +573,12 @@ def _record_waits(
 
     def on_offer(waiter: Waiter, now: float) -> list[Waiter]:
         still[id(waiter)] = waiter
-        return offer(waiter, now)
+        return went(offer(waiter, now), now)  # (granted at once when nothing else waits)
 
     def on_grant(now: float) -> list[Waiter]:
-        granted = grant(now)
+        return went(grant(now), now)
+
+    def went(granted: list[Waiter], now: float) -> list[Waiter]:
         for waiter in granted:
             if still.pop(id(waiter), None) is not None:
                 log.append(_wait(waiter, now, granted=True))
