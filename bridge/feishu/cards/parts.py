@@ -23,7 +23,7 @@ from typing import Final
 from bridge.core.effects import CardView
 from bridge.core.text import format_elapsed
 from bridge.feishu.budget import api_of
-from bridge.feishu.cards.status import elements_of
+from bridge.feishu.cards.status import ANSWER, element_content, element_ids
 from bridge.i18n import Translator
 
 STREAM_API: Final = api_of("PUT", "/open-apis/cardkit/v1/cards/c/elements/e/content")
@@ -59,20 +59,26 @@ def one_part(t: Translator, shown: CardView, view: CardView) -> tuple[str, str, 
         return None
     name, element = found
     after = replace(shown, **{name: getattr(view, name)}, closed=view.closed)  # (not drawn)
-    return element, dict(elements_of(t, after))[element], after
+    return element, element_content(t, after, element), after
 
 
 def all_parts(t: Translator, shown: CardView, view: CardView) -> list[tuple[str, str]] | None:
     """Every element of `view` that differs from `shown` (ids and contents), when the card's
-    shape is the same; None when it is not, or nothing the card words has changed."""
+    shape is the same; None when it is not, or nothing the card words has changed. The
+    answer is told apart by its text (drawing a long answer twice, to compare, would cost
+    more than the rest of the change)."""
     if _changed_part(shown, view) is None:
         return None
-    before = dict(elements_of(t, shown))
-    return [
-        (element, content)
-        for element, content in elements_of(t, view)
-        if before.get(element) != content
-    ]
+    changed = []
+    for element in element_ids(view):
+        if element == ANSWER:
+            if (shown.text, shown.code) != (view.text, view.code):
+                changed.append((element, element_content(t, view, element)))
+            continue
+        content = element_content(t, view, element)
+        if element_content(t, shown, element) != content:
+            changed.append((element, content))
+    return changed
 
 
 def _changed_part(shown: CardView, view: CardView) -> tuple[str, str] | None:

@@ -79,23 +79,36 @@ def elements_of(t: Translator, view: CardView) -> list[tuple[str, str]]:
     """The card's changing elements, in order, with their content: the status line, the
     tools and the plan (when there are any), and the answer. Each may be streamed alone. A
     continuation card is its page of the answer only."""
+    return [(element, element_content(t, view, element)) for element in element_ids(view)]
+
+
+def element_ids(view: CardView) -> list[str]:
+    """`elements_of`'s ids, without drawing them."""
     if view.page > 0:
-        return [(ANSWER, answer_markdown(view.text, view.code))]
-    out = [("status", _status(t, view))]
-    if view.tools:
+        return [ANSWER]
+    return ["status", *(["tools"] if view.tools else []), *(["plan"] if view.plan else []), ANSWER]
+
+
+def element_content(t: Translator, view: CardView, element: str) -> str:
+    """One element of `elements_of`, drawn alone (the answer, the longest to draw, only
+    when it is the one asked for)."""
+    if element == ANSWER:
+        return answer_markdown(view.text, view.code if view.page > 0 else "")
+    if element == "status":
+        return _status(t, view)
+    if element == "tools":
         lines = [f"**{t('card.status.tools')}**"]
         for tool in view.tools:
             state = tool.status if tool.status in _TOOL_STATES else "pending"
             lines.append(t(f"card.tool.{state}", title=markdown_literal(tool.title)))
-        out.append(("tools", "\n".join(lines)))
-    if view.plan:
+        return "\n".join(lines)
+    if element == "plan":
         lines = [f"**{t('card.status.plan')}**"]
         for entry in view.plan:
             state = entry.status if entry.status in _TOOL_STATES else "pending"
             lines.append(t(f"card.plan.{state}", content=markdown_literal(entry.content)))
-        out.append(("plan", "\n".join(lines)))
-    out.append((ANSWER, answer_markdown(view.text)))
-    return out
+        return "\n".join(lines)
+    raise KeyError(element)
 
 
 def _status(t: Translator, view: CardView) -> str:
