@@ -32,7 +32,7 @@ from typing import Any, Final
 import orjson
 
 from bridge.feishu.errors import EventParseError
-from bridge.utf8 import is_utf8_safe, repaired_json
+from bridge.utf8 import is_utf8_safe, repaired_json, utf8_safe
 
 MAX_DEPTH: Final = 64  # Feishu's events nest about 6 deep; far deeper is an attack
 
@@ -81,3 +81,13 @@ def dumps(value: Any) -> str:
         return orjson.dumps(value).decode()
     except (orjson.JSONEncodeError, TypeError):
         return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def dumps_utf8(value: Any) -> bytes:
+    """`value` as a request body: compact JSON in UTF-8, a lone surrogate in it replaced
+    with U+FFFD. What orjson writes is UTF-8 already (it refuses a surrogate): only what
+    it refuses is written as text, repaired and encoded."""
+    try:
+        return orjson.dumps(value)
+    except (orjson.JSONEncodeError, TypeError):
+        return utf8_safe(dumps(value)).encode("utf-8")

@@ -39,11 +39,10 @@ from bridge.feishu.errors import (
     check_response,
 )
 from bridge.feishu.http import PARSED_URLS
-from bridge.feishu.json_codec import dumps
+from bridge.feishu.json_codec import dumps_utf8
 from bridge.feishu.requests import CallTerms, FeishuRequest
 from bridge.feishu.retry import RetryPolicy, Sleep, retried
 from bridge.logs import app_prefix
-from bridge.utf8 import utf8_safe
 
 log = logging.getLogger("bridge.feishu.client")  # the client's calls, logged as its own
 
@@ -314,7 +313,6 @@ class FeishuSession:
 
     async def send(self, request: FeishuRequest[R]) -> R:
         body = request.body()
-        # utf8_safe: a lone surrogate in a card would otherwise fail to encode.
-        content = utf8_safe(dumps(body)).encode("utf-8") if body is not None else None
+        content = dumps_utf8(body) if body is not None else None
         answer = await self._chain(Sending(request, content))
         return request.answer(answer)
