@@ -731,6 +731,8 @@ class CallQueue:
             minute_at: dict[float, float] = {}
             lanes: set[Lane] = set()
             for waiter in queue:
+                if not waiter.send and waiter.lane in lanes:
+                    continue  # the first of its lane stood for it (the chat is no limit)
                 keep = self._keep(waiter, now)
                 at = minute_at.get(keep)
                 if at is None:
@@ -741,10 +743,10 @@ class CallQueue:
                         spent = minute_at[0.0] = max(api_at, minute.ready_at(now))
                     at = min(at, max(spent, waiter.deadline))
                 if not waiter.send:
-                    # The first of each lane stands for the rest of it (the chat is no limit).
-                    if waiter.lane not in lanes:
-                        lanes.add(waiter.lane)
-                        best = min(best, at)
+                    # The first of each lane stands for the rest of it: the one that came
+                    # first, whose deadline is the nearest.
+                    lanes.add(waiter.lane)
+                    best = min(best, at)
                     if len(lanes) == len(Lane):
                         break
                     continue
