@@ -859,16 +859,18 @@ class CallBudget:
 
     async def before_call(
         self, method: str, path: str, terms: CallTerms, credit: str | None = None
-    ) -> None:
+    ) -> str:
         """Wait for this call's turn (the session asks before each try, retries too), as
-        `terms`' chat and lane; `credit`: the API a token was already taken from."""
+        `terms`' chat and lane; `credit`: the API a token was already taken from. The API
+        the call is metered under."""
         api = api_of(method, path)
         if credit is not None:
             if credit == api:
-                return
+                return api
             self._sched.refund(credit, self._now())  # paid from another API's bucket
         which = terms.lane if terms.lane is not None else default_lane(method, path)
-        await self.acquire(which, terms.chat, send=is_send(method, path), api=api)
+        await self.acquire(which, terms.chat, send=api == SEND, api=api)
+        return api
 
     async def acquire(
         self, which: Lane, chat: str | None, *, send: bool = False, api: str = ""
@@ -944,11 +946,9 @@ class CallBudget:
             raise
         return True
 
-    def going(self, method: str, path: str) -> str:
-        """The call goes now, with its grant (`before_call`); the API it is held under."""
-        api = api_of(method, path)
+    def going(self, api: str) -> None:
+        """A call of `api` goes now, with its grant (`before_call`)."""
         self._sched.going(api)
-        return api
 
     def answered(self, api: str) -> None:
         """A call that went (`going`) came back, whatever its answer."""

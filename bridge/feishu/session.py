@@ -191,14 +191,14 @@ class Paced:
         if budget is None:
             return await call_next(sending)
         request = sending.request
-        terms = request.terms
+        terms, path = request.terms, request.path
         credit = terms.paid.spend() if terms.paid is not None else None
-        await budget.before_call(request.method, request.path, terms, credit)
-        api = budget.going(request.method, request.path)
+        api = await budget.before_call(request.method, path, terms, credit)
+        budget.going(api)
         try:
             return await call_next(sending)
         except RateLimited as exc:
-            budget.rate_limited(exc.reset_after, request.method, request.path, terms.chat)
+            budget.rate_limited(exc.reset_after, request.method, path, terms.chat)
             raise
         finally:
             budget.answered(api)
@@ -208,10 +208,11 @@ class HttpTransport:
     """The bottom of the chain: the request over httpx, its answer checked.
 
     The request is the one `AsyncClient.build_request` makes (the client's headers, then
-    the token and the body's type and length; `send` still does the rest: timeouts, auth,
-    proxies' mounts, hooks), built without its merges, which cost about as much as the
-    call's transport in the simulator: the client's headers with `Host` are kept ready,
-    and each URL with its query is parsed once while in use (`PARSED_URLS`)."""
+    the token and the body's type and length, its timeouts), built without its merges,
+    which cost about as much as the call's transport in the simulator: the client's
+    headers with `Host` are kept ready, and each URL with its query is parsed once while
+    in use (`PARSED_URLS`). It goes to the transport the client picks for its URL (its
+    proxies' mounts; `_send`)."""
 
     def __init__(self, http: httpx.AsyncClient, domain: str) -> None:
         self._http = http
