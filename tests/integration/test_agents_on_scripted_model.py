@@ -65,10 +65,13 @@ class Run:
         self.stack, self.record, self.workdir = stack, record, workdir
 
     def asked(self) -> list[dict[str, Any]]:
-        """Every request the agent made of its model (path and JSON body)."""
+        """Every request the agent made of its model (path and JSON body), as far as the
+        record is written: the model's process may be writing a long one as it is read,
+        so only lines it has ended count."""
         if not self.record.exists():
             return []
-        lines = self.record.read_text(encoding="utf-8").splitlines()
+        written = self.record.read_text(encoding="utf-8")
+        lines = written[: written.rfind("\n") + 1].splitlines()
         return [json.loads(line) for line in lines if line.strip()]
 
     async def model_heard(self, words: str) -> None:
