@@ -596,7 +596,10 @@ class CallQueue:
     def offer(self, waiter: Waiter, now: float) -> list[Waiter]:
         """Queue `waiter`; every waiter that may go now (it among them, or not)."""
         if not self._waiting:  # nothing to rank it against (a call on a quiet bridge)
-            return [waiter] if self._alone(waiter, now) else self._queued(waiter)
+            if self._alone(waiter, now):
+                return [waiter]
+            self._waiting[waiter.api] = [waiter]
+            return []
         self._waiting.setdefault(waiter.api, []).append(waiter)
         return self.grant(now)
 
@@ -604,16 +607,17 @@ class CallQueue:
         """`grant` for one waiter with no other waiting: its tokens taken if all are there."""
         if not self._total_ready(now):
             return False
-        api = self._api(waiter.api, now)
-        if not api.ready(now) or not self._held_room(waiter.api, now):
+        api = self._ready_api(waiter.api, now)
+        if api is None:
             return False
         if waiter.send:
             self._sends.refill(now)
         return self._take(waiter, api, now)
 
-    def _queued(self, waiter: Waiter) -> list[Waiter]:
-        self._waiting[waiter.api] = [waiter]
-        return []
+    def _ready_api(self, name: str, now: float) -> Bucket | None:
+        """API `name`'s bucket, refilled, when it has a token and room for a call held."""
+        bucket = self._api(name, now)
+        return bucket if bucket.ready(now) and self._held_room(name, now) else None
 
     def withdraw(self, waiter: Waiter) -> None:
         queue = self._waiting.get(waiter.api)
@@ -626,14 +630,14 @@ class CallQueue:
         """Take tokens for every waiter that may go now, in the order of the module doc."""
         if not self._waiting or not self._total_ready(now):
             return []
-        total, sends = self._total, self._sends
-        sends.refill(now)
+        total = self._total
+        self._sends.refill(now)
         # Only waiters whose API has a token can go: under load most wait on an empty
         # bucket, and only the few that can are ranked, best first, as far as tokens last.
         ready: dict[str, Bucket] = {}
         for name in self._waiting:
-            bucket = self._api(name, now)
-            if bucket.ready(now) and self._held_room(name, now):
+            bucket = self._ready_api(name, now)
+            if bucket is not None:
                 ready[name] = bucket
         if not ready:
             return []
