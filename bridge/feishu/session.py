@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from functools import partial
+from functools import lru_cache, partial
 from typing import Any, Protocol, TypeVar
 from urllib.parse import urlencode
 
@@ -217,7 +217,8 @@ class HttpTransport:
     def __init__(self, http: httpx.AsyncClient, domain: str) -> None:
         self._http = http
         self._domain = domain
-        self._urls: dict[tuple[str, tuple[tuple[str, str], ...]], httpx.URL] = {}
+        # An httpx.URL never changes: one may serve every request.
+        self._parsed = lru_cache(maxsize=PARSED_URLS)(self._parse)
         self._head: tuple[httpx.Headers, httpx.Headers] | None = None  # the client's, ready
 
     async def __call__(self, sending: Sending) -> dict[str, Any]:
@@ -283,15 +284,11 @@ class HttpTransport:
         return built
 
     def _url(self, path: str, params: dict[str, str] | None) -> httpx.URL:
-        query = tuple(params.items()) if params else ()
-        url = self._urls.get((path, query))
-        if url is None:  # an httpx.URL never changes: one may serve every request
-            if len(self._urls) >= PARSED_URLS:
-                del self._urls[next(iter(self._urls))]  # the oldest
-            query_string = "?" + urlencode(params) if params else ""  # as httpx encodes it
-            url = httpx.URL(self._domain + path + query_string)
-            self._urls[path, query] = url
-        return url
+        return self._parsed(path, tuple(params.items()) if params else ())
+
+    def _parse(self, path: str, query: tuple[tuple[str, str], ...]) -> httpx.URL:
+        query_string = "?" + urlencode(query) if query else ""  # as httpx encodes it
+        return httpx.URL(self._domain + path + query_string)
 
     def _headers(self, client: httpx.Headers, url: httpx.URL) -> httpx.Headers:
         head = self._head

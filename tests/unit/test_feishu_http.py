@@ -163,7 +163,7 @@ async def test_each_url_is_parsed_once_and_every_call_goes_where_it_was_sent(
         await client.post(f"{base}/a/reply")  # the same string: not parsed again
         assert parsed == [f"{base}/a/reply"]
         await client.post("/relative", params={"receive_id_type": "chat_id"})
-        for n in range(5):  # past the cap: the oldest are let go, every call still goes right
+        for n in range(5):  # past the cap: the least recent are let go, every call still goes right
             await client.patch(f"{base}/cards/{n}")
         await client.post(f"{base}/a/reply")
     assert seen == [
@@ -173,4 +173,4 @@ async def test_each_url_is_parsed_once_and_every_call_goes_where_it_was_sent(
         *(f"{base}/cards/{n}" for n in range(5)),
         f"{base}/a/reply",
     ]
-    assert len(client._urls) == 3
+    assert client._parsed.cache_info().currsize == 3
