@@ -56,8 +56,10 @@ included):
   (its words complete); turns never complete are left out (they are not exact);
 - **cpu**: the bridge process's own CPU (from /proc; the agents are other processes) per
   agent update, beside a bare ACP reader's (`floor`: the same prompts to the same scripted
-  agent, two processes as the bridge has, read by a client that does nothing; run right
-  after the styles of each N, alone, so the two never share the cores);
+  agent, two processes as the bridge has, read by a client that does nothing; run alone,
+  so the two never share the cores, once before the styles of each N and once after, and
+  the mean of the two taken: this machine's speed drifts by 10-20% over minutes, and a
+  floor on either side of the bridge's run cancels a steady drift; both are in the JSON);
 - **calls/turn, sends/turn**: every call the bridge made from the first message on (refused
   ones too), divided by N; by API path (ids as `:id`) in the JSON; and (after the row) the
   messages Feishu took per turn by kind: a line of the bridge's by its translation key, an
@@ -881,6 +883,15 @@ async def floor_row(n: int, turns: Turns, ramp: float) -> dict[str, float]:
     return {"floor_us_per_update": cpu / updates * 1e6 if updates else float("nan")}
 
 
+def _mean_floor(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    first, last = before["floor_us_per_update"], after["floor_us_per_update"]
+    return {
+        "floor_us_per_update": (first + last) / 2,
+        "floor_before_us_per_update": first,
+        "floor_after_us_per_update": last,
+    }
+
+
 # --- the table ----------------------------------------------------------------------------
 
 
@@ -907,15 +918,18 @@ COLUMNS: list[tuple[str, Callable[[dict[str, Any]], str]]] = [
     ("first sign p50/max", lambda r: _s(r["first_sign_p50_s"], r["first_sign_max_s"])),
     ("end p50/p95/max", lambda r: _s(r["end_p50_s"], r["end_p95_s"], r["end_max_s"])),
     (
-        "µs/update bridge/floor",
-        lambda r: "{:.0f} / {:.0f}".format(
-            r["us_per_update"], r.get("floor_us_per_update", float("nan"))
+        "µs/update bridge/floor (before, after)",
+        lambda r: "{:.0f} / {:.0f} ({:.0f}, {:.0f})".format(
+            r["us_per_update"],
+            r.get("floor_us_per_update", float("nan")),
+            r.get("floor_before_us_per_update", float("nan")),
+            r.get("floor_after_us_per_update", float("nan")),
         ),
     ),
     ("calls, sends /turn", lambda r: f"{r['calls_per_turn']:.1f}, {r['sends_per_turn']:.1f}"),
     ("idle budget, ≥2s", lambda r: f"{_s(r['idle_budget_max_s'])}, {r['idle_budget_stalls']}"),
 ]
-WIDTHS = [8, 4, 4, 8, 11, 15, 21, 18, 20, 22, 18, 16]
+WIDTHS = [8, 4, 4, 8, 11, 15, 21, 18, 20, 38, 18, 16]
 
 
 def heading() -> str:
@@ -980,12 +994,13 @@ async def main(argv: list[str] | None = None) -> None:
     turns = Turns(args.seconds, args.sizes, args.code, args.seed)
     print(heading(), flush=True)
     for n in (int(x) for x in args.n.split(",")):
+        before = {} if args.no_floor else await floor_row(n, turns, args.ramp)
         results = []
         for style in args.styles.split(","):
             results.append(
                 await one(style, n, turns, args.settle, args.total, args.ramp, warm=args.warm)
             )
-        base = {} if args.no_floor else await floor_row(n, turns, args.ramp)
+        base = {} if args.no_floor else _mean_floor(before, await floor_row(n, turns, args.ramp))
         for result in results:
             result.update(base)
             print(show(result), flush=True)
