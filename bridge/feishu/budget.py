@@ -70,8 +70,9 @@ import heapq
 import itertools
 import math
 from collections import Counter, deque
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import TYPE_CHECKING, Any, Protocol
 
 from bridge.core.delivery import Lane
@@ -406,6 +407,117 @@ class Spent:
     unseen_since: float | None = None
 
 
+class _Took(Enum):
+    """A waiter's try at its tokens (`CallQueue._take`)."""
+
+    GRANTED = "granted"
+    NO_MINUTE = "no-minute"  # its minute keeps what is left for the lanes above it
+    NO_CHAT = "no-chat"  # a send: its chat's bucket is empty
+
+
+_Entry = tuple[int, float, int, Waiter]  # a waiter's rank in `grant` (lane, served, seq) and it
+
+
+class ApiQueue:
+    """The calls waiting for one API: in arrival order, and ranked as `grant` takes them.
+
+    The rank (the module doc's order) changes while a call waits: its chat is served (it
+    goes later), its deadline passes (it goes first). Ranking every waiter at every grant
+    cost time in proportion to the queue (1 ms a grant with 1,000 waiting, several grants
+    a millisecond apart under load); here each waiter has one current entry in a heap, an
+    entry whose chat was served since is moved down when it comes up (a rank only worsens
+    that way), and a deadline's passing pushes a new entry (`_deadlines`). Entries no
+    longer current are dropped as they come up."""
+
+    __slots__ = ("_calls", "_current", "_deadlines", "_heap", "_lanes", "sends")
+
+    def __init__(self) -> None:
+        self.sends = 0  # waiters that are sends (metered by the sends' minute, not the API's)
+        self._lanes: Counter[Lane] = Counter()  # the other waiters, by lane
+        self._calls: dict[int, Waiter] = {}  # by seq, in arrival order
+        self._heap: list[_Entry] = []
+        self._current: dict[int, _Entry] = {}  # each waiter's entry in the heap, by seq
+        self._deadlines: list[tuple[float, int]] = []  # (deadline, seq) not yet passed
+
+    def __bool__(self) -> bool:
+        return bool(self._calls)
+
+    def __iter__(self) -> Iterator[Waiter]:
+        return iter(self._calls.values())
+
+    def add(self, waiter: Waiter, served: float, now: float) -> None:
+        self._calls[waiter.seq] = waiter
+        if waiter.send:
+            self.sends += 1
+        else:
+            self._lanes[waiter.lane] += 1
+        if now >= waiter.deadline:
+            self._push(waiter, -1, served)
+            return
+        self._push(waiter, int(waiter.lane), served)
+        if waiter.deadline != math.inf:
+            heapq.heappush(self._deadlines, (waiter.deadline, waiter.seq))
+        if len(self._heap) > 2 * len(self._calls) + 32:  # mostly stale: rebuilt
+            self._heap = list(self._current.values())
+            heapq.heapify(self._heap)
+        if len(self._deadlines) > 2 * len(self._calls) + 32:  # calls gone before theirs
+            self._deadlines = [d for d in self._deadlines if d[1] in self._calls]
+            heapq.heapify(self._deadlines)
+
+    def remove(self, waiter: Waiter) -> bool:
+        """Whether `waiter` was waiting here (its entry goes stale)."""
+        self._current.pop(waiter.seq, None)
+        if self._calls.pop(waiter.seq, None) is None:
+            return False
+        if waiter.send:
+            self.sends -= 1
+        elif self._lanes[waiter.lane] == 1:
+            del self._lanes[waiter.lane]
+        else:
+            self._lanes[waiter.lane] -= 1
+        return True
+
+    @property
+    def lanes(self) -> int:
+        """How many lanes the waiters that are not sends are in."""
+        return len(self._lanes)
+
+    def head(self, now: float, served: Callable[[str | None], float]) -> _Entry | None:
+        """The first waiter by rank at `now`, its chat's last service by `served`; left in
+        place (`take` it, or leave it)."""
+        deadlines, calls = self._deadlines, self._calls
+        while deadlines and deadlines[0][0] <= now:
+            waiter = calls.get(heapq.heappop(deadlines)[1])
+            if waiter is not None:
+                self._push(waiter, -1, served(waiter.chat))
+        heap, current = self._heap, self._current
+        while heap:
+            entry = heap[0]
+            lane, was, seq, waiter = entry
+            if current.get(seq) is not entry:
+                heapq.heappop(heap)
+            elif (now_served := served(waiter.chat)) != was:  # served since: later now
+                heapq.heappop(heap)
+                self._push(waiter, lane, now_served)
+            else:
+                return entry
+        return None
+
+    def take(self) -> None:
+        """Off the heap: the head `head` returned (kept current: `back` or `remove`)."""
+        heapq.heappop(self._heap)
+
+    def back(self, entry: _Entry) -> None:
+        """A head taken and not granted: in line again, as it was."""
+        if self._current.get(entry[2]) is entry:
+            heapq.heappush(self._heap, entry)
+
+    def _push(self, waiter: Waiter, lane: int, served: float) -> None:
+        entry = (lane, served, waiter.seq, waiter)
+        self._current[waiter.seq] = entry
+        heapq.heappush(self._heap, entry)
+
+
 class CallQueue:
     WINDOW = 10.0  # seconds over which calls a second are reported
 
@@ -435,7 +547,7 @@ class CallQueue:
         self._served: dict[str, float] = {}  # chat -> when it was last granted a call
         # The waiting calls by API, in arrival order: under load most wait on an API with
         # no token, and neither a grant nor the next wake-up need look at them one by one.
-        self._waiting: dict[str, list[Waiter]] = {}
+        self._waiting: dict[str, ApiQueue] = {}
         self._seq = itertools.count()
         self._last_shrink: dict[str, float] = {}  # API -> its last shrink
         self.usage = Usage()
@@ -595,13 +707,19 @@ class CallQueue:
 
     def offer(self, waiter: Waiter, now: float) -> list[Waiter]:
         """Queue `waiter`; every waiter that may go now (it among them, or not)."""
-        if not self._waiting:  # nothing to rank it against (a call on a quiet bridge)
-            if self._alone(waiter, now):
-                return [waiter]
-            self._waiting[waiter.api] = [waiter]
-            return []
-        self._waiting.setdefault(waiter.api, []).append(waiter)
-        return self.grant(now)
+        alone = not self._waiting
+        if alone and self._alone(waiter, now):  # nothing to rank it against (a quiet bridge)
+            return [waiter]
+        queue = self._waiting.get(waiter.api)
+        if queue is None:
+            queue = self._waiting[waiter.api] = ApiQueue()
+        queue.add(waiter, self._served_of(waiter.chat), now)
+        return [] if alone else self.grant(now)
+
+    def _served_of(self, chat: str | None) -> float:
+        """When `chat` was last granted a call (-inf: never, or no chat): the rank's second
+        key, least recently served first."""
+        return self._served.get(chat, -math.inf) if chat is not None else -math.inf
 
     def _alone(self, waiter: Waiter, now: float) -> bool:
         """`grant` for one waiter with no other waiting: its tokens taken if all are there."""
@@ -612,7 +730,7 @@ class CallQueue:
             return False
         if waiter.send:
             self._sends.refill(now)
-        return self._take(waiter, api, now)
+        return self._take(waiter, api, now) is _Took.GRANTED
 
     def _ready_api(self, name: str, now: float) -> Bucket | None:
         """API `name`'s bucket, refilled, when it has a token and room for a call held."""
@@ -621,10 +739,8 @@ class CallQueue:
 
     def withdraw(self, waiter: Waiter) -> None:
         queue = self._waiting.get(waiter.api)
-        if queue is not None and waiter in queue:
-            queue.remove(waiter)
-            if not queue:
-                del self._waiting[waiter.api]
+        if queue is not None and queue.remove(waiter) and not queue:
+            del self._waiting[waiter.api]
 
     def grant(self, now: float) -> list[Waiter]:
         """Take tokens for every waiter that may go now, in the order of the module doc."""
@@ -642,55 +758,76 @@ class CallQueue:
         if not ready:
             return []
         # The order of the module doc: the lane (-1 past its deadline), the chat's last
-        # service, arrival.
+        # service (as it was when this grant began), arrival. The ready APIs' heads are
+        # merged: the next of an API comes up when its head is taken.
         served = self._served
-        never = -math.inf
-        ranked = [
-            (
-                -1 if now >= w.deadline else int(w.lane),
-                served.get(w.chat, never) if w.chat is not None else never,
-                w.seq,
-                w,
-            )
-            for name in ready
-            for w in self._waiting[name]
-        ]
-        heapq.heapify(ranked)  # (seq is unique: a waiter itself is never compared)
+        before: dict[str, float] = {}  # chats served by this grant: their service before it
+
+        def served_of(chat: str | None) -> float:
+            if chat is None:
+                return -math.inf
+            was = before.get(chat)
+            return was if was is not None else served.get(chat, -math.inf)
+
+        heads: list[_Entry] = []
+        for name in ready:
+            head = self._waiting[name].head(now, served_of)
+            if head is not None:
+                heads.append(head)
+        heapq.heapify(heads)  # (seq is unique: a waiter itself is never compared)
         granted: list[Waiter] = []
-        while ranked and ready:
-            waiter = heapq.heappop(ranked)[3]
-            api = ready.get(waiter.api)
-            if api is None:
-                continue
+        passed: list[_Entry] = []  # taken off their queue's heap, still waiting
+        while heads and ready:
+            entry = heapq.heappop(heads)
+            waiter = entry[3]
+            queue = self._waiting[waiter.api]
+            queue.take()
+            api = ready[waiter.api]
             if total is not None and not total.ready(now):
+                passed.append(entry)
                 break
             if not api.ready(now) or not self._held_room(waiter.api, now):
                 del ready[waiter.api]
+                passed.append(entry)
                 continue
-            if self._take(waiter, api, now):
+            chat = waiter.chat
+            was = served.get(chat, -math.inf) if chat is not None else None
+            took = self._take(waiter, api, now)
+            if took is _Took.GRANTED:
                 granted.append(waiter)
-        if granted:
-            gone = set(map(id, granted))
-            for name in {w.api for w in granted}:
-                left = [w for w in self._waiting[name] if id(w) not in gone]
-                if left:
-                    self._waiting[name] = left
-                else:
-                    del self._waiting[name]
+                queue.remove(waiter)
+                if chat is not None and was is not None:
+                    before.setdefault(chat, was)
+            else:
+                passed.append(entry)
+                if took is _Took.NO_MINUTE and (waiter.api == SEND or not queue.sends):
+                    # The rest of this API's queue ranks after it, so each leaves at
+                    # least as much of the same minute for the lanes above (SEND_SHARE):
+                    # none could go.
+                    del ready[waiter.api]
+                    continue
+            head = queue.head(now, served_of)
+            if head is not None:
+                heapq.heappush(heads, head)
+        for entry in passed:
+            self._waiting[entry[3].api].back(entry)
+        for name in {w.api for w in granted}:
+            if not self._waiting[name]:
+                del self._waiting[name]
         return granted
 
-    def _take(self, waiter: Waiter, api: Bucket, now: float) -> bool:
+    def _take(self, waiter: Waiter, api: Bucket, now: float) -> _Took:
         """Take `waiter`'s tokens if its minute and its chat have them (its API's bucket
-        `api`, refilled, and the cap on all calls have one): whether it may go."""
+        `api`, refilled, and the cap on all calls have one): whether it may go, or why not."""
         minute = self._sends if waiter.send else self._minute(waiter.api, now)
         if not minute.ready(now, self._keep(waiter, now)):
-            return False
+            return _Took.NO_MINUTE
         # Feishu's 5 a second to one user or group is its send-message limit: only a send
         # takes from the chat's bucket (a card entity's change, a reaction, an edit are
         # metered by the app's), though every call counts for the chat's fair turn.
         chat = self._chat(waiter.chat, now) if waiter.chat is not None and waiter.send else None
         if chat is not None and not chat.ready(now):
-            return False
+            return _Took.NO_CHAT
         api.tokens -= 1.0
         minute.take(now)
         if self._total is not None:
@@ -700,7 +837,7 @@ class CallQueue:
         if waiter.chat is not None:
             self._served[waiter.chat] = now
         self._count(waiter, now)
-        return True
+        return _Took.GRANTED
 
     def _keep(self, waiter: Waiter, now: float) -> float:
         """What `waiter` leaves in its minute for the lanes above it: nothing past its deadline."""
@@ -751,8 +888,8 @@ class CallQueue:
                     # first, whose deadline is the nearest.
                     lanes.add(waiter.lane)
                     best = min(best, at)
-                    if len(lanes) == len(Lane):
-                        break
+                    if len(lanes) == len(Lane) or (not queue.sends and len(lanes) == queue.lanes):
+                        break  # the rest follow one already seen
                     continue
                 if at >= best:  # its chat can only make it later
                     continue

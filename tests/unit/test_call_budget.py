@@ -30,6 +30,7 @@ from bridge.feishu.budget import (
     api_of,
     default_lane,
     is_send,
+    kept_for_lanes,
 )
 from bridge.feishu.requests import CallTerms, FeishuRequest, Paid, UpdateCardEntity
 from bridge.feishu.session import Paced, Sending
@@ -875,3 +876,63 @@ def test_a_budget_holds_a_call_through_the_session_until_it_is_answered() -> Non
         return held
 
     assert asyncio.run(main()) == [1, 1]  # going, then answered less than a second ago
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.lists(st.tuples(st.sampled_from(list(Lane)), st.sampled_from("abcd")), max_size=6),
+            st.integers(min_value=0, max_value=8),  # which waiting call is given up, if any
+            st.sampled_from((0.0, 0.3, 1.0, 2.5)),  # then the clock moves on this far
+        ),
+        max_size=30,
+    )
+)
+def test_grants_follow_the_rank_however_long_the_queue_and_whatever_went_before(
+    steps: list[tuple[list[tuple[Lane, str]], int, float]],
+) -> None:
+    """Each waiter granted is the first of those waiting by the module doc's rank as the
+    grant began: its lane (first of all past its deadline), its chat's last service,
+    arrival; through offers, calls given up, chats served and deadlines passing (the queue
+    keeps its rank between grants instead of ranking every waiter at each)."""
+    sched = CallQueue(BudgetPolicy(app_per_second=1.0, burst_seconds=0.0), now=QUIET)
+    waiting: list[Waiter] = []
+    served: dict[str, float] = {}
+
+    def check(granted: list[Waiter], now: float) -> None:
+        before = dict(served)
+        for waiter in granted:
+
+            def rank(w: Waiter) -> tuple[int, float, int]:
+                lane = -1 if now >= w.deadline else int(w.lane)
+                return (lane, before.get(w.chat or "", -math.inf), w.seq)
+
+            assert waiter is min(waiting, key=rank)
+            waiting.remove(waiter)
+            served[waiter.chat or ""] = now
+
+    now = 0.0
+    for offers, give_up, later in steps:
+        for lane, chat in offers:
+            waiter = sched.waiter(lane, chat, False, now, CARD)
+            waiting.append(waiter)
+            check(sched.offer(waiter, now), now)
+        if give_up < len(waiting):
+            sched.withdraw(waiting.pop(give_up))
+        now += later
+        check(sched.grant(now), now)
+    while waiting:  # everything left goes, one a second, in its rank
+        now += 1.0
+        granted = sched.grant(now)
+        assert granted
+        check(granted, now)
+
+
+def test_each_lane_keeps_at_least_what_the_lanes_above_it_keep() -> None:
+    """A grant passes over an API's queue at its first call that its minute cannot take:
+    sound only while a lane further down keeps no less of the minute than those above."""
+    for policy in (BudgetPolicy(), NINE_SENDS_AT_ONCE, THREE_OF_SIXTY):
+        kept = kept_for_lanes(policy)
+        assert list(kept) == sorted(kept)
+        assert kept[Lane.ENDING] == 0.0
