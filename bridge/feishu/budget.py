@@ -451,11 +451,9 @@ class ApiQueue:
             self.sends += 1
         else:
             self._lanes[waiter.lane] += 1
-        if now >= waiter.deadline:
-            self._push(waiter, -1, served)
-            return
-        self._push(waiter, int(waiter.lane), served)
-        if waiter.deadline != math.inf:
+        overdue = now >= waiter.deadline
+        self._push(waiter, -1 if overdue else int(waiter.lane), served)
+        if not overdue and waiter.deadline != math.inf:
             heapq.heappush(self._deadlines, (waiter.deadline, waiter.seq))
         if len(self._heap) > 2 * len(self._calls) + 32:  # mostly stale: rebuilt
             self._heap = list(self._current.values())
@@ -760,14 +758,11 @@ class CallQueue:
         # The order of the module doc: the lane (-1 past its deadline), the chat's last
         # service (as it was when this grant began), arrival. The ready APIs' heads are
         # merged: the next of an API comes up when its head is taken.
-        served = self._served
         before: dict[str, float] = {}  # chats served by this grant: their service before it
 
         def served_of(chat: str | None) -> float:
-            if chat is None:
-                return -math.inf
-            was = before.get(chat)
-            return was if was is not None else served.get(chat, -math.inf)
+            was = before.get(chat) if chat is not None else None
+            return was if was is not None else self._served_of(chat)
 
         heads: list[_Entry] = []
         for name in ready:
@@ -791,12 +786,12 @@ class CallQueue:
                 passed.append(entry)
                 continue
             chat = waiter.chat
-            was = served.get(chat, -math.inf) if chat is not None else None
+            was = self._served_of(chat)
             took = self._take(waiter, api, now)
             if took is _Took.GRANTED:
                 granted.append(waiter)
                 queue.remove(waiter)
-                if chat is not None and was is not None:
+                if chat is not None:
                     before.setdefault(chat, was)
             else:
                 passed.append(entry)
