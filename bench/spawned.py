@@ -1,6 +1,7 @@
 """What the benches that run `feishu-bridge run` as its own process share: a free loopback
 port, the environment of a webhook-mode bridge against the local emulator, waiting for its
-`/healthz`, a process's CPU time from /proc, and how late this process's own loop wakes."""
+`/healthz` and for it to go quiet, a process's CPU time from /proc, and how late this
+process's own loop wakes."""
 
 from __future__ import annotations
 
@@ -108,6 +109,25 @@ async def wait_healthy(port: int, process: subprocess.Popen[bytes]) -> None:
                 pass
             await asyncio.sleep(0.01)
     raise RuntimeError("never healthy")
+
+
+async def wait_quiet(pid: int, *, quiet: float = 1.0, most: float = 20.0) -> float:
+    """Until the process has used under 20 ms of CPU in `quiet` seconds (at most `most`
+    seconds); the seconds waited. A bridge answers `/healthz` while it still starts in the
+    background (the ACP SDK is imported in a worker thread, a few tenths of a second of
+    CPU): a figure per agent update leaves that one-time cost out this way."""
+    began = time.monotonic()
+    samples = [(began, cpu_s(pid))]
+    while time.monotonic() - began < most:
+        await asyncio.sleep(0.1)
+        now = time.monotonic()
+        samples.append((now, cpu_s(pid)))
+        while len(samples) > 1 and now - samples[1][0] >= quiet:
+            del samples[0]
+        then, used = samples[0]
+        if now - then >= quiet and samples[-1][1] - used < 0.02:
+            break
+    return time.monotonic() - began
 
 
 async def follow_calls(emu: Any, look: Callable[[Any], None]) -> None:

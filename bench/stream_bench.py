@@ -55,8 +55,11 @@ included):
 - **end p50 / p95 / max**: from the agent's last chunk to the chat showing the whole answer
   (its words complete); turns never complete are left out (they are not exact);
 - **cpu**: the bridge process's own CPU (from /proc; the agents are other processes) per
-  agent update, beside a bare ACP reader's (`floor`: the same prompts to the same scripted
-  agent, two processes as the bridge has, read by a client that does nothing; run alone,
+  agent update, from the first message (sent once the bridge, up, has gone quiet: the
+  ACP SDK it imports in the background after `/healthz` is a one-time cost, not a
+  turn's), beside a bare ACP reader's (`floor`: the same prompts to the same scripted
+  agent, two processes as the bridge has, read by a client that does nothing, from
+  starting them, a session each prompt, as the bridge's figure counts; run alone,
   so the two never share the cores, once before the styles of each N and once after, and
   the mean of the two taken: this machine's speed drifts by 10-20% over minutes, and a
   floor on either side of the bridge's run cancels a steady drift; both are in the JSON);
@@ -98,7 +101,15 @@ sys.path.insert(0, str(ROOT))
 
 from markdown_it import MarkdownIt  # noqa: E402
 
-from bench.spawned import BRIDGE, bridge_env, cpu_s, free_port, loop_lag, wait_healthy  # noqa: E402
+from bench.spawned import (  # noqa: E402
+    BRIDGE,
+    bridge_env,
+    cpu_s,
+    free_port,
+    loop_lag,
+    wait_healthy,
+    wait_quiet,
+)
 from bridge.config.budget import FEISHU_SENDS_PER_MINUTE, MINUTE_MARGIN  # noqa: E402
 from bridge.devtools.emulator import FeishuEmulator  # noqa: E402
 from bridge.i18n import LOCALES, load_catalog  # noqa: E402
@@ -581,8 +592,8 @@ async def one(
     warm: float = 0.0,
 ) -> dict[str, Any]:
     """One row: N turns in one style; `detail` keeps each turn's growth and changes. The
-    messages come `warm` seconds after the bridge is up (a first start has its burst at
-    once; `warm` measures a crowd meeting a bridge that has been up a while)."""
+    messages come once the bridge is up and quiet (its start finished: a crowd meeting a
+    bridge just started), `warm` seconds more after that."""
     folder = Path(tempfile.mkdtemp(prefix="stream-bench-"))
     log = folder / "turns.jsonl"
     (folder / "work").mkdir()
@@ -610,6 +621,7 @@ async def one(
         probe = asyncio.create_task(loop_lag(lags))
         try:
             await wait_healthy(port, process)
+            await wait_quiet(process.pid)
             await asyncio.sleep(warm)
             run = Run(emu, style, n, turns, log)
             cpu0, t0 = cpu_s(process.pid), time.time()
@@ -831,7 +843,8 @@ def measure(
 
 async def floor(prompts: list[str], ramp: float) -> dict[str, float]:
     """CPU of a client that reads the agents' stream and does nothing with it (this
-    process's own CPU, from the first prompt to the last answer)."""
+    process's own CPU, from starting its agents to the last answer: the bridge's figure
+    counts its agents' start, their `initialize` and a session per chat too)."""
     from acp import spawn_agent_process, text_block
 
     class Client:
@@ -845,6 +858,7 @@ async def floor(prompts: list[str], ramp: float) -> dict[str, float]:
             pass
 
     cwd = tempfile.mkdtemp(prefix="stream-floor-")
+    cpu0 = time.process_time()
     async with contextlib.AsyncExitStack() as stack:
         conns = []
         for _ in range(min(AGENTS, len(prompts))):
@@ -856,7 +870,7 @@ async def floor(prompts: list[str], ramp: float) -> dict[str, float]:
         for i in range(len(prompts)):
             conn = conns[i % len(conns)]
             sessions.append((conn, (await conn.new_session(cwd=cwd)).session_id))
-        cpu0, begin = time.process_time(), time.monotonic()
+        begin = time.monotonic()
 
         async def ask(i: int) -> None:
             await asyncio.sleep(max(0.0, begin + ramp * i / len(prompts) - time.monotonic()))
@@ -982,7 +996,7 @@ async def main(argv: list[str] | None = None) -> None:
         "--warm",
         type=float,
         default=0.0,
-        help="seconds the bridge is up before the messages (0: a crowd at a bridge just started)",
+        help="seconds more the bridge is up, once it has gone quiet, before the messages",
     )
     parser.add_argument("--floor-child", help=argparse.SUPPRESS)
     options(parser)
