@@ -7,7 +7,6 @@ queued message, and then every later message, once each, in order, each by its o
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import subprocess
@@ -22,7 +21,7 @@ from bridge.demo import scripted_agent_command
 from bridge.devtools.emulator import FeishuEmulator
 from bridge.devtools.emulator.apps import AppSpec
 from bridge.i18n import Translator
-from tests.integration.test_cluster import free_port, wait_healthy
+from tests.integration.test_cluster import free_port, reactions_settled, wait_healthy
 from tests.pg import PgServer, pg_server
 
 __all__ = ["pg_server"]  # the fixture of tests/pg.py, used here
@@ -205,18 +204,9 @@ async def test_sigkill_of_an_instance_serving_two_apps_loses_and_doubles_nothing
                 60,
             )
 
-            # A message's reaction is changed after its answer is posted, and its old one is
-            # removed before the new one is added: the last answers may be in while their
-            # reactions are between the two (a loaded machine showed one at none).
-            with contextlib.suppress(TimeoutError):  # else the checks below say which
-                await emu.wait_for(
-                    lambda: all(
-                        len(emu.reactions(mid, app_id=app_id)) == 1
-                        for n, (app_id, _) in enumerate(chats)
-                        for mid, _ in said[n]
-                    ),
-                    10,
-                )
+            await reactions_settled(
+                emu, [(mid, app_id) for n, (app_id, _) in enumerate(chats) for mid, _ in said[n]]
+            )
             # Each message of each chat answered once, in order, by its own bot only; the
             # queued one in its session, loaded on the survivor (warm and hang are in it).
             for n, (app_id, _) in enumerate(chats):

@@ -18,7 +18,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -122,6 +122,20 @@ def taken_ok(emu: FeishuEmulator, event_id: str) -> bool:
 
 async def wait(emu: FeishuEmulator, done: Callable[[], Any], within: float = 60.0) -> None:
     await emu.wait_for(done, timeout=within)
+
+
+async def reactions_settled(
+    emu: FeishuEmulator, messages: Iterable[tuple[str, str | None]], within: float = 10.0
+) -> None:
+    """Until each message (its id, and the app whose bot reacts; None: any) shows one
+    reaction, or `within` seconds; the caller's checks then say which did not. A message's
+    reaction is changed after its answer is posted, its old one removed before the new one
+    is added: the answers may be in while a reaction is between the two."""
+    wanted = list(messages)
+    with contextlib.suppress(TimeoutError):
+        await emu.wait_for(
+            lambda: all(len(emu.reactions(m, app_id=app)) == 1 for m, app in wanted), within
+        )
 
 
 async def test_three_instances_answer_every_message_once_in_order_per_chat(
@@ -300,13 +314,7 @@ async def test_sigkill_of_an_instance_mid_run_tells_its_users_and_runs_its_queue
                     assert lines[2:] in (["history: 2 prompts"], ["history: 3 prompts"])
                 else:
                     assert lines[2:] == [T("session.fresh"), "history: 1 prompts"]
-            # A message's reaction is changed after its last line is posted, its old one
-            # removed before the new one is added: the lines may be in while a reaction is
-            # between the two (as in test_apps_cluster.py).
-            with contextlib.suppress(TimeoutError):  # else the check below says which
-                await emu.wait_for(
-                    lambda: all(len(emu.reactions(mid)) == 1 for mid in running + queued), 10
-                )
+            await reactions_settled(emu, [(mid, None) for mid in running + queued])
             for mid in running + queued:
                 assert len(emu.reactions(mid)) == 1
         finally:
